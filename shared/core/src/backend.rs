@@ -1,0 +1,337 @@
+//! The rules of the Terraform `http` backend protocol (DESIGN §2), independent of HTTP and git:
+//! lock checks, idempotent replays, force-unlock, and the contention retry loop for writes.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::Rng;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use crate::lockinfo::{LockInfo, LockInfoError};
+use crate::path::StatePath;
+use crate::store::{LockCreate, StateChange, StateStore, StoreError};
+
+/// Default largest accepted state, in bytes.
+pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
+
+/// How often and how patiently a write is retried when another write moved the state branch.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts in all (the first one included).
+    pub attempts: u32,
+    /// Upper bound of the first back-off; doubles per attempt up to `max_delay`. Each sleep is a
+    /// uniformly random fraction of the bound (full jitter), so contending writers spread out.
+    pub base_delay: Duration,
+    /// Cap of one back-off.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 40,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(400),
+        }
+    }
+}
+
+impl RetryPolicy {
+    async fn back_off(&self, attempt: u32) {
+        let bound = self
+            .base_delay
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_delay);
+        let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
+        let pause = rand::rng().random_range(0..=nanos);
+        tokio::time::sleep(Duration::from_nanos(pause)).await;
+    }
+}
+
+/// A protocol-level failure. The HTTP layer gives each variant one status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// Malformed input (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The state is locked by someone else (423); the body is the holder's LockInfo as stored.
+    #[error("the state is locked by another client")]
+    Locked(Bytes),
+    /// The body is over the configured maximum (413).
+    #[error("the state is {size} bytes, over the configured maximum of {max} bytes")]
+    TooLarge {
+        /// Size received.
+        size: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+    /// Writers kept moving the state branch; gave up after the configured attempts (503).
+    #[error("the repository is busy: the state branch moved {0} times in a row while writing; retry later")]
+    Busy(u32),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<LockInfoError> for BackendError {
+    fn from(e: LockInfoError) -> Self {
+        BackendError::BadRequest(e.to_string())
+    }
+}
+
+/// The top-level fields of a state body that the protocol looks at.
+#[derive(Deserialize)]
+struct StateHeader {
+    version: Option<serde_json::Value>,
+    serial: Option<serde_json::Value>,
+    encrypted_data: Option<IgnoredAny>,
+    #[serde(flatten)]
+    _rest: IgnoredAny,
+}
+
+/// What the protocol learned from a valid state body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSummary {
+    /// `serial`, when the body has a numeric one.
+    pub serial: Option<u64>,
+}
+
+/// Checks that `body` is one JSON object that is a Terraform state or an OpenTofu-encrypted
+/// envelope.
+pub fn validate_state(body: &[u8]) -> Result<StateSummary, BackendError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(BackendError::BadRequest(
+            "the body is not a JSON object; a Terraform state is expected".into(),
+        ));
+    }
+    let header: StateHeader = serde_json::from_slice(body).map_err(|e| {
+        BackendError::BadRequest(format!("the body is not valid JSON: {e}"))
+    })?;
+    let is_state = header.version.as_ref().is_some_and(|v| v.is_u64());
+    if !is_state && header.encrypted_data.is_none() {
+        return Err(BackendError::BadRequest(
+            "the body is not a Terraform state: it has no numeric \"version\" (nor OpenTofu's \"encrypted_data\")".into(),
+        ));
+    }
+    Ok(StateSummary {
+        serial: header.serial.and_then(|s| s.as_u64()),
+    })
+}
+
+/// The protocol service. Cheap to clone; holds only policy.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    /// Contention retries for writes.
+    pub retry: RetryPolicy,
+    /// Largest state accepted.
+    pub max_state_bytes: usize,
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend {
+            retry: RetryPolicy::default(),
+            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+        }
+    }
+}
+
+/// Who asked, for commit messages when no lock names the writer.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// A name for commit messages: the basic-auth user, or empty.
+    pub name: String,
+}
+
+impl Caller {
+    fn display(&self) -> &str {
+        if self.name.is_empty() {
+            "anonymous"
+        } else {
+            &self.name
+        }
+    }
+}
+
+impl Backend {
+    /// `GET`: the state bytes, or `None` when there is no state.
+    pub async fn get(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+    ) -> Result<Option<Bytes>, BackendError> {
+        Ok(store.snapshot(path).await?.state)
+    }
+
+    /// `POST`: stores `body` as the state unless another client holds the lock. A body equal to
+    /// what is stored is a success without a commit, so client retries are safe.
+    pub async fn post(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<(), BackendError> {
+        if body.len() > self.max_state_bytes {
+            return Err(BackendError::TooLarge {
+                size: body.len(),
+                max: self.max_state_bytes,
+            });
+        }
+        let summary = validate_state(&body)?;
+        self.write(store, path, Some(body), lock_id, caller, |who| {
+            match summary.serial {
+                Some(serial) => format!("Update {path} (serial {serial}) by {who}"),
+                None => format!("Update {path} by {who}"),
+            }
+        })
+        .await
+    }
+
+    /// `DELETE`: removes the state file in a commit; same lock rules as `POST`. Deleting a state
+    /// that does not exist succeeds without a commit.
+    pub async fn delete(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<(), BackendError> {
+        self.write(store, path, None, lock_id, caller, |who| {
+            format!("Delete {path} by {who}")
+        })
+        .await
+    }
+
+    async fn write(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        content: Option<Bytes>,
+        lock_id: Option<&str>,
+        caller: &Caller,
+        message: impl Fn(&str) -> String,
+    ) -> Result<(), BackendError> {
+        for attempt in 0..self.retry.attempts {
+            let snapshot = store.snapshot(path).await?;
+            let mut who = caller.display().to_owned();
+            if let Some(lock) = &snapshot.lock {
+                let holder = serde_json::from_slice::<LockInfo>(lock).ok();
+                match (&holder, lock_id) {
+                    (Some(h), Some(id)) if !h.id.is_empty() && h.id == id => {
+                        if !h.who.is_empty() {
+                            who = h.who.clone();
+                        }
+                    }
+                    _ => return Err(BackendError::Locked(lock.clone())),
+                }
+            }
+            if snapshot.state == content {
+                return Ok(());
+            }
+            let change = match &content {
+                Some(bytes) => StateChange::Write(bytes.clone()),
+                None => StateChange::Delete,
+            };
+            match store
+                .update_state(path, snapshot.state_tip.as_ref(), change, &message(&who))
+                .await
+            {
+                Ok(revision) => {
+                    tracing::info!(%path, %revision, attempt, "state written");
+                    return Ok(());
+                }
+                Err(StoreError::Stale) => {
+                    tracing::debug!(%path, attempt, "state branch moved; rebuilding on the new tip");
+                    self.retry.back_off(attempt).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(BackendError::Busy(self.retry.attempts))
+    }
+
+    /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
+    /// another holder gets [`BackendError::Locked`] with its LockInfo.
+    pub async fn lock(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+    ) -> Result<(), BackendError> {
+        let info = LockInfo::parse(&body)?;
+        let who = if info.who.is_empty() { "unknown" } else { &info.who };
+        let message = format!("Lock {path}: {} by {who} ({})", info.operation, info.id);
+        match store.create_lock(path, body, &message).await? {
+            LockCreate::Created => {
+                tracing::info!(%path, lock_id = %info.id, "lock acquired");
+                Ok(())
+            }
+            LockCreate::Held { content, .. } => {
+                if LockInfo::holder_id(&content).as_deref() == Some(info.id.as_str()) {
+                    Ok(())
+                } else {
+                    Err(BackendError::Locked(content))
+                }
+            }
+        }
+    }
+
+    /// `UNLOCK`: releases the lock when `body` names its holder; an empty body (terraform
+    /// force-unlock) or LockInfo with only `ID` (OpenTofu force-unlock) releases any lock. Not
+    /// locked is a success.
+    pub async fn unlock(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+    ) -> Result<(), BackendError> {
+        let requested = if body.iter().all(|b| b.is_ascii_whitespace()) {
+            None
+        } else {
+            Some(LockInfo::parse(&body)?)
+        };
+        let force = requested.as_ref().is_none_or(LockInfo::is_id_only);
+        for attempt in 0..self.retry.attempts {
+            let Some((tip, content)) = store.read_lock(path).await? else {
+                return Ok(());
+            };
+            if !force {
+                let wanted = requested.as_ref().map(|r| r.id.as_str());
+                if LockInfo::holder_id(&content).as_deref() != wanted {
+                    return Err(BackendError::Locked(content));
+                }
+            }
+            match store.delete_lock(path, &tip).await {
+                Ok(()) => {
+                    tracing::info!(%path, force, "lock released");
+                    return Ok(());
+                }
+                Err(StoreError::Stale) => self.retry.back_off(attempt).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(BackendError::Busy(self.retry.attempts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_validation() {
+        assert!(validate_state(br#"{"version":4,"serial":3,"lineage":"x"}"#).is_ok());
+        assert_eq!(
+            validate_state(br#"{"version":4,"serial":3}"#).unwrap().serial,
+            Some(3)
+        );
+        assert!(validate_state(br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"x","encryption_version":"v0"}"#).is_ok());
+        for bad in [&b"[]"[..], b"", b"null", b"{\"a\":1}", b"{\"version\":4", b"{\"version\":\"4\"}"] {
+            assert!(matches!(validate_state(bad), Err(BackendError::BadRequest(_))), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! gitstate's core: what a state path is, what a lock is, and the rules of the Terraform `http`
+//! backend protocol (lock checks, idempotent replays, contention retries), written against the
+//! [`StateStore`] port. This crate knows neither HTTP nor git: the HTTP layer maps its results to
+//! status codes, the git engine implements the port.
+
+pub mod backend;
+pub mod lockinfo;
+pub mod path;
+pub mod store;
+
+pub use backend::{Backend, BackendError, RetryPolicy};
+pub use lockinfo::LockInfo;
+pub use path::{PathError, StatePath};
+pub use store::{
+    Credentials, LockCreate, RegistryError, Revision, Snapshot, StateChange, StateStore,
+    StoreError, StoreRegistry,
+};

@@ -1,0 +1,177 @@
+//! The `StateStore` port: the few compare-and-swap primitives the protocol needs from a repository.
+//! The git engine implements it for a local bare repository and for remotes; tests can implement it
+//! for anything. All ids are hex object ids of commits.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::path::StatePath;
+
+/// A commit id (hex) as the store reported it.
+pub type Revision = String;
+
+/// A git credential (basic-auth pair or token). `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name (for tokens, anything the server accepts, e.g. `x-access-token`).
+    pub username: String,
+    /// Password or token.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// What a request read: the state branch tip and the file at the path, the lock branch tip and its
+/// lock file. `None` means absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Tip of the state branch (`None`: the branch does not exist yet).
+    pub state_tip: Option<Revision>,
+    /// Content of `{path}` at `state_tip`.
+    pub state: Option<Bytes>,
+    /// Tip of `refs/heads/locks/{path}`.
+    pub lock_tip: Option<Revision>,
+    /// Content of `{path}.lock` at `lock_tip`.
+    pub lock: Option<Bytes>,
+}
+
+/// A change to one state file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateChange {
+    /// Add or replace the file with these bytes.
+    Write(Bytes),
+    /// Remove the file.
+    Delete,
+}
+
+/// Result of trying to create a lock branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockCreate {
+    /// The branch did not exist and now holds our lock commit.
+    Created,
+    /// The branch exists: its tip and its lock file (empty when the commit holds no lock file).
+    Held {
+        /// Tip of the existing lock branch.
+        tip: Revision,
+        /// Its `{path}.lock` content.
+        content: Bytes,
+    },
+}
+
+/// Why a store operation failed. The HTTP layer maps each kind to one status code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Compare-and-swap lost: the ref is no longer at the id that was read. Retry from a snapshot.
+    #[error("the branch moved since it was read")]
+    Stale,
+    /// The git server wants credentials, or other ones.
+    #[error("the git server asked for credentials: {0}")]
+    Unauthorized(String),
+    /// The git server refused the caller.
+    #[error("the git server refused access: {0}")]
+    Forbidden(String),
+    /// Could not reach the git server, or it timed out. Worth retrying.
+    #[error("the git server could not be reached: {0}")]
+    Unavailable(String),
+    /// The git server answered, with an error.
+    #[error("the git server answered with an error: {0}")]
+    Remote(String),
+    /// The change conflicts with what is in the repository (e.g. the path is a directory there).
+    #[error("{0}")]
+    Conflict(String),
+    /// A bug or a broken local cache.
+    #[error("internal error in the state store: {0}")]
+    Internal(String),
+}
+
+/// The port the protocol layer writes against.
+///
+/// Every mutation is compare-and-swap; none of them may force. An implementation must leave the
+/// repository either unchanged or fully updated when it returns an error.
+#[async_trait]
+pub trait StateStore: Send + Sync + 'static {
+    /// Reads the current tips of the state branch and of `path`'s lock branch (for a remote: one
+    /// fresh ref advertisement, which is also the authorization check), makes the objects
+    /// available, and returns both files.
+    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
+
+    /// Builds one commit on top of `base` (the state tip the caller read; `None` when the branch
+    /// does not exist) whose only change is `change` to `path`, and moves the state branch from
+    /// `base` to it. Returns the new commit id, or [`StoreError::Stale`] when the branch is no
+    /// longer at `base`.
+    async fn update_state(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError>;
+
+    /// Creates `refs/heads/locks/{path}` with a commit holding `{path}.lock` = `content`, only if
+    /// the branch does not exist. When it does, reports its tip and lock file instead.
+    async fn create_lock(
+        &self,
+        path: &StatePath,
+        content: Bytes,
+        message: &str,
+    ) -> Result<LockCreate, StoreError>;
+
+    /// Reads only the lock branch: its tip and lock file, or `None` when unlocked. The default
+    /// takes a full snapshot; stores override it to skip reading the state.
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let snapshot = self.snapshot(path).await?;
+        Ok(snapshot
+            .lock_tip
+            .map(|tip| (tip, snapshot.lock.unwrap_or_default())))
+    }
+
+    /// Deletes the lock branch if it is still at `tip`; [`StoreError::Stale`] otherwise (also when
+    /// it is gone).
+    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;
+}
+
+/// Why a repository could not be opened for a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// No repository of that name is configured.
+    #[error("no repository named '{0}' is configured")]
+    UnknownRepository(String),
+    /// An ad-hoc repository URL that the deployment does not allow.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The ad-hoc address is malformed.
+    #[error("{0}")]
+    BadAddress(String),
+    /// The store could not be set up (e.g. the cache directory is unusable).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// Maps repository names (and allowed ad-hoc URLs) to stores, per request so that a store can use
+/// the caller's credentials.
+pub trait StoreRegistry: Send + Sync + 'static {
+    /// The configured repository `name`.
+    fn named(
+        &self,
+        name: &str,
+        caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError>;
+
+    /// An ad-hoc repository (terraform-backend-git style address), if the `allow` list permits it.
+    fn adhoc(
+        &self,
+        url: &str,
+        git_ref: &str,
+        caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError>;
+}

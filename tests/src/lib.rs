@@ -1,0 +1,1 @@
+//! Test support: starting real git servers, the gitstate binary and terraform.
