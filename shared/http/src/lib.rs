@@ -1,1 +1,40 @@
-//! placeholder
+//! gitstate's HTTP layer: the Terraform/OpenTofu `http` backend protocol (DESIGN §2) as one axum
+//! router. It parses requests, calls [`gitstate_core::Backend`] on a store from the
+//! [`StoreRegistry`], and maps results to status codes. It knows nothing of git.
+//!
+//! The same router is served by the standalone server (`axum::serve`) and by Lambda.
+
+mod address;
+mod error;
+mod handlers;
+
+use std::sync::Arc;
+
+use axum::routing::{any, get};
+use axum::Router;
+use gitstate_core::{Backend, StoreRegistry};
+
+pub use address::Address;
+pub use error::ApiError;
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Repository names (and allowed ad-hoc URLs) → stores.
+    pub registry: Arc<dyn StoreRegistry>,
+    /// Protocol policy (retries, maximum state size).
+    pub backend: Backend,
+}
+
+/// Builds the router: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, the query-style address on
+/// `/`, and `/_/health`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/_/health", get(handlers::health))
+        .route("/state/{*rest}", any(handlers::state))
+        .route("/lock/{*rest}", any(handlers::lock_alias))
+        .route("/", any(handlers::query_style))
+        .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn(handlers::request_context))
+        .with_state(state)
+}

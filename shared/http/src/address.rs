@@ -1,0 +1,147 @@
+//! Which state a request is about: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, or the
+//! terraform-backend-git query-style address `/?type=git&repository=URL&ref=REF&state=PATH`.
+
+use gitstate_core::StatePath;
+use percent_encoding::percent_decode_str;
+
+use crate::error::ApiError;
+
+/// Where the repository of a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repository {
+    /// A configured repository, by name.
+    Named(String),
+    /// An ad-hoc URL and ref from a query-style address.
+    AdHoc {
+        /// Repository URL.
+        url: String,
+        /// Branch holding the states.
+        git_ref: String,
+    },
+}
+
+/// A parsed request address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    /// The repository.
+    pub repository: Repository,
+    /// The state path inside it.
+    pub path: StatePath,
+    /// `?ID=` — the lock ID the client holds, if any.
+    pub lock_id: Option<String>,
+}
+
+fn decode(raw: &str) -> Result<String, ApiError> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ApiError::bad_request("the address is not valid UTF-8 after percent-decoding"))
+}
+
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn lock_id(pairs: &[(String, String)]) -> Option<String> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == "ID")
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty())
+}
+
+impl Address {
+    /// Parses `{repo}/{path...}` (what follows `/state/` or `/lock/`, still percent-encoded).
+    pub fn from_path(rest: &str, query: Option<&str>) -> Result<Self, ApiError> {
+        let (repo, path) = rest.split_once('/').ok_or_else(|| {
+            ApiError::bad_request(
+                "the address names no state path; use /state/{repository}/{path}",
+            )
+        })?;
+        let repo = decode(repo)?;
+        if repo.is_empty() {
+            return Err(ApiError::bad_request(
+                "the address names no repository; use /state/{repository}/{path}",
+            ));
+        }
+        let path = StatePath::parse(&decode(path)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(Address {
+            repository: Repository::Named(repo),
+            path,
+            lock_id: lock_id(&query_pairs(query)),
+        })
+    }
+
+    /// Parses the query-style address `?type=git&repository=URL&ref=REF&state=PATH`.
+    pub fn from_query(query: Option<&str>) -> Result<Self, ApiError> {
+        let pairs = query_pairs(query);
+        let get = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .filter(|v| !v.is_empty())
+        };
+        match get("type") {
+            Some("git") => {}
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "backend type '{other}' is not supported; use type=git"
+                )))
+            }
+            None => {
+                return Err(ApiError::bad_request(
+                    "a query-style address needs type=git&repository=URL&state=PATH",
+                ))
+            }
+        }
+        let url = get("repository")
+            .ok_or_else(|| ApiError::bad_request("the query-style address has no 'repository'"))?;
+        let state = get("state")
+            .ok_or_else(|| ApiError::bad_request("the query-style address has no 'state'"))?;
+        let path = StatePath::parse(state).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(Address {
+            repository: Repository::AdHoc {
+                url: url.to_owned(),
+                git_ref: get("ref").unwrap_or("main").to_owned(),
+            },
+            path,
+            lock_id: lock_id(&pairs),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_addresses() {
+        let a = Address::from_path("default/team/prod.tfstate", Some("ID=abc")).unwrap();
+        assert_eq!(a.repository, Repository::Named("default".into()));
+        assert_eq!(a.path.as_str(), "team/prod.tfstate");
+        assert_eq!(a.lock_id.as_deref(), Some("abc"));
+        assert!(Address::from_path("default/%2e%2e/x", None).is_err());
+        assert!(Address::from_path("default", None).is_err());
+        assert!(Address::from_path("default/a%00b", None).is_err());
+        assert!(Address::from_path("default/%ff", None).is_err());
+    }
+
+    #[test]
+    fn query_addresses() {
+        let a = Address::from_query(Some(
+            "type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&ref=states&state=x%2Fy.json&ID=7",
+        ))
+        .unwrap();
+        assert_eq!(
+            a.repository,
+            Repository::AdHoc { url: "https://example.com/a.git".into(), git_ref: "states".into() }
+        );
+        assert_eq!(a.path.as_str(), "x/y.json");
+        assert_eq!(a.lock_id.as_deref(), Some("7"));
+        assert!(Address::from_query(Some("type=s3&state=x")).is_err());
+        assert!(Address::from_query(None).is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Request handlers: parse, call the backend, answer.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use bytes::Bytes;
+use gitstate_core::backend::Caller;
+use gitstate_core::{Credentials, StateStore};
+use md5::{Digest, Md5};
+use tracing::Instrument;
+
+use crate::address::{Address, Repository};
+use crate::error::ApiError;
+use crate::AppState;
+
+/// Largest LOCK/UNLOCK body accepted; LockInfo is a few hundred bytes.
+const MAX_LOCK_BODY: usize = 64 * 1024;
+
+/// The protocol operation a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operation {
+    Get,
+    Write,
+    Delete,
+    Lock,
+    Unlock,
+}
+
+impl Operation {
+    /// Methods on `/state/...` and on the query-style address. `PUT` is accepted as a write for
+    /// clients configured with `update_method = "PUT"`.
+    fn on_state(method: &Method) -> Result<Self, ApiError> {
+        match method.as_str() {
+            "GET" | "HEAD" => Ok(Operation::Get),
+            "POST" | "PUT" => Ok(Operation::Write),
+            "DELETE" => Ok(Operation::Delete),
+            "LOCK" => Ok(Operation::Lock),
+            "UNLOCK" => Ok(Operation::Unlock),
+            other => Err(method_not_allowed(other, "GET, POST, PUT, DELETE, LOCK, UNLOCK")),
+        }
+    }
+
+    /// Methods on the `/lock/...` alias for gateways that refuse WebDAV verbs.
+    fn on_lock_alias(method: &Method) -> Result<Self, ApiError> {
+        match method.as_str() {
+            "POST" | "PUT" | "LOCK" => Ok(Operation::Lock),
+            "DELETE" | "UNLOCK" => Ok(Operation::Unlock),
+            other => Err(method_not_allowed(other, "POST (lock), DELETE (unlock)")),
+        }
+    }
+}
+
+fn method_not_allowed(method: &str, allowed: &str) -> ApiError {
+    ApiError::Message(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not supported here; use {allowed}"),
+    )
+}
+
+/// Gives every request an id, a tracing span and an access-log line. Logs the path only: the
+/// query of a query-style address can hold a repository URL, which may carry credentials.
+pub async fn request_context(request: Request, next: Next) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::info!(
+            status = response.status().as_u16(),
+            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request handled"
+        );
+    });
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// `GET /_/health`.
+pub async fn health() -> Response {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "service": "gitstate",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+    .into_response()
+}
+
+/// Anything unrouted.
+pub async fn not_found(uri: Uri) -> ApiError {
+    ApiError::Message(
+        StatusCode::NOT_FOUND,
+        format!(
+            "nothing is served at {}; state addresses look like /state/{{repository}}/{{path}}",
+            uri.path()
+        ),
+    )
+}
+
+/// `/state/{repo}/{path}`.
+pub async fn state(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let rest = uri.path().strip_prefix("/state/").unwrap_or_default();
+    let address = Address::from_path(rest, uri.query())?;
+    dispatch(&app, address, Operation::on_state(&method)?, &headers, body).await
+}
+
+/// `/lock/{repo}/{path}`: `POST` locks, `DELETE` unlocks.
+pub async fn lock_alias(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let rest = uri.path().strip_prefix("/lock/").unwrap_or_default();
+    let address = Address::from_path(rest, uri.query())?;
+    dispatch(&app, address, Operation::on_lock_alias(&method)?, &headers, body).await
+}
+
+/// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).
+pub async fn query_style(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if uri.query().is_none() && method == Method::GET {
+        return Ok(axum::Json(serde_json::json!({
+            "service": "gitstate",
+            "state_address": "/state/{repository}/{path}",
+            "health": "/_/health",
+        }))
+        .into_response());
+    }
+    let address = Address::from_query(uri.query())?;
+    dispatch(&app, address, Operation::on_state(&method)?, &headers, body).await
+}
+
+/// The caller's basic-auth pair, if it sent one.
+fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let unauthorized = || {
+        ApiError::Message(
+            StatusCode::UNAUTHORIZED,
+            "the Authorization header is not a valid Basic credential".into(),
+        )
+    };
+    let value = value.to_str().map_err(|_| unauthorized())?;
+    let Some(encoded) = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))
+    else {
+        return Err(unauthorized());
+    };
+    let decoded = BASE64.decode(encoded.trim()).map_err(|_| unauthorized())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| unauthorized())?;
+    let (username, password) = decoded.split_once(':').ok_or_else(unauthorized)?;
+    Ok(Some(Credentials {
+        username: username.to_owned(),
+        password: password.to_owned(),
+    }))
+}
+
+/// Reads a body of at most `max` bytes; more is a 413 without reading the rest.
+async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes, ApiError> {
+    let too_large = |size: String| {
+        ApiError::Message(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is {size} bytes, over the configured maximum of {max} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared {
+        if length > max as u64 {
+            return Err(too_large(length.to_string()));
+        }
+    }
+    match axum::body::to_bytes(body, max).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(err) = source {
+                if err.is::<http_body_util::LengthLimitError>() {
+                    return Err(too_large("more than that".into()));
+                }
+                source = err.source();
+            }
+            Err(ApiError::bad_request(format!("the request body could not be read: {e}")))
+        }
+    }
+}
+
+/// Checks a `Content-MD5` request header against the body, when the client sent one.
+fn check_content_md5(headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+    let Some(value) = headers.get("content-md5") else {
+        return Ok(());
+    };
+    let expected = BASE64.encode(Md5::digest(body));
+    if value.as_bytes() != expected.as_bytes() {
+        return Err(ApiError::bad_request(
+            "the body does not match its Content-MD5 header; it was damaged on the way",
+        ));
+    }
+    Ok(())
+}
+
+async fn dispatch(
+    app: &AppState,
+    address: Address,
+    operation: Operation,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let credentials = basic_auth(headers)?;
+    let store = match &address.repository {
+        Repository::Named(name) => app.registry.named(name, credentials.as_ref())?,
+        Repository::AdHoc { url, git_ref } => {
+            app.registry.adhoc(url, git_ref, credentials.as_ref())?
+        }
+    };
+    let store: &dyn StateStore = store.as_ref();
+    let caller = Caller {
+        name: credentials.map(|c| c.username).unwrap_or_default(),
+    };
+    let backend = &app.backend;
+    let path = &address.path;
+    let lock_id = address.lock_id.as_deref();
+    match operation {
+        Operation::Get => Ok(match backend.get(store, path).await? {
+            Some(state) => {
+                let md5 = BASE64.encode(Md5::digest(&state));
+                (
+                    StatusCode::OK,
+                    [
+                        (header::CONTENT_TYPE, "application/json".to_owned()),
+                        (header::HeaderName::from_static("content-md5"), md5),
+                    ],
+                    state,
+                )
+                    .into_response()
+            }
+            None => StatusCode::NO_CONTENT.into_response(),
+        }),
+        Operation::Write => {
+            let body = read_body(headers, body, backend.max_state_bytes).await?;
+            check_content_md5(headers, &body)?;
+            backend.post(store, path, body, lock_id, &caller).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        Operation::Delete => {
+            backend.delete(store, path, lock_id, &caller).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        Operation::Lock => {
+            let body = read_body(headers, body, MAX_LOCK_BODY).await?;
+            backend.lock(store, path, body).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        Operation::Unlock => {
+            let body = read_body(headers, body, MAX_LOCK_BODY).await?;
+            backend.unlock(store, path, body).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+    }
+}
