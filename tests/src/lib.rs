@@ -1,1 +1,915 @@
 //! Test support: starting real git servers, the gitstate binary and terraform.
+//!
+//! Everything here talks to real programs, installed by `scripts/install-test-deps.sh` into
+//! `$GITSTATE_TOOLS` (default `~/.cache/gitstate-tools`). A missing tool is a test *failure*
+//! whose message says to run that script; nothing is skipped silently.
+//!
+//! Every server binds 127.0.0.1 only, and every helper that starts a process kills it (and
+//! removes its temporary files) on `Drop`.
+//!
+//! | helper | what |
+//! |---|---|
+//! | [`free_port`] | an unused TCP port on 127.0.0.1 |
+//! | [`GitHttpServer`] | lighttpd + `git http-backend` (smart HTTP, basic auth) |
+//! | [`GitDaemon`] | `git daemon` with receive-pack (git://) |
+//! | [`bare_repo`] | `git init --bare` with initial branch `main` |
+//! | [`Gitstate`] | the `gitstate serve` binary, waited on until `/_/health` answers |
+//! | [`Terraform`] | the installed Terraform versions, run against a directory |
+//! | [`HttpBackend`], [`write_main_tf`] | a `main.tf` with an `http` backend and `null_resource`s |
+//! | [`http`], [`lock_info`] | direct requests to the backend (LOCK/UNLOCK/GET/POST) |
+//! | [`git`], [`git_log_subjects`], [`ls_remote`] | plain git, to check what is stored |
+//!
+//! The gitstate binary is found at `$GITSTATE_BIN`, else `$CARGO_TARGET_DIR/debug/gitstate`, else
+//! next to the running test executable (`target/debug/deps/..` → `target/debug/gitstate`). Build it
+//! first with `cargo build -p gitstate` (scripts/test.sh does).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub use tempfile::TempDir;
+
+/// The message every missing-tool failure carries.
+pub const INSTALL_HINT: &str =
+    "run scripts/install-test-deps.sh (it installs into $GITSTATE_TOOLS, default ~/.cache/gitstate-tools)";
+
+// ------------------------------------------------------------------------------------------------
+// Ports and processes
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it). Servers started by this
+/// crate retry with another port when the bind races with another test.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// True once something accepts TCP connections on 127.0.0.1:`port`.
+pub fn port_open(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &format!("127.0.0.1:{port}").parse().unwrap(),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// A child process killed (and reaped) on drop; its stdout+stderr go to `log`.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub what: String,
+}
+
+impl ChildGuard {
+    /// Spawns `cmd` with stdin closed and stdout/stderr appended to `log`.
+    pub fn spawn(mut cmd: Command, log: &Path, what: &str) -> ChildGuard {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+        let err = out.try_clone().expect("clone log handle");
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what} ({cmd:?}): {e}; {INSTALL_HINT}"));
+        ChildGuard {
+            child: Some(child),
+            log: log.to_path_buf(),
+            what: what.to_string(),
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// `Some(status)` when the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// The log written so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `ready()` holds. `Err(log)` when the process exited first (the caller may retry
+    /// on another port); panics with the log on timeout.
+    pub fn wait_ready(&mut self, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Err(format!(
+                    "{} exited with {status} before it was ready; its output:\n{}",
+                    self.what,
+                    self.log_text()
+                ));
+            }
+            if ready() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{} was not ready within {timeout:?}; its output:\n{}",
+                    self.what,
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the process now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a server up to 3 times on fresh ports: `spawn(port)` starts it, `ready(port)` says it
+/// answers. Returns the guard and the port.
+fn start_on_free_port(
+    what: &str,
+    timeout: Duration,
+    mut spawn: impl FnMut(u16) -> ChildGuard,
+    mut ready: impl FnMut(u16) -> bool,
+) -> (ChildGuard, u16) {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let mut guard = spawn(port);
+        match guard.wait_ready(timeout, || ready(port)) {
+            Ok(()) => return (guard, port),
+            Err(log) => last = log,
+        }
+    }
+    panic!("{what} did not start (3 tries): {last}");
+}
+
+/// Looks `name` up on PATH (plus /usr/sbin and /sbin, where Debian puts daemons).
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn require_tool(name: &str) -> PathBuf {
+    which(name).unwrap_or_else(|| panic!("`{name}` is not installed: {INSTALL_HINT}"))
+}
+
+// ------------------------------------------------------------------------------------------------
+// git
+
+/// Runs `git ARGS` in `dir` (None: the current directory) and returns stdout; panics with the
+/// output when git fails. Global/system git config is ignored so a developer's config can't leak in.
+pub fn git(dir: Option<&Path>, args: &[&str]) -> String {
+    let out = git_output(dir, args);
+    if !out.status.success() {
+        panic!(
+            "git {args:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `git ARGS` and returns the raw output, whatever the exit code.
+pub fn git_output(dir: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(require_tool("git"));
+    cmd.args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", "gitstate-tests")
+        .env("GIT_AUTHOR_EMAIL", "tests@gitstate.invalid")
+        .env("GIT_COMMITTER_NAME", "gitstate-tests")
+        .env("GIT_COMMITTER_EMAIL", "tests@gitstate.invalid")
+        .stdin(Stdio::null());
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
+    cmd.output().expect("run git")
+}
+
+/// `git init --bare --initial-branch=main DIR/NAME.git`, with `http.receivepack` enabled;
+/// returns the repository's path.
+pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.git"));
+    git(
+        None,
+        &["init", "--quiet", "--bare", "--initial-branch=main", path.to_str().unwrap()],
+    );
+    git(Some(&path), &["config", "http.receivepack", "true"]);
+    path
+}
+
+/// Puts one commit (a README) on `main` of the bare repository `repo`, like a repository created
+/// on a forge with "initialize with README". Returns the commit id.
+pub fn seed_commit(repo: &Path) -> String {
+    let work = tempfile::tempdir().expect("tempdir");
+    git(Some(work.path()), &["init", "--quiet", "--initial-branch=main"]);
+    fs::write(work.path().join("README.md"), "Terraform states, kept by gitstate.\n").unwrap();
+    git(Some(work.path()), &["add", "README.md"]);
+    git(Some(work.path()), &["commit", "--quiet", "-m", "Initial commit"]);
+    git(
+        Some(work.path()),
+        &["push", "--quiet", repo.to_str().unwrap(), "main:refs/heads/main"],
+    );
+    git(Some(work.path()), &["rev-parse", "HEAD"]).trim().to_string()
+}
+
+/// Subjects of the commits touching `path` on `rev` of the repository at `git_dir`, newest first.
+pub fn git_log_subjects(git_dir: &Path, rev: &str, path: &str) -> Vec<String> {
+    let out = git(
+        None,
+        &[&format!("--git-dir={}", git_dir.display()), "log", "--format=%s", rev, "--", path],
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// `git for-each-ref --format=%(refname) PREFIX` in `git_dir`.
+pub fn refs_under(git_dir: &Path, prefix: &str) -> Vec<String> {
+    let out = git(
+        None,
+        &[&format!("--git-dir={}", git_dir.display()), "for-each-ref", "--format=%(refname)", prefix],
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// `git ls-remote URL` as (object id, ref name) pairs.
+pub fn ls_remote(url: &str) -> Vec<(String, String)> {
+    let out = git(None, &["ls-remote", url]);
+    out.lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(id, name)| (id.to_string(), name.to_string()))
+        .collect()
+}
+
+/// `git --git-dir=GIT_DIR show REV:PATH`, or None when it does not exist.
+pub fn git_show(git_dir: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
+    let out = git_output(
+        None,
+        &[&format!("--git-dir={}", git_dir.display()), "show", &format!("{rev}:{path}")],
+    );
+    out.status.success().then_some(out.stdout)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Git servers
+
+/// lighttpd serving `git http-backend` (smart HTTP) for every repository under a directory, with
+/// basic auth required for every request (`mod_auth` + `mod_authn_file`, an htpasswd file written
+/// with `openssl passwd -apr1`). Listens on 127.0.0.1 only; killed on drop.
+pub struct GitHttpServer {
+    _guard: ChildGuard,
+    port: u16,
+    user: String,
+    password: String,
+    _dir: TempDir,
+}
+
+impl GitHttpServer {
+    /// Serves the bare repositories in `repos_dir` at `http://127.0.0.1:PORT/git/NAME.git`,
+    /// readable and writable by `user`:`password` (and nobody else).
+    pub fn start(repos_dir: &Path, user: &str, password: &str) -> GitHttpServer {
+        let lighttpd = require_tool("lighttpd");
+        let openssl = require_tool("openssl");
+        let exec_path = git(None, &["--exec-path"]).trim().to_string();
+        let backend = Path::new(&exec_path).join("git-http-backend");
+        assert!(backend.is_file(), "{} is missing: {INSTALL_HINT}", backend.display());
+        let repos_dir = fs::canonicalize(repos_dir).expect("repos_dir exists");
+
+        let dir = tempfile::Builder::new().prefix("gitstate-lighttpd").tempdir().unwrap();
+        let hash = Command::new(&openssl)
+            .args(["passwd", "-apr1", password])
+            .output()
+            .expect("openssl passwd");
+        assert!(hash.status.success(), "openssl passwd -apr1 failed");
+        let htpasswd = dir.path().join("htpasswd");
+        fs::write(
+            &htpasswd,
+            format!("{user}:{}\n", String::from_utf8_lossy(&hash.stdout).trim()),
+        )
+        .unwrap();
+        let docroot = dir.path().join("www");
+        fs::create_dir_all(&docroot).unwrap();
+        let path_env = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+
+        let spawn = |port: u16| {
+            let conf = dir.path().join("lighttpd.conf");
+            fs::write(
+                &conf,
+                format!(
+                    r#"server.modules = ("mod_alias", "mod_setenv", "mod_auth", "mod_authn_file", "mod_cgi")
+server.bind = "127.0.0.1"
+server.port = {port}
+server.document-root = "{docroot}"
+server.errorlog = "{errorlog}"
+server.max-request-size = 0
+server.stream-request-body = 0
+alias.url = ( "/git/" => "{backend}/" )
+auth.backend = "htpasswd"
+auth.backend.htpasswd.userfile = "{htpasswd}"
+auth.require = ( "/git/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
+$HTTP["url"] =~ "^/git/" {{
+    cgi.assign = ( "" => "" )
+    setenv.add-environment = (
+        "GIT_PROJECT_ROOT" => "{root}",
+        "GIT_HTTP_EXPORT_ALL" => "1",
+        "GIT_CONFIG_NOSYSTEM" => "1",
+        "GIT_CONFIG_COUNT" => "2",
+        "GIT_CONFIG_KEY_0" => "http.receivepack",
+        "GIT_CONFIG_VALUE_0" => "true",
+        "GIT_CONFIG_KEY_1" => "safe.directory",
+        "GIT_CONFIG_VALUE_1" => "*",
+        "PATH" => "{path_env}"
+    )
+}}
+"#,
+                    docroot = docroot.display(),
+                    errorlog = dir.path().join("error.log").display(),
+                    backend = backend.display(),
+                    htpasswd = htpasswd.display(),
+                    root = repos_dir.display(),
+                ),
+            )
+            .unwrap();
+            let mut cmd = Command::new(&lighttpd);
+            cmd.arg("-D").arg("-f").arg(&conf);
+            ChildGuard::spawn(cmd, &dir.path().join("lighttpd.log"), "lighttpd (git http-backend)")
+        };
+        let (guard, port) =
+            start_on_free_port("lighttpd", Duration::from_secs(20), spawn, port_open);
+        GitHttpServer {
+            _guard: guard,
+            port,
+            user: user.to_string(),
+            password: password.to_string(),
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT/git/NAME.git` (no credentials).
+    pub fn url(&self, repo_name: &str) -> String {
+        format!("http://127.0.0.1:{}/git/{repo_name}.git", self.port)
+    }
+
+    /// `http://USER:PASSWORD@127.0.0.1:PORT/git/NAME.git`, for plain git in assertions.
+    pub fn url_with_credentials(&self, repo_name: &str) -> String {
+        format!(
+            "http://{}:{}@127.0.0.1:{}/git/{repo_name}.git",
+            self.user, self.password, self.port
+        )
+    }
+
+    /// The server's error log (CGI errors end up there).
+    pub fn error_log(&self) -> String {
+        fs::read_to_string(self._dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+/// `git daemon --enable=receive-pack --export-all` on 127.0.0.1; killed on drop.
+pub struct GitDaemon {
+    _guard: ChildGuard,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl GitDaemon {
+    /// Serves the repositories in `repos_dir` at `git://127.0.0.1:PORT/NAME.git`.
+    pub fn start(repos_dir: &Path) -> GitDaemon {
+        let git_bin = require_tool("git");
+        let repos_dir = fs::canonicalize(repos_dir).expect("repos_dir exists");
+        let dir = tempfile::Builder::new().prefix("gitstate-daemon").tempdir().unwrap();
+        let spawn = |port: u16| {
+            let mut cmd = Command::new(&git_bin);
+            cmd.args([
+                "daemon",
+                "--enable=receive-pack",
+                "--export-all",
+                "--reuseaddr",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--base-path={}", repos_dir.display()),
+                &format!("--pid-file={}", dir.path().join("pid").display()),
+                "--informative-errors",
+            ])
+            .arg(&repos_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "safe.directory")
+            .env("GIT_CONFIG_VALUE_0", "*");
+            ChildGuard::spawn(cmd, &dir.path().join("daemon.log"), "git daemon")
+        };
+        let (guard, port) =
+            start_on_free_port("git daemon", Duration::from_secs(20), spawn, port_open);
+        GitDaemon {
+            _guard: guard,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `git://127.0.0.1:PORT/NAME.git`.
+    pub fn url(&self, repo_name: &str) -> String {
+        format!("git://127.0.0.1:{}/{repo_name}.git", self.port)
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// gitstate
+
+/// The gitstate binary: `$GITSTATE_BIN`, `$CARGO_TARGET_DIR/debug/gitstate`, or the `gitstate`
+/// next to this test executable's `deps/` directory. Panics with a hint when none exists.
+pub fn gitstate_bin() -> PathBuf {
+    let mut tried = Vec::new();
+    if let Some(bin) = std::env::var_os("GITSTATE_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(bin.is_file(), "GITSTATE_BIN={} does not exist", bin.display());
+        return bin;
+    }
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        let dir = PathBuf::from(dir);
+        let dir = if dir.is_relative() {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir)
+        } else {
+            dir
+        };
+        tried.push(dir.join("debug/gitstate"));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        // target/debug/deps/terraform_e2e-HASH → target/debug/gitstate
+        if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
+            tried.push(profile_dir.join("gitstate"));
+        }
+    }
+    tried.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/gitstate"));
+    tried
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "the gitstate binary was not found (tried {tried:?}); build it with \
+                 `cargo build -p gitstate` or set GITSTATE_BIN (scripts/test.sh does both)"
+            )
+        })
+}
+
+/// A running `gitstate serve --listen 127.0.0.1:PORT ARGS…`; killed on drop.
+///
+/// Its environment is the test's minus every `GITSTATE_*`, `GIT_USERNAME`, `GIT_PASSWORD`,
+/// `GITHUB_TOKEN` variable, plus `GITSTATE_CACHE_DIR` (a fresh temporary directory unless `env`
+/// gives one), `RUST_LOG` (`info` unless set) and `env`.
+pub struct Gitstate {
+    guard: ChildGuard,
+    port: u16,
+    pub cache_dir: PathBuf,
+    _dir: TempDir,
+}
+
+impl Gitstate {
+    /// Starts `gitstate serve` in `cwd` and waits (up to 60 s) until `GET /_/health` answers 200.
+    pub fn start(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Gitstate {
+        let bin = gitstate_bin();
+        let dir = tempfile::Builder::new().prefix("gitstate-serve").tempdir().unwrap();
+        let cache_dir = env
+            .iter()
+            .find(|(k, _)| *k == "GITSTATE_CACHE_DIR")
+            .map(|(_, v)| PathBuf::from(v))
+            .unwrap_or_else(|| dir.path().join("cache"));
+        let log = dir.path().join("gitstate.log");
+        let spawn = |port: u16| {
+            let mut cmd = Command::new(&bin);
+            cmd.arg("serve")
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .args(args)
+                .current_dir(cwd);
+            for (key, _) in std::env::vars_os() {
+                let k = key.to_string_lossy();
+                if k.starts_with("GITSTATE_")
+                    || k == "GIT_USERNAME"
+                    || k == "GIT_PASSWORD"
+                    || k == "GITHUB_TOKEN"
+                {
+                    cmd.env_remove(&key);
+                }
+            }
+            if std::env::var_os("RUST_LOG").is_none() {
+                cmd.env("RUST_LOG", "info");
+            }
+            cmd.env("GITSTATE_CACHE_DIR", &cache_dir);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            ChildGuard::spawn(cmd, &log, "gitstate serve")
+        };
+        let (guard, port) = start_on_free_port(
+            "gitstate serve",
+            Duration::from_secs(60),
+            spawn,
+            |port| matches!(http("GET", &format!("http://127.0.0.1:{port}/_/health"), None, None), Ok((200, _))),
+        );
+        Gitstate {
+            guard,
+            port,
+            cache_dir,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `http://127.0.0.1:PORT/state/REPO/PATH`.
+    pub fn state_url(&self, repo: &str, path: &str) -> String {
+        format!("{}/state/{repo}/{path}", self.base_url())
+    }
+
+    /// Everything the server printed so far (for failure messages).
+    pub fn log(&self) -> String {
+        self.guard.log_text()
+    }
+
+    /// True while the server process runs.
+    pub fn running(&mut self) -> bool {
+        self.guard.exited().is_none()
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Direct HTTP
+
+/// Sends `METHOD url` (any method, LOCK and UNLOCK included) with an optional body and optional
+/// basic-auth pair; returns (status, body). Err only when no HTTP answer came.
+pub fn http(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    auth: Option<(&str, &str)>,
+) -> Result<(u16, String), String> {
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+    let mut req = client.request(method, url);
+    if let Some((user, password)) = auth {
+        req = req.basic_auth(user, Some(password));
+    }
+    if let Some(body) = body {
+        req = req
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+    }
+    let resp = req.send().map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let text = resp.text().map_err(|e| e.to_string())?;
+    Ok((status, text))
+}
+
+/// A Terraform LockInfo JSON document with `ID` = `id` and `Who` = `who`.
+pub fn lock_info(id: &str, who: &str, operation: &str) -> String {
+    serde_json::json!({
+        "ID": id,
+        "Operation": operation,
+        "Info": "",
+        "Who": who,
+        "Version": "1.0.3",
+        "Created": "2024-01-01T00:00:00.000000000Z",
+        "Path": ""
+    })
+    .to_string()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Terraform
+
+/// Where `scripts/install-test-deps.sh` put the tools: `$GITSTATE_TOOLS` or
+/// `~/.cache/gitstate-tools`.
+pub fn tools_dir() -> PathBuf {
+    match std::env::var_os("GITSTATE_TOOLS") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gitstate-tools"),
+    }
+}
+
+/// One installed Terraform.
+#[derive(Clone, Debug)]
+pub struct Terraform {
+    /// "1.0.3", "1.15.5", or what the PATH terraform reports.
+    pub version: String,
+    pub bin: PathBuf,
+    /// `$GITSTATE_TOOLS/terraformrc` (TF_CLI_CONFIG_FILE): the null provider from the local mirror.
+    pub cli_config: PathBuf,
+    /// Upper bound for one command; the process is killed and the test fails past it.
+    pub timeout: Duration,
+}
+
+/// The output of one terraform command.
+#[derive(Debug)]
+pub struct TfOutput {
+    pub args: Vec<String>,
+    /// Exit code (None: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl TfOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+    /// stdout followed by stderr.
+    pub fn combined(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+    /// Panics with the whole output unless the exit code is `code`.
+    #[track_caller]
+    pub fn expect_code(&self, code: i32, context: &str) -> &Self {
+        if self.code != Some(code) {
+            panic!(
+                "{context}: `terraform {}` exited with {:?}, expected {code}\n--- stdout\n{}\n--- stderr\n{}",
+                self.args.join(" "),
+                self.code,
+                self.stdout,
+                self.stderr
+            );
+        }
+        self
+    }
+}
+
+const TF_REQUIRED: [&str; 2] = ["1.0.3", "1.15.5"];
+
+impl Terraform {
+    /// The Terraform `version` installed by scripts/install-test-deps.sh ("1.0.3" or "1.15.5");
+    /// panics with the install hint when it is missing or reports another version.
+    pub fn installed(version: &str) -> Terraform {
+        let tools = tools_dir();
+        let cli_config = tools.join("terraformrc");
+        let bin = tools.join(format!("terraform-{version}/terraform"));
+        assert!(
+            bin.is_file(),
+            "Terraform {version} is not installed at {}: {INSTALL_HINT}",
+            bin.display()
+        );
+        assert!(
+            cli_config.is_file(),
+            "{} is missing: {INSTALL_HINT}",
+            cli_config.display()
+        );
+        let tf = Terraform {
+            version: version.to_string(),
+            bin,
+            cli_config,
+            timeout: Duration::from_secs(300),
+        };
+        let reported = tf.reported_version();
+        assert_eq!(
+            reported.as_deref(),
+            Some(version),
+            "{} does not report Terraform {version}: {INSTALL_HINT}",
+            tf.bin.display()
+        );
+        tf
+    }
+
+    /// A `terraform` on PATH whose version is not one of the installed ones (1.11.4 on the
+    /// development machines), or None.
+    pub fn from_path() -> Option<Terraform> {
+        let bin = which("terraform")?;
+        let bin = fs::canonicalize(&bin).unwrap_or(bin);
+        if bin.starts_with(tools_dir()) {
+            return None;
+        }
+        let mut tf = Terraform {
+            version: String::new(),
+            bin,
+            cli_config: tools_dir().join("terraformrc"),
+            timeout: Duration::from_secs(300),
+        };
+        let version = tf.reported_version()?;
+        if TF_REQUIRED.contains(&version.as_str()) {
+            return None;
+        }
+        tf.version = version;
+        Some(tf)
+    }
+
+    /// Every version to test: 1.0.3 and 1.15.5 (required) and the PATH one when present.
+    pub fn all() -> Vec<Terraform> {
+        let mut all: Vec<Terraform> = TF_REQUIRED.iter().map(|v| Terraform::installed(v)).collect();
+        all.extend(Terraform::from_path());
+        all
+    }
+
+    /// `terraform version` → "X.Y.Z".
+    pub fn reported_version(&self) -> Option<String> {
+        let dir = tempfile::tempdir().ok()?;
+        let out = self.run(dir.path(), &["version"]);
+        let first = out.stdout.lines().next()?.trim().to_string();
+        first.strip_prefix("Terraform v").map(str::to_string)
+    }
+
+    /// Runs `terraform ARGS` in `dir` with TF_CLI_CONFIG_FILE, CHECKPOINT_DISABLE=1,
+    /// TF_IN_AUTOMATION=1, no TF_HTTP_* / TF_CLI_ARGS* / proxy variables from the test's
+    /// environment; captures stdout and stderr. Panics when it runs past `timeout`.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> TfOutput {
+        let out_path = dir.join(".tf-stdout");
+        let err_path = dir.join(".tf-stderr");
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out_path).expect("create stdout file"))
+            .stderr(fs::File::create(&err_path).expect("create stderr file"));
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy().to_string();
+            if k.starts_with("TF_HTTP_")
+                || k.starts_with("TF_CLI_ARGS")
+                || k.starts_with("TF_VAR_")
+                || k.eq_ignore_ascii_case("http_proxy")
+                || k.eq_ignore_ascii_case("https_proxy")
+                || k.eq_ignore_ascii_case("all_proxy")
+                || k == "TF_WORKSPACE"
+                || k == "TF_DATA_DIR"
+                || k == "TF_PLUGIN_CACHE_DIR"
+            {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("TF_CLI_CONFIG_FILE", &self.cli_config)
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost");
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", self.bin.display()));
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait terraform") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "`terraform {}` ({}) ran longer than {:?}; output so far:\n{}{}",
+                    args.join(" "),
+                    self.version,
+                    self.timeout,
+                    fs::read_to_string(&out_path).unwrap_or_default(),
+                    fs::read_to_string(&err_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        };
+        let read = |p: &Path| {
+            let mut s = String::new();
+            if let Ok(mut f) = fs::File::open(p) {
+                let mut bytes = Vec::new();
+                let _ = f.read_to_end(&mut bytes);
+                s = String::from_utf8_lossy(&bytes).into_owned();
+            }
+            let _ = fs::remove_file(p);
+            s
+        };
+        TfOutput {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            code: status.code(),
+            stdout: read(&out_path),
+            stderr: read(&err_path),
+        }
+    }
+
+    /// `terraform init -input=false -no-color`.
+    pub fn init(&self, dir: &Path) -> TfOutput {
+        self.run(dir, &["init", "-input=false", "-no-color"])
+    }
+
+    /// `terraform apply -auto-approve -input=false -no-color`.
+    pub fn apply(&self, dir: &Path) -> TfOutput {
+        self.run(dir, &["apply", "-auto-approve", "-input=false", "-no-color"])
+    }
+
+    /// `terraform plan -detailed-exitcode -input=false -no-color` (0: no changes, 2: changes).
+    pub fn plan(&self, dir: &Path) -> TfOutput {
+        self.run(dir, &["plan", "-detailed-exitcode", "-input=false", "-no-color"])
+    }
+
+    /// `terraform force-unlock -force ID`.
+    pub fn force_unlock(&self, dir: &Path, id: &str) -> TfOutput {
+        self.run(dir, &["force-unlock", "-force", "-no-color", id])
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Terraform configuration
+
+/// The `backend "http"` block of a test configuration.
+#[derive(Clone, Debug)]
+pub struct HttpBackend {
+    pub address: String,
+    pub lock_address: Option<String>,
+    pub unlock_address: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Other attributes written as `key = value` (value is HCL: quote strings yourself).
+    pub extra: Vec<(String, String)>,
+}
+
+impl HttpBackend {
+    /// `address`, `lock_address` and `unlock_address` all set to `address` (the documented setup).
+    pub fn new(address: &str) -> HttpBackend {
+        HttpBackend {
+            address: address.to_string(),
+            lock_address: Some(address.to_string()),
+            unlock_address: Some(address.to_string()),
+            username: None,
+            password: None,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Adds `username`/`password` (basic auth on every request).
+    pub fn with_auth(mut self, username: &str, password: &str) -> HttpBackend {
+        self.username = Some(username.to_string());
+        self.password = Some(password.to_string());
+        self
+    }
+
+    pub fn hcl(&self) -> String {
+        let mut s = String::from("terraform {\n  backend \"http\" {\n");
+        let mut attr = |k: &str, v: &str| s.push_str(&format!("    {k} = {}\n", hcl_string(v)));
+        attr("address", &self.address);
+        if let Some(v) = &self.lock_address {
+            attr("lock_address", v);
+        }
+        if let Some(v) = &self.unlock_address {
+            attr("unlock_address", v);
+        }
+        if let Some(v) = &self.username {
+            attr("username", v);
+        }
+        if let Some(v) = &self.password {
+            attr("password", v);
+        }
+        for (k, v) in &self.extra {
+            s.push_str(&format!("    {k} = {v}\n"));
+        }
+        s.push_str("  }\n}\n");
+        s
+    }
+}
+
+fn hcl_string(v: &str) -> String {
+    serde_json::to_string(v).unwrap().replace("${", "$${").replace("%{", "%%{")
+}
+
+/// Writes `dir/main.tf`: the backend block and `count` `null_resource`s `r0…` whose `triggers`
+/// hold `generation` (change it to make the next apply replace them, i.e. write a new state).
+pub fn write_main_tf(dir: &Path, backend: &HttpBackend, count: usize, generation: &str) {
+    let mut tf = backend.hcl();
+    for i in 0..count {
+        tf.push_str(&format!(
+            "\nresource \"null_resource\" \"r{i}\" {{\n  triggers = {{\n    generation = {}\n    index      = \"{i}\"\n  }}\n}}\n",
+            hcl_string(generation)
+        ));
+    }
+    let mut f = fs::File::create(dir.join("main.tf")).expect("create main.tf");
+    f.write_all(tf.as_bytes()).expect("write main.tf");
+}
