@@ -1,0 +1,345 @@
+//! End to end: real Terraform (1.0.3, 1.15.5, and the PATH one when present) against
+//! `gitstate serve`, on (a) the embedded default repository and (b) a smart-HTTP remote
+//! (lighttpd + git http-backend, basic auth), checked afterwards with plain git.
+//!
+//! Each scenario: init → apply (null_resources) → plan shows no changes → commits
+//! `Update prod.tfstate (serial N) by …` on main and no `locks/` branch left → someone else takes
+//! the lock (a LOCK request sent directly) → apply fails with "Error acquiring the state lock" and
+//! names the holder → `terraform force-unlock -force other-holder` → apply succeeds with a new
+//! serial → plan shows no changes.
+//!
+//! Needs `scripts/install-test-deps.sh` and a built `gitstate` binary (see gitstate_tests docs).
+
+use std::path::{Path, PathBuf};
+
+use gitstate_tests::*;
+
+const STATE: &str = "prod.tfstate";
+const GIT_USER: &str = "tfstate-bot";
+const GIT_PASS: &str = "p4ss:w0rd";
+const OTHER_ID: &str = "other-holder";
+const OTHER_WHO: &str = "someone@else";
+
+#[derive(Clone, Copy, Debug)]
+enum Remote {
+    /// `gitstate serve` with no repository: ./.gitstate/default.git in its cwd.
+    Embedded,
+    /// `--repository default=http://…/git/states.git`, an empty bare repository.
+    SmartHttp,
+    /// Same, on a repository that already has a commit (a forge's "initialize with README").
+    SmartHttpSeeded,
+    /// `--repository default=git://…/states.git` (git daemon, no auth).
+    GitDaemon,
+}
+
+/// A running gitstate and where its states land, for plain-git checks.
+struct Setup {
+    server: Gitstate,
+    /// The bare repository holding the states (on this machine, whatever the transport).
+    git_dir: PathBuf,
+    /// A URL plain git can ls-remote (credentials included), for remotes.
+    remote_url: Option<String>,
+    /// Commits on main before any state was written (the seed commit).
+    base_commits: usize,
+    _http: Option<GitHttpServer>,
+    _daemon: Option<GitDaemon>,
+    _cwd: TempDir,
+    _repos: TempDir,
+}
+
+impl Setup {
+    fn new(remote: Remote) -> Setup {
+        let cwd = tempfile::Builder::new().prefix("gitstate-cwd").tempdir().unwrap();
+        let repos = tempfile::Builder::new().prefix("gitstate-repos").tempdir().unwrap();
+        match remote {
+            Remote::Embedded => {
+                let server = Gitstate::start(&[], &[], cwd.path());
+                let git_dir = cwd.path().join(".gitstate/default.git");
+                Setup { server, git_dir, remote_url: None, base_commits: 0, _http: None, _daemon: None, _cwd: cwd, _repos: repos }
+            }
+            Remote::SmartHttp | Remote::SmartHttpSeeded => {
+                let git_dir = bare_repo(repos.path(), "states");
+                let base_commits = if matches!(remote, Remote::SmartHttpSeeded) {
+                    seed_commit(&git_dir);
+                    1
+                } else {
+                    0
+                };
+                let http = GitHttpServer::start(repos.path(), GIT_USER, GIT_PASS);
+                let server = Gitstate::start(
+                    &["--repository", &format!("default={}", http.url("states"))],
+                    &[("GIT_USERNAME", GIT_USER), ("GIT_PASSWORD", GIT_PASS)],
+                    cwd.path(),
+                );
+                // The password has a ':' — percent-encoded in the URL plain git uses.
+                let remote_url = Some(format!(
+                    "http://{GIT_USER}:{}@127.0.0.1:{}/git/states.git",
+                    GIT_PASS.replace(':', "%3A"),
+                    http.port()
+                ));
+                Setup { server, git_dir, remote_url, base_commits, _http: Some(http), _daemon: None, _cwd: cwd, _repos: repos }
+            }
+            Remote::GitDaemon => {
+                let git_dir = bare_repo(repos.path(), "states");
+                let daemon = GitDaemon::start(repos.path());
+                let server = Gitstate::start(
+                    &["--repository", &format!("default={}", daemon.url("states"))],
+                    &[],
+                    cwd.path(),
+                );
+                let remote_url = Some(daemon.url("states"));
+                Setup { server, git_dir, remote_url, base_commits: 0, _http: None, _daemon: Some(daemon), _cwd: cwd, _repos: repos }
+            }
+        }
+    }
+
+    fn state_url(&self, path: &str) -> String {
+        self.server.state_url("default", path)
+    }
+
+    /// Context appended to every assertion: the server's log.
+    fn ctx(&self) -> String {
+        format!("\n--- gitstate log\n{}", self.server.log())
+    }
+
+    /// Lock branches, seen both in the repository and (for remotes) through `git ls-remote`.
+    fn lock_refs(&self) -> Vec<String> {
+        let mut refs = if self.git_dir.exists() { refs_under(&self.git_dir, "refs/heads/locks") } else { Vec::new() };
+        if let Some(url) = &self.remote_url {
+            let remote: Vec<String> = ls_remote(url)
+                .into_iter()
+                .map(|(_, r)| r)
+                .filter(|r| r.starts_with("refs/heads/locks/"))
+                .collect();
+            assert_eq!(refs, remote, "the repository and ls-remote disagree about locks");
+            refs = remote;
+        }
+        refs
+    }
+
+    /// The subjects of the commits touching `path` on main, newest first.
+    fn history(&self, path: &str) -> Vec<String> {
+        git_log_subjects(&self.git_dir, "main", path)
+    }
+
+    fn commits_on_main(&self) -> usize {
+        git(None, &[&format!("--git-dir={}", self.git_dir.display()), "rev-list", "--count", "main"]).trim().parse().unwrap()
+    }
+}
+
+/// GET the state: (serial, lineage, raw body, resources count).
+fn get_state(url: &str, ctx: &str) -> (u64, String, String, usize) {
+    let (status, body) = http("GET", url, None, None).unwrap_or_else(|e| panic!("GET {url}: {e}{ctx}"));
+    assert_eq!(status, 200, "GET {url} after apply: {body}{ctx}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET body is not JSON ({e}): {body}{ctx}"));
+    let serial = v["serial"].as_u64().unwrap_or_else(|| panic!("no serial in {body}"));
+    let lineage = v["lineage"].as_str().unwrap_or_default().to_string();
+    let resources = v["resources"].as_array().map(|a| a.len()).unwrap_or(0);
+    (serial, lineage, body, resources)
+}
+
+/// Parses `Update prod.tfstate (serial N) by WHO` → (N, WHO).
+fn parse_update(subject: &str, path: &str) -> Option<(u64, String)> {
+    let rest = subject.strip_prefix(&format!("Update {path} (serial "))?;
+    let (n, rest) = rest.split_once(") by ")?;
+    let who = rest.trim();
+    if who.is_empty() {
+        return None;
+    }
+    Some((n.parse().ok()?, who.to_string()))
+}
+
+/// Every commit touching `path` on main is an `Update … (serial N) by …` commit by gitstate that
+/// changes only `path`, with serials increasing; the newest holds `latest_serial` and its file is
+/// byte-identical to what GET returned.
+fn check_history(s: &Setup, path: &str, latest_serial: u64, get_body: &str) -> usize {
+    let ctx = s.ctx();
+    let subjects = s.history(path);
+    assert!(!subjects.is_empty(), "no commit touches {path} on main{ctx}");
+    let mut serials = Vec::new();
+    for subject in &subjects {
+        let (serial, _who) = parse_update(subject, path)
+            .unwrap_or_else(|| panic!("commit subject {subject:?} is not `Update {path} (serial N) by WHO`; all: {subjects:#?}{ctx}"));
+        serials.push(serial);
+    }
+    assert_eq!(serials[0], latest_serial, "newest commit's serial vs GET's serial; subjects {subjects:#?}{ctx}");
+    assert!(
+        serials.windows(2).all(|w| w[0] > w[1]),
+        "serials must increase from commit to commit (newest first here): {serials:?}{ctx}"
+    );
+    let gd = format!("--git-dir={}", s.git_dir.display());
+    for commit in git(None, &[&gd, "rev-list", "main", "--", path]).lines() {
+        let changed = git(None, &[&gd, "diff-tree", "--root", "--no-commit-id", "--name-only", "-r", commit]);
+        assert_eq!(changed.trim(), path, "commit {commit} must change only {path}{ctx}");
+        let committer = git(None, &[&gd, "log", "-1", "--format=%cn", commit]);
+        assert_eq!(committer.trim(), "gitstate", "committer of {commit}{ctx}");
+    }
+    let stored = git_show(&s.git_dir, "main", path).unwrap_or_else(|| panic!("main:{path} missing{ctx}"));
+    assert_eq!(String::from_utf8_lossy(&stored), get_body, "main:{path} must be exactly what GET returns{ctx}");
+    subjects.len()
+}
+
+fn scenario(tf: &Terraform, remote: Remote) {
+    println!("Terraform {} against {remote:?}", tf.version);
+    let s = Setup::new(remote);
+    let url = s.state_url(STATE);
+    let work = tempfile::Builder::new().prefix("gitstate-tf").tempdir().unwrap();
+    let dir = work.path();
+    let backend = HttpBackend::new(&url);
+    write_main_tf(dir, &backend, 2, "g1");
+    let tag = format!("Terraform {} / {remote:?}", tf.version);
+
+    // 1. init, apply, plan.
+    let out = tf.init(dir);
+    out.expect_code(0, &format!("{tag}: init{}", s.ctx()));
+    let out = tf.apply(dir);
+    out.expect_code(0, &format!("{tag}: first apply{}", s.ctx()));
+    assert!(out.stdout.contains("Apply complete! Resources: 2 added, 0 changed, 0 destroyed."), "{tag}: {}", out.stdout);
+
+    let (serial1, lineage, body1, resources) = get_state(&url, &s.ctx());
+    assert_eq!(resources, 2, "{tag}: state after apply has 2 resources: {body1}");
+    let commits_after_apply = check_history(&s, STATE, serial1, &body1);
+    assert_eq!(s.commits_on_main(), s.base_commits + commits_after_apply, "{tag}: only state commits on main{}", s.ctx());
+    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after apply{}", s.ctx());
+
+    let out = tf.plan(dir);
+    out.expect_code(0, &format!("{tag}: plan after apply must show no changes{}", s.ctx()));
+    assert!(out.stdout.contains("No changes."), "{tag}: {}", out.stdout);
+    assert_eq!(s.history(STATE).len(), commits_after_apply, "{tag}: plan must not commit{}", s.ctx());
+    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after plan{}", s.ctx());
+
+    // 2. Someone else holds the lock.
+    let (status, body) = http("LOCK", &url, Some(&lock_info(OTHER_ID, OTHER_WHO, "OperationTypeApply")), None).unwrap();
+    assert_eq!(status, 200, "{tag}: direct LOCK: {body}{}", s.ctx());
+    let lock_ref = format!("refs/heads/locks/{STATE}");
+    assert_eq!(s.lock_refs(), vec![lock_ref.clone()], "{tag}: the lock is a branch{}", s.ctx());
+    let lock_file = git_show(&s.git_dir, &lock_ref, &format!("{STATE}.lock")).unwrap_or_else(|| panic!("{tag}: {lock_ref}:{STATE}.lock missing{}", s.ctx()));
+    let lock_json: serde_json::Value = serde_json::from_slice(&lock_file).expect("lock file is JSON");
+    assert_eq!(lock_json["ID"], OTHER_ID, "{tag}: lock file {lock_json}");
+    assert_eq!(lock_json["Who"], OTHER_WHO, "{tag}: lock file {lock_json}");
+    let lock_subject = git(None, &[&format!("--git-dir={}", s.git_dir.display()), "log", "-1", "--format=%s", &lock_ref]);
+    assert_eq!(
+        lock_subject.trim(),
+        format!("Lock {STATE}: OperationTypeApply by {OTHER_WHO} ({OTHER_ID})"),
+        "{tag}: lock commit message"
+    );
+
+    write_main_tf(dir, &backend, 2, "g2");
+    let out = tf.apply(dir);
+    assert_ne!(out.code, Some(0), "{tag}: apply must fail while another ID holds the lock:\n{}{}", out.combined(), s.ctx());
+    let text = out.combined();
+    assert!(text.contains("Error acquiring the state lock"), "{tag}: lock error expected:\n{text}{}", s.ctx());
+    assert!(text.contains(OTHER_ID), "{tag}: the output names the holder's ID:\n{text}");
+    assert!(text.contains(OTHER_WHO), "{tag}: the output names the holder:\n{text}");
+    let (serial_locked, _, body_locked, _) = get_state(&url, &s.ctx());
+    assert_eq!((serial_locked, &body_locked), (serial1, &body1), "{tag}: a refused apply must not change the state");
+    assert_eq!(s.history(STATE).len(), commits_after_apply, "{tag}: a refused apply must not commit");
+    assert_eq!(s.lock_refs(), vec![lock_ref.clone()], "{tag}: the other holder keeps its lock{}", s.ctx());
+
+    // 3. force-unlock, then apply works again.
+    let out = tf.force_unlock(dir, OTHER_ID);
+    out.expect_code(0, &format!("{tag}: force-unlock{}", s.ctx()));
+    assert!(out.combined().contains("successfully unlocked"), "{tag}: {}", out.combined());
+    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: force-unlock removes the lock branch{}", s.ctx());
+
+    let out = tf.apply(dir);
+    out.expect_code(0, &format!("{tag}: apply after force-unlock{}", s.ctx()));
+    assert!(out.stdout.contains("Apply complete! Resources: 2 added, 0 changed, 2 destroyed."), "{tag}: {}", out.stdout);
+    let (serial2, lineage2, body2, _) = get_state(&url, &s.ctx());
+    assert!(serial2 > serial1, "{tag}: serial must grow ({serial1} → {serial2})");
+    assert_eq!(lineage2, lineage, "{tag}: lineage is kept");
+    assert!(body2.contains("\"g2\""), "{tag}: the new state holds the new triggers");
+    let commits_after_second = check_history(&s, STATE, serial2, &body2);
+    assert!(commits_after_second > commits_after_apply, "{tag}: the second apply committed");
+    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after the second apply{}", s.ctx());
+
+    tf.plan(dir).expect_code(0, &format!("{tag}: final plan shows no changes{}", s.ctx()));
+    println!("{tag}: ok; history:\n  {}", s.history(STATE).join("\n  "));
+}
+
+fn path_terraform() -> Option<Terraform> {
+    let tf = Terraform::from_path();
+    if tf.is_none() {
+        println!("no other terraform on PATH (1.11.4 on the development machines): only 1.0.3 and 1.15.5 are tested");
+    }
+    tf
+}
+
+// ---------------------------------------------------------------- the matrix
+
+#[test]
+fn tf_1_0_3_embedded_default() {
+    scenario(&Terraform::installed("1.0.3"), Remote::Embedded);
+}
+
+#[test]
+fn tf_1_15_5_embedded_default() {
+    scenario(&Terraform::installed("1.15.5"), Remote::Embedded);
+}
+
+#[test]
+fn tf_1_0_3_smart_http_basic_auth() {
+    scenario(&Terraform::installed("1.0.3"), Remote::SmartHttp);
+}
+
+#[test]
+fn tf_1_15_5_smart_http_basic_auth() {
+    scenario(&Terraform::installed("1.15.5"), Remote::SmartHttp);
+}
+
+#[test]
+fn tf_1_15_5_smart_http_repository_with_existing_commit() {
+    scenario(&Terraform::installed("1.15.5"), Remote::SmartHttpSeeded);
+}
+
+#[test]
+fn tf_1_0_3_git_daemon() {
+    scenario(&Terraform::installed("1.0.3"), Remote::GitDaemon);
+}
+
+/// The terraform on PATH (1.11.4 on the development machines; absent on a fresh CI machine).
+#[test]
+fn tf_path_embedded_default_and_smart_http() {
+    if let Some(tf) = path_terraform() {
+        scenario(&tf, Remote::Embedded);
+        scenario(&tf, Remote::SmartHttp);
+    }
+}
+
+/// Two states in one remote repository, applied at the same time by two terraform processes:
+/// the writes contend on `main` and must all land (rebuilt on the new tip, never overwritten).
+#[test]
+fn concurrent_applies_to_two_states_in_one_smart_http_repository() {
+    let tf = Terraform::installed("1.0.3");
+    let s = Setup::new(Remote::SmartHttp);
+    let rounds = 3;
+    let names = ["dev.tfstate", "prod.tfstate"];
+    let dirs: Vec<TempDir> = names.iter().map(|_| tempfile::tempdir().unwrap()).collect();
+    for (name, dir) in names.iter().zip(&dirs) {
+        write_main_tf(dir.path(), &HttpBackend::new(&s.state_url(name)), 1, "round-0");
+        tf.init(dir.path()).expect_code(0, &format!("init {name}{}", s.ctx()));
+    }
+    std::thread::scope(|scope| {
+        for (name, dir) in names.iter().zip(&dirs) {
+            let tf = tf.clone();
+            let url = s.state_url(name);
+            let dir: &Path = dir.path();
+            scope.spawn(move || {
+                for round in 0..rounds {
+                    write_main_tf(dir, &HttpBackend::new(&url), 1, &format!("round-{round}"));
+                    tf.apply(dir).expect_code(0, &format!("apply {name} round {round}"));
+                }
+            });
+        }
+    });
+    let ctx = s.ctx();
+    for name in names {
+        let (serial, _, body, _) = get_state(&s.state_url(name), &ctx);
+        assert!(body.contains(&format!("round-{}", rounds - 1)), "{name}: last round's state: {body}{ctx}");
+        let commits = check_history(&s, name, serial, &body);
+        assert!(commits >= rounds, "{name}: at least one commit per apply, got {commits}{ctx}");
+    }
+    let total: usize = names.iter().map(|n| s.history(n).len()).sum();
+    assert_eq!(s.commits_on_main(), total, "every commit on main is one of the two states' updates{ctx}");
+    assert_eq!(s.lock_refs(), Vec::<String>::new(), "no lock left{ctx}");
+}
