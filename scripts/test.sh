@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# THE test command (CI runs it through .ci/run): installs the test components, builds the
+# workspace and runs every test, unit to end-to-end (real git servers, real Terraform).
+#
+#   GITSTATE_TOOLS    where scripts/install-test-deps.sh installs (default ~/.cache/gitstate-tools)
+#   CARGO_TARGET_DIR  build directory (default ~/.cache/gitstate-target, kept warm between runs)
+#   extra arguments   passed to the test runner, e.g. scripts/test.sh -p gitstate-tests terraform
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export GITSTATE_TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gitstate-target}
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+start=$SECONDS
+bash scripts/install-test-deps.sh
+echo "test.sh: test components ready ($((SECONDS - start)) s)"
+
+start=$SECONDS
+cargo build --workspace --bins
+export GITSTATE_BIN="$CARGO_TARGET_DIR/debug/gitstate"
+[ -x "$GITSTATE_BIN" ] || { echo "test.sh: $GITSTATE_BIN was not built" >&2; exit 1; }
+echo "test.sh: workspace built ($((SECONDS - start)) s)"
+
+if [ $# -gt 0 ]; then
+    filter=("$@")
+else
+    filter=(--workspace)
+fi
+
+if cargo nextest --version >/dev/null 2>&1; then
+    # Doc tests first (nextest does not run them), so the nextest summary is the closing line.
+    if [ $# -eq 0 ]; then
+        cargo test --workspace --doc --quiet
+    fi
+    echo "test.sh: running tests with cargo nextest"
+    cargo nextest run --no-fail-fast "${filter[@]}"
+else
+    cargo test --no-fail-fast "${filter[@]}"
+fi
