@@ -152,10 +152,18 @@ fn start_on_free_port(
         let mut guard = spawn(port);
         match guard.wait_ready(timeout, || ready(port)) {
             Ok(()) => return (guard, port),
-            Err(log) => last = log,
+            Err(log) => {
+                // Retry on another port only when the bind raced with another process.
+                let lower = log.to_lowercase();
+                let raced = lower.contains("in use") || lower.contains("cannot listen") || lower.contains("bind");
+                last = log;
+                if !raced {
+                    break;
+                }
+            }
         }
     }
-    panic!("{what} did not start (3 tries): {last}");
+    panic!("{what} did not start: {last}");
 }
 
 /// Looks `name` up on PATH (plus /usr/sbin and /sbin, where Debian puts daemons).

@@ -355,3 +355,35 @@ fn concurrent_applies_to_two_states_in_one_smart_http_repository() {
     assert_eq!(s.commits_on_main(), total, "every commit on main is one of the two states' updates{ctx}");
     assert_eq!(s.lock_refs(), Vec::<String>::new(), "no lock left{ctx}");
 }
+
+/// gitstate configured with a wrong git password: the git server's refusal reaches the client as
+/// an honest error (401/403/502 JSON, not a 500, not "no state"), and the password is echoed
+/// nowhere (neither in the answer nor in the server's log).
+#[test]
+fn smart_http_wrong_git_credentials_are_refused_without_leaking_them() {
+    let cwd = tempfile::tempdir().unwrap();
+    let repos = tempfile::tempdir().unwrap();
+    bare_repo(repos.path(), "states");
+    let http_server = GitHttpServer::start(repos.path(), GIT_USER, GIT_PASS);
+    let wrong = "Wr0ng-S3cret-Value";
+    let server = Gitstate::start(
+        &["--repository", &format!("default={}", http_server.url("states"))],
+        &[("GIT_USERNAME", GIT_USER), ("GIT_PASSWORD", wrong)],
+        cwd.path(),
+    );
+    let url = server.state_url("default", STATE);
+    for (method, body) in [("GET", None), ("LOCK", Some(lock_info("x", "y@z", "OperationTypeApply")))] {
+        let (status, text) = http(method, &url, body.as_deref(), None).unwrap();
+        assert!(
+            [401, 403, 502].contains(&status),
+            "{method} with wrong git credentials: expected 401/403/502, got {status}: {text}\n--- gitstate log\n{}",
+            server.log()
+        );
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{method}: error body is not JSON ({e}): {text}"));
+        assert!(json["error"].is_string(), "{method}: {{\"error\": …}} expected: {text}");
+        assert!(!text.contains(wrong), "{method}: the answer echoes the git password: {text}");
+    }
+    assert!(!server.log().contains(wrong), "the server log contains the git password:\n{}", server.log());
+    assert!(refs_under(&repos.path().join("states.git"), "refs/").is_empty(), "nothing was written");
+}
