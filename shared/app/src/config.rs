@@ -1,0 +1,238 @@
+//! Configuration: `gitstate.hcl` (DESIGN §6) merged under flags and `GITSTATE_*` variables by the
+//! entrypoints. This module reads the file and the git credential variables; the entrypoints apply
+//! their flags on top.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gitstate_core::Credentials;
+use serde::Deserialize;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:6061";
+/// Default state branch.
+pub const DEFAULT_REF: &str = "main";
+/// Name of the embedded default repository.
+pub const DEFAULT_REPOSITORY: &str = "default";
+
+/// A configured repository.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryConfig {
+    /// Git URL (`https://`, `http://`, `git://`, `ssh://`, `file://`) or a local bare repository path.
+    pub url: String,
+    /// The state branch.
+    #[serde(default = "default_ref", rename = "ref")]
+    pub git_ref: String,
+}
+
+fn default_ref() -> String {
+    DEFAULT_REF.to_owned()
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address the server listens on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Where the embedded default repository lives (`{data_dir}/default.git`).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Where fetched objects of remote repositories are cached.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+    /// Named repositories. Empty: the embedded default.
+    #[serde(default, rename = "repository")]
+    pub repositories: BTreeMap<String, RepositoryConfig>,
+    /// URL patterns (`*` matches anything) allowed for query-style ad-hoc addresses.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Largest state accepted, in bytes.
+    #[serde(default = "default_max_state_bytes")]
+    pub max_state_bytes: usize,
+    /// Timeout of one git network operation, in seconds.
+    #[serde(default = "default_git_timeout")]
+    pub git_timeout_seconds: u64,
+}
+
+fn default_listen() -> String {
+    DEFAULT_LISTEN.to_owned()
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(".gitstate")
+}
+fn default_cache_dir() -> PathBuf {
+    std::env::temp_dir().join("gitstate-cache")
+}
+fn default_max_state_bytes() -> usize {
+    gitstate_core::backend::DEFAULT_MAX_STATE_BYTES
+}
+fn default_git_timeout() -> u64 {
+    30
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: default_listen(),
+            data_dir: default_data_dir(),
+            cache_dir: default_cache_dir(),
+            repositories: BTreeMap::new(),
+            allow: Vec::new(),
+            max_state_bytes: default_max_state_bytes(),
+            git_timeout_seconds: default_git_timeout(),
+        }
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid HCL for this schema.
+    #[error("the configuration file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A flag or variable has a bad value.
+    #[error("{0}")]
+    BadValue(String),
+}
+
+impl Config {
+    /// Reads `gitstate.hcl`.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_hcl(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses HCL text.
+    pub fn from_hcl(text: &str) -> Result<Self, String> {
+        hcl::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Adds `NAME=URL` (from `--repository`), with `ref` as its branch.
+    pub fn add_repository_flag(&mut self, spec: &str, git_ref: &str) -> Result<(), ConfigError> {
+        let (name, url) = spec.split_once('=').ok_or_else(|| {
+            ConfigError::BadValue(format!(
+                "--repository expects NAME=URL, got '{}'",
+                redact_url(spec)
+            ))
+        })?;
+        if name.is_empty() || url.is_empty() {
+            return Err(ConfigError::BadValue(
+                "--repository expects NAME=URL with both parts non-empty".into(),
+            ));
+        }
+        self.repositories.insert(
+            name.to_owned(),
+            RepositoryConfig {
+                url: url.to_owned(),
+                git_ref: git_ref.to_owned(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The git network timeout.
+    pub fn git_timeout(&self) -> Duration {
+        Duration::from_secs(self.git_timeout_seconds)
+    }
+}
+
+/// Removes a `user:password@` part from a URL so it can be shown.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            return format!("{scheme}://***@{}", &rest[at + 1..]);
+        }
+    }
+    url.to_owned()
+}
+
+/// Git credentials from the environment: `GIT_USERNAME` + `GIT_PASSWORD`, or `GITHUB_TOKEN`
+/// (each also as `*_FILE` holding the value).
+pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
+    fn var(name: &str) -> Result<Option<String>, ConfigError> {
+        if let Ok(v) = std::env::var(name) {
+            return Ok(Some(v));
+        }
+        if let Ok(file) = std::env::var(format!("{name}_FILE")) {
+            let v = std::fs::read_to_string(&file).map_err(|e| {
+                ConfigError::BadValue(format!("cannot read {name}_FILE ({file}): {e}"))
+            })?;
+            return Ok(Some(v.trim_end_matches(['\r', '\n']).to_owned()));
+        }
+        Ok(None)
+    }
+    if let Some(password) = var("GIT_PASSWORD")? {
+        let username = var("GIT_USERNAME")?.unwrap_or_else(|| "git".to_owned());
+        return Ok(Some(Credentials { username, password }));
+    }
+    if let Some(token) = var("GITHUB_TOKEN")? {
+        return Ok(Some(Credentials {
+            username: "x-access-token".to_owned(),
+            password: token,
+        }));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_contract_example() {
+        let config = Config::from_hcl(
+            r#"
+listen = "127.0.0.1:7000"
+repository "default" {
+  url = "https://github.com/acme/tf-state.git"
+  ref = "main"
+}
+repository "other" {
+  url = "git://127.0.0.1/other.git"
+}
+allow = ["https://github.com/acme/*"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7000");
+        assert_eq!(config.repositories.len(), 2);
+        assert_eq!(config.repositories["other"].git_ref, "main");
+        assert_eq!(config.allow, vec!["https://github.com/acme/*".to_owned()]);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = Config::from_hcl("listne = \"x\"").unwrap_err();
+        assert!(err.contains("listne"), "{err}");
+    }
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(redact_url("https://u:p@host/x.git"), "https://***@host/x.git");
+        assert_eq!(redact_url("https://host/x.git"), "https://host/x.git");
+    }
+}

@@ -1,0 +1,8 @@
+//! gitstate's wiring, shared by the standalone server, the wrapper and the Lambda handler:
+//! the configuration model and the [`Registry`] that turns it into stores.
+
+pub mod config;
+pub mod registry;
+
+pub use config::{Config, ConfigError, RepositoryConfig};
+pub use registry::Registry;

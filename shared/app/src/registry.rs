@@ -1,0 +1,180 @@
+//! The repository registry: names (and allowed ad-hoc URLs) → stores, built from [`Config`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
+use gitstate_git::LocalStore;
+
+use crate::config::{redact_url, Config, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY};
+
+/// Builds and keeps one store per repository, so caches and connections are reused.
+pub struct Registry {
+    named: HashMap<String, Arc<dyn StateStore>>,
+    allow: Vec<String>,
+    credentials: Option<Credentials>,
+    config: Config,
+    adhoc: Mutex<HashMap<(String, String), Arc<dyn StateStore>>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("repositories", &self.named.keys().collect::<Vec<_>>())
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+/// True when `text` matches `pattern`, where `*` matches any run of characters.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last)
+    {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+fn open_store(
+    repository: &RepositoryConfig,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<Arc<dyn StateStore>, RegistryError> {
+    let url = repository.url.as_str();
+    let is_url = url.contains("://") || url.starts_with("git@");
+    if !is_url {
+        // A plain path is a bare repository on this machine: written directly, no git binary.
+        let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
+        return Ok(Arc::new(store));
+    }
+    let _ = (config, credentials);
+    Err(RegistryError::BadAddress(format!(
+        "the repository {} is remote; remote repositories are not supported by this build yet",
+        redact_url(url)
+    )))
+}
+
+impl Registry {
+    /// Opens every configured repository; with none configured, the embedded default at
+    /// `{data_dir}/default.git`.
+    pub fn from_config(
+        config: &Config,
+        credentials: Option<Credentials>,
+    ) -> Result<Self, RegistryError> {
+        let mut repositories = config.repositories.clone();
+        if repositories.is_empty() {
+            repositories.insert(
+                DEFAULT_REPOSITORY.to_owned(),
+                RepositoryConfig {
+                    url: config
+                        .data_dir
+                        .join("default.git")
+                        .to_string_lossy()
+                        .into_owned(),
+                    git_ref: DEFAULT_REF.to_owned(),
+                },
+            );
+        }
+        let mut named = HashMap::new();
+        for (name, repository) in &repositories {
+            let store = open_store(repository, config, credentials.as_ref())?;
+            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, "repository configured");
+            named.insert(name.clone(), store);
+        }
+        Ok(Registry {
+            named,
+            allow: config.allow.clone(),
+            credentials,
+            config: config.clone(),
+            adhoc: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The configured repository names.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.named.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+impl StoreRegistry for Registry {
+    fn named(
+        &self,
+        name: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        self.named
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))
+    }
+
+    fn adhoc(
+        &self,
+        url: &str,
+        git_ref: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        if self.allow.is_empty() {
+            return Err(RegistryError::NotAllowed(
+                "query-style repositories are disabled: the configuration has no 'allow' list"
+                    .into(),
+            ));
+        }
+        if !(url.starts_with("https://") || url.starts_with("http://") || url.starts_with("git://") || url.starts_with("ssh://")) {
+            return Err(RegistryError::NotAllowed(format!(
+                "the repository {} is refused: only http(s), git and ssh URLs may be used ad hoc",
+                redact_url(url)
+            )));
+        }
+        if !self.allow.iter().any(|pattern| glob_match(pattern, url)) {
+            return Err(RegistryError::NotAllowed(format!(
+                "the repository {} does not match the 'allow' list",
+                redact_url(url)
+            )));
+        }
+        let key = (url.to_owned(), git_ref.to_owned());
+        let mut adhoc = self
+            .adhoc
+            .lock()
+            .map_err(|_| RegistryError::BadAddress("the registry is unavailable".into()))?;
+        if let Some(store) = adhoc.get(&key) {
+            return Ok(store.clone());
+        }
+        let repository = RepositoryConfig {
+            url: url.to_owned(),
+            git_ref: git_ref.to_owned(),
+        };
+        let store = open_store(&repository, &self.config, self.credentials.as_ref())?;
+        adhoc.insert(key, store.clone());
+        Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("https://github.com/acme/*", "https://github.com/acme/x.git"));
+        assert!(!glob_match("https://github.com/acme/*", "https://github.com/evil/x.git"));
+        assert!(glob_match("https://*.example.com/*.git", "https://a.example.com/r.git"));
+        assert!(!glob_match("https://*.example.com/*.git", "https://a.example.com/r"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+}

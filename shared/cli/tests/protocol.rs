@@ -1,0 +1,383 @@
+//! The HTTP contract (DESIGN §2), row by row, against the real `gitstate` binary serving a real
+//! git repository (the embedded default, and a remote behind `git daemon`), checked with the
+//! git CLI the way a user would.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::{Client, Response};
+use reqwest::Method;
+
+const STATE_1: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"4f1c","outputs":{},"resources":[]}"#;
+const STATE_2: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":2,"lineage":"4f1c","outputs":{"x":{"value":"<>&ü","type":"string"}},"resources":[]}"#;
+
+fn lock_info(id: &str, who: &str) -> String {
+    format!(
+        r#"{{"ID":"{id}","Operation":"OperationTypeApply","Info":"","Who":"{who}","Version":"1.15.5","Created":"2026-11-22T10:00:00.000000Z","Path":""}}"#
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A running `gitstate serve`, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+    repo: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until_healthy(base: &str, child: &mut Child) {
+    let client = Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("gitstate exited early: {status}");
+        }
+        if let Ok(r) = client.get(format!("{base}/_/health")).send() {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("gitstate did not become healthy at {base}");
+}
+
+impl Server {
+    /// `gitstate serve` on the embedded default, in a fresh working directory.
+    fn embedded(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gitstate"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(extra)
+            .current_dir(dir.path())
+            .env_remove("GITSTATE_REPOSITORY")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start gitstate");
+        wait_until_healthy(&base, &mut child);
+        let repo = dir.path().join(".gitstate/default.git");
+        Server { child, base, _dir: dir, repo }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        let client = Client::new();
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = client.request(method, self.url(path));
+        if let Some(body) = body {
+            request = request
+                .header("Content-Type", "application/json")
+                .body(body.to_owned());
+        }
+        request.send().expect("request")
+    }
+
+    /// Sends a request line exactly as written (HTTP clients normalize `%2e%2e` away); returns the
+    /// status and body.
+    fn send_raw(&self, method: &str, target: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let address = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).expect("connect");
+        write!(
+            stream,
+            "{method} {target} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git_in(&self.repo, args)
+    }
+}
+
+fn git_in(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .output()
+        .expect("git");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn commit_count(server: &Server) -> usize {
+    server.git(&["rev-list", "--count", "main"]).trim().parse().unwrap_or(0)
+}
+
+fn lock_refs(server: &Server) -> String {
+    server.git(&["for-each-ref", "--format=%(refname)", "refs/heads/locks/"])
+}
+
+fn error_of(response: Response) -> String {
+    let body: serde_json::Value =
+        serde_json::from_str(&response.text().expect("a body")).expect("a JSON error body");
+    body["error"].as_str().expect("an error sentence").to_owned()
+}
+
+#[test]
+fn get_post_replay_and_content_md5() {
+    let s = Server::embedded(&[]);
+    assert_eq!(s.send("GET", "/state/default/prod.tfstate", None).status(), 204);
+
+    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_1)).status(), 200);
+    let got = s.send("GET", "/state/default/prod.tfstate", None);
+    assert_eq!(got.status(), 200);
+    assert_eq!(
+        got.headers()["content-md5"].to_str().unwrap(),
+        md5_b64(STATE_1)
+    );
+    assert_eq!(got.text().unwrap(), STATE_1);
+    assert_eq!(s.git(&["show", "main:prod.tfstate"]), STATE_1);
+    assert_eq!(commit_count(&s), 1);
+
+    // A replayed POST of the same body succeeds without a new commit.
+    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(commit_count(&s), 1);
+
+    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_2)).status(), 200);
+    assert_eq!(commit_count(&s), 2);
+    assert_eq!(s.send("GET", "/state/default/prod.tfstate", None).text().unwrap(), STATE_2);
+    let log = s.git(&["log", "--format=%s|%cn", "--", "prod.tfstate"]);
+    assert_eq!(
+        log,
+        "Update prod.tfstate (serial 2) by anonymous|gitstate\nUpdate prod.tfstate (serial 1) by anonymous|gitstate\n"
+    );
+    // Nested paths work and leave other states alone.
+    assert_eq!(s.send("POST", "/state/default/team/net/dev.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(s.git(&["show", "main:team/net/dev.tfstate"]), STATE_1);
+    assert_eq!(s.git(&["show", "main:prod.tfstate"]), STATE_2);
+    let changed = s.git(&["show", "--name-only", "--format=", "main"]);
+    assert_eq!(changed, "team/net/dev.tfstate\n");
+}
+
+fn md5_b64(text: &str) -> String {
+    // md5 through openssl keeps the test honest about the header's value.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("printf '%s' \"$0\" | openssl dgst -md5 -binary | base64")
+        .arg(text)
+        .output()
+        .expect("openssl");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn lock_rules_and_423_bodies() {
+    let s = Server::embedded(&[]);
+    let a = lock_info("lock-a", "alice@laptop");
+    let b = lock_info("lock-b", "bob@ci");
+    let p = "/state/default/prod.tfstate";
+
+    assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
+    assert_eq!(lock_refs(&s), "refs/heads/locks/prod.tfstate\n");
+    assert_eq!(s.git(&["show", "locks/prod.tfstate:prod.tfstate.lock"]), a);
+    assert_eq!(
+        s.git(&["log", "-1", "--format=%s", "locks/prod.tfstate"]),
+        "Lock prod.tfstate: OperationTypeApply by alice@laptop (lock-a)\n"
+    );
+    // The same ID again: a retry, 200.
+    assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
+    // Another ID: 423 with the holder's LockInfo exactly as stored.
+    let r = s.send("LOCK", p, Some(&b));
+    assert_eq!(r.status(), 423);
+    assert_eq!(r.text().unwrap(), a);
+
+    // Writes while locked: no ID or another ID → 423 + holder; the holder's ID → 200.
+    let r = s.send("POST", p, Some(STATE_1));
+    assert_eq!(r.status(), 423);
+    assert_eq!(r.text().unwrap(), a);
+    assert_eq!(s.send("POST", &format!("{p}?ID=lock-b"), Some(STATE_1)).status(), 423);
+    assert_eq!(s.send("DELETE", p, None).status(), 423);
+    assert_eq!(commit_count(&s), 0);
+    assert_eq!(s.send("POST", &format!("{p}?ID=lock-a"), Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.git(&["log", "-1", "--format=%s", "main"]),
+        "Update prod.tfstate (serial 1) by alice@laptop\n"
+    );
+
+    // UNLOCK by another ID → 423 + holder; by the holder → 200; again → 200.
+    let r = s.send("UNLOCK", p, Some(&b));
+    assert_eq!(r.status(), 423);
+    assert_eq!(r.text().unwrap(), a);
+    assert_eq!(s.send("UNLOCK", p, Some(&a)).status(), 200);
+    assert_eq!(lock_refs(&s), "");
+    assert_eq!(s.send("UNLOCK", p, Some(&a)).status(), 200);
+
+    // DELETE with the lock held: removes the file in a commit.
+    assert_eq!(s.send("LOCK", p, Some(&b)).status(), 200);
+    assert_eq!(s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(), 200);
+    assert_eq!(s.send("GET", p, None).status(), 204);
+    assert_eq!(
+        s.git(&["log", "-1", "--format=%s", "main"]),
+        "Delete prod.tfstate by bob@ci\n"
+    );
+    // Deleting what is gone is a success without a commit.
+    let before = commit_count(&s);
+    assert_eq!(s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(), 200);
+    assert_eq!(commit_count(&s), before);
+    assert_eq!(s.send("UNLOCK", p, Some(&b)).status(), 200);
+}
+
+#[test]
+fn force_unlock_terraform_and_opentofu() {
+    let s = Server::embedded(&[]);
+    let p = "/state/default/prod.tfstate";
+    // Terraform force-unlock: empty body.
+    assert_eq!(s.send("LOCK", p, Some(&lock_info("held", "x@y"))).status(), 200);
+    assert_eq!(s.send("UNLOCK", p, Some("")).status(), 200);
+    assert_eq!(lock_refs(&s), "");
+    // OpenTofu force-unlock: LockInfo with only the ID.
+    assert_eq!(s.send("LOCK", p, Some(&lock_info("held-2", "x@y"))).status(), 200);
+    assert_eq!(s.send("UNLOCK", p, Some(r#"{"ID":"held-2"}"#)).status(), 200);
+    assert_eq!(lock_refs(&s), "");
+    // The /lock alias: POST locks, DELETE unlocks.
+    let alias = "/lock/default/prod.tfstate";
+    assert_eq!(s.send("POST", alias, Some(&lock_info("via-alias", "g@w"))).status(), 200);
+    let r = s.send("LOCK", p, Some(&lock_info("other", "o@w")));
+    assert_eq!(r.status(), 423);
+    assert_eq!(r.text().unwrap(), lock_info("via-alias", "g@w"));
+    assert_eq!(s.send("DELETE", alias, Some(&lock_info("via-alias", "g@w"))).status(), 200);
+    assert_eq!(lock_refs(&s), "");
+}
+
+#[test]
+fn bad_input_is_a_4xx_and_writes_nothing() {
+    let s = Server::embedded(&["--max-state-bytes", "4096"]);
+    let p = "/state/default/prod.tfstate";
+    let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
+        ("POST", p.into(), Some("not json".into()), 400, "not a JSON object"),
+        ("POST", p.into(), Some("[1,2]".into()), 400, "not a JSON object"),
+        ("POST", p.into(), Some(r#"{"hello":"world"}"#.into()), 400, "not a Terraform state"),
+        ("POST", p.into(), Some(r#"{"version":4,"serial":"#.into()), 400, "not valid JSON"),
+        ("POST", p.into(), Some(format!(r#"{{"version":4,"pad":"{}"}}"#, "x".repeat(5000))), 413, "maximum"),
+        ("LOCK", p.into(), Some("{}".into()), 400, "\"ID\""),
+        ("LOCK", p.into(), Some("nope".into()), 400, "LockInfo"),
+        ("UNLOCK", p.into(), Some(r#"{"ID":7}"#.into()), 400, "LockInfo"),
+        ("GET", "/state/default/x.lock".into(), None, 400, ".lock"),
+        ("GET", "/state/default/.hidden".into(), None, 400, "starts with '.'"),
+        ("GET", "/state/default/a%2F%2Fb".into(), None, 400, "empty segment"),
+        ("GET", "/state/default/a%20b".into(), None, 400, "U+0020"),
+        ("GET", "/state/default/a%00b".into(), None, 400, "U+0000"),
+        ("GET", format!("/state/default/{}", "a".repeat(513)), None, 400, "512"),
+        ("GET", "/state/nosuchrepo/prod.tfstate".into(), None, 404, "nosuchrepo"),
+        ("PATCH", p.into(), None, 405, "PATCH"),
+        ("GET", "/?type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&state=x".into(), None, 403, "allow"),
+        ("GET", "/?type=s3&state=x".into(), None, 400, "type=git"),
+    ];
+    for (method, path, body, status, needle) in cases {
+        let r = s.send(method, &path, body.as_deref());
+        assert_eq!(r.status().as_u16(), status, "{method} {path}");
+        let error = error_of(r);
+        assert!(error.contains(needle), "{method} {path}: {error:?} should mention {needle:?}");
+        assert!(!error.contains('\n'), "one sentence: {error:?}");
+    }
+    // Traversal and odd paths, sent byte for byte (clients would normalize them).
+    let raw_cases: &[(&str, &str, &str)] = &[
+        ("GET", "/state/default/%2e%2e/etc/passwd", ".."),
+        ("POST", "/state/default/a/../../b", ".."),
+        ("LOCK", "/state/default/a\\b", "'\\'"),
+        ("GET", "/state/default/ok/%2E%2E", ".."),
+        ("GET", "/state/default/a/x.lock/b", ".lock"),
+        ("GET", "/state/default/%ff", "UTF-8"),
+    ];
+    for (method, target, needle) in raw_cases {
+        let (status, body) = s.send_raw(method, target);
+        assert_eq!(status, 400, "{method} {target}: {body}");
+        let error: serde_json::Value = serde_json::from_str(&body).expect("JSON error");
+        let error = error["error"].as_str().expect("error sentence");
+        assert!(error.contains(needle), "{method} {target}: {error:?} should mention {needle:?}");
+    }
+    assert_eq!(commit_count(&s), 0);
+    assert_eq!(lock_refs(&s), "");
+    assert_eq!(s.send("GET", "/_/health", None).status(), 200);
+}
+
+#[test]
+fn concurrent_writers_lose_nothing() {
+    let s = Server::embedded(&[]);
+    let writers = 8;
+    let writes = 20;
+    std::thread::scope(|scope| {
+        for w in 0..writers {
+            let s = &s;
+            scope.spawn(move || {
+                let client = Client::new();
+                for serial in 1..=writes {
+                    let body = format!(
+                        r#"{{"version":4,"serial":{serial},"lineage":"w{w}","resources":[]}}"#
+                    );
+                    let r = client
+                        .post(s.url(&format!("/state/default/w{w}.tfstate")))
+                        .body(body)
+                        .send()
+                        .expect("post");
+                    assert_eq!(r.status(), 200, "writer {w} write {serial}");
+                }
+            });
+        }
+    });
+    assert_eq!(commit_count(&s), writers * writes);
+    for w in 0..writers {
+        let want = format!(r#"{{"version":4,"serial":{writes},"lineage":"w{w}","resources":[]}}"#);
+        assert_eq!(s.git(&["show", &format!("main:w{w}.tfstate")]), want);
+        let history = s.git(&["log", "--format=%s", "--", &format!("w{w}.tfstate")]);
+        assert_eq!(history.lines().count(), writes, "every write of w{w} is a commit");
+    }
+}
+
+#[test]
+fn concurrent_lockers_exactly_one_wins() {
+    let s = Server::embedded(&[]);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..10)
+            .map(|i| {
+                let s = &s;
+                scope.spawn(move || {
+                    s.send("LOCK", "/state/default/prod.tfstate", Some(&lock_info(&format!("id-{i}"), "w")))
+                        .status()
+                        .as_u16()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("locker")).collect()
+    });
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 423).count(), 9, "{statuses:?}");
+}

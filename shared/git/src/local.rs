@@ -1,0 +1,292 @@
+//! The local store: a bare repository on this machine written directly through gix (the embedded
+//! default `./.gitstate/default.git`, or any local bare repository path). No network, no git
+//! binary. Ref updates are gix ref transactions with an expected previous value: the same
+//! compare-and-swap a remote's receive-pack performs, made atomic by git's `.lock` files, so
+//! several threads or processes can share the repository.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+use gix::refs::Target;
+use gix::ObjectId;
+use gitstate_core::{LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError};
+
+use crate::objects::{internal, lock_commit, read_file, state_commit};
+
+/// How long a ref update waits for another writer's `.lock` file before giving up (as stale).
+const REF_LOCK_TIMEOUT_MS: u32 = 3000;
+
+/// A bare repository on local disk.
+#[derive(Clone)]
+pub struct LocalStore {
+    repo: gix::ThreadSafeRepository,
+    state_ref: String,
+    location: PathBuf,
+}
+
+impl std::fmt::Debug for LocalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStore")
+            .field("location", &self.location)
+            .field("state_ref", &self.state_ref)
+            .finish()
+    }
+}
+
+fn options() -> gix::open::Options {
+    gix::open::Options::isolated().config_overrides([format!(
+        "core.filesRefLockTimeout={REF_LOCK_TIMEOUT_MS}"
+    )])
+}
+
+fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
+    ObjectId::from_hex(revision.as_bytes())
+        .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
+}
+
+/// Maps a failed ref transaction: a moved ref, an existing ref, or another writer holding the
+/// ref's lock file are all "stale" (retry from a fresh read); anything else is a real failure.
+fn ref_edit_error(e: gix::Error) -> StoreError {
+    use gix::refs::file::transaction::prepare::{MustNotExist, ReferenceOutOfDate};
+    if e.downcast_any_ref::<ReferenceOutOfDate>().is_some()
+        || e.downcast_any_ref::<MustNotExist>().is_some()
+        || e.classify().is_conflict()
+        || e.classify().can_retry()
+    {
+        return StoreError::Stale;
+    }
+    StoreError::Internal(format!("updating a ref failed: {e:#}"))
+}
+
+impl LocalStore {
+    /// Opens the bare repository at `path`, creating it (and its parent directories) on first
+    /// use, with `refs/heads/{git_ref}` as the state branch.
+    pub fn open_or_init(path: &Path, git_ref: &str) -> Result<Self, StoreError> {
+        let repo = if path.join("HEAD").exists() {
+            gix::ThreadSafeRepository::open_opts(path, options()).map_err(|e| {
+                StoreError::Internal(format!("cannot open the repository {}: {e}", path.display()))
+            })?
+        } else {
+            std::fs::create_dir_all(path).map_err(|e| {
+                StoreError::Internal(format!("cannot create {}: {e}", path.display()))
+            })?;
+            gix::ThreadSafeRepository::init_opts(
+                path,
+                gix::create::Kind::Bare,
+                gix::create::Options::default(),
+                options(),
+            )
+            .map_err(|e| {
+                StoreError::Internal(format!(
+                    "cannot create the repository {}: {e}",
+                    path.display()
+                ))
+            })?
+        };
+        let store = LocalStore {
+            repo,
+            state_ref: format!("refs/heads/{git_ref}"),
+            location: path.to_owned(),
+        };
+        // HEAD of a new repository points at the state branch, so `git log` shows the states.
+        store.point_head_at_state_branch(path)?;
+        Ok(store)
+    }
+
+    fn point_head_at_state_branch(&self, path: &Path) -> Result<(), StoreError> {
+        let head = path.join("HEAD");
+        let current = std::fs::read_to_string(&head).unwrap_or_default();
+        let wanted = format!("ref: {}\n", self.state_ref);
+        if current != wanted && self.tip(&self.state_ref)?.is_none() {
+            std::fs::write(&head, wanted)
+                .map_err(|e| StoreError::Internal(format!("cannot write {}: {e}", head.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Where the repository lives.
+    pub fn location(&self) -> &Path {
+        &self.location
+    }
+
+    fn tip(&self, name: &str) -> Result<Option<ObjectId>, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let reference = repo
+            .try_find_reference(name)
+            .map_err(internal("reading a ref"))?;
+        Ok(reference.and_then(|r| r.target().try_id().map(|id| id.to_owned())))
+    }
+
+    fn move_ref(&self, name: &str, expected: PreviousValue, new: Option<ObjectId>, message: &str) -> Result<(), StoreError> {
+        let repo = self.repo.to_thread_local();
+        let name = name
+            .try_into()
+            .map_err(|e| StoreError::Internal(format!("invalid ref name {name}: {e}")))?;
+        let change = match new {
+            Some(id) => Change::Update {
+                log: LogChange {
+                    mode: RefLog::AndReference,
+                    force_create_reflog: false,
+                    message: message.into(),
+                },
+                expected,
+                new: Target::Object(id),
+            },
+            None => Change::Delete {
+                expected,
+                log: RefLog::AndReference,
+            },
+        };
+        let committer = gix::actor::Signature {
+            name: crate::objects::COMMITTER_NAME.into(),
+            email: crate::objects::COMMITTER_EMAIL.into(),
+            time: gix::date::Time::now_utc(),
+        };
+        let mut time_buf = gix::date::parse::TimeBuf::default();
+        repo.edit_references_as(
+            Some(RefEdit {
+                change,
+                name,
+                deref: false,
+            }),
+            Some(committer.to_ref(&mut time_buf)),
+        )
+        .map_err(ref_edit_error)?;
+        Ok(())
+    }
+
+    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let state_tip = self.tip(&self.state_ref)?;
+        let lock_tip = self.tip(&path.lock_ref())?;
+        let state = match state_tip {
+            Some(tip) => read_file(&repo, tip, path.as_str())?,
+            None => None,
+        };
+        let lock = match lock_tip {
+            Some(tip) => Some(read_file(&repo, tip, &path.lock_file())?.unwrap_or_default()),
+            None => None,
+        };
+        Ok(Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock,
+        })
+    }
+
+    fn update_state_blocking(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let base = base.map(|b| parse_id(b)).transpose()?;
+        let commit = state_commit(&repo, base, path.as_str(), change, message)?;
+        let expected = match base {
+            Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old)),
+            None => PreviousValue::MustNotExist,
+        };
+        self.move_ref(&self.state_ref, expected, Some(commit), message)?;
+        Ok(commit.to_string())
+    }
+
+    fn create_lock_blocking(
+        &self,
+        path: &StatePath,
+        content: &[u8],
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let lock_ref = path.lock_ref();
+        let commit = lock_commit(&repo, &path.lock_file(), content, message)?;
+        match self.move_ref(&lock_ref, PreviousValue::MustNotExist, Some(commit), message) {
+            Ok(()) => Ok(LockCreate::Created),
+            Err(StoreError::Stale) => match self.tip(&lock_ref)? {
+                Some(tip) => Ok(LockCreate::Held {
+                    tip: tip.to_string(),
+                    content: read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
+                }),
+                // Released between our attempt and this read: report it as held by nobody
+                // known; the client retries its LOCK.
+                None => Err(StoreError::Stale),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(LocalStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(store))
+            .await
+            .map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl StateStore for LocalStore {
+    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.snapshot_blocking(&path)).await
+    }
+
+    async fn update_state(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
+        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
+            .await
+    }
+
+    async fn create_lock(
+        &self,
+        path: &StatePath,
+        content: Bytes,
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let (path, message) = (path.clone(), message.to_owned());
+        self.run(move |store| store.create_lock_blocking(&path, &content, &message))
+            .await
+    }
+
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| {
+            let repo = store.repo.to_thread_local();
+            match store.tip(&path.lock_ref())? {
+                Some(tip) => Ok(Some((
+                    tip.to_string(),
+                    read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
+                ))),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let (path, tip) = (path.clone(), tip.clone());
+        self.run(move |store| {
+            let old = parse_id(&tip)?;
+            store.move_ref(
+                &path.lock_ref(),
+                PreviousValue::MustExistAndMatch(Target::Object(old)),
+                None,
+                "unlock",
+            )
+        })
+        .await
+    }
+}

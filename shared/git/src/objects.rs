@@ -1,0 +1,169 @@
+//! Object plumbing shared by the stores: the one-file state commit, the lock commit, and reading a
+//! file out of a commit. Works on any gix repository (on disk, or with in-memory objects).
+
+use bytes::Bytes;
+use gix::bstr::BString;
+use gix::objs::tree::EntryKind;
+use gix::ObjectId;
+use gitstate_core::{StateChange, StoreError};
+
+/// Name and e-mail of every commit gitstate writes.
+pub const COMMITTER_NAME: &str = "gitstate";
+/// See [`COMMITTER_NAME`].
+pub const COMMITTER_EMAIL: &str = "gitstate@localhost";
+
+/// Turns any displayable engine failure into [`StoreError::Internal`] with context.
+pub(crate) fn internal<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> StoreError + '_ {
+    move |e| StoreError::Internal(format!("{context}: {e}"))
+}
+
+fn signature() -> gix::actor::Signature {
+    gix::actor::Signature {
+        name: COMMITTER_NAME.into(),
+        email: COMMITTER_EMAIL.into(),
+        time: gix::date::Time::now_utc(),
+    }
+}
+
+fn write_commit(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    parent: Option<ObjectId>,
+    message: &str,
+) -> Result<ObjectId, StoreError> {
+    let signature = signature();
+    let commit = gix::objs::Commit {
+        tree,
+        parents: parent.into_iter().collect(),
+        author: signature.clone(),
+        committer: signature,
+        encoding: None,
+        message: BString::from(message),
+        extra_headers: Vec::new(),
+    };
+    Ok(repo
+        .write_object(&commit)
+        .map_err(internal("writing a commit"))?
+        .detach())
+}
+
+/// The tree of `commit`, or the empty tree when there is none.
+fn tree_of(repo: &gix::Repository, commit: Option<ObjectId>) -> Result<ObjectId, StoreError> {
+    match commit {
+        Some(id) => Ok(repo
+            .find_commit(id)
+            .map_err(internal("reading the base commit"))?
+            .tree_id()
+            .map_err(internal("reading the base tree"))?
+            .detach()),
+        None => Ok(ObjectId::empty_tree(repo.object_hash())),
+    }
+}
+
+/// Refuses a write that git would turn into a file/directory swap: `a/b` when `a` is a state
+/// file, or `a` when `a/…` holds states. Tree editing would silently replace the other side.
+fn check_no_directory_conflict(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    path: &str,
+) -> Result<(), StoreError> {
+    let tree = repo
+        .find_tree(tree)
+        .map_err(internal("reading the base tree"))?;
+    let segments: Vec<&str> = path.split('/').collect();
+    for end in 1..=segments.len() {
+        let prefix = segments[..end].join("/");
+        let entry = tree
+            .lookup_entry_by_path(&prefix)
+            .map_err(internal("looking up a path"))?;
+        let Some(entry) = entry else { return Ok(()) };
+        let is_last = end == segments.len();
+        if !is_last && !entry.mode().is_tree() {
+            return Err(StoreError::Conflict(format!(
+                "the state path {path} cannot be created: {prefix} is a state file in the repository"
+            )));
+        }
+        if is_last && entry.mode().is_tree() {
+            return Err(StoreError::Conflict(format!(
+                "the state path {path} is a directory of other states in the repository"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the commit on top of `base` whose only change is `change` to `path`; returns its id.
+pub fn state_commit(
+    repo: &gix::Repository,
+    base: Option<ObjectId>,
+    path: &str,
+    change: &StateChange,
+    message: &str,
+) -> Result<ObjectId, StoreError> {
+    let base_tree = tree_of(repo, base)?;
+    let mut editor = repo
+        .edit_tree(base_tree)
+        .map_err(internal("editing the tree"))?;
+    match change {
+        StateChange::Write(content) => {
+            check_no_directory_conflict(repo, base_tree, path)?;
+            let blob = repo
+                .write_blob(content)
+                .map_err(internal("writing the state blob"))?
+                .detach();
+            editor
+                .upsert(path, EntryKind::Blob, blob)
+                .map_err(internal("editing the tree"))?;
+        }
+        StateChange::Delete => {
+            editor.remove(path).map_err(internal("editing the tree"))?;
+        }
+    }
+    let tree = editor.write().map_err(internal("writing the tree"))?.detach();
+    write_commit(repo, tree, base, message)
+}
+
+/// Writes a root commit holding only `{lock_file}` = `content`; returns its id.
+pub fn lock_commit(
+    repo: &gix::Repository,
+    lock_file: &str,
+    content: &[u8],
+    message: &str,
+) -> Result<ObjectId, StoreError> {
+    let blob = repo
+        .write_blob(content)
+        .map_err(internal("writing the lock blob"))?
+        .detach();
+    let mut editor = repo
+        .edit_tree(ObjectId::empty_tree(repo.object_hash()))
+        .map_err(internal("editing the tree"))?;
+    editor
+        .upsert(lock_file, EntryKind::Blob, blob)
+        .map_err(internal("editing the tree"))?;
+    let tree = editor.write().map_err(internal("writing the tree"))?.detach();
+    write_commit(repo, tree, None, message)
+}
+
+/// The blob at `path` in `commit`, or `None` when the path holds no file.
+pub fn read_file(
+    repo: &gix::Repository,
+    commit: ObjectId,
+    path: &str,
+) -> Result<Option<Bytes>, StoreError> {
+    let tree = repo
+        .find_commit(commit)
+        .map_err(internal("reading a commit"))?
+        .tree()
+        .map_err(internal("reading a tree"))?;
+    let Some(entry) = tree
+        .lookup_entry_by_path(path)
+        .map_err(internal("looking up a path"))?
+    else {
+        return Ok(None);
+    };
+    if !entry.mode().is_blob() {
+        return Ok(None);
+    }
+    let object = entry.object().map_err(internal("reading a blob"))?;
+    Ok(Some(Bytes::from(object.detach().data)))
+}
