@@ -232,7 +232,10 @@ allow = ["https://github.com/acme/*"]
 
     #[test]
     fn redacts_credentials() {
-        assert_eq!(redact_url("https://u:p@host/x.git"), "https://***@host/x.git");
+        assert_eq!(
+            redact_url("https://u:p@host/x.git"),
+            "https://***@host/x.git"
+        );
         assert_eq!(redact_url("https://host/x.git"), "https://host/x.git");
     }
 }

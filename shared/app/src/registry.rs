@@ -33,8 +33,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
         return pattern == text;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last)
-    {
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
         return false;
     }
     let mut rest = &text[first.len()..text.len() - last.len()];
@@ -134,7 +133,11 @@ impl StoreRegistry for Registry {
                     .into(),
             ));
         }
-        if !(url.starts_with("https://") || url.starts_with("http://") || url.starts_with("git://") || url.starts_with("ssh://")) {
+        if !(url.starts_with("https://")
+            || url.starts_with("http://")
+            || url.starts_with("git://")
+            || url.starts_with("ssh://"))
+        {
             return Err(RegistryError::NotAllowed(format!(
                 "the repository {} is refused: only http(s), git and ssh URLs may be used ad hoc",
                 redact_url(url)
@@ -170,10 +173,22 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob_match("https://github.com/acme/*", "https://github.com/acme/x.git"));
-        assert!(!glob_match("https://github.com/acme/*", "https://github.com/evil/x.git"));
-        assert!(glob_match("https://*.example.com/*.git", "https://a.example.com/r.git"));
-        assert!(!glob_match("https://*.example.com/*.git", "https://a.example.com/r"));
+        assert!(glob_match(
+            "https://github.com/acme/*",
+            "https://github.com/acme/x.git"
+        ));
+        assert!(!glob_match(
+            "https://github.com/acme/*",
+            "https://github.com/evil/x.git"
+        ));
+        assert!(glob_match(
+            "https://*.example.com/*.git",
+            "https://a.example.com/r.git"
+        ));
+        assert!(!glob_match(
+            "https://*.example.com/*.git",
+            "https://a.example.com/r"
+        ));
         assert!(glob_match("exact", "exact"));
         assert!(!glob_match("exact", "exactly"));
     }

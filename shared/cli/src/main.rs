@@ -52,7 +52,12 @@ struct ServeArgs {
     #[arg(long, env = "GITSTATE_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
     /// A repository as NAME=URL (repeatable); replaces the configuration file's repositories.
-    #[arg(long = "repository", value_name = "NAME=URL", env = "GITSTATE_REPOSITORY", value_delimiter = ',')]
+    #[arg(
+        long = "repository",
+        value_name = "NAME=URL",
+        env = "GITSTATE_REPOSITORY",
+        value_delimiter = ','
+    )]
     repositories: Vec<String>,
     /// Branch holding the states, for --repository.
     #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF", default_value = DEFAULT_REF)]

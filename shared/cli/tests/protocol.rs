@@ -78,7 +78,12 @@ impl Server {
             .expect("start gitstate");
         wait_until_healthy(&base, &mut child);
         let repo = dir.path().join(".gitstate/default.git");
-        Server { child, base, _dir: dir, repo }
+        Server {
+            child,
+            base,
+            _dir: dir,
+            repo,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -138,7 +143,11 @@ fn git_in(repo: &Path, args: &[&str]) -> String {
 }
 
 fn commit_count(server: &Server) -> usize {
-    server.git(&["rev-list", "--count", "main"]).trim().parse().unwrap_or(0)
+    server
+        .git(&["rev-list", "--count", "main"])
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 fn lock_refs(server: &Server) -> String {
@@ -148,15 +157,25 @@ fn lock_refs(server: &Server) -> String {
 fn error_of(response: Response) -> String {
     let body: serde_json::Value =
         serde_json::from_str(&response.text().expect("a body")).expect("a JSON error body");
-    body["error"].as_str().expect("an error sentence").to_owned()
+    body["error"]
+        .as_str()
+        .expect("an error sentence")
+        .to_owned()
 }
 
 #[test]
 fn get_post_replay_and_content_md5() {
     let s = Server::embedded(&[]);
-    assert_eq!(s.send("GET", "/state/default/prod.tfstate", None).status(), 204);
+    assert_eq!(
+        s.send("GET", "/state/default/prod.tfstate", None).status(),
+        204
+    );
 
-    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/prod.tfstate", Some(STATE_1))
+            .status(),
+        200
+    );
     let got = s.send("GET", "/state/default/prod.tfstate", None);
     assert_eq!(got.status(), 200);
     assert_eq!(
@@ -168,19 +187,36 @@ fn get_post_replay_and_content_md5() {
     assert_eq!(commit_count(&s), 1);
 
     // A replayed POST of the same body succeeds without a new commit.
-    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/prod.tfstate", Some(STATE_1))
+            .status(),
+        200
+    );
     assert_eq!(commit_count(&s), 1);
 
-    assert_eq!(s.send("POST", "/state/default/prod.tfstate", Some(STATE_2)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/prod.tfstate", Some(STATE_2))
+            .status(),
+        200
+    );
     assert_eq!(commit_count(&s), 2);
-    assert_eq!(s.send("GET", "/state/default/prod.tfstate", None).text().unwrap(), STATE_2);
+    assert_eq!(
+        s.send("GET", "/state/default/prod.tfstate", None)
+            .text()
+            .unwrap(),
+        STATE_2
+    );
     let log = s.git(&["log", "--format=%s|%cn", "--", "prod.tfstate"]);
     assert_eq!(
         log,
         "Update prod.tfstate (serial 2) by anonymous|gitstate\nUpdate prod.tfstate (serial 1) by anonymous|gitstate\n"
     );
     // Nested paths work and leave other states alone.
-    assert_eq!(s.send("POST", "/state/default/team/net/dev.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/team/net/dev.tfstate", Some(STATE_1))
+            .status(),
+        200
+    );
     assert_eq!(s.git(&["show", "main:team/net/dev.tfstate"]), STATE_1);
     assert_eq!(s.git(&["show", "main:prod.tfstate"]), STATE_2);
     let changed = s.git(&["show", "--name-only", "--format=", "main"]);
@@ -223,10 +259,18 @@ fn lock_rules_and_423_bodies() {
     let r = s.send("POST", p, Some(STATE_1));
     assert_eq!(r.status(), 423);
     assert_eq!(r.text().unwrap(), a);
-    assert_eq!(s.send("POST", &format!("{p}?ID=lock-b"), Some(STATE_1)).status(), 423);
+    assert_eq!(
+        s.send("POST", &format!("{p}?ID=lock-b"), Some(STATE_1))
+            .status(),
+        423
+    );
     assert_eq!(s.send("DELETE", p, None).status(), 423);
     assert_eq!(commit_count(&s), 0);
-    assert_eq!(s.send("POST", &format!("{p}?ID=lock-a"), Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.send("POST", &format!("{p}?ID=lock-a"), Some(STATE_1))
+            .status(),
+        200
+    );
     assert_eq!(
         s.git(&["log", "-1", "--format=%s", "main"]),
         "Update prod.tfstate (serial 1) by alice@laptop\n"
@@ -242,7 +286,10 @@ fn lock_rules_and_423_bodies() {
 
     // DELETE with the lock held: removes the file in a commit.
     assert_eq!(s.send("LOCK", p, Some(&b)).status(), 200);
-    assert_eq!(s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(), 200);
+    assert_eq!(
+        s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(),
+        200
+    );
     assert_eq!(s.send("GET", p, None).status(), 204);
     assert_eq!(
         s.git(&["log", "-1", "--format=%s", "main"]),
@@ -250,7 +297,10 @@ fn lock_rules_and_423_bodies() {
     );
     // Deleting what is gone is a success without a commit.
     let before = commit_count(&s);
-    assert_eq!(s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(), 200);
+    assert_eq!(
+        s.send("DELETE", &format!("{p}?ID=lock-b"), None).status(),
+        200
+    );
     assert_eq!(commit_count(&s), before);
     assert_eq!(s.send("UNLOCK", p, Some(&b)).status(), 200);
 }
@@ -260,20 +310,38 @@ fn force_unlock_terraform_and_opentofu() {
     let s = Server::embedded(&[]);
     let p = "/state/default/prod.tfstate";
     // Terraform force-unlock: empty body.
-    assert_eq!(s.send("LOCK", p, Some(&lock_info("held", "x@y"))).status(), 200);
+    assert_eq!(
+        s.send("LOCK", p, Some(&lock_info("held", "x@y"))).status(),
+        200
+    );
     assert_eq!(s.send("UNLOCK", p, Some("")).status(), 200);
     assert_eq!(lock_refs(&s), "");
     // OpenTofu force-unlock: LockInfo with only the ID.
-    assert_eq!(s.send("LOCK", p, Some(&lock_info("held-2", "x@y"))).status(), 200);
-    assert_eq!(s.send("UNLOCK", p, Some(r#"{"ID":"held-2"}"#)).status(), 200);
+    assert_eq!(
+        s.send("LOCK", p, Some(&lock_info("held-2", "x@y")))
+            .status(),
+        200
+    );
+    assert_eq!(
+        s.send("UNLOCK", p, Some(r#"{"ID":"held-2"}"#)).status(),
+        200
+    );
     assert_eq!(lock_refs(&s), "");
     // The /lock alias: POST locks, DELETE unlocks.
     let alias = "/lock/default/prod.tfstate";
-    assert_eq!(s.send("POST", alias, Some(&lock_info("via-alias", "g@w"))).status(), 200);
+    assert_eq!(
+        s.send("POST", alias, Some(&lock_info("via-alias", "g@w")))
+            .status(),
+        200
+    );
     let r = s.send("LOCK", p, Some(&lock_info("other", "o@w")));
     assert_eq!(r.status(), 423);
     assert_eq!(r.text().unwrap(), lock_info("via-alias", "g@w"));
-    assert_eq!(s.send("DELETE", alias, Some(&lock_info("via-alias", "g@w"))).status(), 200);
+    assert_eq!(
+        s.send("DELETE", alias, Some(&lock_info("via-alias", "g@w")))
+            .status(),
+        200
+    );
     assert_eq!(lock_refs(&s), "");
 }
 
@@ -282,30 +350,99 @@ fn bad_input_is_a_4xx_and_writes_nothing() {
     let s = Server::embedded(&["--max-state-bytes", "4096"]);
     let p = "/state/default/prod.tfstate";
     let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
-        ("POST", p.into(), Some("not json".into()), 400, "not a JSON object"),
-        ("POST", p.into(), Some("[1,2]".into()), 400, "not a JSON object"),
-        ("POST", p.into(), Some(r#"{"hello":"world"}"#.into()), 400, "not a Terraform state"),
-        ("POST", p.into(), Some(r#"{"version":4,"serial":"#.into()), 400, "not valid JSON"),
-        ("POST", p.into(), Some(format!(r#"{{"version":4,"pad":"{}"}}"#, "x".repeat(5000))), 413, "maximum"),
+        (
+            "POST",
+            p.into(),
+            Some("not json".into()),
+            400,
+            "not a JSON object",
+        ),
+        (
+            "POST",
+            p.into(),
+            Some("[1,2]".into()),
+            400,
+            "not a JSON object",
+        ),
+        (
+            "POST",
+            p.into(),
+            Some(r#"{"hello":"world"}"#.into()),
+            400,
+            "not a Terraform state",
+        ),
+        (
+            "POST",
+            p.into(),
+            Some(r#"{"version":4,"serial":"#.into()),
+            400,
+            "not valid JSON",
+        ),
+        (
+            "POST",
+            p.into(),
+            Some(format!(r#"{{"version":4,"pad":"{}"}}"#, "x".repeat(5000))),
+            413,
+            "maximum",
+        ),
         ("LOCK", p.into(), Some("{}".into()), 400, "\"ID\""),
         ("LOCK", p.into(), Some("nope".into()), 400, "LockInfo"),
-        ("UNLOCK", p.into(), Some(r#"{"ID":7}"#.into()), 400, "LockInfo"),
+        (
+            "UNLOCK",
+            p.into(),
+            Some(r#"{"ID":7}"#.into()),
+            400,
+            "LockInfo",
+        ),
         ("GET", "/state/default/x.lock".into(), None, 400, ".lock"),
-        ("GET", "/state/default/.hidden".into(), None, 400, "starts with '.'"),
-        ("GET", "/state/default/a%2F%2Fb".into(), None, 400, "empty segment"),
+        (
+            "GET",
+            "/state/default/.hidden".into(),
+            None,
+            400,
+            "starts with '.'",
+        ),
+        (
+            "GET",
+            "/state/default/a%2F%2Fb".into(),
+            None,
+            400,
+            "empty segment",
+        ),
         ("GET", "/state/default/a%20b".into(), None, 400, "U+0020"),
         ("GET", "/state/default/a%00b".into(), None, 400, "U+0000"),
-        ("GET", format!("/state/default/{}", "a".repeat(513)), None, 400, "512"),
-        ("GET", "/state/nosuchrepo/prod.tfstate".into(), None, 404, "nosuchrepo"),
+        (
+            "GET",
+            format!("/state/default/{}", "a".repeat(513)),
+            None,
+            400,
+            "512",
+        ),
+        (
+            "GET",
+            "/state/nosuchrepo/prod.tfstate".into(),
+            None,
+            404,
+            "nosuchrepo",
+        ),
         ("PATCH", p.into(), None, 405, "PATCH"),
-        ("GET", "/?type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&state=x".into(), None, 403, "allow"),
+        (
+            "GET",
+            "/?type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&state=x".into(),
+            None,
+            403,
+            "allow",
+        ),
         ("GET", "/?type=s3&state=x".into(), None, 400, "type=git"),
     ];
     for (method, path, body, status, needle) in cases {
         let r = s.send(method, &path, body.as_deref());
         assert_eq!(r.status().as_u16(), status, "{method} {path}");
         let error = error_of(r);
-        assert!(error.contains(needle), "{method} {path}: {error:?} should mention {needle:?}");
+        assert!(
+            error.contains(needle),
+            "{method} {path}: {error:?} should mention {needle:?}"
+        );
         assert!(!error.contains('\n'), "one sentence: {error:?}");
     }
     // Traversal and odd paths, sent byte for byte (clients would normalize them).
@@ -322,7 +459,10 @@ fn bad_input_is_a_4xx_and_writes_nothing() {
         assert_eq!(status, 400, "{method} {target}: {body}");
         let error: serde_json::Value = serde_json::from_str(&body).expect("JSON error");
         let error = error["error"].as_str().expect("error sentence");
-        assert!(error.contains(needle), "{method} {target}: {error:?} should mention {needle:?}");
+        assert!(
+            error.contains(needle),
+            "{method} {target}: {error:?} should mention {needle:?}"
+        );
     }
     assert_eq!(commit_count(&s), 0);
     assert_eq!(lock_refs(&s), "");
@@ -358,7 +498,11 @@ fn concurrent_writers_lose_nothing() {
         let want = format!(r#"{{"version":4,"serial":{writes},"lineage":"w{w}","resources":[]}}"#);
         assert_eq!(s.git(&["show", &format!("main:w{w}.tfstate")]), want);
         let history = s.git(&["log", "--format=%s", "--", &format!("w{w}.tfstate")]);
-        assert_eq!(history.lines().count(), writes, "every write of w{w} is a commit");
+        assert_eq!(
+            history.lines().count(),
+            writes,
+            "every write of w{w} is a commit"
+        );
     }
 }
 
@@ -370,14 +514,29 @@ fn concurrent_lockers_exactly_one_wins() {
             .map(|i| {
                 let s = &s;
                 scope.spawn(move || {
-                    s.send("LOCK", "/state/default/prod.tfstate", Some(&lock_info(&format!("id-{i}"), "w")))
-                        .status()
-                        .as_u16()
+                    s.send(
+                        "LOCK",
+                        "/state/default/prod.tfstate",
+                        Some(&lock_info(&format!("id-{i}"), "w")),
+                    )
+                    .status()
+                    .as_u16()
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("locker")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("locker"))
+            .collect()
     });
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 423).count(), 9, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 423).count(),
+        9,
+        "{statuses:?}"
+    );
 }

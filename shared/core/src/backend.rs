@@ -106,9 +106,8 @@ pub fn validate_state(body: &[u8]) -> Result<StateSummary, BackendError> {
             "the body is not a JSON object; a Terraform state is expected".into(),
         ));
     }
-    let header: StateHeader = serde_json::from_slice(body).map_err(|e| {
-        BackendError::BadRequest(format!("the body is not valid JSON: {e}"))
-    })?;
+    let header: StateHeader = serde_json::from_slice(body)
+        .map_err(|e| BackendError::BadRequest(format!("the body is not valid JSON: {e}")))?;
     let is_state = header.version.as_ref().is_some_and(|v| v.is_u64());
     if !is_state && header.encrypted_data.is_none() {
         return Err(BackendError::BadRequest(
@@ -182,12 +181,17 @@ impl Backend {
             });
         }
         let summary = validate_state(&body)?;
-        self.write(store, path, Some(body), lock_id, caller, |who| {
-            match summary.serial {
+        self.write(
+            store,
+            path,
+            Some(body),
+            lock_id,
+            caller,
+            |who| match summary.serial {
                 Some(serial) => format!("Update {path} (serial {serial}) by {who}"),
                 None => format!("Update {path} by {who}"),
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -263,7 +267,11 @@ impl Backend {
         body: Bytes,
     ) -> Result<(), BackendError> {
         let info = LockInfo::parse(&body)?;
-        let who = if info.who.is_empty() { "unknown" } else { &info.who };
+        let who = if info.who.is_empty() {
+            "unknown"
+        } else {
+            &info.who
+        };
         let message = format!("Lock {path}: {} by {who} ({})", info.operation, info.id);
         match store.create_lock(path, body, &message).await? {
             LockCreate::Created => {
@@ -326,12 +334,24 @@ mod tests {
     fn state_validation() {
         assert!(validate_state(br#"{"version":4,"serial":3,"lineage":"x"}"#).is_ok());
         assert_eq!(
-            validate_state(br#"{"version":4,"serial":3}"#).unwrap().serial,
+            validate_state(br#"{"version":4,"serial":3}"#)
+                .unwrap()
+                .serial,
             Some(3)
         );
         assert!(validate_state(br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"x","encryption_version":"v0"}"#).is_ok());
-        for bad in [&b"[]"[..], b"", b"null", b"{\"a\":1}", b"{\"version\":4", b"{\"version\":\"4\"}"] {
-            assert!(matches!(validate_state(bad), Err(BackendError::BadRequest(_))), "{bad:?}");
+        for bad in [
+            &b"[]"[..],
+            b"",
+            b"null",
+            b"{\"a\":1}",
+            b"{\"version\":4",
+            b"{\"version\":\"4\"}",
+        ] {
+            assert!(
+                matches!(validate_state(bad), Err(BackendError::BadRequest(_))),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -97,9 +97,21 @@ mod tests {
 
     #[test]
     fn refuses_bad_bodies() {
-        assert!(matches!(LockInfo::parse(b"nope"), Err(LockInfoError::Malformed(_))));
-        assert!(matches!(LockInfo::parse(b"[]"), Err(LockInfoError::Malformed(_))));
-        assert!(matches!(LockInfo::parse(br#"{"ID":5}"#), Err(LockInfoError::Malformed(_))));
-        assert_eq!(LockInfo::parse(br#"{"Who":"x"}"#), Err(LockInfoError::MissingId));
+        assert!(matches!(
+            LockInfo::parse(b"nope"),
+            Err(LockInfoError::Malformed(_))
+        ));
+        assert!(matches!(
+            LockInfo::parse(b"[]"),
+            Err(LockInfoError::Malformed(_))
+        ));
+        assert!(matches!(
+            LockInfo::parse(br#"{"ID":5}"#),
+            Err(LockInfoError::Malformed(_))
+        ));
+        assert_eq!(
+            LockInfo::parse(br#"{"Who":"x"}"#),
+            Err(LockInfoError::MissingId)
+        );
     }
 }

@@ -20,7 +20,9 @@ pub enum PathError {
     #[error("the state path is {0} bytes long; at most 512 bytes are allowed")]
     TooLong(usize),
     /// A byte outside `[A-Za-z0-9._/-]`.
-    #[error("the state path contains {0}; only letters, digits, '.', '_', '-' and '/' are allowed")]
+    #[error(
+        "the state path contains {0}; only letters, digits, '.', '_', '-' and '/' are allowed"
+    )]
     BadCharacter(String),
     /// `a//b`, a leading or trailing `/`.
     #[error("the state path has an empty segment (leading, trailing or doubled '/')")]
@@ -110,7 +112,10 @@ mod tests {
     fn refuses_each_rule() {
         let cases: &[(&str, PathError)] = &[
             ("", PathError::Empty),
-            ("a b", PathError::BadCharacter("the character U+0020".into())),
+            (
+                "a b",
+                PathError::BadCharacter("the character U+0020".into()),
+            ),
             ("a\\b", PathError::BadCharacter("the character '\\'".into())),
             ("a@{b", PathError::BadCharacter("the character '@'".into())),
             ("/abs", PathError::EmptySegment),
@@ -127,7 +132,10 @@ mod tests {
             assert_eq!(StatePath::parse(raw).unwrap_err(), *want, "{raw:?}");
         }
         let long = "a".repeat(513);
-        assert_eq!(StatePath::parse(&long).unwrap_err(), PathError::TooLong(513));
+        assert_eq!(
+            StatePath::parse(&long).unwrap_err(),
+            PathError::TooLong(513)
+        );
         assert!(StatePath::parse(&"a".repeat(512)).is_ok());
     }
 }

@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use gitstate_core::{
+    LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError,
+};
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 use gix::ObjectId;
-use gitstate_core::{LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError};
 
 use crate::objects::{internal, lock_commit, read_file, state_commit};
 
@@ -36,9 +38,8 @@ impl std::fmt::Debug for LocalStore {
 }
 
 fn options() -> gix::open::Options {
-    gix::open::Options::isolated().config_overrides([format!(
-        "core.filesRefLockTimeout={REF_LOCK_TIMEOUT_MS}"
-    )])
+    gix::open::Options::isolated()
+        .config_overrides([format!("core.filesRefLockTimeout={REF_LOCK_TIMEOUT_MS}")])
 }
 
 fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
@@ -66,7 +67,10 @@ impl LocalStore {
     pub fn open_or_init(path: &Path, git_ref: &str) -> Result<Self, StoreError> {
         let repo = if path.join("HEAD").exists() {
             gix::ThreadSafeRepository::open_opts(path, options()).map_err(|e| {
-                StoreError::Internal(format!("cannot open the repository {}: {e}", path.display()))
+                StoreError::Internal(format!(
+                    "cannot open the repository {}: {e}",
+                    path.display()
+                ))
             })?
         } else {
             std::fs::create_dir_all(path).map_err(|e| {
@@ -100,8 +104,9 @@ impl LocalStore {
         let current = std::fs::read_to_string(&head).unwrap_or_default();
         let wanted = format!("ref: {}\n", self.state_ref);
         if current != wanted && self.tip(&self.state_ref)?.is_none() {
-            std::fs::write(&head, wanted)
-                .map_err(|e| StoreError::Internal(format!("cannot write {}: {e}", head.display())))?;
+            std::fs::write(&head, wanted).map_err(|e| {
+                StoreError::Internal(format!("cannot write {}: {e}", head.display()))
+            })?;
         }
         Ok(())
     }
@@ -119,7 +124,13 @@ impl LocalStore {
         Ok(reference.and_then(|r| r.target().try_id().map(|id| id.to_owned())))
     }
 
-    fn move_ref(&self, name: &str, expected: PreviousValue, new: Option<ObjectId>, message: &str) -> Result<(), StoreError> {
+    fn move_ref(
+        &self,
+        name: &str,
+        expected: PreviousValue,
+        new: Option<ObjectId>,
+        message: &str,
+    ) -> Result<(), StoreError> {
         let repo = self.repo.to_thread_local();
         let name = name
             .try_into()
@@ -204,7 +215,12 @@ impl LocalStore {
         let repo = self.repo.to_thread_local();
         let lock_ref = path.lock_ref();
         let commit = lock_commit(&repo, &path.lock_file(), content, message)?;
-        match self.move_ref(&lock_ref, PreviousValue::MustNotExist, Some(commit), message) {
+        match self.move_ref(
+            &lock_ref,
+            PreviousValue::MustNotExist,
+            Some(commit),
+            message,
+        ) {
             Ok(()) => Ok(LockCreate::Created),
             Err(StoreError::Stale) => match self.tip(&lock_ref)? {
                 Some(tip) => Ok(LockCreate::Held {

@@ -2,10 +2,10 @@
 //! file out of a commit. Works on any gix repository (on disk, or with in-memory objects).
 
 use bytes::Bytes;
+use gitstate_core::{StateChange, StoreError};
 use gix::bstr::BString;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
-use gitstate_core::{StateChange, StoreError};
 
 /// Name and e-mail of every commit gitstate writes.
 pub const COMMITTER_NAME: &str = "gitstate";
@@ -119,7 +119,10 @@ pub fn state_commit(
             editor.remove(path).map_err(internal("editing the tree"))?;
         }
     }
-    let tree = editor.write().map_err(internal("writing the tree"))?.detach();
+    let tree = editor
+        .write()
+        .map_err(internal("writing the tree"))?
+        .detach();
     write_commit(repo, tree, base, message)
 }
 
@@ -140,7 +143,10 @@ pub fn lock_commit(
     editor
         .upsert(lock_file, EntryKind::Blob, blob)
         .map_err(internal("editing the tree"))?;
-    let tree = editor.write().map_err(internal("writing the tree"))?.detach();
+    let tree = editor
+        .write()
+        .map_err(internal("writing the tree"))?
+        .detach();
     write_commit(repo, tree, None, message)
 }
 

@@ -56,9 +56,7 @@ impl Address {
     /// Parses `{repo}/{path...}` (what follows `/state/` or `/lock/`, still percent-encoded).
     pub fn from_path(rest: &str, query: Option<&str>) -> Result<Self, ApiError> {
         let (repo, path) = rest.split_once('/').ok_or_else(|| {
-            ApiError::bad_request(
-                "the address names no state path; use /state/{repository}/{path}",
-            )
+            ApiError::bad_request("the address names no state path; use /state/{repository}/{path}")
         })?;
         let repo = decode(repo)?;
         if repo.is_empty() {
@@ -66,7 +64,8 @@ impl Address {
                 "the address names no repository; use /state/{repository}/{path}",
             ));
         }
-        let path = StatePath::parse(&decode(path)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let path =
+            StatePath::parse(&decode(path)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok(Address {
             repository: Repository::Named(repo),
             path,
@@ -137,7 +136,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             a.repository,
-            Repository::AdHoc { url: "https://example.com/a.git".into(), git_ref: "states".into() }
+            Repository::AdHoc {
+                url: "https://example.com/a.git".into(),
+                git_ref: "states".into()
+            }
         );
         assert_eq!(a.path.as_str(), "x/y.json");
         assert_eq!(a.lock_id.as_deref(), Some("7"));

@@ -79,12 +79,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = match self {
-            ApiError::Locked(holder) => (
-                status,
-                [(header::CONTENT_TYPE, "application/json")],
-                holder,
-            )
-                .into_response(),
+            ApiError::Locked(holder) => {
+                (status, [(header::CONTENT_TYPE, "application/json")], holder).into_response()
+            }
             ApiError::Message(status, message) => {
                 let body = serde_json::json!({ "error": message });
                 (status, axum::Json(body)).into_response()

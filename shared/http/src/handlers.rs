@@ -42,7 +42,10 @@ impl Operation {
             "DELETE" => Ok(Operation::Delete),
             "LOCK" => Ok(Operation::Lock),
             "UNLOCK" => Ok(Operation::Unlock),
-            other => Err(method_not_allowed(other, "GET, POST, PUT, DELETE, LOCK, UNLOCK")),
+            other => Err(method_not_allowed(
+                other,
+                "GET, POST, PUT, DELETE, LOCK, UNLOCK",
+            )),
         }
     }
 
@@ -132,7 +135,14 @@ pub async fn lock_alias(
 ) -> Result<Response, ApiError> {
     let rest = uri.path().strip_prefix("/lock/").unwrap_or_default();
     let address = Address::from_path(rest, uri.query())?;
-    dispatch(&app, address, Operation::on_lock_alias(&method)?, &headers, body).await
+    dispatch(
+        &app,
+        address,
+        Operation::on_lock_alias(&method)?,
+        &headers,
+        body,
+    )
+    .await
 }
 
 /// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).
@@ -209,7 +219,9 @@ async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes,
                 }
                 source = err.source();
             }
-            Err(ApiError::bad_request(format!("the request body could not be read: {e}")))
+            Err(ApiError::bad_request(format!(
+                "the request body could not be read: {e}"
+            )))
         }
     }
 }
