@@ -47,13 +47,16 @@ fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
         .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
 }
 
-/// Maps a failed ref transaction: a moved ref, an existing ref, or another writer holding the
-/// ref's lock file are all "stale" (retry from a fresh read); anything else is a real failure.
+/// Maps a failed ref transaction: a moved ref, an existing ref, a vanished ref, or another writer
+/// holding the ref's lock file are all "stale" (retry from a fresh read); anything else is a real failure.
 fn ref_edit_error(e: gix::Error) -> StoreError {
     use gix::refs::file::transaction::prepare::{MustNotExist, ReferenceOutOfDate};
     if e.downcast_any_ref::<ReferenceOutOfDate>().is_some()
         || e.downcast_any_ref::<MustNotExist>().is_some()
         || e.classify().is_conflict()
+        // An expected ref that is gone (e.g. unlocking a lock someone else already removed) is
+        // also a lost compare-and-swap, not a failure of the store.
+        || e.classify().is_not_found()
         || e.classify().can_retry()
     {
         return StoreError::Stale;

@@ -1,0 +1,249 @@
+//! Helpers shared by the integration tests: running the real git CLI to set up and check
+//! repositories. Product code never runs git; tests may.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+use gitstate_core::StatePath;
+
+/// Runs `git args…` in `dir` and returns its stdout; panics with stderr when git fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Like [`git`] but returns whether it succeeded instead of panicking.
+pub fn git_ok(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git")
+        .status
+        .success()
+}
+
+/// A parsed state path.
+pub fn sp(raw: &str) -> StatePath {
+    StatePath::parse(raw).expect("valid path")
+}
+
+/// Writes `content` to `path` from a fresh snapshot, retrying while other writers move the
+/// branch (what the protocol layer does).
+pub async fn write_retrying(
+    store: &dyn gitstate_core::StateStore,
+    path: &StatePath,
+    content: &[u8],
+    message: &str,
+) -> String {
+    for _ in 0..500 {
+        let snap = store.snapshot(path).await.expect("snapshot");
+        match store
+            .update_state(
+                path,
+                snap.state_tip.as_ref(),
+                gitstate_core::StateChange::Write(bytes::Bytes::copy_from_slice(content)),
+                message,
+            )
+            .await
+        {
+            Ok(rev) => return rev,
+            Err(gitstate_core::StoreError::Stale) => {
+                tokio::time::sleep(std::time::Duration::from_millis(rand::random::<u64>() % 20))
+                    .await
+            }
+            Err(e) => panic!("write failed: {e}"),
+        }
+    }
+    panic!("too many retries")
+}
+
+/// The behaviour every store must show, whatever the transport: missing state, write, replace,
+/// nested path, delete, compare-and-swap rejection, lock create/held/delete. Uses paths under
+/// `prefix` so several runs can share one repository.
+pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    use bytes::Bytes;
+    use gitstate_core::{LockCreate, StateChange, StoreError};
+
+    let path = sp(&format!("{prefix}prod.tfstate"));
+    let nested = sp(&format!("{prefix}team/a/prod.tfstate"));
+
+    // Missing state.
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state, None);
+    assert_eq!(snap.lock_tip, None);
+    assert_eq!(snap.lock, None);
+
+    // Write, then replace.
+    let v1 = store
+        .update_state(
+            &path,
+            snap.state_tip.as_ref(),
+            StateChange::Write(Bytes::from_static(b"{\"serial\":1}")),
+            "Update prod (serial 1) by test",
+        )
+        .await
+        .expect("first write");
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v1.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":1}"[..]));
+    let v2 = store
+        .update_state(
+            &path,
+            Some(&v1),
+            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+            "Update prod (serial 2) by test",
+        )
+        .await
+        .expect("replace");
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+
+    // CAS: writing from the old tip is stale and changes nothing.
+    let stale = store
+        .update_state(
+            &path,
+            Some(&v1),
+            StateChange::Write(Bytes::from_static(b"{\"serial\":99}")),
+            "stale",
+        )
+        .await;
+    assert_eq!(stale, Err(StoreError::Stale));
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+    // A create (no base) when the branch exists is stale too.
+    let stale = store
+        .update_state(
+            &path,
+            None,
+            StateChange::Write(Bytes::from_static(b"{}")),
+            "stale",
+        )
+        .await;
+    assert_eq!(stale, Err(StoreError::Stale));
+
+    // Nested path creates subtrees and leaves the other file alone.
+    let v3 = store
+        .update_state(
+            &nested,
+            Some(&v2),
+            StateChange::Write(Bytes::from_static(b"nested")),
+            "Update nested",
+        )
+        .await
+        .expect("nested write");
+    let snap = store.snapshot(&nested).await.expect("snapshot");
+    assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v3.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+
+    // Delete.
+    let v4 = store
+        .update_state(&path, Some(&v3), StateChange::Delete, "Delete prod by test")
+        .await
+        .expect("delete");
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v4.as_str()));
+    assert_eq!(snap.state, None);
+    let snap = store.snapshot(&nested).await.expect("snapshot");
+    assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
+
+    // Locks.
+    let info = Bytes::from_static(b"{\"ID\":\"one\"}");
+    assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
+    let created = store
+        .create_lock(&path, info.clone(), "Lock prod: apply by test (one)")
+        .await
+        .expect("create lock");
+    assert_eq!(created, LockCreate::Created);
+    let (tip, content) = store
+        .read_lock(&path)
+        .await
+        .expect("read_lock")
+        .expect("locked");
+    assert_eq!(content, info);
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.lock_tip.as_deref(), Some(tip.as_str()));
+    assert_eq!(snap.lock, Some(info.clone()));
+    let second = store
+        .create_lock(&path, Bytes::from_static(b"{\"ID\":\"two\"}"), "second")
+        .await
+        .expect("second create");
+    assert_eq!(
+        second,
+        LockCreate::Held {
+            tip: tip.clone(),
+            content: info.clone()
+        }
+    );
+    // Delete with a wrong tip is stale and keeps the lock.
+    let wrong = v4.clone();
+    assert_eq!(
+        store.delete_lock(&path, &wrong).await,
+        Err(StoreError::Stale)
+    );
+    assert!(store.read_lock(&path).await.expect("read_lock").is_some());
+    store.delete_lock(&path, &tip).await.expect("unlock");
+    assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
+    // Deleting again: it is gone, stale.
+    assert_eq!(store.delete_lock(&path, &tip).await, Err(StoreError::Stale));
+    // The state branch was untouched by the locks.
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v4.as_str()));
+}
+
+/// Ten concurrent lock creators on one path: exactly one `Created`, the others see its lock.
+pub async fn concurrent_lockers(store: std::sync::Arc<dyn gitstate_core::StateStore>, raw: &str) {
+    use gitstate_core::LockCreate;
+    let path = sp(raw);
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let store = store.clone();
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move {
+            let info = bytes::Bytes::from(format!("{{\"ID\":\"{i}\"}}"));
+            (
+                info.clone(),
+                store
+                    .create_lock(&path, info, "Lock")
+                    .await
+                    .expect("create"),
+            )
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut held = Vec::new();
+    for t in tasks {
+        let (info, result) = t.await.expect("join");
+        match result {
+            LockCreate::Created => winners.push(info),
+            LockCreate::Held { tip, content } => held.push((tip, content)),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one creator wins");
+    let (tip, content) = store.read_lock(&path).await.expect("read").expect("locked");
+    assert_eq!(content, winners[0]);
+    for (t, c) in held {
+        assert_eq!(t, tip);
+        assert_eq!(c, winners[0]);
+    }
+}
