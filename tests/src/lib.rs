@@ -89,7 +89,9 @@ impl ChildGuard {
 
     /// `Some(status)` when the process has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// The log written so far.
@@ -99,7 +101,11 @@ impl ChildGuard {
 
     /// Waits until `ready()` holds. `Err(log)` when the process exited first (the caller may retry
     /// on another port); panics with the log on timeout.
-    pub fn wait_ready(&mut self, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), String> {
+    pub fn wait_ready(
+        &mut self,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited() {
@@ -155,7 +161,9 @@ fn start_on_free_port(
             Err(log) => {
                 // Retry on another port only when the bind raced with another process.
                 let lower = log.to_lowercase();
-                let raced = lower.contains("in use") || lower.contains("cannot listen") || lower.contains("bind");
+                let raced = lower.contains("in use")
+                    || lower.contains("cannot listen")
+                    || lower.contains("bind");
                 last = log;
                 if !raced {
                     break;
@@ -221,7 +229,13 @@ pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{name}.git"));
     git(
         None,
-        &["init", "--quiet", "--bare", "--initial-branch=main", path.to_str().unwrap()],
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            path.to_str().unwrap(),
+        ],
     );
     git(Some(&path), &["config", "http.receivepack", "true"]);
     path
@@ -231,22 +245,46 @@ pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
 /// on a forge with "initialize with README". Returns the commit id.
 pub fn seed_commit(repo: &Path) -> String {
     let work = tempfile::tempdir().expect("tempdir");
-    git(Some(work.path()), &["init", "--quiet", "--initial-branch=main"]);
-    fs::write(work.path().join("README.md"), "Terraform states, kept by gitstate.\n").unwrap();
-    git(Some(work.path()), &["add", "README.md"]);
-    git(Some(work.path()), &["commit", "--quiet", "-m", "Initial commit"]);
     git(
         Some(work.path()),
-        &["push", "--quiet", repo.to_str().unwrap(), "main:refs/heads/main"],
+        &["init", "--quiet", "--initial-branch=main"],
     );
-    git(Some(work.path()), &["rev-parse", "HEAD"]).trim().to_string()
+    fs::write(
+        work.path().join("README.md"),
+        "Terraform states, kept by gitstate.\n",
+    )
+    .unwrap();
+    git(Some(work.path()), &["add", "README.md"]);
+    git(
+        Some(work.path()),
+        &["commit", "--quiet", "-m", "Initial commit"],
+    );
+    git(
+        Some(work.path()),
+        &[
+            "push",
+            "--quiet",
+            repo.to_str().unwrap(),
+            "main:refs/heads/main",
+        ],
+    );
+    git(Some(work.path()), &["rev-parse", "HEAD"])
+        .trim()
+        .to_string()
 }
 
 /// Subjects of the commits touching `path` on `rev` of the repository at `git_dir`, newest first.
 pub fn git_log_subjects(git_dir: &Path, rev: &str, path: &str) -> Vec<String> {
     let out = git(
         None,
-        &[&format!("--git-dir={}", git_dir.display()), "log", "--format=%s", rev, "--", path],
+        &[
+            &format!("--git-dir={}", git_dir.display()),
+            "log",
+            "--format=%s",
+            rev,
+            "--",
+            path,
+        ],
     );
     out.lines().map(str::to_string).collect()
 }
@@ -255,7 +293,12 @@ pub fn git_log_subjects(git_dir: &Path, rev: &str, path: &str) -> Vec<String> {
 pub fn refs_under(git_dir: &Path, prefix: &str) -> Vec<String> {
     let out = git(
         None,
-        &[&format!("--git-dir={}", git_dir.display()), "for-each-ref", "--format=%(refname)", prefix],
+        &[
+            &format!("--git-dir={}", git_dir.display()),
+            "for-each-ref",
+            "--format=%(refname)",
+            prefix,
+        ],
     );
     out.lines().map(str::to_string).collect()
 }
@@ -273,7 +316,11 @@ pub fn ls_remote(url: &str) -> Vec<(String, String)> {
 pub fn git_show(git_dir: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
     let out = git_output(
         None,
-        &[&format!("--git-dir={}", git_dir.display()), "show", &format!("{rev}:{path}")],
+        &[
+            &format!("--git-dir={}", git_dir.display()),
+            "show",
+            &format!("{rev}:{path}"),
+        ],
     );
     out.status.success().then_some(out.stdout)
 }
@@ -300,10 +347,17 @@ impl GitHttpServer {
         let openssl = require_tool("openssl");
         let exec_path = git(None, &["--exec-path"]).trim().to_string();
         let backend = Path::new(&exec_path).join("git-http-backend");
-        assert!(backend.is_file(), "{} is missing: {INSTALL_HINT}", backend.display());
+        assert!(
+            backend.is_file(),
+            "{} is missing: {INSTALL_HINT}",
+            backend.display()
+        );
         let repos_dir = fs::canonicalize(repos_dir).expect("repos_dir exists");
 
-        let dir = tempfile::Builder::new().prefix("gitstate-lighttpd").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gitstate-lighttpd")
+            .tempdir()
+            .unwrap();
         let hash = Command::new(&openssl)
             .args(["passwd", "-apr1", password])
             .output()
@@ -360,7 +414,11 @@ $HTTP["url"] =~ "^/git/" {{
             .unwrap();
             let mut cmd = Command::new(&lighttpd);
             cmd.arg("-D").arg("-f").arg(&conf);
-            ChildGuard::spawn(cmd, &dir.path().join("lighttpd.log"), "lighttpd (git http-backend)")
+            ChildGuard::spawn(
+                cmd,
+                &dir.path().join("lighttpd.log"),
+                "lighttpd (git http-backend)",
+            )
         };
         let (guard, port) =
             start_on_free_port("lighttpd", Duration::from_secs(20), spawn, port_open);
@@ -408,7 +466,10 @@ impl GitDaemon {
     pub fn start(repos_dir: &Path) -> GitDaemon {
         let git_bin = require_tool("git");
         let repos_dir = fs::canonicalize(repos_dir).expect("repos_dir exists");
-        let dir = tempfile::Builder::new().prefix("gitstate-daemon").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gitstate-daemon")
+            .tempdir()
+            .unwrap();
         let spawn = |port: u16| {
             let mut cmd = Command::new(&git_bin);
             cmd.args([
@@ -457,7 +518,11 @@ pub fn gitstate_bin() -> PathBuf {
     let mut tried = Vec::new();
     if let Some(bin) = std::env::var_os("GITSTATE_BIN") {
         let bin = PathBuf::from(bin);
-        assert!(bin.is_file(), "GITSTATE_BIN={} does not exist", bin.display());
+        assert!(
+            bin.is_file(),
+            "GITSTATE_BIN={} does not exist",
+            bin.display()
+        );
         return bin;
     }
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
@@ -504,7 +569,10 @@ impl Gitstate {
     /// Starts `gitstate serve` in `cwd` and waits (up to 60 s) until `GET /_/health` answers 200.
     pub fn start(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Gitstate {
         let bin = gitstate_bin();
-        let dir = tempfile::Builder::new().prefix("gitstate-serve").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gitstate-serve")
+            .tempdir()
+            .unwrap();
         let cache_dir = env
             .iter()
             .find(|(k, _)| *k == "GITSTATE_CACHE_DIR")
@@ -537,12 +605,18 @@ impl Gitstate {
             }
             ChildGuard::spawn(cmd, &log, "gitstate serve")
         };
-        let (guard, port) = start_on_free_port(
-            "gitstate serve",
-            Duration::from_secs(60),
-            spawn,
-            |port| matches!(http("GET", &format!("http://127.0.0.1:{port}/_/health"), None, None), Ok((200, _))),
-        );
+        let (guard, port) =
+            start_on_free_port("gitstate serve", Duration::from_secs(60), spawn, |port| {
+                matches!(
+                    http(
+                        "GET",
+                        &format!("http://127.0.0.1:{port}/_/health"),
+                        None,
+                        None
+                    ),
+                    Ok((200, _))
+                )
+            });
         Gitstate {
             guard,
             port,
@@ -630,7 +704,8 @@ pub fn lock_info(id: &str, who: &str, operation: &str) -> String {
 pub fn tools_dir() -> PathBuf {
     match std::env::var_os("GITSTATE_TOOLS") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/gitstate-tools"),
+        _ => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+            .join(".cache/gitstate-tools"),
     }
 }
 
@@ -739,7 +814,10 @@ impl Terraform {
 
     /// Every version to test: 1.0.3 and 1.15.5 (required) and the PATH one when present.
     pub fn all() -> Vec<Terraform> {
-        let mut all: Vec<Terraform> = TF_REQUIRED.iter().map(|v| Terraform::installed(v)).collect();
+        let mut all: Vec<Terraform> = TF_REQUIRED
+            .iter()
+            .map(|v| Terraform::installed(v))
+            .collect();
         all.extend(Terraform::from_path());
         all
     }
@@ -831,12 +909,18 @@ impl Terraform {
 
     /// `terraform apply -auto-approve -input=false -no-color`.
     pub fn apply(&self, dir: &Path) -> TfOutput {
-        self.run(dir, &["apply", "-auto-approve", "-input=false", "-no-color"])
+        self.run(
+            dir,
+            &["apply", "-auto-approve", "-input=false", "-no-color"],
+        )
     }
 
     /// `terraform plan -detailed-exitcode -input=false -no-color` (0: no changes, 2: changes).
     pub fn plan(&self, dir: &Path) -> TfOutput {
-        self.run(dir, &["plan", "-detailed-exitcode", "-input=false", "-no-color"])
+        self.run(
+            dir,
+            &["plan", "-detailed-exitcode", "-input=false", "-no-color"],
+        )
     }
 
     /// `terraform force-unlock -force ID`.
@@ -905,7 +989,10 @@ impl HttpBackend {
 }
 
 fn hcl_string(v: &str) -> String {
-    serde_json::to_string(v).unwrap().replace("${", "$${").replace("%{", "%%{")
+    serde_json::to_string(v)
+        .unwrap()
+        .replace("${", "$${")
+        .replace("%{", "%%{")
 }
 
 /// Writes `dir/main.tf`: the backend block and `count` `null_resource`s `r0…` whose `triggers`

@@ -49,13 +49,28 @@ struct Setup {
 
 impl Setup {
     fn new(remote: Remote) -> Setup {
-        let cwd = tempfile::Builder::new().prefix("gitstate-cwd").tempdir().unwrap();
-        let repos = tempfile::Builder::new().prefix("gitstate-repos").tempdir().unwrap();
+        let cwd = tempfile::Builder::new()
+            .prefix("gitstate-cwd")
+            .tempdir()
+            .unwrap();
+        let repos = tempfile::Builder::new()
+            .prefix("gitstate-repos")
+            .tempdir()
+            .unwrap();
         match remote {
             Remote::Embedded => {
                 let server = Gitstate::start(&[], &[], cwd.path());
                 let git_dir = cwd.path().join(".gitstate/default.git");
-                Setup { server, git_dir, remote_url: None, base_commits: 0, _http: None, _daemon: None, _cwd: cwd, _repos: repos }
+                Setup {
+                    server,
+                    git_dir,
+                    remote_url: None,
+                    base_commits: 0,
+                    _http: None,
+                    _daemon: None,
+                    _cwd: cwd,
+                    _repos: repos,
+                }
             }
             Remote::SmartHttp | Remote::SmartHttpSeeded => {
                 let git_dir = bare_repo(repos.path(), "states");
@@ -77,7 +92,16 @@ impl Setup {
                     GIT_PASS.replace(':', "%3A"),
                     http.port()
                 ));
-                Setup { server, git_dir, remote_url, base_commits, _http: Some(http), _daemon: None, _cwd: cwd, _repos: repos }
+                Setup {
+                    server,
+                    git_dir,
+                    remote_url,
+                    base_commits,
+                    _http: Some(http),
+                    _daemon: None,
+                    _cwd: cwd,
+                    _repos: repos,
+                }
             }
             Remote::GitDaemon => {
                 let git_dir = bare_repo(repos.path(), "states");
@@ -88,7 +112,16 @@ impl Setup {
                     cwd.path(),
                 );
                 let remote_url = Some(daemon.url("states"));
-                Setup { server, git_dir, remote_url, base_commits: 0, _http: None, _daemon: Some(daemon), _cwd: cwd, _repos: repos }
+                Setup {
+                    server,
+                    git_dir,
+                    remote_url,
+                    base_commits: 0,
+                    _http: None,
+                    _daemon: Some(daemon),
+                    _cwd: cwd,
+                    _repos: repos,
+                }
             }
         }
     }
@@ -104,14 +137,21 @@ impl Setup {
 
     /// Lock branches, seen both in the repository and (for remotes) through `git ls-remote`.
     fn lock_refs(&self) -> Vec<String> {
-        let mut refs = if self.git_dir.exists() { refs_under(&self.git_dir, "refs/heads/locks") } else { Vec::new() };
+        let mut refs = if self.git_dir.exists() {
+            refs_under(&self.git_dir, "refs/heads/locks")
+        } else {
+            Vec::new()
+        };
         if let Some(url) = &self.remote_url {
             let remote: Vec<String> = ls_remote(url)
                 .into_iter()
                 .map(|(_, r)| r)
                 .filter(|r| r.starts_with("refs/heads/locks/"))
                 .collect();
-            assert_eq!(refs, remote, "the repository and ls-remote disagree about locks");
+            assert_eq!(
+                refs, remote,
+                "the repository and ls-remote disagree about locks"
+            );
             refs = remote;
         }
         refs
@@ -123,16 +163,31 @@ impl Setup {
     }
 
     fn commits_on_main(&self) -> usize {
-        git(None, &[&format!("--git-dir={}", self.git_dir.display()), "rev-list", "--count", "main"]).trim().parse().unwrap()
+        git(
+            None,
+            &[
+                &format!("--git-dir={}", self.git_dir.display()),
+                "rev-list",
+                "--count",
+                "main",
+            ],
+        )
+        .trim()
+        .parse()
+        .unwrap()
     }
 }
 
 /// GET the state: (serial, lineage, raw body, resources count).
 fn get_state(url: &str, ctx: &str) -> (u64, String, String, usize) {
-    let (status, body) = http("GET", url, None, None).unwrap_or_else(|e| panic!("GET {url}: {e}{ctx}"));
+    let (status, body) =
+        http("GET", url, None, None).unwrap_or_else(|e| panic!("GET {url}: {e}{ctx}"));
     assert_eq!(status, 200, "GET {url} after apply: {body}{ctx}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET body is not JSON ({e}): {body}{ctx}"));
-    let serial = v["serial"].as_u64().unwrap_or_else(|| panic!("no serial in {body}"));
+    let v: serde_json::Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("GET body is not JSON ({e}): {body}{ctx}"));
+    let serial = v["serial"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no serial in {body}"));
     let lineage = v["lineage"].as_str().unwrap_or_default().to_string();
     let resources = v["resources"].as_array().map(|a| a.len()).unwrap_or(0);
     (serial, lineage, body, resources)
@@ -155,27 +210,53 @@ fn parse_update(subject: &str, path: &str) -> Option<(u64, String)> {
 fn check_history(s: &Setup, path: &str, latest_serial: u64, get_body: &str) -> usize {
     let ctx = s.ctx();
     let subjects = s.history(path);
-    assert!(!subjects.is_empty(), "no commit touches {path} on main{ctx}");
+    assert!(
+        !subjects.is_empty(),
+        "no commit touches {path} on main{ctx}"
+    );
     let mut serials = Vec::new();
     for subject in &subjects {
         let (serial, _who) = parse_update(subject, path)
             .unwrap_or_else(|| panic!("commit subject {subject:?} is not `Update {path} (serial N) by WHO`; all: {subjects:#?}{ctx}"));
         serials.push(serial);
     }
-    assert_eq!(serials[0], latest_serial, "newest commit's serial vs GET's serial; subjects {subjects:#?}{ctx}");
+    assert_eq!(
+        serials[0], latest_serial,
+        "newest commit's serial vs GET's serial; subjects {subjects:#?}{ctx}"
+    );
     assert!(
         serials.windows(2).all(|w| w[0] > w[1]),
         "serials must increase from commit to commit (newest first here): {serials:?}{ctx}"
     );
     let gd = format!("--git-dir={}", s.git_dir.display());
     for commit in git(None, &[&gd, "rev-list", "main", "--", path]).lines() {
-        let changed = git(None, &[&gd, "diff-tree", "--root", "--no-commit-id", "--name-only", "-r", commit]);
-        assert_eq!(changed.trim(), path, "commit {commit} must change only {path}{ctx}");
+        let changed = git(
+            None,
+            &[
+                &gd,
+                "diff-tree",
+                "--root",
+                "--no-commit-id",
+                "--name-only",
+                "-r",
+                commit,
+            ],
+        );
+        assert_eq!(
+            changed.trim(),
+            path,
+            "commit {commit} must change only {path}{ctx}"
+        );
         let committer = git(None, &[&gd, "log", "-1", "--format=%cn", commit]);
         assert_eq!(committer.trim(), "gitstate", "committer of {commit}{ctx}");
     }
-    let stored = git_show(&s.git_dir, "main", path).unwrap_or_else(|| panic!("main:{path} missing{ctx}"));
-    assert_eq!(String::from_utf8_lossy(&stored), get_body, "main:{path} must be exactly what GET returns{ctx}");
+    let stored =
+        git_show(&s.git_dir, "main", path).unwrap_or_else(|| panic!("main:{path} missing{ctx}"));
+    assert_eq!(
+        String::from_utf8_lossy(&stored),
+        get_body,
+        "main:{path} must be exactly what GET returns{ctx}"
+    );
     subjects.len()
 }
 
@@ -183,7 +264,10 @@ fn scenario(tf: &Terraform, remote: Remote) {
     println!("Terraform {} against {remote:?}", tf.version);
     let s = Setup::new(remote);
     let url = s.state_url(STATE);
-    let work = tempfile::Builder::new().prefix("gitstate-tf").tempdir().unwrap();
+    let work = tempfile::Builder::new()
+        .prefix("gitstate-tf")
+        .tempdir()
+        .unwrap();
     let dir = work.path();
     let backend = HttpBackend::new(&url);
     write_main_tf(dir, &backend, 2, "g1");
@@ -194,37 +278,100 @@ fn scenario(tf: &Terraform, remote: Remote) {
     out.expect_code(0, &format!("{tag}: init{}", s.ctx()));
     let out = tf.apply(dir);
     out.expect_code(0, &format!("{tag}: first apply{}", s.ctx()));
-    assert!(out.stdout.contains("Apply complete! Resources: 2 added, 0 changed, 0 destroyed."), "{tag}: {}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("Apply complete! Resources: 2 added, 0 changed, 0 destroyed."),
+        "{tag}: {}",
+        out.stdout
+    );
 
     let (serial1, lineage, body1, resources) = get_state(&url, &s.ctx());
-    assert_eq!(resources, 2, "{tag}: state after apply has 2 resources: {body1}");
+    assert_eq!(
+        resources, 2,
+        "{tag}: state after apply has 2 resources: {body1}"
+    );
     let commits_after_apply = check_history(&s, STATE, serial1, &body1);
-    assert_eq!(s.commits_on_main(), s.base_commits + commits_after_apply, "{tag}: only state commits on main{}", s.ctx());
-    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after apply{}", s.ctx());
+    assert_eq!(
+        s.commits_on_main(),
+        s.base_commits + commits_after_apply,
+        "{tag}: only state commits on main{}",
+        s.ctx()
+    );
+    assert_eq!(
+        s.lock_refs(),
+        Vec::<String>::new(),
+        "{tag}: no lock left after apply{}",
+        s.ctx()
+    );
 
     let out = tf.plan(dir);
-    out.expect_code(0, &format!("{tag}: plan after apply must show no changes{}", s.ctx()));
+    out.expect_code(
+        0,
+        &format!("{tag}: plan after apply must show no changes{}", s.ctx()),
+    );
     assert!(out.stdout.contains("No changes."), "{tag}: {}", out.stdout);
     let main_commits = s.commits_on_main();
-    assert_eq!(main_commits, s.base_commits + commits_after_apply, "{tag}: plan must not commit{}", s.ctx());
-    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after plan{}", s.ctx());
+    assert_eq!(
+        main_commits,
+        s.base_commits + commits_after_apply,
+        "{tag}: plan must not commit{}",
+        s.ctx()
+    );
+    assert_eq!(
+        s.lock_refs(),
+        Vec::<String>::new(),
+        "{tag}: no lock left after plan{}",
+        s.ctx()
+    );
 
     // A replayed POST of the stored body (Terraform retries 5xx) is a 200 without a new commit.
     let (status, body) = http("POST", &url, Some(&body1), None).unwrap();
-    assert_eq!(status, 200, "{tag}: replayed POST of the same state: {body}{}", s.ctx());
+    assert_eq!(
+        status,
+        200,
+        "{tag}: replayed POST of the same state: {body}{}",
+        s.ctx()
+    );
     // (git log -- PATH hides a commit that leaves the file as it was: count every commit on main.)
-    assert_eq!(s.commits_on_main(), main_commits, "{tag}: a replayed POST must not commit{}", s.ctx());
+    assert_eq!(
+        s.commits_on_main(),
+        main_commits,
+        "{tag}: a replayed POST must not commit{}",
+        s.ctx()
+    );
 
     // 2. Someone else holds the lock.
-    let (status, body) = http("LOCK", &url, Some(&lock_info(OTHER_ID, OTHER_WHO, "OperationTypeApply")), None).unwrap();
+    let (status, body) = http(
+        "LOCK",
+        &url,
+        Some(&lock_info(OTHER_ID, OTHER_WHO, "OperationTypeApply")),
+        None,
+    )
+    .unwrap();
     assert_eq!(status, 200, "{tag}: direct LOCK: {body}{}", s.ctx());
     let lock_ref = format!("refs/heads/locks/{STATE}");
-    assert_eq!(s.lock_refs(), vec![lock_ref.clone()], "{tag}: the lock is a branch{}", s.ctx());
-    let lock_file = git_show(&s.git_dir, &lock_ref, &format!("{STATE}.lock")).unwrap_or_else(|| panic!("{tag}: {lock_ref}:{STATE}.lock missing{}", s.ctx()));
-    let lock_json: serde_json::Value = serde_json::from_slice(&lock_file).expect("lock file is JSON");
+    assert_eq!(
+        s.lock_refs(),
+        vec![lock_ref.clone()],
+        "{tag}: the lock is a branch{}",
+        s.ctx()
+    );
+    let lock_file = git_show(&s.git_dir, &lock_ref, &format!("{STATE}.lock"))
+        .unwrap_or_else(|| panic!("{tag}: {lock_ref}:{STATE}.lock missing{}", s.ctx()));
+    let lock_json: serde_json::Value =
+        serde_json::from_slice(&lock_file).expect("lock file is JSON");
     assert_eq!(lock_json["ID"], OTHER_ID, "{tag}: lock file {lock_json}");
     assert_eq!(lock_json["Who"], OTHER_WHO, "{tag}: lock file {lock_json}");
-    let lock_subject = git(None, &[&format!("--git-dir={}", s.git_dir.display()), "log", "-1", "--format=%s", &lock_ref]);
+    let lock_subject = git(
+        None,
+        &[
+            &format!("--git-dir={}", s.git_dir.display()),
+            "log",
+            "-1",
+            "--format=%s",
+            &lock_ref,
+        ],
+    );
     assert_eq!(
         lock_subject.trim(),
         format!("Lock {STATE}: OperationTypeApply by {OTHER_WHO} ({OTHER_ID})"),
@@ -233,9 +380,19 @@ fn scenario(tf: &Terraform, remote: Remote) {
 
     write_main_tf(dir, &backend, 2, "g2");
     let out = tf.apply(dir);
-    assert_ne!(out.code, Some(0), "{tag}: apply must fail while another ID holds the lock:\n{}{}", out.combined(), s.ctx());
+    assert_ne!(
+        out.code,
+        Some(0),
+        "{tag}: apply must fail while another ID holds the lock:\n{}{}",
+        out.combined(),
+        s.ctx()
+    );
     let text = out.combined();
-    assert!(text.contains("Error acquiring the state lock"), "{tag}: lock error expected:\n{text}{}", s.ctx());
+    assert!(
+        text.contains("Error acquiring the state lock"),
+        "{tag}: lock error expected:\n{text}{}",
+        s.ctx()
+    );
     // The http client reads the holder's LockInfo from the 423 body: "…already locked: ID=<holder>".
     // (Terraform 1.0 to 1.11 then print their own LockInfo below it, so the holder's Who is not shown.)
     assert!(
@@ -243,29 +400,76 @@ fn scenario(tf: &Terraform, remote: Remote) {
         "{tag}: the output names the holder's ID (from the 423 body):\n{text}"
     );
     let (serial_locked, _, body_locked, _) = get_state(&url, &s.ctx());
-    assert_eq!((serial_locked, &body_locked), (serial1, &body1), "{tag}: a refused apply must not change the state");
-    assert_eq!(s.commits_on_main(), main_commits, "{tag}: a refused apply must not commit");
-    assert_eq!(s.lock_refs(), vec![lock_ref.clone()], "{tag}: the other holder keeps its lock{}", s.ctx());
+    assert_eq!(
+        (serial_locked, &body_locked),
+        (serial1, &body1),
+        "{tag}: a refused apply must not change the state"
+    );
+    assert_eq!(
+        s.commits_on_main(),
+        main_commits,
+        "{tag}: a refused apply must not commit"
+    );
+    assert_eq!(
+        s.lock_refs(),
+        vec![lock_ref.clone()],
+        "{tag}: the other holder keeps its lock{}",
+        s.ctx()
+    );
 
     // 3. force-unlock, then apply works again.
     let out = tf.force_unlock(dir, OTHER_ID);
     out.expect_code(0, &format!("{tag}: force-unlock{}", s.ctx()));
-    assert!(out.combined().contains("successfully unlocked"), "{tag}: {}", out.combined());
-    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: force-unlock removes the lock branch{}", s.ctx());
+    assert!(
+        out.combined().contains("successfully unlocked"),
+        "{tag}: {}",
+        out.combined()
+    );
+    assert_eq!(
+        s.lock_refs(),
+        Vec::<String>::new(),
+        "{tag}: force-unlock removes the lock branch{}",
+        s.ctx()
+    );
 
     let out = tf.apply(dir);
     out.expect_code(0, &format!("{tag}: apply after force-unlock{}", s.ctx()));
-    assert!(out.stdout.contains("Apply complete! Resources: 2 added, 0 changed, 2 destroyed."), "{tag}: {}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("Apply complete! Resources: 2 added, 0 changed, 2 destroyed."),
+        "{tag}: {}",
+        out.stdout
+    );
     let (serial2, lineage2, body2, _) = get_state(&url, &s.ctx());
-    assert!(serial2 > serial1, "{tag}: serial must grow ({serial1} → {serial2})");
+    assert!(
+        serial2 > serial1,
+        "{tag}: serial must grow ({serial1} → {serial2})"
+    );
     assert_eq!(lineage2, lineage, "{tag}: lineage is kept");
-    assert!(body2.contains("\"g2\""), "{tag}: the new state holds the new triggers");
+    assert!(
+        body2.contains("\"g2\""),
+        "{tag}: the new state holds the new triggers"
+    );
     let commits_after_second = check_history(&s, STATE, serial2, &body2);
-    assert!(commits_after_second > commits_after_apply, "{tag}: the second apply committed");
-    assert_eq!(s.commits_on_main(), s.base_commits + commits_after_second, "{tag}: only state commits on main{}", s.ctx());
-    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left after the second apply{}", s.ctx());
+    assert!(
+        commits_after_second > commits_after_apply,
+        "{tag}: the second apply committed"
+    );
+    assert_eq!(
+        s.commits_on_main(),
+        s.base_commits + commits_after_second,
+        "{tag}: only state commits on main{}",
+        s.ctx()
+    );
+    assert_eq!(
+        s.lock_refs(),
+        Vec::<String>::new(),
+        "{tag}: no lock left after the second apply{}",
+        s.ctx()
+    );
 
-    tf.plan(dir).expect_code(0, &format!("{tag}: final plan shows no changes{}", s.ctx()));
+    tf.plan(dir)
+        .expect_code(0, &format!("{tag}: final plan shows no changes{}", s.ctx()));
     println!("{tag}: ok; history:\n  {}", s.history(STATE).join("\n  "));
 }
 
@@ -328,8 +532,14 @@ fn concurrent_applies_to_two_states_in_one_smart_http_repository() {
     let names = ["dev.tfstate", "prod.tfstate"];
     let dirs: Vec<TempDir> = names.iter().map(|_| tempfile::tempdir().unwrap()).collect();
     for (name, dir) in names.iter().zip(&dirs) {
-        write_main_tf(dir.path(), &HttpBackend::new(&s.state_url(name)), 1, "round-0");
-        tf.init(dir.path()).expect_code(0, &format!("init {name}{}", s.ctx()));
+        write_main_tf(
+            dir.path(),
+            &HttpBackend::new(&s.state_url(name)),
+            1,
+            "round-0",
+        );
+        tf.init(dir.path())
+            .expect_code(0, &format!("init {name}{}", s.ctx()));
     }
     std::thread::scope(|scope| {
         for (name, dir) in names.iter().zip(&dirs) {
@@ -339,7 +549,8 @@ fn concurrent_applies_to_two_states_in_one_smart_http_repository() {
             scope.spawn(move || {
                 for round in 0..rounds {
                     write_main_tf(dir, &HttpBackend::new(&url), 1, &format!("round-{round}"));
-                    tf.apply(dir).expect_code(0, &format!("apply {name} round {round}"));
+                    tf.apply(dir)
+                        .expect_code(0, &format!("apply {name} round {round}"));
                 }
             });
         }
@@ -347,12 +558,22 @@ fn concurrent_applies_to_two_states_in_one_smart_http_repository() {
     let ctx = s.ctx();
     for name in names {
         let (serial, _, body, _) = get_state(&s.state_url(name), &ctx);
-        assert!(body.contains(&format!("round-{}", rounds - 1)), "{name}: last round's state: {body}{ctx}");
+        assert!(
+            body.contains(&format!("round-{}", rounds - 1)),
+            "{name}: last round's state: {body}{ctx}"
+        );
         let commits = check_history(&s, name, serial, &body);
-        assert!(commits >= rounds, "{name}: at least one commit per apply, got {commits}{ctx}");
+        assert!(
+            commits >= rounds,
+            "{name}: at least one commit per apply, got {commits}{ctx}"
+        );
     }
     let total: usize = names.iter().map(|n| s.history(n).len()).sum();
-    assert_eq!(s.commits_on_main(), total, "every commit on main is one of the two states' updates{ctx}");
+    assert_eq!(
+        s.commits_on_main(),
+        total,
+        "every commit on main is one of the two states' updates{ctx}"
+    );
     assert_eq!(s.lock_refs(), Vec::<String>::new(), "no lock left{ctx}");
 }
 
@@ -367,12 +588,18 @@ fn smart_http_wrong_git_credentials_are_refused_without_leaking_them() {
     let http_server = GitHttpServer::start(repos.path(), GIT_USER, GIT_PASS);
     let wrong = "Wr0ng-S3cret-Value";
     let server = Gitstate::start(
-        &["--repository", &format!("default={}", http_server.url("states"))],
+        &[
+            "--repository",
+            &format!("default={}", http_server.url("states")),
+        ],
         &[("GIT_USERNAME", GIT_USER), ("GIT_PASSWORD", wrong)],
         cwd.path(),
     );
     let url = server.state_url("default", STATE);
-    for (method, body) in [("GET", None), ("LOCK", Some(lock_info("x", "y@z", "OperationTypeApply")))] {
+    for (method, body) in [
+        ("GET", None),
+        ("LOCK", Some(lock_info("x", "y@z", "OperationTypeApply"))),
+    ] {
         let (status, text) = http(method, &url, body.as_deref(), None).unwrap();
         assert!(
             [401, 403, 502].contains(&status),
@@ -381,9 +608,22 @@ fn smart_http_wrong_git_credentials_are_refused_without_leaking_them() {
         );
         let json: serde_json::Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("{method}: error body is not JSON ({e}): {text}"));
-        assert!(json["error"].is_string(), "{method}: {{\"error\": …}} expected: {text}");
-        assert!(!text.contains(wrong), "{method}: the answer echoes the git password: {text}");
+        assert!(
+            json["error"].is_string(),
+            "{method}: {{\"error\": …}} expected: {text}"
+        );
+        assert!(
+            !text.contains(wrong),
+            "{method}: the answer echoes the git password: {text}"
+        );
     }
-    assert!(!server.log().contains(wrong), "the server log contains the git password:\n{}", server.log());
-    assert!(refs_under(&repos.path().join("states.git"), "refs/").is_empty(), "nothing was written");
+    assert!(
+        !server.log().contains(wrong),
+        "the server log contains the git password:\n{}",
+        server.log()
+    );
+    assert!(
+        refs_under(&repos.path().join("states.git"), "refs/").is_empty(),
+        "nothing was written"
+    );
 }
