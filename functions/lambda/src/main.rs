@@ -1,7 +1,49 @@
-//! Placeholder for the Lambda entrypoint (issue 4): it will serve the shared router through
-//! `lambda_http::run`. It builds so the workspace layout is complete.
+//! The Lambda entrypoint: the same router as `gitstate serve`, behind `lambda_http` (Function
+//! URLs, API Gateway HTTP and REST APIs, ALB). Configuration comes from the environment
+//! (`GITSTATE_REPOSITORY`, `GITSTATE_REF`, `GITSTATE_CONFIG`, `GIT_USERNAME`/`GIT_PASSWORD`, …)
+//! and is read once per container; the git object cache lives in /tmp and is reused by warm
+//! invocations.
 
-fn main() {
-    eprintln!("gitstate-lambda: the Lambda entrypoint is not built yet; use `gitstate serve`");
-    std::process::exit(2);
+use std::sync::Arc;
+
+use clap::Parser;
+use gitstate_app::config::git_credentials_from_env;
+use gitstate_app::{Registry, Settings};
+use gitstate_core::Backend;
+use gitstate_http::{router, AppState};
+
+/// The Lambda reads only its environment.
+#[derive(Parser, Debug)]
+struct Environment {
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_current_span(true)
+        .without_time()
+        .init();
+    let environment = Environment::parse_from(["gitstate-lambda"]);
+    let config = environment.settings.resolve()?;
+    if config.repositories.is_empty() {
+        return Err("no repository is configured: set GITSTATE_REPOSITORY=NAME=URL (a Lambda has no disk for the embedded default)".into());
+    }
+    let credentials = git_credentials_from_env()?;
+    let registry = Registry::from_config(&config, credentials)?;
+    tracing::info!(repositories = ?registry.names(), "gitstate Lambda initialised");
+    let app = router(AppState {
+        registry: Arc::new(registry),
+        backend: Backend {
+            max_state_bytes: config.max_state_bytes,
+            ..Backend::default()
+        },
+    });
+    lambda_http::run(app).await
 }

@@ -3,6 +3,8 @@
 
 pub mod config;
 pub mod registry;
+pub mod settings;
 
 pub use config::{Config, ConfigError, RepositoryConfig};
 pub use registry::Registry;
+pub use settings::Settings;

@@ -1,13 +1,12 @@
 //! The `gitstate` command: `gitstate serve` runs the Terraform http backend on a git repository
 //! (the embedded default `./.gitstate/default.git` when none is configured).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use gitstate_app::config::{git_credentials_from_env, Config, DEFAULT_REF};
-use gitstate_app::Registry;
+use gitstate_app::config::git_credentials_from_env;
+use gitstate_app::{Registry, Settings};
 use gitstate_core::Backend;
 use gitstate_http::{router, AppState};
 
@@ -39,32 +38,8 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ServeArgs {
-    /// Address to listen on [default: 127.0.0.1:6061].
-    #[arg(long, env = "GITSTATE_LISTEN")]
-    listen: Option<String>,
-    /// Configuration file (HCL).
-    #[arg(long, env = "GITSTATE_CONFIG")]
-    config: Option<PathBuf>,
-    /// Directory of the embedded default repository [default: ./.gitstate].
-    #[arg(long, env = "GITSTATE_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Cache of fetched objects for remote repositories [default: $TMPDIR/gitstate-cache].
-    #[arg(long, env = "GITSTATE_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
-    /// A repository as NAME=URL (repeatable); replaces the configuration file's repositories.
-    #[arg(
-        long = "repository",
-        value_name = "NAME=URL",
-        env = "GITSTATE_REPOSITORY",
-        value_delimiter = ','
-    )]
-    repositories: Vec<String>,
-    /// Branch holding the states, for --repository.
-    #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF", default_value = DEFAULT_REF)]
-    git_ref: String,
-    /// Largest accepted state, in bytes [default: 536870912].
-    #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
-    max_state_bytes: Option<usize>,
+    #[command(flatten)]
+    settings: Settings,
     /// Log format: text or json.
     #[arg(long, env = "GITSTATE_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -81,35 +56,6 @@ fn init_logging(format: &str) {
     } else {
         builder.init();
     }
-}
-
-/// Flags and `GITSTATE_*` (through clap) over the file over defaults.
-fn effective_config(args: &ServeArgs) -> Result<Config, String> {
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
-        None => Config::default(),
-    };
-    if let Some(listen) = &args.listen {
-        config.listen = listen.clone();
-    }
-    if let Some(dir) = &args.data_dir {
-        config.data_dir = dir.clone();
-    }
-    if let Some(dir) = &args.cache_dir {
-        config.cache_dir = dir.clone();
-    }
-    if let Some(max) = args.max_state_bytes {
-        config.max_state_bytes = max;
-    }
-    if !args.repositories.is_empty() {
-        config.repositories.clear();
-        for spec in &args.repositories {
-            config
-                .add_repository_flag(spec, &args.git_ref)
-                .map_err(|e| e.to_string())?;
-        }
-    }
-    Ok(config)
 }
 
 async fn shutdown_signal() {
@@ -135,7 +81,7 @@ async fn shutdown_signal() {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = effective_config(&args)?;
+    let config = args.settings.resolve().map_err(|e| e.to_string())?;
     let credentials = git_credentials_from_env().map_err(|e| e.to_string())?;
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();

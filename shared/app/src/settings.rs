@@ -1,0 +1,71 @@
+//! The settings every entrypoint shares, with one precedence: flags > `GITSTATE_*` environment >
+//! configuration file (`--config` / `GITSTATE_CONFIG`) > defaults. The CLI parses them from its
+//! arguments; the Lambda handler from the environment alone.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::config::{Config, ConfigError, DEFAULT_REF};
+
+/// Flags (each also a `GITSTATE_*` variable) that override the configuration file.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Settings {
+    /// Address to listen on [default: 127.0.0.1:6061].
+    #[arg(long, env = "GITSTATE_LISTEN")]
+    pub listen: Option<String>,
+    /// Configuration file (HCL).
+    #[arg(long, env = "GITSTATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory of the embedded default repository [default: ./.gitstate].
+    #[arg(long, env = "GITSTATE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Cache of fetched objects for remote repositories [default: $TMPDIR/gitstate-cache].
+    #[arg(long, env = "GITSTATE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// A repository as NAME=URL (repeatable, or comma-separated in the variable); replaces the
+    /// configuration file's repositories.
+    #[arg(
+        long = "repository",
+        value_name = "NAME=URL",
+        env = "GITSTATE_REPOSITORY",
+        value_delimiter = ','
+    )]
+    pub repositories: Vec<String>,
+    /// Branch holding the states, for --repository [default: main].
+    #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF")]
+    pub git_ref: Option<String>,
+    /// Largest accepted state, in bytes [default: 536870912].
+    #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
+    pub max_state_bytes: Option<usize>,
+}
+
+impl Settings {
+    /// The effective configuration: these settings over the file over the defaults.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(listen) = &self.listen {
+            config.listen = listen.clone();
+        }
+        if let Some(dir) = &self.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(dir) = &self.cache_dir {
+            config.cache_dir = dir.clone();
+        }
+        if let Some(max) = self.max_state_bytes {
+            config.max_state_bytes = max;
+        }
+        if !self.repositories.is_empty() {
+            config.repositories.clear();
+            let git_ref = self.git_ref.as_deref().unwrap_or(DEFAULT_REF);
+            for spec in &self.repositories {
+                config.add_repository_flag(spec, git_ref)?;
+            }
+        }
+        Ok(config)
+    }
+}
