@@ -1,0 +1,329 @@
+//! The send-pack side of the git protocol (gix has none): read receive-pack's ref advertisement,
+//! send `<old> <new> <ref>` commands with capabilities, then a pack, and parse `report-status`.
+//!
+//! Every update is compare-and-swap on the server: receive-pack refuses a command whose old id is
+//! not the ref's current value (the all-zero id meaning "must not exist"). Nothing here forces.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use gitstate_core::StoreError;
+use gix::protocol::transport::client::blocking_io::Transport;
+use gix::protocol::transport::client::{MessageKind, WriteMode};
+use gix::protocol::transport::packetline::PacketLineRef;
+use gix::protocol::transport::{Protocol, Service};
+use gix::ObjectId;
+
+use super::pktline::{self, Packet};
+use super::transport::{classify, classify_client, connect, Endpoint, ShallowSafe};
+
+/// One ref update: move `name` from `old` to `new` (all-zero `old`: create; all-zero `new`:
+/// delete).
+#[derive(Debug, Clone)]
+pub struct RefUpdate {
+    /// Full ref name.
+    pub name: String,
+    /// The id the ref must have now.
+    pub old: ObjectId,
+    /// The id to set.
+    pub new: ObjectId,
+}
+
+/// What the server answered for one ref.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefResult {
+    /// `ok <ref>`.
+    Ok,
+    /// `ng <ref> <reason>`.
+    Rejected(String),
+}
+
+/// The server's `report-status`.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// `unpack ok`, or the unpack error.
+    pub unpack: Result<(), String>,
+    /// Per-ref results in the server's order.
+    pub refs: Vec<(String, RefResult)>,
+    /// Side-band 2 text (the server's own explanations, e.g. "is at X but expected Y").
+    pub messages: String,
+}
+
+impl Report {
+    /// The result for `name`; a ref the server did not mention counts as rejected.
+    pub fn result(&self, name: &str) -> RefResult {
+        self.refs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| RefResult::Rejected("not reported by the server".into()))
+    }
+}
+
+/// Reasons receive-pack gives when a compare-and-swap lost (the words differ across versions and
+/// servers; some come from hooks of hosting services).
+const CAS_REASONS: &[&str] = &[
+    "failed to update ref",
+    "failed to lock",
+    "reference already exists",
+    "already exists",
+    "stale info",
+    "fetch first",
+    "non-fast-forward",
+    "cannot lock ref",
+    "atomic transaction failed",
+    "incorrect old value",
+    "is at ",
+];
+
+/// True when `reason` (from `ng`) means the ref was not at the expected id.
+pub fn is_cas_failure(reason: &str) -> bool {
+    let reason = reason.to_ascii_lowercase();
+    CAS_REASONS.iter().any(|r| reason.contains(r))
+}
+
+/// An open receive-pack session after the ref advertisement.
+pub struct ReceivePack {
+    transport: ShallowSafe,
+    endpoint: Endpoint,
+    refs: HashMap<String, ObjectId>,
+    capabilities: Vec<String>,
+}
+
+impl ReceivePack {
+    /// Connects and reads the advertisement (the authorization check for writes).
+    pub fn connect(endpoint: &Endpoint) -> Result<Self, StoreError> {
+        // receive-pack has no protocol v2.
+        let mut transport = connect(endpoint, Protocol::V1)?;
+        let handshake = gix::protocol::handshake(
+            &mut transport,
+            Service::ReceivePack,
+            |_| Ok(None),
+            Vec::new(),
+            &mut gix::progress::Discard,
+        )
+        .map_err(|e| classify(endpoint, "reading the refs of", &e))?;
+        let mut refs = HashMap::new();
+        for r in handshake.refs.unwrap_or_default() {
+            let (name, id, _) = r.unpack();
+            if let Some(id) = id {
+                if !id.is_null() {
+                    refs.insert(name.to_string(), id.to_owned());
+                }
+            }
+        }
+        let capabilities = handshake
+            .capabilities
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        Ok(ReceivePack {
+            transport,
+            endpoint: endpoint.clone(),
+            refs,
+            capabilities,
+        })
+    }
+
+    /// The advertised id of `name`, if the ref exists.
+    pub fn tip(&self, name: &str) -> Option<ObjectId> {
+        self.refs.get(name).copied()
+    }
+
+    fn offers(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+
+    /// Sends `updates` and, unless every update is a delete, `pack`; returns the server's report.
+    pub fn push(mut self, updates: &[RefUpdate], pack: &[u8]) -> Result<Report, StoreError> {
+        let remote = |what: String| StoreError::Remote(self.endpoint.scrub(&what));
+        if updates.is_empty() {
+            return Err(StoreError::Internal("a push without ref updates".into()));
+        }
+        if !self.offers("report-status") {
+            return Err(remote(format!(
+                "{} does not offer report-status; cannot verify a push",
+                self.endpoint.display
+            )));
+        }
+        let all_deletes = updates.iter().all(|u| u.new.is_null());
+        if updates.iter().any(|u| u.new.is_null()) && !self.offers("delete-refs") {
+            return Err(remote(format!(
+                "{} does not allow deleting refs (delete-refs)",
+                self.endpoint.display
+            )));
+        }
+        let mut capabilities = vec!["report-status".to_string()];
+        for optional in ["delete-refs", "atomic", "side-band-64k", "quiet"] {
+            if self.offers(optional) {
+                capabilities.push(optional.into());
+            }
+        }
+        if self.offers("object-format") {
+            capabilities.push("object-format=sha1".into());
+        }
+        capabilities.push(concat!("agent=gitstate/", env!("CARGO_PKG_VERSION")).into());
+        let side_band = self.offers("side-band-64k");
+
+        let mut request = Vec::new();
+        for (i, u) in updates.iter().enumerate() {
+            let mut line = format!("{} {} {}", u.old, u.new, u.name).into_bytes();
+            if i == 0 {
+                line.push(0);
+                line.extend_from_slice(capabilities.join(" ").as_bytes());
+            }
+            line.push(b'\n');
+            pktline::encode(&line, &mut request).map_err(StoreError::Internal)?;
+        }
+        request.extend_from_slice(pktline::FLUSH);
+        if !all_deletes {
+            request.extend_from_slice(pack);
+        }
+
+        let endpoint = self.endpoint.clone();
+        let writer = self
+            .transport
+            .request(WriteMode::Binary, MessageKind::Flush, false)
+            .map_err(|e| classify_client(&endpoint, "pushing to", e))?;
+        let (mut raw, mut reader) = writer.into_parts();
+        raw.write_all(&request)
+            .and_then(|_| raw.flush())
+            .map_err(|e| classify_client(&endpoint, "pushing to", e.into()))?;
+        // Ends the HTTP request body; for stream transports the server knows the pack's length.
+        drop(raw);
+        reader.reset(Protocol::V1);
+
+        let mut report_bytes = Vec::new();
+        let mut plain_lines: Vec<Vec<u8>> = Vec::new();
+        let mut messages = String::new();
+        while let Some(line) = reader.readline() {
+            let line = line
+                .map_err(|e| classify_client(&endpoint, "reading the push result from", e.into()))?
+                .map_err(|e| {
+                    StoreError::Remote(endpoint.scrub(&format!(
+                        "{} sent a malformed push result: {e}",
+                        endpoint.display
+                    )))
+                })?;
+            let PacketLineRef::Data(data) = line else {
+                break;
+            };
+            if !side_band {
+                plain_lines.push(data.to_vec());
+                continue;
+            }
+            match data.split_first() {
+                Some((1, rest)) => report_bytes.extend_from_slice(rest),
+                Some((2, rest)) => messages.push_str(&String::from_utf8_lossy(rest)),
+                Some((3, rest)) => {
+                    return Err(StoreError::Remote(endpoint.scrub(&format!(
+                        "{} aborted the push: {}",
+                        endpoint.display,
+                        String::from_utf8_lossy(rest).trim()
+                    ))))
+                }
+                _ => {}
+            }
+        }
+        if side_band {
+            let packets = pktline::split(&report_bytes).map_err(|e| {
+                StoreError::Remote(format!(
+                    "{} sent a malformed push report: {e}",
+                    endpoint.display
+                ))
+            })?;
+            for p in packets {
+                match p {
+                    Packet::Data(d) => plain_lines.push(d.to_vec()),
+                    Packet::Flush => break,
+                    Packet::Special => {}
+                }
+            }
+        }
+        parse_report(&plain_lines, messages)
+            .map_err(|e| StoreError::Remote(endpoint.scrub(&format!("{}: {e}", endpoint.display))))
+    }
+}
+
+/// Parses `report-status` lines (`unpack …`, then `ok <ref>` / `ng <ref> <reason>`).
+fn parse_report(lines: &[Vec<u8>], messages: String) -> Result<Report, String> {
+    let mut lines = lines.iter().map(|l| {
+        String::from_utf8_lossy(l)
+            .trim_end_matches('\n')
+            .to_string()
+    });
+    let unpack_line = lines.next().ok_or_else(|| {
+        let hint = messages.trim();
+        if hint.is_empty() {
+            "the server sent no push report".to_string()
+        } else {
+            format!("the server sent no push report: {hint}")
+        }
+    })?;
+    let unpack = match unpack_line.strip_prefix("unpack ") {
+        Some("ok") => Ok(()),
+        Some(err) => Err(err.to_string()),
+        None => return Err(format!("unexpected push report line {unpack_line:?}")),
+    };
+    let mut refs = Vec::new();
+    for line in lines {
+        if let Some(name) = line.strip_prefix("ok ") {
+            refs.push((name.to_string(), RefResult::Ok));
+        } else if let Some(rest) = line.strip_prefix("ng ") {
+            let (name, reason) = rest.split_once(' ').unwrap_or((rest, "rejected"));
+            refs.push((name.to_string(), RefResult::Rejected(reason.to_string())));
+        }
+        // Other lines (e.g. `option …` of report-status-v2) carry nothing we need.
+    }
+    Ok(Report {
+        unpack,
+        refs,
+        messages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_reports() {
+        let lines: Vec<Vec<u8>> = vec![
+            b"unpack ok\n".to_vec(),
+            b"ok refs/heads/main\n".to_vec(),
+            b"ng refs/heads/locks/a failed to update ref\n".to_vec(),
+        ];
+        let r = parse_report(&lines, String::new()).unwrap();
+        assert_eq!(r.unpack, Ok(()));
+        assert_eq!(r.result("refs/heads/main"), RefResult::Ok);
+        assert_eq!(
+            r.result("refs/heads/locks/a"),
+            RefResult::Rejected("failed to update ref".into())
+        );
+        assert!(matches!(r.result("x"), RefResult::Rejected(_)));
+        let r = parse_report(
+            &[b"unpack index-pack abnormal exit".to_vec()],
+            String::new(),
+        )
+        .unwrap();
+        assert_eq!(r.unpack, Err("index-pack abnormal exit".into()));
+        assert!(parse_report(&[], "fatal: x".into())
+            .unwrap_err()
+            .contains("fatal: x"));
+    }
+
+    #[test]
+    fn recognises_cas_failures() {
+        for r in [
+            "failed to update ref",
+            "stale info",
+            "fetch first",
+            "non-fast-forward",
+            "reference already exists",
+        ] {
+            assert!(is_cas_failure(r), "{r}");
+        }
+        assert!(!is_cas_failure("missing necessary objects"));
+        assert!(!is_cas_failure("hook declined"));
+    }
+}

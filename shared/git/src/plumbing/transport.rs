@@ -1,0 +1,415 @@
+//! Opening a git transport to a remote with gitstate's rules: credentials set up front (no 401
+//! round trip), a connect timeout and an I/O timeout on every connection, `TCP_NODELAY` for
+//! `git://`, and a guard against gix turning a shallow fetch into a full one over protocol v1.
+//! Also maps transport failures to [`StoreError`] kinds without ever showing a credential.
+
+use std::borrow::Cow;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gitstate_core::{Credentials, StoreError};
+use gix::bstr::{BStr, BString, ByteSlice};
+use gix::protocol::transport::client::blocking_io::{
+    file, http, ssh, RequestWriter, SetServiceResponse, Transport,
+};
+use gix::protocol::transport::client::{
+    self as client, Capabilities, MessageKind, TransportWithoutIO, WriteMode,
+};
+use gix::protocol::transport::{Protocol, Service};
+use gix::url::Scheme;
+
+/// Where a remote is and how to talk to it. The URL never carries credentials.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The remote URL without user name or password.
+    pub url: gix::Url,
+    /// The URL as shown in messages (no credentials).
+    pub display: String,
+    /// Basic-auth pair for HTTP(S).
+    pub credentials: Option<Credentials>,
+    /// Connect timeout, and the longest a single read or write may stall.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.display)
+            .field("credentials", &self.credentials)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// Parses `raw`; a user name and password embedded in it are moved out of the URL and used as
+    /// credentials unless `credentials` are given.
+    pub fn parse(
+        raw: &str,
+        credentials: Option<Credentials>,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let mut url = gix::url::parse(raw.as_bytes().as_bstr()).map_err(|_| {
+            StoreError::Internal(format!("'{}' is not a git repository URL", redact_url(raw)))
+        })?;
+        let embedded = match (url.user(), url.password()) {
+            (Some(user), Some(password)) => Some(Credentials {
+                username: user.to_owned(),
+                password: password.to_owned(),
+            }),
+            _ => None,
+        };
+        if matches!(url.scheme, Scheme::Http | Scheme::Https) {
+            url.set_user(None);
+            url.set_password(None);
+        }
+        let credentials = credentials.or(embedded);
+        let display = redact_url(&url.to_bstring().to_str_lossy());
+        Ok(Endpoint {
+            url,
+            display,
+            credentials,
+            timeout,
+        })
+    }
+
+    /// Removes every trace of the password from `message` (a last line of defence: messages are
+    /// built from URLs without credentials already).
+    pub fn scrub(&self, message: &str) -> String {
+        let mut out = redact_url(message);
+        if let Some(c) = &self.credentials {
+            if !c.password.is_empty() {
+                out = out.replace(&c.password, "***");
+            }
+        }
+        out
+    }
+}
+
+/// Replaces `user:password@` in every URL inside `text` with `***@`.
+pub fn redact_url(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("://") {
+        let (head, tail) = rest.split_at(pos + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str("***@");
+                out.push_str(&authority[at + 1..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Opens a transport to `endpoint` asking for protocol `version`. Nothing is sent yet, except
+/// for `git://` where the TCP connection is made here.
+pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, StoreError> {
+    let url = endpoint.url.clone();
+    let mut transport: Box<dyn Transport + Send> = match url.scheme {
+        Scheme::Git => Box::new(connect_git(endpoint, version)?),
+        Scheme::File => Box::new(
+            file::connect(url.path.clone(), version, false)
+                .map_err(|e| StoreError::Internal(format!("file transport: {e}")))?,
+        ),
+        Scheme::Http | Scheme::Https => {
+            let mut t = http::connect::<http::reqwest::Remote>(url, version, false);
+            t.configure(&http_options(endpoint.timeout))
+                .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
+            Box::new(t)
+        }
+        Scheme::Ssh => Box::new(
+            ssh::connect(url, version, Default::default(), false)
+                .map_err(|e| StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}"))))?,
+        ),
+        other => {
+            return Err(StoreError::Internal(format!(
+                "the URL scheme '{other}' is not supported; use https://, http://, ssh://, git:// or file://"
+            )))
+        }
+    };
+    if let Some(c) = &endpoint.credentials {
+        if matches!(endpoint.url.scheme, Scheme::Http | Scheme::Https) {
+            transport
+                .set_identity(gix::sec::identity::Account {
+                    username: c.username.clone(),
+                    password: c.password.clone(),
+                    oauth_refresh_token: None,
+                })
+                .map_err(|e| StoreError::Internal(endpoint.scrub(&e.to_string())))?;
+        }
+    }
+    Ok(ShallowSafe {
+        inner: transport,
+        timeout: endpoint.timeout,
+    })
+}
+
+/// HTTP options: connect timeout, abort when the transfer stalls, overall request timeout.
+pub fn http_options(timeout: Duration) -> http::Options {
+    let backend = http::reqwest::Options {
+        configure_client: Some(Box::new(move |builder| Ok(builder.timeout(timeout)))),
+        configure_request: None,
+    };
+    let backend: Arc<Mutex<dyn std::any::Any + Send + Sync>> = Arc::new(Mutex::new(backend));
+    http::Options {
+        connect_timeout: Some(timeout),
+        low_speed_limit_bytes_per_second: 1,
+        low_speed_time_seconds: timeout.as_secs().max(1),
+        user_agent: Some(concat!("gitstate/", env!("CARGO_PKG_VERSION")).into()),
+        backend: Some(backend),
+        ..Default::default()
+    }
+}
+
+fn connect_git(
+    endpoint: &Endpoint,
+    version: Protocol,
+) -> Result<client::git::blocking_io::Connection<TcpStream, TcpStream>, StoreError> {
+    let host = endpoint
+        .url
+        .host()
+        .ok_or_else(|| StoreError::Internal(format!("{} has no host", endpoint.display)))?
+        .to_owned();
+    let port = endpoint.url.port.unwrap_or(9418);
+    let unavailable = |e: std::io::Error| {
+        StoreError::Unavailable(format!("cannot connect to {}: {e}", endpoint.display))
+    };
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(unavailable)?
+        .next()
+        .ok_or_else(|| {
+            StoreError::Unavailable(format!(
+                "{} does not resolve to an address",
+                endpoint.display
+            ))
+        })?;
+    let stream = TcpStream::connect_timeout(&addr, endpoint.timeout).map_err(unavailable)?;
+    // Many small pkt-line writes: without TCP_NODELAY each round trip waits for delayed ACKs.
+    stream.set_nodelay(true).map_err(unavailable)?;
+    stream
+        .set_read_timeout(Some(endpoint.timeout))
+        .map_err(unavailable)?;
+    stream
+        .set_write_timeout(Some(endpoint.timeout))
+        .map_err(unavailable)?;
+    let reader = stream.try_clone().map_err(unavailable)?;
+    Ok(client::git::blocking_io::Connection::new(
+        reader,
+        stream,
+        version,
+        endpoint.url.path.clone(),
+        Some((host, endpoint.url.port)),
+        client::git::ConnectMode::Daemon,
+        false,
+    ))
+}
+
+/// A transport that hides the `deepen-relative` capability of protocol v0/v1 servers.
+///
+/// gix echoes every advertised fetch capability in its first `want` line over v0/v1, including
+/// `deepen-relative`, which turns `deepen 1` into "one more than what you have" and, with no
+/// shallow file yet, into a full-history fetch. Protocol v2 negotiates features explicitly and is
+/// left untouched.
+pub struct ShallowSafe {
+    inner: Box<dyn Transport + Send>,
+    timeout: Duration,
+}
+
+impl ShallowSafe {
+    /// The I/O timeout this transport was opened with.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+fn without_deepen_relative(capabilities: &Capabilities) -> Option<Capabilities> {
+    if !capabilities.contains("deepen-relative") {
+        return None;
+    }
+    let mut data = BString::from("\0");
+    let mut first = true;
+    for capability in capabilities.iter() {
+        if capability.name() == "deepen-relative" {
+            continue;
+        }
+        if !first {
+            data.push(b' ');
+        }
+        first = false;
+        data.extend_from_slice(capability.name());
+        if let Some(value) = capability.value() {
+            data.push(b'=');
+            data.extend_from_slice(value);
+        }
+    }
+    Capabilities::from_bytes(&data).ok().map(|(c, _)| c)
+}
+
+impl TransportWithoutIO for ShallowSafe {
+    fn set_identity(&mut self, identity: client::Account) -> Result<(), client::Error> {
+        self.inner.set_identity(identity)
+    }
+
+    fn to_url(&self) -> Cow<'_, BStr> {
+        self.inner.to_url()
+    }
+
+    fn supported_protocol_versions(&self) -> &[Protocol] {
+        self.inner.supported_protocol_versions()
+    }
+
+    fn connection_persists_across_multiple_requests(&self) -> bool {
+        self.inner.connection_persists_across_multiple_requests()
+    }
+
+    fn configure(&mut self, config: &dyn std::any::Any) -> gix::error::Result {
+        self.inner.configure(config)
+    }
+}
+
+impl Transport for ShallowSafe {
+    fn handshake<'a>(
+        &mut self,
+        service: Service,
+        extra_parameters: &'a [(&'a str, Option<&'a str>)],
+    ) -> Result<SetServiceResponse<'_>, client::Error> {
+        let mut response = self.inner.handshake(service, extra_parameters)?;
+        if matches!(response.actual_protocol, Protocol::V0 | Protocol::V1) {
+            if let Some(filtered) = without_deepen_relative(&response.capabilities) {
+                response.capabilities = filtered;
+            }
+        }
+        Ok(response)
+    }
+
+    fn request(
+        &mut self,
+        write_mode: WriteMode,
+        on_into_read: MessageKind,
+        trace: bool,
+    ) -> Result<RequestWriter<'_>, client::Error> {
+        self.inner.request(write_mode, on_into_read, trace)
+    }
+}
+
+/// Maps a failure of a network operation to a [`StoreError`] kind: 401 → `Unauthorized`,
+/// 403 → `Forbidden`, unreachable or timed out → `Unavailable`, anything else the server said →
+/// `Remote`. `what` says what was being done. The message never holds credentials.
+pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreError {
+    let text = endpoint.scrub(&format!("{what} {}: {}", endpoint.display, chain(error)));
+    if error
+        .downcast_any_ref::<client::AuthenticationRequired>()
+        .is_some()
+        || error.is_unauthenticated()
+    {
+        return StoreError::Unauthorized(text);
+    }
+    for e in error.iter_errors() {
+        if let Some(e) = e.downcast_ref::<reqwest::Error>() {
+            if e.is_timeout() || e.is_connect() {
+                return StoreError::Unavailable(text);
+            }
+            if e.status() == Some(reqwest::StatusCode::FORBIDDEN) {
+                return StoreError::Forbidden(text);
+            }
+            if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) {
+                return StoreError::Unauthorized(text);
+            }
+        }
+        if let Some(e) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                e.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | TimedOut
+                    | WouldBlock
+                    | NotConnected
+                    | AddrNotAvailable
+                    | HostUnreachable
+                    | NetworkUnreachable
+                    | BrokenPipe
+                    | UnexpectedEof
+            ) {
+                return StoreError::Unavailable(text);
+            }
+        }
+    }
+    if error.is_permission_denied() {
+        return StoreError::Forbidden(text);
+    }
+    if error.is_unsupported() && text.contains("Could not decode object ID") {
+        return StoreError::Remote(format!(
+            "{text} (the repository may use SHA-256 object ids, which gitstate does not support)"
+        ));
+    }
+    StoreError::Remote(text)
+}
+
+/// Same as [`classify`] for a bare transport error.
+pub fn classify_client(endpoint: &Endpoint, what: &str, error: client::Error) -> StoreError {
+    classify(endpoint, what, &gix::Error::from_error(error))
+}
+
+/// The messages of an error and its causes, on one line.
+fn chain(error: &gix::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in error.iter_errors() {
+        let s = e.to_string();
+        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_userinfo_everywhere() {
+        assert_eq!(
+            redact_url("failed for \"https://bob:s3cret@host/x.git\" and http://h/y"),
+            "failed for \"https://***@host/x.git\" and http://h/y"
+        );
+        assert_eq!(redact_url("no url"), "no url");
+    }
+
+    #[test]
+    fn moves_embedded_credentials_out_of_the_url() {
+        let e = Endpoint::parse(
+            "https://bob:s3cret@host/x.git",
+            None,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(e.display, "https://host/x.git");
+        assert_eq!(e.credentials.as_ref().unwrap().password, "s3cret");
+        assert_eq!(e.scrub("pw s3cret"), "pw ***");
+    }
+
+    #[test]
+    fn filters_deepen_relative() {
+        let (caps, _) =
+            Capabilities::from_bytes(b"\0multi_ack shallow deepen-relative agent=git/2.4").unwrap();
+        let filtered = without_deepen_relative(&caps).unwrap();
+        assert!(!filtered.contains("deepen-relative"));
+        assert!(filtered.contains("shallow"));
+        assert_eq!(
+            filtered.capability("agent").unwrap().value().unwrap(),
+            "git/2.4"
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! The remote store: a repository on a git server (smart HTTP(S), `git://`, `file://`, ssh).
+//!
+//! Per request (DESIGN §4): one ref advertisement with the caller's credentials (also the
+//! authorization check), a shallow fetch of only the missing tips into the per-remote cache, reads
+//! from the cache, and for writes a push of a pack holding just the new objects, with the id that
+//! was read as the expected old value of the ref. Never forced.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use gitstate_core::{
+    Credentials, LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError,
+};
+use gix::objs::Kind;
+use gix::ObjectId;
+
+use crate::cache::Cache;
+use crate::objects::{internal, lock_commit, read_file, state_commit};
+use crate::plumbing::pack::write_pack;
+use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate};
+use crate::plumbing::transport::Endpoint;
+
+/// Default timeout of one store call (connect, stalls and the whole operation).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to reach a remote repository.
+#[derive(Clone)]
+pub struct RemoteConfig {
+    /// Repository URL: `https://…`, `http://…`, `ssh://…`, `git://…` or `file://…`. A user name
+    /// and password in the URL are used as credentials when `credentials` is `None`.
+    pub url: String,
+    /// State branch name (without `refs/heads/`).
+    pub git_ref: String,
+    /// Basic-auth credentials for HTTP(S).
+    pub credentials: Option<Credentials>,
+    /// Where per-remote caches live (e.g. `$GITSTATE_CACHE_DIR`, `/tmp/gitstate-cache`).
+    pub cache_dir: PathBuf,
+    /// Limit for connecting, for any stall, and for a whole store call.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("url", &crate::plumbing::transport::redact_url(&self.url))
+            .field("git_ref", &self.git_ref)
+            .field("credentials", &self.credentials)
+            .field("cache_dir", &self.cache_dir)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// A [`StateStore`] on a remote git repository. Cheap to create per request (the cache
+/// repository is shared process-wide).
+#[derive(Clone, Debug)]
+pub struct RemoteStore {
+    endpoint: Endpoint,
+    state_ref: String,
+    cache: Arc<Cache>,
+    timeout: Duration,
+}
+
+/// Objects built in memory for one push, and the pack holding them.
+struct Outgoing {
+    commit: ObjectId,
+    objects: Vec<(ObjectId, Kind, Vec<u8>)>,
+}
+
+impl RemoteStore {
+    /// Sets up the store; touches only the local cache directory (no network).
+    pub fn new(config: RemoteConfig) -> Result<Self, StoreError> {
+        let endpoint = Endpoint::parse(&config.url, config.credentials, config.timeout)?;
+        let cache = Cache::for_url(&config.cache_dir, &endpoint.display)?;
+        Ok(RemoteStore {
+            endpoint,
+            state_ref: format!("refs/heads/{}", config.git_ref),
+            cache,
+            timeout: config.timeout,
+        })
+    }
+
+    /// The remote URL without credentials.
+    pub fn url(&self) -> &str {
+        &self.endpoint.display
+    }
+
+    /// The cache repository of this remote.
+    pub fn cache_dir(&self) -> &std::path::Path {
+        self.cache.dir()
+    }
+
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        let task = tokio::task::spawn_blocking(move || work(store));
+        match tokio::time::timeout(self.timeout, task).await {
+            Ok(joined) => {
+                joined.map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?
+            }
+            // The blocking task finishes on its own (its sockets have timeouts too); a push
+            // still in flight is atomic on the server, so the remote is either unchanged or
+            // fully updated.
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{} did not answer within {} s",
+                self.endpoint.display,
+                self.timeout.as_secs_f32()
+            ))),
+        }
+    }
+
+    fn read(&self, tip: Option<ObjectId>, file: &str) -> Result<Option<Bytes>, StoreError> {
+        match tip {
+            Some(tip) => read_file(&self.cache.repo(), tip, file),
+            None => Ok(None),
+        }
+    }
+
+    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let lock_ref = path.lock_ref();
+        let tips = self
+            .cache
+            .refresh(&self.endpoint, &[&self.state_ref, &lock_ref])?;
+        let state_tip = tips.get(&self.state_ref).copied();
+        let lock_tip = tips.get(&lock_ref).copied();
+        Ok(Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        })
+    }
+
+    fn read_lock_blocking(
+        &self,
+        path: &StatePath,
+    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let lock_ref = path.lock_ref();
+        let tips = self.cache.refresh(&self.endpoint, &[&lock_ref])?;
+        match tips.get(&lock_ref) {
+            Some(tip) => Ok(Some((
+                tip.to_string(),
+                self.read(Some(*tip), &path.lock_file())?
+                    .unwrap_or_default(),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// Builds objects in memory on top of the cache; returns exactly the objects the cache (and
+    /// therefore the remote) lacks, plus every object on the changed path, in case the cache
+    /// still holds an object the remote has since dropped.
+    fn build(
+        &self,
+        file: &str,
+        make: impl FnOnce(&gix::Repository) -> Result<ObjectId, StoreError>,
+    ) -> Result<Outgoing, StoreError> {
+        let mut repo = self.cache.repo().with_object_memory();
+        let commit = make(&repo)?;
+        let mut objects: Vec<(ObjectId, Kind, Vec<u8>)> = Vec::new();
+        let mut path_ids = vec![commit];
+        {
+            let c = repo
+                .find_commit(commit)
+                .map_err(internal("reading the new commit"))?;
+            let tree = c.tree().map_err(internal("reading the new tree"))?;
+            path_ids.push(tree.id);
+            let segments: Vec<&str> = file.split('/').collect();
+            for end in 1..=segments.len() {
+                let prefix = segments[..end].join("/");
+                if let Some(entry) = tree
+                    .lookup_entry_by_path(&prefix)
+                    .map_err(internal("looking up a path"))?
+                {
+                    path_ids.push(entry.object_id());
+                }
+            }
+        }
+        let memory = repo.objects.take_object_memory().unwrap_or_default();
+        for (id, (kind, data)) in memory.iter() {
+            objects.push((*id, *kind, data.clone()));
+        }
+        for id in path_ids {
+            if objects.iter().any(|(o, _, _)| *o == id) {
+                continue;
+            }
+            let object = repo
+                .find_object(id)
+                .map_err(internal("reading an object for the pack"))?;
+            objects.push((id, object.kind, object.data.clone()));
+        }
+        Ok(Outgoing { commit, objects })
+    }
+
+    /// Pushes one ref update; `Ok(true)` when accepted, `Ok(false)` when the server refused it
+    /// as a lost compare-and-swap.
+    fn push_one(
+        &self,
+        session: ReceivePack,
+        update: RefUpdate,
+        outgoing: Option<&Outgoing>,
+    ) -> Result<bool, StoreError> {
+        let pack = match outgoing {
+            Some(o) => write_pack(&o.objects).map_err(StoreError::Internal)?,
+            None => Vec::new(),
+        };
+        let report = session.push(std::slice::from_ref(&update), &pack)?;
+        let remote = |what: String| StoreError::Remote(self.endpoint.scrub(&what));
+        let result = report.result(&update.name);
+        if let Err(e) = &report.unpack {
+            // A refused ref also makes some servers report the unpack as failed; the ref's
+            // reason is the better explanation then.
+            if let RefResult::Rejected(reason) = &result {
+                if is_cas_failure(reason) {
+                    return Ok(false);
+                }
+            }
+            return Err(remote(format!(
+                "{} could not unpack the pushed objects: {e} {}",
+                self.endpoint.display,
+                report.messages.trim()
+            )));
+        }
+        match result {
+            RefResult::Ok => Ok(true),
+            RefResult::Rejected(reason) if is_cas_failure(&reason) => {
+                tracing::debug!(reference = %update.name, %reason, detail = %report.messages.trim(), "push lost a compare-and-swap");
+                Ok(false)
+            }
+            RefResult::Rejected(reason) => Err(remote(format!(
+                "{} refused the update of {}: {reason} {}",
+                self.endpoint.display,
+                update.name,
+                report.messages.trim()
+            ))),
+        }
+    }
+
+    fn update_state_blocking(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let base = base.map(|b| parse_id(b)).transpose()?;
+        if let Some(base) = base {
+            if !self.cache.repo().has_object(base) {
+                // Read by another process or before the cache was recreated: fetch it now.
+                let tips = self.cache.refresh(&self.endpoint, &[&self.state_ref])?;
+                if tips.get(&self.state_ref) != Some(&base) {
+                    return Err(StoreError::Stale);
+                }
+            }
+        }
+        let outgoing = self.build(path.as_str(), |repo| {
+            state_commit(repo, base, path.as_str(), change, message)
+        })?;
+        let session = ReceivePack::connect(&self.endpoint)?;
+        if session.tip(&self.state_ref) != base {
+            // Moved already: do not upload a pack the server would refuse.
+            return Err(StoreError::Stale);
+        }
+        let null = ObjectId::null(gix::hash::Kind::Sha1);
+        let update = RefUpdate {
+            name: self.state_ref.clone(),
+            old: base.unwrap_or(null),
+            new: outgoing.commit,
+        };
+        if !self.push_one(session, update, Some(&outgoing))? {
+            return Err(StoreError::Stale);
+        }
+        self.cache
+            .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
+        Ok(outgoing.commit.to_string())
+    }
+
+    fn create_lock_blocking(
+        &self,
+        path: &StatePath,
+        content: &[u8],
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let lock_ref = path.lock_ref();
+        let session = ReceivePack::connect(&self.endpoint)?;
+        if session.tip(&lock_ref).is_some() {
+            drop(session);
+            return self.held(path);
+        }
+        let lock_file = path.lock_file();
+        let outgoing = self.build(&lock_file, |repo| {
+            lock_commit(repo, &lock_file, content, message)
+        })?;
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old: ObjectId::null(gix::hash::Kind::Sha1),
+            new: outgoing.commit,
+        };
+        if self.push_one(session, update, Some(&outgoing))? {
+            self.cache
+                .record_pushed(&outgoing.objects, &lock_ref, Some(outgoing.commit))?;
+            Ok(LockCreate::Created)
+        } else {
+            self.held(path)
+        }
+    }
+
+    /// The lock that beat us, read fresh from the remote.
+    fn held(&self, path: &StatePath) -> Result<LockCreate, StoreError> {
+        match self.read_lock_blocking(path)? {
+            Some((tip, content)) => Ok(LockCreate::Held { tip, content }),
+            // Released meanwhile: the caller retries from a fresh read.
+            None => Err(StoreError::Stale),
+        }
+    }
+
+    fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let old = parse_id(tip)?;
+        let session = ReceivePack::connect(&self.endpoint)?;
+        if session.tip(&lock_ref) != Some(old) {
+            return Err(StoreError::Stale);
+        }
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        if !self.push_one(session, update, None)? {
+            return Err(StoreError::Stale);
+        }
+        self.cache.record_pushed(&[], &lock_ref, None)?;
+        Ok(())
+    }
+}
+
+fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
+    ObjectId::from_hex(revision.as_bytes())
+        .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
+}
+
+#[async_trait]
+impl StateStore for RemoteStore {
+    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.snapshot_blocking(&path)).await
+    }
+
+    async fn update_state(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
+        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
+            .await
+    }
+
+    async fn create_lock(
+        &self,
+        path: &StatePath,
+        content: Bytes,
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let (path, message) = (path.clone(), message.to_owned());
+        self.run(move |store| store.create_lock_blocking(&path, &content, &message))
+            .await
+    }
+
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.read_lock_blocking(&path)).await
+    }
+
+    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let (path, tip) = (path.clone(), tip.clone());
+        self.run(move |store| store.delete_lock_blocking(&path, &tip))
+            .await
+    }
+}

@@ -1,0 +1,391 @@
+//! `RemoteStore` against real servers on 127.0.0.1 (`git daemon`, `file://`, lighttpd + `git
+//! http-backend` with basic auth), checked with the real git CLI.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::servers::{bare_repo, free_port, have_lighttpd, GitDaemon, GitHttp};
+use common::{git, sp, write_retrying};
+use gitstate_core::{Credentials, LockCreate, StateChange, StateStore, StoreError};
+use gitstate_git::{RemoteConfig, RemoteStore};
+
+fn store(url: &str, cache: &Path, credentials: Option<Credentials>) -> RemoteStore {
+    RemoteStore::new(RemoteConfig {
+        url: url.to_string(),
+        git_ref: "main".into(),
+        credentials,
+        cache_dir: cache.to_path_buf(),
+        timeout: Duration::from_secs(10),
+    })
+    .unwrap()
+}
+
+/// What plain git must see after our pushes: a clean fsck, a clone, one commit per write.
+fn check_with_git(bare: &Path, scratch: &Path) {
+    git(bare, &["fsck", "--strict", "--no-dangling"]);
+    let clone = scratch.join("clone");
+    git(
+        scratch,
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let log = git(&clone, &["log", "--format=%s|%an", "--", "prod.tfstate"]);
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        vec![
+            "Delete prod by test|gitstate",
+            "Update prod (serial 2) by test|gitstate",
+            "Update prod (serial 1) by test|gitstate",
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(clone.join("team/a/prod.tfstate")).unwrap(),
+        "nested"
+    );
+    for rev in git(&clone, &["rev-list", "HEAD"]).lines() {
+        let files = git(&clone, &["show", "--format=", "--name-only", "--root", rev]);
+        assert_eq!(files.lines().count(), 1, "commit {rev} changes one file");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_daemon_conformance_and_git_reads_it() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let s = store(&daemon.url("states"), cache.path(), None);
+    common::conformance(&s, "").await;
+    check_with_git(&bare, repos.path());
+    // No lock branches are left behind.
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_url_conformance_and_git_reads_it() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let url = format!("file://{}", bare.display());
+    let s = store(&url, cache.path(), None);
+    common::conformance(&s, "").await;
+    check_with_git(&bare, repos.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cas_rejected_when_someone_else_moved_the_branch() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let s = store(&daemon.url("states"), cache.path(), None);
+    let path = sp("prod.tfstate");
+    let v1 = s
+        .update_state(
+            &path,
+            None,
+            StateChange::Write(Bytes::from_static(b"1")),
+            "one",
+        )
+        .await
+        .unwrap();
+    // Another client pushes on top of v1 with the git CLI.
+    let work = repos.path().join("work");
+    git(
+        repos.path(),
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(work.join("other.tfstate"), "x").unwrap();
+    git(&work, &["add", "other.tfstate"]);
+    git(&work, &["commit", "-q", "-m", "other"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+    let moved = git(&bare, &["rev-parse", "main"]).trim().to_string();
+    // Writing from v1 loses.
+    let r = s
+        .update_state(
+            &path,
+            Some(&v1),
+            StateChange::Write(Bytes::from_static(b"2")),
+            "two",
+        )
+        .await;
+    assert_eq!(r, Err(StoreError::Stale));
+    assert_eq!(git(&bare, &["rev-parse", "main"]).trim(), moved);
+    // A fresh snapshot sees the new tip and the write succeeds on it.
+    let snap = s.snapshot(&path).await.unwrap();
+    assert_eq!(snap.state_tip.as_deref(), Some(moved.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"1"[..]));
+    s.update_state(
+        &path,
+        Some(&moved),
+        StateChange::Write(Bytes::from_static(b"2")),
+        "two",
+    )
+    .await
+    .unwrap();
+    assert_eq!(git(&bare, &["show", "main:prod.tfstate"]), "2");
+    assert_eq!(git(&bare, &["show", "main:other.tfstate"]), "x");
+    git(&bare, &["fsck", "--strict"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_lockers_and_writers_over_git_daemon() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let s: Arc<dyn StateStore> = Arc::new(store(&daemon.url("states"), cache.path(), None));
+    common::concurrent_lockers(s.clone(), "prod.tfstate").await;
+
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        // A store per request, as the registry builds them: they share the cache.
+        let s: Arc<dyn StateStore> = Arc::new(store(&daemon.url("states"), cache.path(), None));
+        tasks.push(tokio::spawn(async move {
+            let path = sp(&format!("w{w}/s.tfstate"));
+            for i in 0..5 {
+                write_retrying(s.as_ref(), &path, format!("{i}").as_bytes(), "w").await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(git(&bare, &["rev-list", "--count", "main"]).trim(), "20");
+    for w in 0..4 {
+        assert_eq!(git(&bare, &["show", &format!("main:w{w}/s.tfstate")]), "4");
+    }
+    git(&bare, &["fsck", "--strict"]);
+}
+
+/// A repository with `n` commits of history, made with the git CLI.
+fn repo_with_history(dir: &Path, name: &str, n: usize) -> std::path::PathBuf {
+    let bare = bare_repo(dir, name);
+    let work = dir.join(format!("{name}-work"));
+    git(
+        dir,
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
+    );
+    for i in 0..n {
+        std::fs::write(work.join("prod.tfstate"), format!("{{\"serial\":{i}}}")).unwrap();
+        git(&work, &["add", "prod.tfstate"]);
+        git(&work, &["commit", "-q", "-m", &format!("c{i}")]);
+    }
+    git(&work, &["push", "-q", "origin", "main"]);
+    bare
+}
+
+fn cache_commit_count(cache_repo: &Path) -> usize {
+    git(cache_repo, &["rev-list", "--all", "--count"])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shallow_cache_stays_shallow() {
+    let repos = tempfile::tempdir().unwrap();
+    let over_daemon = repo_with_history(repos.path(), "history", 50);
+    let over_file = repo_with_history(repos.path(), "history2", 50);
+    let daemon = GitDaemon::start(repos.path());
+    for (url, bare) in [
+        (daemon.url("history"), over_daemon),
+        (format!("file://{}", over_file.display()), over_file.clone()),
+    ] {
+        let cache = tempfile::tempdir().unwrap();
+        let s = store(&url, cache.path(), None);
+        let path = sp("prod.tfstate");
+        let snap = s.snapshot(&path).await.unwrap();
+        assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":49}"[..]));
+        assert_eq!(cache_commit_count(s.cache_dir()), 1, "{url}: only the tip");
+        assert!(s.cache_dir().join("shallow").exists(), "{url}");
+        // Our write, then someone else's commit: the cache gets the new tips, never the history.
+        let tip = snap.state_tip.unwrap();
+        s.update_state(
+            &path,
+            Some(&tip),
+            StateChange::Write(Bytes::from_static(b"{}")),
+            "w",
+        )
+        .await
+        .unwrap();
+        let work = repos.path().join(format!(
+            "{}-work",
+            bare.file_stem().unwrap().to_str().unwrap()
+        ));
+        git(&work, &["pull", "-q", "origin", "main"]);
+        std::fs::write(work.join("other.tfstate"), "o").unwrap();
+        git(&work, &["add", "other.tfstate"]);
+        git(&work, &["commit", "-q", "-m", "other"]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        let snap = s.snapshot(&path).await.unwrap();
+        assert_eq!(snap.state.as_deref(), Some(&b"{}"[..]));
+        let n = cache_commit_count(s.cache_dir());
+        assert!(n <= 3, "{url}: {n} commits in the cache");
+        git(&bare, &["fsck", "--strict"]);
+        assert_eq!(git(&bare, &["rev-list", "--count", "main"]).trim(), "52");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    let cache = tempfile::tempdir().unwrap();
+    let port = free_port();
+    for url in [
+        format!("git://127.0.0.1:{port}/x.git"),
+        format!("http://127.0.0.1:{port}/git/x.git"),
+    ] {
+        let s = store(&url, cache.path(), None);
+        let started = Instant::now();
+        let err = s.snapshot(&sp("a")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{url}: {err:?}");
+        let err = s
+            .update_state(
+                &sp("a"),
+                None,
+                StateChange::Write(Bytes::from_static(b"x")),
+                "m",
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{url}: {err:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[tokio::test]
+async fn missing_repository_is_a_remote_error() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(repos.path());
+    let s = store(&daemon.url("nope"), cache.path(), None);
+    let err = s.snapshot(&sp("a")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Remote(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn smart_http_with_basic_auth() {
+    if !have_lighttpd() {
+        eprintln!("lighttpd is not installed: skipping the smart HTTP test");
+        return;
+    }
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let http = GitHttp::start(repos.path(), "alice", "s3cret-pw");
+    let url = http.url("states");
+    let good = Some(Credentials {
+        username: "alice".into(),
+        password: "s3cret-pw".into(),
+    });
+    let s = store(&url, cache.path(), good.clone());
+    common::conformance(&s, "").await;
+    check_with_git(&bare, repos.path());
+    let shared: Arc<dyn StateStore> = Arc::new(s);
+    common::concurrent_lockers(shared, "other.tfstate").await;
+
+    // Wrong password, no password: Unauthorized, and the password never shows.
+    let wrong = store(
+        &url,
+        cache.path(),
+        Some(Credentials {
+            username: "alice".into(),
+            password: "wrong-pw-123".into(),
+        }),
+    );
+    let err = wrong.snapshot(&sp("prod.tfstate")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+    assert!(!format!("{err:?}").contains("wrong-pw-123"));
+    let err = wrong
+        .create_lock(&sp("prod.tfstate"), Bytes::from_static(b"{}"), "m")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+    let none = store(&url, cache.path(), None);
+    let err = none.snapshot(&sp("prod.tfstate")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+    // Credentials inside the URL work and never show in messages.
+    let embedded = store(
+        &format!(
+            "http://alice:s3cret-pw@127.0.0.1:{}/git/states.git",
+            http.port
+        ),
+        cache.path(),
+        None,
+    );
+    assert_eq!(embedded.url(), url);
+    let snap = embedded.snapshot(&sp("team/a/prod.tfstate")).await.unwrap();
+    assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
+    let bad_embedded = store(
+        &format!(
+            "http://alice:wrong-pw-123@127.0.0.1:{}/git/states.git",
+            http.port
+        ),
+        cache.path(),
+        None,
+    );
+    let err = bad_embedded.snapshot(&sp("a")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
+    assert!(!err.to_string().contains("wrong-pw-123"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_held_is_reported_without_pushing() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let s = store(&daemon.url("states"), cache.path(), None);
+    let path = sp("env/prod.tfstate");
+    assert_eq!(
+        s.create_lock(&path, Bytes::from_static(b"{\"ID\":\"a\"}"), "Lock")
+            .await
+            .unwrap(),
+        LockCreate::Created
+    );
+    // A second process with its own cache sees the lock.
+    let other_cache = tempfile::tempdir().unwrap();
+    let other = store(&daemon.url("states"), other_cache.path(), None);
+    let held = other
+        .create_lock(&path, Bytes::from_static(b"{\"ID\":\"b\"}"), "Lock")
+        .await
+        .unwrap();
+    let tip = git(&bare, &["rev-parse", "refs/heads/locks/env/prod.tfstate"]);
+    assert_eq!(
+        held,
+        LockCreate::Held {
+            tip: tip.trim().to_string(),
+            content: Bytes::from_static(b"{\"ID\":\"a\"}")
+        }
+    );
+    assert_eq!(
+        git(
+            &bare,
+            &["show", "locks/env/prod.tfstate:env/prod.tfstate.lock"]
+        ),
+        "{\"ID\":\"a\"}"
+    );
+    other
+        .delete_lock(&path, &tip.trim().to_string())
+        .await
+        .unwrap();
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+}
