@@ -389,3 +389,101 @@ async fn lock_held_is_reported_without_pushing() {
         .unwrap();
     assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
 }
+
+#[tokio::test]
+async fn refused_push_is_a_remote_error_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let hook = bare.join("hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho 'states are frozen today' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let daemon = GitDaemon::start(repos.path());
+    let s = store(&daemon.url("states"), cache.path(), None);
+    let err = s
+        .update_state(&sp("a.tfstate"), None, StateChange::Write(Bytes::from_static(b"x")), "m")
+        .await
+        .unwrap_err();
+    match err {
+        StoreError::Remote(m) => {
+            assert!(m.contains("pre-receive hook declined"), "{m}");
+            assert!(m.contains("states are frozen today"), "{m}");
+        }
+        other => panic!("expected Remote, got {other:?}"),
+    }
+    assert_eq!(git(&bare, &["for-each-ref"]), "");
+}
+
+/// Medians of warm operations per transport; run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn latency() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let http = have_lighttpd().then(|| GitHttp::start(repos.path(), "u", "p"));
+    let mut urls = vec![
+        ("git://", daemon.url("states"), None),
+        ("file://", format!("file://{}", bare.display()), None),
+    ];
+    if let Some(h) = &http {
+        urls.push((
+            "http",
+            h.url("states"),
+            Some(Credentials {
+                username: "u".into(),
+                password: "p".into(),
+            }),
+        ));
+    }
+    let big = Bytes::from(vec![b'x'; 1 << 20]);
+    for (name, url, creds) in urls {
+        let cache = tempfile::tempdir().unwrap();
+        let s = store(&url, cache.path(), creds);
+        let path = sp(&format!("{}.tfstate", name.trim_end_matches("://")));
+        let median = |mut v: Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let (mut snaps, mut pushes, mut big_pushes, mut locks) = (vec![], vec![], vec![], vec![]);
+        for i in 0..15 {
+            let t = Instant::now();
+            let snap = s.snapshot(&path).await.unwrap();
+            snaps.push(t.elapsed());
+            let t = Instant::now();
+            s.update_state(
+                &path,
+                snap.state_tip.as_ref(),
+                StateChange::Write(Bytes::from(format!("{{\"serial\":{i}}}"))),
+                "m",
+            )
+            .await
+            .unwrap();
+            pushes.push(t.elapsed());
+            let snap = s.snapshot(&path).await.unwrap();
+            let mut body = big.to_vec();
+            body[0] = b'0' + (i % 10) as u8;
+            let t = Instant::now();
+            s.update_state(&path, snap.state_tip.as_ref(), StateChange::Write(body.into()), "m")
+                .await
+                .unwrap();
+            big_pushes.push(t.elapsed());
+            let t = Instant::now();
+            assert_eq!(
+                s.create_lock(&path, Bytes::from_static(b"{}"), "l").await.unwrap(),
+                LockCreate::Created
+            );
+            let (tip, _) = s.read_lock(&path).await.unwrap().unwrap();
+            s.delete_lock(&path, &tip).await.unwrap();
+            locks.push(t.elapsed());
+        }
+        println!(
+            "{name:8} snapshot (tip unchanged) {:?} | push small {:?} | push 1 MB {:?} | lock+read+unlock {:?}",
+            median(snaps),
+            median(pushes),
+            median(big_pushes),
+            median(locks)
+        );
+    }
+}
