@@ -10,7 +10,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 export GITSTATE_TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gitstate-target}
-export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 start=$SECONDS
