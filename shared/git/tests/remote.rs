@@ -397,12 +397,21 @@ async fn refused_push_is_a_remote_error_with_the_reason() {
     let cache = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "states");
     let hook = bare.join("hooks/pre-receive");
-    std::fs::write(&hook, "#!/bin/sh\necho 'states are frozen today' >&2\nexit 1\n").unwrap();
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho 'states are frozen today' >&2\nexit 1\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let daemon = GitDaemon::start(repos.path());
     let s = store(&daemon.url("states"), cache.path(), None);
     let err = s
-        .update_state(&sp("a.tfstate"), None, StateChange::Write(Bytes::from_static(b"x")), "m")
+        .update_state(
+            &sp("a.tfstate"),
+            None,
+            StateChange::Write(Bytes::from_static(b"x")),
+            "m",
+        )
         .await
         .unwrap_err();
     match err {
@@ -465,13 +474,20 @@ async fn latency() {
             let mut body = big.to_vec();
             body[0] = b'0' + (i % 10) as u8;
             let t = Instant::now();
-            s.update_state(&path, snap.state_tip.as_ref(), StateChange::Write(body.into()), "m")
-                .await
-                .unwrap();
+            s.update_state(
+                &path,
+                snap.state_tip.as_ref(),
+                StateChange::Write(body.into()),
+                "m",
+            )
+            .await
+            .unwrap();
             big_pushes.push(t.elapsed());
             let t = Instant::now();
             assert_eq!(
-                s.create_lock(&path, Bytes::from_static(b"{}"), "l").await.unwrap(),
+                s.create_lock(&path, Bytes::from_static(b"{}"), "l")
+                    .await
+                    .unwrap(),
                 LockCreate::Created
             );
             let (tip, _) = s.read_lock(&path).await.unwrap().unwrap();

@@ -19,7 +19,12 @@ async fn shallow_fetch_over_protocol_v1_stays_shallow() {
     let work = dir.path().join("work");
     git(
         dir.path(),
-        &["clone", "-q", bare.to_str().unwrap(), work.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
     );
     for i in 0..50 {
         std::fs::write(work.join("prod.tfstate"), format!("{i}")).unwrap();
@@ -61,6 +66,10 @@ async fn shallow_fetch_over_protocol_v1_stays_shallow() {
     assert_eq!(snap.state.as_deref(), Some(&b"49"[..]));
     assert!(marker.exists(), "the v1-only upload-pack served the fetch");
     let count = git(store.cache_dir(), &["rev-list", "--all", "--count"]);
-    assert_eq!(count.trim(), "1", "depth 1 over protocol v1, not the history");
+    assert_eq!(
+        count.trim(),
+        "1",
+        "depth 1 over protocol v1, not the history"
+    );
     assert!(store.cache_dir().join("shallow").exists());
 }

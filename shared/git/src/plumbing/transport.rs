@@ -127,10 +127,17 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
                 .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
             Box::new(t)
         }
-        Scheme::Ssh => Box::new(
-            ssh::connect(url, version, Default::default(), false)
-                .map_err(|e| StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}"))))?,
-        ),
+        Scheme::Ssh => {
+            // Git's conventions for choosing the ssh program (keys and agents are ssh's business).
+            let command = std::env::var_os("GIT_SSH_COMMAND").or_else(|| std::env::var_os("GIT_SSH"));
+            let options = ssh::connect::Options {
+                command,
+                ..Default::default()
+            };
+            Box::new(ssh::connect(url, version, options, false).map_err(|e| {
+                StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}")))
+            })?)
+        }
         other => {
             return Err(StoreError::Internal(format!(
                 "the URL scheme '{other}' is not supported; use https://, http://, ssh://, git:// or file://"
@@ -313,7 +320,13 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         .is_some()
         || error.is_unauthenticated()
     {
-        return StoreError::Unauthorized(text);
+        // gix's own wording here is about credential helpers, which gitstate does not use.
+        let how = match (&endpoint.credentials, &endpoint.url.scheme) {
+            (_, Scheme::Ssh) => "the ssh key was not accepted",
+            (Some(_), _) => "the credentials were not accepted",
+            (None, _) => "it requires credentials and none were given",
+        };
+        return StoreError::Unauthorized(format!("{what} {}: {how}", endpoint.display));
     }
     for e in error.iter_errors() {
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {

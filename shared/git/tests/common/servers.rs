@@ -9,6 +9,13 @@ use std::time::{Duration, Instant};
 /// A child process killed on drop.
 pub struct ChildGuard(Child);
 
+impl ChildGuard {
+    /// Guards `child`.
+    pub fn new(child: Child) -> ChildGuard {
+        ChildGuard(child)
+    }
+}
+
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         let _ = self.0.kill();
