@@ -104,6 +104,34 @@ impl Cache {
         endpoint: &Endpoint,
         names: &[&str],
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
+        // Another process sharing the cache directory may hold its `shallow.lock` for the
+        // duration of a fetch; gix then fails at once. Wait for it a little, bounded.
+        let mut attempt = 0u32;
+        loop {
+            match self.refresh_once(endpoint, names)? {
+                Some(tips) => return Ok(tips),
+                None if attempt < 100 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(
+                        10 + u64::from(attempt.min(10)) * 5,
+                    ));
+                }
+                None => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the cache {} stayed locked by another process",
+                        self.dir.display()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Cache::refresh`]; `None` when the cache was locked by another process.
+    fn refresh_once(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+    ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
         let repo = self.repo();
         let transport = connect(endpoint, gix::protocol::transport::Protocol::V2)?;
         let is_http = matches!(
@@ -146,17 +174,22 @@ impl Cache {
         }
         if tips.values().all(|id| repo.has_object(id)) {
             // Everything is here: skip the fetch round trip.
-            return Ok(tips);
+            return Ok(Some(tips));
         }
         let _guard = self
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
         let depth = std::num::NonZeroU32::MIN;
-        prepare
+        let received = prepare
             .with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth))
-            .receive(gix::progress::Discard, &AtomicBool::new(false))
-            .map_err(|e| classify(endpoint, "fetching from", &e))?;
+            .receive(gix::progress::Discard, &AtomicBool::new(false));
+        if let Err(e) = received {
+            if is_local_lock_busy(&e) {
+                return Ok(None);
+            }
+            return Err(classify(endpoint, "fetching from", &e));
+        }
         let repo = self.repo();
         for (name, id) in &tips {
             if !repo.has_object(id) {
@@ -166,7 +199,7 @@ impl Cache {
                 )));
             }
         }
-        Ok(tips)
+        Ok(Some(tips))
     }
 
     /// Records objects the remote has just accepted from us, so that the next request finds the
@@ -218,6 +251,14 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).
+fn is_local_lock_busy(error: &gix::Error) -> bool {
+    error.iter_errors().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AlreadyExists)
+    })
 }
 
 /// Where the cache keeps its copy of the remote ref `name`.

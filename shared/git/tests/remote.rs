@@ -345,6 +345,21 @@ async fn smart_http_with_basic_auth() {
     let err = bad_embedded.snapshot(&sp("a")).await.unwrap_err();
     assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
     assert!(!err.to_string().contains("wrong-pw-123"), "{err}");
+
+    // Reading is allowed but pushing is forbidden: 403 → Forbidden.
+    let ro = store(&http.read_only_url("states"), cache.path(), good.clone());
+    let snap = ro.snapshot(&sp("team/a/prod.tfstate")).await.unwrap();
+    assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
+    let err = ro
+        .update_state(
+            &sp("team/a/prod.tfstate"),
+            snap.state_tip.as_ref(),
+            StateChange::Write(Bytes::from_static(b"x")),
+            "m",
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Forbidden(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -502,4 +517,25 @@ async fn latency() {
             median(locks)
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_another_process_holding_the_cache_lock() {
+    let repos = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bare = repo_with_history(repos.path(), "h", 3);
+    let s = store(&format!("file://{}", bare.display()), cache.path(), None);
+    // What a concurrent fetch of another process looks like.
+    let lock = s.cache_dir().join("shallow.lock");
+    std::fs::write(&lock, "").unwrap();
+    let releaser = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+    let snap = s.snapshot(&sp("prod.tfstate")).await.unwrap();
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+    releaser.join().unwrap();
 }

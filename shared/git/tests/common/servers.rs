@@ -161,10 +161,11 @@ server.document-root = "{docroot}"
 server.errorlog = "{errorlog}"
 server.max-request-size = 0
 server.stream-request-body = 0
-alias.url = ( "/git/" => "{backend}/" )
+alias.url = ( "/git/" => "{backend}/", "/ro/" => "{backend}/" )
 auth.backend = "htpasswd"
 auth.backend.htpasswd.userfile = "{htpasswd}"
-auth.require = ( "/git/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
+auth.require = ( "/git/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ),
+                 "/ro/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
 $HTTP["url"] =~ "^/git/" {{
     cgi.assign = ( "" => "" )
     setenv.add-environment = (
@@ -174,6 +175,20 @@ $HTTP["url"] =~ "^/git/" {{
         "GIT_CONFIG_COUNT" => "2",
         "GIT_CONFIG_KEY_0" => "http.receivepack",
         "GIT_CONFIG_VALUE_0" => "true",
+        "GIT_CONFIG_KEY_1" => "safe.directory",
+        "GIT_CONFIG_VALUE_1" => "*",
+        "PATH" => "{path_env}"
+    )
+}}
+$HTTP["url"] =~ "^/ro/" {{
+    cgi.assign = ( "" => "" )
+    setenv.add-environment = (
+        "GIT_PROJECT_ROOT" => "{root}",
+        "GIT_HTTP_EXPORT_ALL" => "1",
+        "GIT_CONFIG_NOSYSTEM" => "1",
+        "GIT_CONFIG_COUNT" => "2",
+        "GIT_CONFIG_KEY_0" => "http.receivepack",
+        "GIT_CONFIG_VALUE_0" => "false",
         "GIT_CONFIG_KEY_1" => "safe.directory",
         "GIT_CONFIG_VALUE_1" => "*",
         "PATH" => "{path_env}"
@@ -213,5 +228,10 @@ $HTTP["url"] =~ "^/git/" {{
     /// `http://127.0.0.1:PORT/git/NAME.git`.
     pub fn url(&self, name: &str) -> String {
         format!("http://127.0.0.1:{}/git/{name}.git", self.port)
+    }
+
+    /// The same repository where pushing is forbidden (`http.receivepack false`: 403).
+    pub fn read_only_url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/ro/{name}.git", self.port)
     }
 }
