@@ -62,6 +62,14 @@ impl Cache {
         if let Some(cache) = caches.get(&dir) {
             return Ok(cache.clone());
         }
+        if needs_reset(&dir) {
+            // Every fetch adds a pack and gix cannot repack: start over once per process when
+            // the cache has grown a long tail. It only ever holds copies of remote data.
+            tracing::info!(cache = %dir.display(), "recreating a cache that grew too many packs");
+            std::fs::remove_dir_all(&dir).map_err(|e| {
+                StoreError::Internal(format!("cannot reset the cache {}: {e}", dir.display()))
+            })?;
+        }
         let repo = if dir.join("HEAD").exists() {
             gix::ThreadSafeRepository::open_opts(&dir, open_options())
                 .map_err(internal("opening the cache repository"))?
@@ -251,6 +259,21 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// Packs a cache may collect before it is recreated (at the next process start).
+const MAX_PACKS: usize = 256;
+
+fn needs_reset(dir: &Path) -> bool {
+    let packs = std::fs::read_dir(dir.join("objects/pack"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+                .count()
+        })
+        .unwrap_or(0);
+    packs > MAX_PACKS
 }
 
 /// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).
