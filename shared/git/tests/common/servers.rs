@@ -66,11 +66,14 @@ pub struct GitDaemon {
 impl GitDaemon {
     /// Starts the daemon (retrying on a port race).
     pub fn start(base: &Path) -> GitDaemon {
+        // Run `git-daemon` itself: `git daemon` would fork it as a child that outlives a kill
+        // of the `git` wrapper.
+        let exec_path = super::git(base, &["--exec-path"]).trim().to_string();
+        let program = Path::new(&exec_path).join("git-daemon");
         for _ in 0..5 {
             let port = free_port();
-            let mut child = Command::new("git")
+            let mut child = Command::new(&program)
                 .args([
-                    "daemon",
                     "--enable=receive-pack",
                     "--export-all",
                     "--reuseaddr",
