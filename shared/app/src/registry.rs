@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
-use gitstate_git::LocalStore;
+use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{redact_url, Config, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY};
 
@@ -58,11 +58,14 @@ fn open_store(
         let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
         return Ok(Arc::new(store));
     }
-    let _ = (config, credentials);
-    Err(RegistryError::BadAddress(format!(
-        "the repository {} is remote; remote repositories are not supported by this build yet",
-        redact_url(url)
-    )))
+    let store = RemoteStore::new(RemoteConfig {
+        url: url.to_owned(),
+        git_ref: repository.git_ref.clone(),
+        credentials: credentials.cloned(),
+        cache_dir: config.cache_dir.clone(),
+        timeout: config.git_timeout(),
+    })?;
+    Ok(Arc::new(store))
 }
 
 impl Registry {
