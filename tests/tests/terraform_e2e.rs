@@ -260,18 +260,47 @@ fn check_history(s: &Setup, path: &str, latest_serial: u64, get_body: &str) -> u
     subjects.len()
 }
 
+/// How the Terraform configuration addresses the lock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LockStyle {
+    /// `lock_address = unlock_address = /state/…` with the LOCK and UNLOCK verbs (the default).
+    WebDav,
+    /// `/lock/…` with `lock_method = "POST"`, `unlock_method = "DELETE"`, for gateways that
+    /// refuse WebDAV verbs.
+    PostDelete,
+}
+
 fn scenario(tf: &Terraform, remote: Remote) {
-    println!("Terraform {} against {remote:?}", tf.version);
+    scenario_with(tf, remote, LockStyle::WebDav)
+}
+
+fn scenario_with(tf: &Terraform, remote: Remote, style: LockStyle) {
+    println!(
+        "Terraform {} against {remote:?}, locks {style:?}",
+        tf.version
+    );
     let s = Setup::new(remote);
     let url = s.state_url(STATE);
+    let lock_url = match style {
+        LockStyle::WebDav => url.clone(),
+        LockStyle::PostDelete => format!("{}/lock/default/{STATE}", s.server.base_url()),
+    };
     let work = tempfile::Builder::new()
         .prefix("gitstate-tf")
         .tempdir()
         .unwrap();
     let dir = work.path();
-    let backend = HttpBackend::new(&url);
+    let mut backend = HttpBackend::new(&url);
+    if style == LockStyle::PostDelete {
+        backend.lock_address = Some(lock_url.clone());
+        backend.unlock_address = Some(lock_url.clone());
+        backend.extra = vec![
+            ("lock_method".into(), "\"POST\"".into()),
+            ("unlock_method".into(), "\"DELETE\"".into()),
+        ];
+    }
     write_main_tf(dir, &backend, 2, "g1");
-    let tag = format!("Terraform {} / {remote:?}", tf.version);
+    let tag = format!("Terraform {} / {remote:?} / {style:?}", tf.version);
 
     // 1. init, apply, plan.
     let out = tf.init(dir);
@@ -341,9 +370,13 @@ fn scenario(tf: &Terraform, remote: Remote) {
     );
 
     // 2. Someone else holds the lock.
+    let lock_method = match style {
+        LockStyle::WebDav => "LOCK",
+        LockStyle::PostDelete => "POST",
+    };
     let (status, body) = http(
-        "LOCK",
-        &url,
+        lock_method,
+        &lock_url,
         Some(&lock_info(OTHER_ID, OTHER_WHO, "OperationTypeApply")),
         None,
     )
@@ -511,6 +544,25 @@ fn tf_1_15_5_smart_http_repository_with_existing_commit() {
 #[test]
 fn tf_1_0_3_git_daemon() {
     scenario(&Terraform::installed("1.0.3"), Remote::GitDaemon);
+}
+
+/// The `/lock/…` alias with POST/DELETE, as configured for gateways that refuse WebDAV verbs.
+#[test]
+fn tf_1_0_3_embedded_default_lock_alias_post_delete() {
+    scenario_with(
+        &Terraform::installed("1.0.3"),
+        Remote::Embedded,
+        LockStyle::PostDelete,
+    );
+}
+
+#[test]
+fn tf_1_15_5_smart_http_lock_alias_post_delete() {
+    scenario_with(
+        &Terraform::installed("1.15.5"),
+        Remote::SmartHttp,
+        LockStyle::PostDelete,
+    );
 }
 
 /// The terraform on PATH (1.11.4 on the development machines; absent on a fresh CI machine,

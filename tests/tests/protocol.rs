@@ -2,10 +2,10 @@
 //! git repository (the embedded default, and a remote behind `git daemon`), checked with the
 //! git CLI the way a user would.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+use gitstate_tests::{bare_repo, GitDaemon, GitHttpServer, Gitstate};
 
 use reqwest::blocking::{Client, Response};
 use reqwest::Method;
@@ -19,75 +19,84 @@ fn lock_info(id: &str, who: &str) -> String {
     )
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// Which repository the server under test writes to.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// `gitstate serve` with no repository: `./.gitstate/default.git`.
+    Embedded,
+    /// A bare repository behind `git daemon --enable=receive-pack` (git://).
+    GitDaemon,
+    /// A bare repository behind lighttpd + `git http-backend` with basic auth.
+    SmartHttp,
 }
 
-/// A running `gitstate serve`, killed on drop.
+/// A running `gitstate serve` and the bare repository it writes to (inspected with the git CLI).
 struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
+    gitstate: Gitstate,
     repo: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until_healthy(base: &str, child: &mut Child) {
-    let client = Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("gitstate exited early: {status}");
-        }
-        if let Ok(r) = client.get(format!("{base}/_/health")).send() {
-            if r.status() == 200 {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gitstate did not become healthy at {base}");
+    _daemon: Option<GitDaemon>,
+    _http: Option<GitHttpServer>,
+    _dir: tempfile::TempDir,
 }
 
 impl Server {
-    /// `gitstate serve` on the embedded default, in a fresh working directory.
-    fn embedded(extra: &[&str]) -> Server {
+    fn start(kind: Kind, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let base = format!("http://127.0.0.1:{port}");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gitstate"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(extra)
-            .current_dir(dir.path())
-            .env_remove("GITSTATE_REPOSITORY")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start gitstate");
-        wait_until_healthy(&base, &mut child);
-        let repo = dir.path().join(".gitstate/default.git");
-        Server {
-            child,
-            base,
-            _dir: dir,
-            repo,
+        let repos = dir.path().join("repos");
+        std::fs::create_dir_all(&repos).expect("repos dir");
+        let quiet = [("RUST_LOG", "warn")];
+        match kind {
+            Kind::Embedded => {
+                let gitstate = Gitstate::start(extra, &quiet, dir.path());
+                let repo = dir.path().join(".gitstate/default.git");
+                Server {
+                    gitstate,
+                    repo,
+                    _daemon: None,
+                    _http: None,
+                    _dir: dir,
+                }
+            }
+            Kind::GitDaemon => {
+                let repo = bare_repo(&repos, "states");
+                let daemon = GitDaemon::start(&repos);
+                let spec = format!("default={}", daemon.url("states"));
+                let mut args = vec!["--repository", spec.as_str()];
+                args.extend_from_slice(extra);
+                let gitstate = Gitstate::start(&args, &quiet, dir.path());
+                Server {
+                    gitstate,
+                    repo,
+                    _daemon: Some(daemon),
+                    _http: None,
+                    _dir: dir,
+                }
+            }
+            Kind::SmartHttp => {
+                let repo = bare_repo(&repos, "states");
+                let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
+                let spec = format!("default={}", http.url("states"));
+                let mut args = vec!["--repository", spec.as_str()];
+                args.extend_from_slice(extra);
+                let env = [
+                    ("RUST_LOG", "warn"),
+                    ("GIT_USERNAME", "terraform"),
+                    ("GIT_PASSWORD", "s3cret-pass"),
+                ];
+                let gitstate = Gitstate::start(&args, &env, dir.path());
+                Server {
+                    gitstate,
+                    repo,
+                    _daemon: None,
+                    _http: Some(http),
+                    _dir: dir,
+                }
+            }
         }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
+        format!("{}{}", self.gitstate.base_url(), path)
     }
 
     fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
@@ -106,7 +115,8 @@ impl Server {
     /// status and body.
     fn send_raw(&self, method: &str, target: &str) -> (u16, String) {
         use std::io::{Read, Write};
-        let address = self.base.trim_start_matches("http://");
+        let base = self.gitstate.base_url();
+        let address = base.trim_start_matches("http://");
         let mut stream = std::net::TcpStream::connect(address).expect("connect");
         write!(
             stream,
@@ -163,9 +173,8 @@ fn error_of(response: Response) -> String {
         .to_owned()
 }
 
-#[test]
-fn get_post_replay_and_content_md5() {
-    let s = Server::embedded(&[]);
+fn get_post_replay_and_content_md5(kind: Kind) {
+    let s = Server::start(kind, &[]);
     assert_eq!(
         s.send("GET", "/state/default/prod.tfstate", None).status(),
         204
@@ -234,9 +243,8 @@ fn md5_b64(text: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-#[test]
-fn lock_rules_and_423_bodies() {
-    let s = Server::embedded(&[]);
+fn lock_rules_and_423_bodies(kind: Kind) {
+    let s = Server::start(kind, &[]);
     let a = lock_info("lock-a", "alice@laptop");
     let b = lock_info("lock-b", "bob@ci");
     let p = "/state/default/prod.tfstate";
@@ -305,9 +313,8 @@ fn lock_rules_and_423_bodies() {
     assert_eq!(s.send("UNLOCK", p, Some(&b)).status(), 200);
 }
 
-#[test]
-fn force_unlock_terraform_and_opentofu() {
-    let s = Server::embedded(&[]);
+fn force_unlock_terraform_and_opentofu(kind: Kind) {
+    let s = Server::start(kind, &[]);
     let p = "/state/default/prod.tfstate";
     // Terraform force-unlock: empty body.
     assert_eq!(
@@ -345,9 +352,8 @@ fn force_unlock_terraform_and_opentofu() {
     assert_eq!(lock_refs(&s), "");
 }
 
-#[test]
-fn bad_input_is_a_4xx_and_writes_nothing() {
-    let s = Server::embedded(&["--max-state-bytes", "4096"]);
+fn bad_input_is_a_4xx_and_writes_nothing(kind: Kind) {
+    let s = Server::start(kind, &["--max-state-bytes", "4096"]);
     let p = "/state/default/prod.tfstate";
     let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
         (
@@ -469,9 +475,8 @@ fn bad_input_is_a_4xx_and_writes_nothing() {
     assert_eq!(s.send("GET", "/_/health", None).status(), 200);
 }
 
-#[test]
-fn concurrent_writers_lose_nothing() {
-    let s = Server::embedded(&[]);
+fn concurrent_writers_lose_nothing(kind: Kind) {
+    let s = Server::start(kind, &[]);
     let writers = 8;
     let writes = 20;
     std::thread::scope(|scope| {
@@ -506,9 +511,8 @@ fn concurrent_writers_lose_nothing() {
     }
 }
 
-#[test]
-fn concurrent_lockers_exactly_one_wins() {
-    let s = Server::embedded(&[]);
+fn concurrent_lockers_exactly_one_wins(kind: Kind) {
+    let s = Server::start(kind, &[]);
     let statuses: Vec<u16> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..10)
             .map(|i| {
@@ -540,3 +544,21 @@ fn concurrent_lockers_exactly_one_wins() {
         "{statuses:?}"
     );
 }
+
+/// Runs each scenario against each kind of repository.
+macro_rules! for_each_kind {
+    ($($scenario:ident),* $(,)?) => {
+        mod embedded { $( #[test] fn $scenario() { super::$scenario(super::Kind::Embedded) } )* }
+        mod git_daemon { $( #[test] fn $scenario() { super::$scenario(super::Kind::GitDaemon) } )* }
+        mod smart_http { $( #[test] fn $scenario() { super::$scenario(super::Kind::SmartHttp) } )* }
+    };
+}
+
+for_each_kind!(
+    get_post_replay_and_content_md5,
+    lock_rules_and_423_bodies,
+    force_unlock_terraform_and_opentofu,
+    bad_input_is_a_4xx_and_writes_nothing,
+    concurrent_writers_lose_nothing,
+    concurrent_lockers_exactly_one_wins,
+);
