@@ -493,7 +493,9 @@ fn concurrent_writers_lose_nothing(kind: Kind) {
                         .body(body)
                         .send()
                         .expect("post");
-                    assert_eq!(r.status(), 200, "writer {w} write {serial}");
+                    let status = r.status();
+                    let text = r.text().unwrap_or_default();
+                    assert_eq!(status, 200, "writer {w} write {serial}: {text}");
                 }
             });
         }

@@ -32,14 +32,21 @@ impl std::fmt::Debug for Cache {
     }
 }
 
+/// Pack index slots of the cache's object database. gix fixes the number when the repository is
+/// opened and every fetch adds a pack, so a long-running process needs room for many: a slot
+/// costs a few dozen bytes until its pack is used.
+const OBJECT_STORE_SLOTS: u16 = 8192;
+
 fn open_options() -> gix::open::Options {
-    gix::open::Options::isolated().config_overrides([
-        // Needed by reflog-writing code paths; the cache is never shown to anyone.
-        format!("user.name={}", crate::objects::COMMITTER_NAME),
-        format!("user.email={}", crate::objects::COMMITTER_EMAIL),
-        "core.filesRefLockTimeout=3000".to_string(),
-        "core.logAllRefUpdates=false".to_string(),
-    ])
+    gix::open::Options::isolated()
+        .object_store_slots(gix::odb::store::init::Slots::Given(OBJECT_STORE_SLOTS))
+        .config_overrides([
+            // Needed by reflog-writing code paths; the cache is never shown to anyone.
+            format!("user.name={}", crate::objects::COMMITTER_NAME),
+            format!("user.email={}", crate::objects::COMMITTER_EMAIL),
+            "core.filesRefLockTimeout=3000".to_string(),
+            "core.logAllRefUpdates=false".to_string(),
+        ])
 }
 
 /// The directory name of the cache of `url` (which must carry no credentials).
@@ -224,10 +231,12 @@ impl Cache {
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
         let repo = self.repo();
-        for (id, kind, data) in objects {
+        // Concurrent readers take "the tip commit is here" to mean "its whole tree is here"
+        // (that is how a fetch is skipped), so no object may appear before those it references.
+        for (id, kind, data) in in_dependency_order(objects) {
             if !repo.has_object(id) {
                 repo.objects
-                    .write_buf(*kind, data)
+                    .write_buf(kind, data)
                     .map_err(internal("recording pushed objects"))?;
             }
         }
@@ -259,6 +268,52 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// `objects` ordered so that each comes after every object of the set it references: blobs, then
+/// trees children-first, then commits (a commit's parent is never in the same push).
+fn in_dependency_order(
+    objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+) -> Vec<(ObjectId, gix::objs::Kind, &[u8])> {
+    use gix::objs::Kind;
+    let trees: HashMap<ObjectId, &[u8]> = objects
+        .iter()
+        .filter(|(_, kind, _)| *kind == Kind::Tree)
+        .map(|(id, _, data)| (*id, data.as_slice()))
+        .collect();
+    let mut ordered: Vec<(ObjectId, Kind, &[u8])> = objects
+        .iter()
+        .filter(|(_, kind, _)| *kind == Kind::Blob)
+        .map(|(id, kind, data)| (*id, *kind, data.as_slice()))
+        .collect();
+    let mut placed = std::collections::HashSet::new();
+    fn place<'a>(
+        id: ObjectId,
+        trees: &HashMap<ObjectId, &'a [u8]>,
+        placed: &mut std::collections::HashSet<ObjectId>,
+        ordered: &mut Vec<(ObjectId, gix::objs::Kind, &'a [u8])>,
+    ) {
+        let Some(data) = trees.get(&id) else { return };
+        if !placed.insert(id) {
+            return;
+        }
+        for entry in gix::objs::TreeRefIter::from_bytes(data, gix::hash::Kind::Sha1).flatten() {
+            if entry.mode.is_tree() {
+                place(entry.oid.to_owned(), trees, placed, ordered);
+            }
+        }
+        ordered.push((id, gix::objs::Kind::Tree, data));
+    }
+    for id in trees.keys() {
+        place(*id, &trees, &mut placed, &mut ordered);
+    }
+    ordered.extend(
+        objects
+            .iter()
+            .filter(|(_, kind, _)| !matches!(kind, Kind::Blob | Kind::Tree))
+            .map(|(id, kind, data)| (*id, *kind, data.as_slice())),
+    );
+    ordered
 }
 
 /// Packs a cache may collect before it is recreated (at the next process start).
