@@ -682,6 +682,19 @@ pub fn http(
     Ok((status, text))
 }
 
+/// The `Who` Terraform puts in its LockInfo on this machine: `user@hostname`.
+pub fn terraform_who() -> String {
+    let user = Command::new("id")
+        .arg("-un")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!("{user}@{host}")
+}
+
 /// A Terraform LockInfo JSON document with `ID` = `id` and `Who` = `who`.
 pub fn lock_info(id: &str, who: &str, operation: &str) -> String {
     serde_json::json!({

@@ -216,8 +216,14 @@ fn check_history(s: &Setup, path: &str, latest_serial: u64, get_body: &str) -> u
     );
     let mut serials = Vec::new();
     for subject in &subjects {
-        let (serial, _who) = parse_update(subject, path)
+        let (serial, who) = parse_update(subject, path)
             .unwrap_or_else(|| panic!("commit subject {subject:?} is not `Update {path} (serial N) by WHO`; all: {subjects:#?}{ctx}"));
+        // Terraform writes while holding its own lock, whose Who is user@hostname.
+        assert_eq!(
+            who,
+            terraform_who(),
+            "commit {subject:?}: WHO must be the lock holder's Who{ctx}"
+        );
         serials.push(serial);
     }
     assert_eq!(
