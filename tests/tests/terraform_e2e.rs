@@ -693,3 +693,132 @@ fn smart_http_wrong_git_credentials_are_refused_without_leaking_them() {
         "nothing was written"
     );
 }
+
+/// Two gitstate servers on one remote (two laptops, or two Lambda containers), and a restart that
+/// reuses a cache: each request checks the remote, so nobody serves a state older than the remote's.
+#[test]
+fn two_servers_on_one_remote_never_serve_a_stale_state() {
+    let tf = Terraform::installed("1.15.5");
+    let repos = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let caches = tempfile::tempdir().unwrap();
+    let git_dir = bare_repo(repos.path(), "states");
+    let http_server = GitHttpServer::start(repos.path(), GIT_USER, GIT_PASS);
+    let repo_arg = format!("default={}", http_server.url("states"));
+    let start = |cache: &str| {
+        let cache = caches.path().join(cache);
+        Gitstate::start(
+            &["--repository", &repo_arg],
+            &[
+                ("GIT_USERNAME", GIT_USER),
+                ("GIT_PASSWORD", GIT_PASS),
+                ("GITSTATE_CACHE_DIR", cache.to_str().unwrap()),
+            ],
+            cwd.path(),
+        )
+    };
+    let mut a = start("a");
+    let b = start("b");
+    let logs = |a: &Gitstate| format!("\n--- A\n{}\n--- B\n{}", a.log(), b.log());
+
+    let dir_a = tempfile::tempdir().unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    write_main_tf(
+        dir_a.path(),
+        &HttpBackend::new(&a.state_url("default", STATE)),
+        1,
+        "g1",
+    );
+    write_main_tf(
+        dir_b.path(),
+        &HttpBackend::new(&b.state_url("default", STATE)),
+        1,
+        "g1",
+    );
+    tf.init(dir_a.path())
+        .expect_code(0, &format!("init via A{}", logs(&a)));
+    tf.apply(dir_a.path())
+        .expect_code(0, &format!("apply via A{}", logs(&a)));
+    let (serial1, _, _, _) = get_state(&a.state_url("default", STATE), &logs(&a));
+
+    // B sees what A wrote.
+    tf.init(dir_b.path())
+        .expect_code(0, &format!("init via B{}", logs(&a)));
+    tf.plan(dir_b.path())
+        .expect_code(0, &format!("plan via B sees A's state{}", logs(&a)));
+
+    // B writes; A (whose cache holds the old tip) must answer with B's state.
+    write_main_tf(
+        dir_b.path(),
+        &HttpBackend::new(&b.state_url("default", STATE)),
+        1,
+        "g2",
+    );
+    tf.apply(dir_b.path())
+        .expect_code(0, &format!("apply via B{}", logs(&a)));
+    let (serial2, _, body_b, _) = get_state(&b.state_url("default", STATE), &logs(&a));
+    assert!(serial2 > serial1, "B's apply wrote a newer serial");
+    let (_, _, body_a, _) = get_state(&a.state_url("default", STATE), &logs(&a));
+    assert_eq!(
+        body_a,
+        body_b,
+        "A must serve the remote's newest state, not its cached one{}",
+        logs(&a)
+    );
+    tf.plan(dir_a.path()).expect_code(
+        2,
+        &format!("plan via A with the old config sees B's change{}", logs(&a)),
+    );
+
+    // A restarted on its old cache, then writing again: nothing of B's is lost.
+    let cache_a = a.cache_dir.clone();
+    drop(a);
+    a = Gitstate::start(
+        &["--repository", &repo_arg],
+        &[
+            ("GIT_USERNAME", GIT_USER),
+            ("GIT_PASSWORD", GIT_PASS),
+            ("GITSTATE_CACHE_DIR", cache_a.to_str().unwrap()),
+        ],
+        cwd.path(),
+    );
+    let (_, _, body_restarted, _) = get_state(&a.state_url("default", STATE), &logs(&a));
+    assert_eq!(
+        body_restarted,
+        body_b,
+        "restarted A serves the newest state{}",
+        logs(&a)
+    );
+    write_main_tf(
+        dir_a.path(),
+        &HttpBackend::new(&a.state_url("default", STATE)),
+        1,
+        "g3",
+    );
+    // The restarted server listens on another port: the backend block changed.
+    tf.run(
+        dir_a.path(),
+        &["init", "-reconfigure", "-input=false", "-no-color"],
+    )
+    .expect_code(0, &format!("init -reconfigure via restarted A{}", logs(&a)));
+    tf.apply(dir_a.path())
+        .expect_code(0, &format!("apply via restarted A{}", logs(&a)));
+    let subjects = git_log_subjects(&git_dir, "main", STATE);
+    let serials: Vec<u64> = subjects
+        .iter()
+        .map(|s| {
+            parse_update(s, STATE)
+                .map(|(n, _)| n)
+                .unwrap_or_else(|| panic!("{s:?}"))
+        })
+        .collect();
+    assert!(
+        serials.windows(2).all(|w| w[0] > w[1]),
+        "serials increase: {serials:?}"
+    );
+    assert!(
+        serials.contains(&serial1) && serials.contains(&serial2),
+        "A's and B's writes are in the history: {serials:?}"
+    );
+    assert!(a.running(), "A is still running");
+}
