@@ -219,6 +219,11 @@ impl Backend {
         caller: &Caller,
         message: impl Fn(&str) -> String,
     ) -> Result<(), BackendError> {
+        let serializer = store.write_serializer();
+        let _serialized = match &serializer {
+            Some(mutex) => Some(mutex.lock().await),
+            None => None,
+        };
         for attempt in 0..self.retry.attempts {
             let snapshot = store.snapshot(path).await?;
             let mut who = caller.display().to_owned();

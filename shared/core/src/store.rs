@@ -135,6 +135,14 @@ pub trait StateStore: Send + Sync + 'static {
             .map(|tip| (tip, snapshot.lock.unwrap_or_default())))
     }
 
+    /// A lock that serializes this process's state writes to the repository. Requests in one
+    /// process then never race each other for the state branch (no wasted pushes, no starved
+    /// writer); compare-and-swap retries only resolve contention with other processes.
+    /// `None`: writes are not serialized.
+    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        None
+    }
+
     /// Deletes the lock branch if it is still at `tip`; [`StoreError::Stale`] otherwise (also when
     /// it is gone).
     async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;

@@ -24,6 +24,9 @@ pub struct Cache {
     /// Held while fetching or recording pushed objects: gix's shallow file and tracking refs
     /// are updated under lock files that would make a concurrent second fetch fail.
     write_lock: Mutex<()>,
+    /// Serializes this process's state writes to the remote (see
+    /// `StateStore::write_serializer`).
+    state_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -96,6 +99,7 @@ impl Cache {
             repo,
             dir: dir.clone(),
             write_lock: Mutex::new(()),
+            state_writes: Default::default(),
         });
         caches.insert(dir, cache.clone());
         Ok(cache)
@@ -104,6 +108,11 @@ impl Cache {
     /// A thread-local handle on the cache repository.
     pub fn repo(&self) -> gix::Repository {
         self.repo.to_thread_local()
+    }
+
+    /// The lock serializing this process's state writes to this remote.
+    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.state_writes.clone()
     }
 
     /// Where the cache lives.

@@ -24,6 +24,7 @@ const REF_LOCK_TIMEOUT_MS: u32 = 3000;
 #[derive(Clone)]
 pub struct LocalStore {
     repo: gix::ThreadSafeRepository,
+    writes: std::sync::Arc<tokio::sync::Mutex<()>>,
     state_ref: String,
     location: PathBuf,
 }
@@ -94,6 +95,7 @@ impl LocalStore {
         };
         let store = LocalStore {
             repo,
+            writes: Default::default(),
             state_ref: format!("refs/heads/{git_ref}"),
             location: path.to_owned(),
         };
@@ -293,6 +295,10 @@ impl StateStore for LocalStore {
             }
         })
         .await
+    }
+
+    fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
+        Some(self.writes.clone())
     }
 
     async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {

@@ -350,6 +350,10 @@ fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
 
 #[async_trait]
 impl StateStore for RemoteStore {
+    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        Some(self.cache.state_writes())
+    }
+
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let path = path.clone();
         self.run(move |store| store.snapshot_blocking(&path)).await
