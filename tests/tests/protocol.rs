@@ -1,5 +1,5 @@
 //! The HTTP contract (DESIGN §2), row by row, against the real `gitstate` binary serving a real
-//! git repository (the embedded default, and a remote behind `git daemon`), checked with the
+//! git repository (the embedded default, git daemon, smart HTTP with basic auth), checked with the
 //! git CLI the way a user would.
 
 use std::path::{Path, PathBuf};
@@ -30,9 +30,17 @@ enum Kind {
     SmartHttp,
 }
 
+fn start_gitstate((args, env, cwd): &(Vec<String>, Vec<(String, String)>, PathBuf)) -> Gitstate {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Gitstate::start(&args, &env, cwd)
+}
+
 /// A running `gitstate serve` and the bare repository it writes to (inspected with the git CLI).
 struct Server {
     gitstate: Gitstate,
+    /// How `gitstate` was started, to start a second process on the same repository.
+    launch: (Vec<String>, Vec<(String, String)>, PathBuf),
     repo: PathBuf,
     _daemon: Option<GitDaemon>,
     _http: Option<GitHttpServer>,
@@ -44,55 +52,50 @@ impl Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let repos = dir.path().join("repos");
         std::fs::create_dir_all(&repos).expect("repos dir");
-        let quiet = [("RUST_LOG", "warn")];
-        match kind {
-            Kind::Embedded => {
-                let gitstate = Gitstate::start(extra, &quiet, dir.path());
-                let repo = dir.path().join(".gitstate/default.git");
-                Server {
-                    gitstate,
-                    repo,
-                    _daemon: None,
-                    _http: None,
-                    _dir: dir,
-                }
-            }
+        let mut env = vec![("RUST_LOG".to_owned(), "warn".to_owned())];
+        let mut args: Vec<String> = Vec::new();
+        let (mut daemon, mut http) = (None, None);
+        let repo = match kind {
+            Kind::Embedded => dir.path().join(".gitstate/default.git"),
             Kind::GitDaemon => {
                 let repo = bare_repo(&repos, "states");
-                let daemon = GitDaemon::start(&repos);
-                let spec = format!("default={}", daemon.url("states"));
-                let mut args = vec!["--repository", spec.as_str()];
-                args.extend_from_slice(extra);
-                let gitstate = Gitstate::start(&args, &quiet, dir.path());
-                Server {
-                    gitstate,
-                    repo,
-                    _daemon: Some(daemon),
-                    _http: None,
-                    _dir: dir,
-                }
+                let server = GitDaemon::start(&repos);
+                args = vec![
+                    "--repository".into(),
+                    format!("default={}", server.url("states")),
+                ];
+                daemon = Some(server);
+                repo
             }
             Kind::SmartHttp => {
                 let repo = bare_repo(&repos, "states");
-                let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
-                let spec = format!("default={}", http.url("states"));
-                let mut args = vec!["--repository", spec.as_str()];
-                args.extend_from_slice(extra);
-                let env = [
-                    ("RUST_LOG", "warn"),
-                    ("GIT_USERNAME", "terraform"),
-                    ("GIT_PASSWORD", "s3cret-pass"),
+                let server = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
+                args = vec![
+                    "--repository".into(),
+                    format!("default={}", server.url("states")),
                 ];
-                let gitstate = Gitstate::start(&args, &env, dir.path());
-                Server {
-                    gitstate,
-                    repo,
-                    _daemon: None,
-                    _http: Some(http),
-                    _dir: dir,
-                }
+                env.push(("GIT_USERNAME".into(), "terraform".into()));
+                env.push(("GIT_PASSWORD".into(), "s3cret-pass".into()));
+                http = Some(server);
+                repo
             }
+        };
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let launch = (args, env, dir.path().to_owned());
+        let gitstate = start_gitstate(&launch);
+        Server {
+            gitstate,
+            launch,
+            repo,
+            _daemon: daemon,
+            _http: http,
+            _dir: dir,
         }
+    }
+
+    /// Another `gitstate serve` process on the same repository (its own object cache).
+    fn second_process(&self) -> Gitstate {
+        start_gitstate(&self.launch)
     }
 
     fn url(&self, path: &str) -> String {
@@ -547,6 +550,42 @@ fn concurrent_lockers_exactly_one_wins(kind: Kind) {
     );
 }
 
+/// Two server processes (two Lambda containers, say) writing different states of one
+/// repository: their pushes race on the state branch, and compare-and-swap plus rebuild-and-retry
+/// must land every write.
+fn two_processes_lose_nothing(kind: Kind) {
+    let s = Server::start(kind, &[]);
+    let other = s.second_process();
+    let bases = [s.gitstate.base_url(), other.base_url()];
+    let (writers, writes) = (6, 10);
+    std::thread::scope(|scope| {
+        for w in 0..writers {
+            let base = &bases[w % 2];
+            scope.spawn(move || {
+                let client = Client::new();
+                for serial in 1..=writes {
+                    let body = format!(
+                        r#"{{"version":4,"serial":{serial},"lineage":"p{w}","resources":[]}}"#
+                    );
+                    let r = client
+                        .post(format!("{base}/state/default/p{w}.tfstate"))
+                        .body(body)
+                        .send()
+                        .expect("post");
+                    let status = r.status();
+                    let text = r.text().unwrap_or_default();
+                    assert_eq!(status, 200, "writer {w} write {serial}: {text}");
+                }
+            });
+        }
+    });
+    assert_eq!(commit_count(&s), writers * writes);
+    for w in 0..writers {
+        let want = format!(r#"{{"version":4,"serial":{writes},"lineage":"p{w}","resources":[]}}"#);
+        assert_eq!(s.git(&["show", &format!("main:p{w}.tfstate")]), want);
+    }
+}
+
 /// Runs each scenario against each kind of repository.
 macro_rules! for_each_kind {
     ($($scenario:ident),* $(,)?) => {
@@ -563,4 +602,5 @@ for_each_kind!(
     bad_input_is_a_4xx_and_writes_nothing,
     concurrent_writers_lose_nothing,
     concurrent_lockers_exactly_one_wins,
+    two_processes_lose_nothing,
 );
