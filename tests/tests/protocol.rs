@@ -478,22 +478,22 @@ fn bad_input_is_a_4xx_and_writes_nothing(kind: Kind) {
     assert_eq!(s.send("GET", "/_/health", None).status(), 200);
 }
 
-fn concurrent_writers_lose_nothing(kind: Kind) {
-    let s = Server::start(kind, &[]);
-    let writers = 8;
-    let writes = 20;
+/// `writers` threads each POST serials 1..=`writes` to their own state `{prefix}{w}.tfstate`,
+/// writer `w` through server `bases[w % bases.len()]`; every answer must be 200. Then every write
+/// must be a commit and every file its last write.
+fn write_concurrently(s: &Server, bases: &[String], writers: usize, writes: usize, prefix: &str) {
+    let body = |w: usize, serial: usize| {
+        format!(r#"{{"version":4,"serial":{serial},"lineage":"{prefix}{w}","resources":[]}}"#)
+    };
     std::thread::scope(|scope| {
         for w in 0..writers {
-            let s = &s;
+            let base = &bases[w % bases.len()];
             scope.spawn(move || {
                 let client = Client::new();
                 for serial in 1..=writes {
-                    let body = format!(
-                        r#"{{"version":4,"serial":{serial},"lineage":"w{w}","resources":[]}}"#
-                    );
                     let r = client
-                        .post(s.url(&format!("/state/default/w{w}.tfstate")))
-                        .body(body)
+                        .post(format!("{base}/state/default/{prefix}{w}.tfstate"))
+                        .body(body(w, serial))
                         .send()
                         .expect("post");
                     let status = r.status();
@@ -503,17 +503,23 @@ fn concurrent_writers_lose_nothing(kind: Kind) {
             });
         }
     });
-    assert_eq!(commit_count(&s), writers * writes);
+    assert_eq!(commit_count(s), writers * writes);
     for w in 0..writers {
-        let want = format!(r#"{{"version":4,"serial":{writes},"lineage":"w{w}","resources":[]}}"#);
-        assert_eq!(s.git(&["show", &format!("main:w{w}.tfstate")]), want);
-        let history = s.git(&["log", "--format=%s", "--", &format!("w{w}.tfstate")]);
+        let file = format!("{prefix}{w}.tfstate");
+        assert_eq!(s.git(&["show", &format!("main:{file}")]), body(w, writes));
+        let history = s.git(&["log", "--format=%s", "--", &file]);
         assert_eq!(
             history.lines().count(),
             writes,
-            "every write of w{w} is a commit"
+            "every write of {file} is a commit"
         );
     }
+}
+
+/// 8 writers × 20 POSTs to 8 states of one repository through one server.
+fn concurrent_writers_lose_nothing(kind: Kind) {
+    let s = Server::start(kind, &[]);
+    write_concurrently(&s, &[s.gitstate.base_url()], 8, 20, "w");
 }
 
 fn concurrent_lockers_exactly_one_wins(kind: Kind) {
@@ -556,34 +562,7 @@ fn concurrent_lockers_exactly_one_wins(kind: Kind) {
 fn two_processes_lose_nothing(kind: Kind) {
     let s = Server::start(kind, &[]);
     let other = s.second_process();
-    let bases = [s.gitstate.base_url(), other.base_url()];
-    let (writers, writes) = (6, 10);
-    std::thread::scope(|scope| {
-        for w in 0..writers {
-            let base = &bases[w % 2];
-            scope.spawn(move || {
-                let client = Client::new();
-                for serial in 1..=writes {
-                    let body = format!(
-                        r#"{{"version":4,"serial":{serial},"lineage":"p{w}","resources":[]}}"#
-                    );
-                    let r = client
-                        .post(format!("{base}/state/default/p{w}.tfstate"))
-                        .body(body)
-                        .send()
-                        .expect("post");
-                    let status = r.status();
-                    let text = r.text().unwrap_or_default();
-                    assert_eq!(status, 200, "writer {w} write {serial}: {text}");
-                }
-            });
-        }
-    });
-    assert_eq!(commit_count(&s), writers * writes);
-    for w in 0..writers {
-        let want = format!(r#"{{"version":4,"serial":{writes},"lineage":"p{w}","resources":[]}}"#);
-        assert_eq!(s.git(&["show", &format!("main:p{w}.tfstate")]), want);
-    }
+    write_concurrently(&s, &[s.gitstate.base_url(), other.base_url()], 6, 10, "p");
 }
 
 /// Runs each scenario against each kind of repository.
