@@ -64,7 +64,7 @@ def start_lighttpd(root, repos, port):
     conf = os.path.join(root, "lighttpd.conf")
     with open(conf, "w") as f:
         f.write(f"""
-server.modules = ("mod_alias", "mod_cgi", "mod_setenv", "mod_auth", "mod_authn_file")
+server.modules = ("mod_auth", "mod_authn_file", "mod_alias", "mod_setenv", "mod_cgi")
 server.document-root = "{root}"
 server.bind = "127.0.0.1"
 server.port = {port}

@@ -5,6 +5,76 @@
 //! Porcelain (the stores) lives in `local`, `remote` and `cache`; protocol plumbing (transports,
 //! pkt-lines, send-pack, pack writing) in `plumbing`.
 
+/// Implements [`gitstate_core::StateStore`] for a store type whose operations are blocking
+/// methods (`snapshot_blocking`, `update_state_blocking`, `create_lock_blocking`,
+/// `read_lock_blocking`, `delete_lock_blocking`) run through its `run` (a `spawn_blocking`
+/// wrapper): gix is blocking, the port is async.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! state_store_via_blocking {
+    ($store:ty, |$this:ident| $serializer:expr) => {
+        #[async_trait::async_trait]
+        impl gitstate_core::StateStore for $store {
+            async fn snapshot(
+                &self,
+                path: &gitstate_core::StatePath,
+            ) -> Result<gitstate_core::Snapshot, gitstate_core::StoreError> {
+                let path = path.clone();
+                self.run(move |store| store.snapshot_blocking(&path)).await
+            }
+
+            async fn update_state(
+                &self,
+                path: &gitstate_core::StatePath,
+                base: Option<&gitstate_core::Revision>,
+                change: gitstate_core::StateChange,
+                message: &str,
+            ) -> Result<gitstate_core::Revision, gitstate_core::StoreError> {
+                let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
+                self.run(move |store| {
+                    store.update_state_blocking(&path, base.as_ref(), &change, &message)
+                })
+                .await
+            }
+
+            async fn create_lock(
+                &self,
+                path: &gitstate_core::StatePath,
+                content: bytes::Bytes,
+                message: &str,
+            ) -> Result<gitstate_core::LockCreate, gitstate_core::StoreError> {
+                let (path, message) = (path.clone(), message.to_owned());
+                self.run(move |store| store.create_lock_blocking(&path, &content, &message))
+                    .await
+            }
+
+            async fn read_lock(
+                &self,
+                path: &gitstate_core::StatePath,
+            ) -> Result<Option<(gitstate_core::Revision, bytes::Bytes)>, gitstate_core::StoreError>
+            {
+                let path = path.clone();
+                self.run(move |store| store.read_lock_blocking(&path)).await
+            }
+
+            async fn delete_lock(
+                &self,
+                path: &gitstate_core::StatePath,
+                tip: &gitstate_core::Revision,
+            ) -> Result<(), gitstate_core::StoreError> {
+                let (path, tip) = (path.clone(), tip.clone());
+                self.run(move |store| store.delete_lock_blocking(&path, &tip))
+                    .await
+            }
+
+            fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
+                let $this = self;
+                $serializer
+            }
+        }
+    };
+}
+
 pub mod cache;
 pub mod local;
 pub mod objects;

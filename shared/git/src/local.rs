@@ -6,16 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use gitstate_core::{
-    LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError,
-};
+use gitstate_core::{LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError};
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 use gix::ObjectId;
 
-use crate::objects::{internal, lock_commit, read_file, state_commit};
+use crate::objects::{internal, lock_commit, parse_id, read_file, state_commit};
 
 /// How long a ref update waits for another writer's `.lock` file before giving up (as stale).
 const REF_LOCK_TIMEOUT_MS: u32 = 3000;
@@ -41,11 +38,6 @@ impl std::fmt::Debug for LocalStore {
 fn options() -> gix::open::Options {
     gix::open::Options::isolated()
         .config_overrides([format!("core.filesRefLockTimeout={REF_LOCK_TIMEOUT_MS}")])
-}
-
-fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
-    ObjectId::from_hex(revision.as_bytes())
-        .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
 }
 
 /// Maps a failed ref transaction: a moved ref, an existing ref, a vanished ref, or another writer
@@ -252,66 +244,30 @@ impl LocalStore {
     }
 }
 
-#[async_trait]
-impl StateStore for LocalStore {
-    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
-        let path = path.clone();
-        self.run(move |store| store.snapshot_blocking(&path)).await
-    }
-
-    async fn update_state(
+impl LocalStore {
+    fn read_lock_blocking(
         &self,
         path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &str,
-    ) -> Result<Revision, StoreError> {
-        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
-        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
-            .await
+    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let repo = self.repo.to_thread_local();
+        match self.tip(&path.lock_ref())? {
+            Some(tip) => Ok(Some((
+                tip.to_string(),
+                read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
+            ))),
+            None => Ok(None),
+        }
     }
 
-    async fn create_lock(
-        &self,
-        path: &StatePath,
-        content: Bytes,
-        message: &str,
-    ) -> Result<LockCreate, StoreError> {
-        let (path, message) = (path.clone(), message.to_owned());
-        self.run(move |store| store.create_lock_blocking(&path, &content, &message))
-            .await
-    }
-
-    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
-        let path = path.clone();
-        self.run(move |store| {
-            let repo = store.repo.to_thread_local();
-            match store.tip(&path.lock_ref())? {
-                Some(tip) => Ok(Some((
-                    tip.to_string(),
-                    read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
-                ))),
-                None => Ok(None),
-            }
-        })
-        .await
-    }
-
-    fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
-        Some(self.writes.clone())
-    }
-
-    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
-        let (path, tip) = (path.clone(), tip.clone());
-        self.run(move |store| {
-            let old = parse_id(&tip)?;
-            store.move_ref(
-                &path.lock_ref(),
-                PreviousValue::MustExistAndMatch(Target::Object(old)),
-                None,
-                "unlock",
-            )
-        })
-        .await
+    fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let old = parse_id(tip)?;
+        self.move_ref(
+            &path.lock_ref(),
+            PreviousValue::MustExistAndMatch(Target::Object(old)),
+            None,
+            "unlock",
+        )
     }
 }
+
+crate::state_store_via_blocking!(LocalStore, |store| Some(store.writes.clone()));

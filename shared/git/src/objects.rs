@@ -17,6 +17,12 @@ pub(crate) fn internal<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> Sto
     move |e| StoreError::Internal(format!("{context}: {e}"))
 }
 
+/// Parses a [`gitstate_core::Revision`] back into an object id.
+pub(crate) fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
+    ObjectId::from_hex(revision.as_bytes())
+        .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
+}
+
 fn signature() -> gix::actor::Signature {
     gix::actor::Signature {
         name: COMMITTER_NAME.into(),

@@ -9,16 +9,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use gitstate_core::{
-    Credentials, LockCreate, Revision, Snapshot, StateChange, StatePath, StateStore, StoreError,
+    Credentials, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
 };
 use gix::objs::Kind;
 use gix::ObjectId;
 
 use crate::cache::Cache;
-use crate::objects::{internal, lock_commit, read_file, state_commit};
+use crate::objects::{internal, lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::pack::write_pack;
 use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate};
 use crate::plumbing::transport::Endpoint;
@@ -343,53 +342,4 @@ impl RemoteStore {
     }
 }
 
-fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
-    ObjectId::from_hex(revision.as_bytes())
-        .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
-}
-
-#[async_trait]
-impl StateStore for RemoteStore {
-    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
-        Some(self.cache.state_writes())
-    }
-
-    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
-        let path = path.clone();
-        self.run(move |store| store.snapshot_blocking(&path)).await
-    }
-
-    async fn update_state(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &str,
-    ) -> Result<Revision, StoreError> {
-        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
-        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
-            .await
-    }
-
-    async fn create_lock(
-        &self,
-        path: &StatePath,
-        content: Bytes,
-        message: &str,
-    ) -> Result<LockCreate, StoreError> {
-        let (path, message) = (path.clone(), message.to_owned());
-        self.run(move |store| store.create_lock_blocking(&path, &content, &message))
-            .await
-    }
-
-    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
-        let path = path.clone();
-        self.run(move |store| store.read_lock_blocking(&path)).await
-    }
-
-    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
-        let (path, tip) = (path.clone(), tip.clone());
-        self.run(move |store| store.delete_lock_blocking(&path, &tip))
-            .await
-    }
-}
+crate::state_store_via_blocking!(RemoteStore, |store| Some(store.cache.state_writes()));
