@@ -583,3 +583,100 @@ for_each_kind!(
     concurrent_lockers_exactly_one_wins,
     two_processes_lose_nothing,
 );
+
+/// `gitstate serve --config gitstate.hcl`: named repositories from the file, and the
+/// terraform-backend-git query-style address for a URL the `allow` list admits (and only those).
+#[test]
+fn config_file_repositories_and_query_style_addresses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos dir");
+    let team = bare_repo(&repos, "team");
+    let adhoc = bare_repo(&repos, "adhoc");
+    bare_repo(&repos, "elsewhere");
+    let daemon = GitDaemon::start(&repos);
+    let config = dir.path().join("gitstate.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+repository "team" {{
+  url = "{}"
+  ref = "states"
+}}
+allow = ["{}"]
+"#,
+            daemon.url("team"),
+            daemon.url("adhoc").replace("adhoc.git", "ad*.git"),
+        ),
+    )
+    .expect("write config");
+    let config = config.to_string_lossy().into_owned();
+    let gitstate = Gitstate::start(&["--config", &config], &[("RUST_LOG", "warn")], dir.path());
+    let client = Client::new();
+    let base = gitstate.base_url();
+
+    // A named repository from the file, on its configured branch.
+    let r = client
+        .post(format!("{base}/state/team/net/prod.tfstate"))
+        .body(STATE_1)
+        .send()
+        .expect("post");
+    assert_eq!(r.status(), 200);
+    assert_eq!(git_in(&team, &["show", "states:net/prod.tfstate"]), STATE_1);
+    assert_eq!(
+        client
+            .get(format!("{base}/state/default/x"))
+            .send()
+            .expect("get")
+            .status(),
+        404,
+        "a configuration with repositories has no embedded default"
+    );
+
+    // The query-style address of an allowed URL: every method, lock rules included.
+    let query = |url: &str| {
+        let pairs: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("type", "git")
+            .append_pair("repository", url)
+            .append_pair("ref", "main")
+            .append_pair("state", "envs/dev.tfstate")
+            .finish();
+        format!("{base}/?{pairs}")
+    };
+    let address = query(&daemon.url("adhoc"));
+    assert_eq!(client.get(&address).send().expect("get").status(), 204);
+    let lock = lock_info("adhoc-lock", "ci@runner");
+    let send = |method: &str, url: &str, body: &str| {
+        client
+            .request(Method::from_bytes(method.as_bytes()).expect("method"), url)
+            .body(body.to_owned())
+            .send()
+            .expect("request")
+    };
+    assert_eq!(send("LOCK", &address, &lock).status(), 200);
+    assert_eq!(send("POST", &address, STATE_2).status(), 423);
+    assert_eq!(
+        send("POST", &format!("{address}&ID=adhoc-lock"), STATE_2).status(),
+        200
+    );
+    assert_eq!(send("UNLOCK", &address, &lock).status(), 200);
+    assert_eq!(git_in(&adhoc, &["show", "main:envs/dev.tfstate"]), STATE_2);
+    assert_eq!(
+        git_in(&adhoc, &["log", "-1", "--format=%s", "main"]),
+        "Update envs/dev.tfstate (serial 2) by ci@runner\n"
+    );
+
+    // A URL outside the allow list is refused and nothing is written there.
+    let refused = client
+        .get(query(&daemon.url("elsewhere")))
+        .send()
+        .expect("get");
+    assert_eq!(refused.status(), 403);
+    assert!(error_of(refused).contains("allow"));
+    assert_eq!(
+        git_in(&repos.join("elsewhere.git"), &["for-each-ref"]),
+        "",
+        "nothing written to a refused repository"
+    );
+}
