@@ -16,6 +16,8 @@ start=$SECONDS
 bash scripts/install-test-deps.sh
 echo "test.sh: test components ready ($((SECONDS - start)) s)"
 
+bash scripts/lint-infra.sh
+
 start=$SECONDS
 cargo build --workspace --bins
 export GITSTATE_BIN="$CARGO_TARGET_DIR/debug/gitstate"

@@ -185,11 +185,13 @@ pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
         }
         Ok(None)
     }
-    if let Some(password) = var("GIT_PASSWORD")? {
-        let username = var("GIT_USERNAME")?.unwrap_or_else(|| "git".to_owned());
+    if let Some(password) = var("GIT_PASSWORD")?.filter(|p| !p.is_empty()) {
+        let username = var("GIT_USERNAME")?
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "git".to_owned());
         return Ok(Some(Credentials { username, password }));
     }
-    if let Some(token) = var("GITHUB_TOKEN")? {
+    if let Some(token) = var("GITHUB_TOKEN")?.filter(|t| !t.is_empty()) {
         return Ok(Some(Credentials {
             username: "x-access-token".to_owned(),
             password: token,

@@ -35,6 +35,15 @@ pub struct Settings {
     /// Branch holding the states, for --repository [default: main].
     #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF")]
     pub git_ref: Option<String>,
+    /// URL patterns (`*` matches anything) allowed for query-style ad-hoc addresses (repeatable,
+    /// or comma-separated in the variable); replaces the configuration file's `allow`.
+    #[arg(
+        long = "allow",
+        value_name = "PATTERN",
+        env = "GITSTATE_ALLOW",
+        value_delimiter = ','
+    )]
+    pub allow: Vec<String>,
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
@@ -56,13 +65,29 @@ impl Settings {
         if let Some(dir) = &self.cache_dir {
             config.cache_dir = dir.clone();
         }
+        // An empty variable (e.g. a template parameter left blank) means "not set".
+        let allow: Vec<String> = self
+            .allow
+            .iter()
+            .filter(|a| !a.is_empty())
+            .cloned()
+            .collect();
+        if !allow.is_empty() {
+            config.allow = allow;
+        }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
         }
-        if !self.repositories.is_empty() {
+        let repositories: Vec<&String> =
+            self.repositories.iter().filter(|r| !r.is_empty()).collect();
+        if !repositories.is_empty() {
             config.repositories.clear();
-            let git_ref = self.git_ref.as_deref().unwrap_or(DEFAULT_REF);
-            for spec in &self.repositories {
+            let git_ref = self
+                .git_ref
+                .as_deref()
+                .filter(|r| !r.is_empty())
+                .unwrap_or(DEFAULT_REF);
+            for spec in repositories {
                 config.add_repository_flag(spec, git_ref)?;
             }
         }
