@@ -4,6 +4,7 @@
 pub mod config;
 pub mod registry;
 pub mod settings;
+pub mod url_policy;
 
 pub use config::{Config, ConfigError, RepositoryConfig};
 pub use registry::Registry;

@@ -130,28 +130,7 @@ impl StoreRegistry for Registry {
         git_ref: &str,
         _caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
-        if self.allow.is_empty() {
-            return Err(RegistryError::NotAllowed(
-                "query-style repositories are disabled: the configuration has no 'allow' list"
-                    .into(),
-            ));
-        }
-        if !(url.starts_with("https://")
-            || url.starts_with("http://")
-            || url.starts_with("git://")
-            || url.starts_with("ssh://"))
-        {
-            return Err(RegistryError::NotAllowed(format!(
-                "the repository {} is refused: only http(s), git and ssh URLs may be used ad hoc",
-                redact_url(url)
-            )));
-        }
-        if !self.allow.iter().any(|pattern| glob_match(pattern, url)) {
-            return Err(RegistryError::NotAllowed(format!(
-                "the repository {} does not match the 'allow' list",
-                redact_url(url)
-            )));
-        }
+        crate::url_policy::check(url, &self.allow).map_err(RegistryError::NotAllowed)?;
         let key = (url.to_owned(), git_ref.to_owned());
         let mut adhoc = self
             .adhoc
