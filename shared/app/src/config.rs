@@ -31,6 +31,41 @@ fn default_ref() -> String {
     DEFAULT_REF.to_owned()
 }
 
+/// Whose git credential a request uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// The deployment's own credential (`GIT_USERNAME`/`GIT_PASSWORD`, `GITHUB_TOKEN`).
+    #[default]
+    Server,
+    /// The caller's basic-auth pair (Terraform's `username`/`password`) is the git credential for
+    /// that request only; the deployment holds none. The remote's answer to that credential is
+    /// the authorization check of every request.
+    Passthrough,
+}
+
+impl std::str::FromStr for AuthMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "server" => Ok(AuthMode::Server),
+            "passthrough" => Ok(AuthMode::Passthrough),
+            other => Err(format!(
+                "auth mode '{other}' is unknown; use \"server\" or \"passthrough\""
+            )),
+        }
+    }
+}
+
+/// The `auth { … }` block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Whose git credential a request uses.
+    #[serde(default)]
+    pub mode: AuthMode,
+}
+
 /// The effective configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +91,9 @@ pub struct Config {
     /// Timeout of one git network operation, in seconds.
     #[serde(default = "default_git_timeout")]
     pub git_timeout_seconds: u64,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
 }
 
 fn default_listen() -> String {
@@ -84,6 +122,7 @@ impl Default for Config {
             allow: Vec::new(),
             max_state_bytes: default_max_state_bytes(),
             git_timeout_seconds: default_git_timeout(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -217,6 +256,7 @@ repository "other" {
   url = "git://127.0.0.1/other.git"
 }
 allow = ["https://github.com/acme/*"]
+auth { mode = "passthrough" }
 "#,
         )
         .unwrap();
@@ -224,6 +264,8 @@ allow = ["https://github.com/acme/*"]
         assert_eq!(config.repositories.len(), 2);
         assert_eq!(config.repositories["other"].git_ref, "main");
         assert_eq!(config.allow, vec!["https://github.com/acme/*".to_owned()]);
+        assert_eq!(config.auth.mode, AuthMode::Passthrough);
+        assert!(Config::from_hcl("auth { mode = \"open\" }").is_err());
     }
 
     #[test]

@@ -6,6 +6,6 @@ pub mod registry;
 pub mod settings;
 pub mod url_policy;
 
-pub use config::{Config, ConfigError, RepositoryConfig};
+pub use config::{AuthMode, Config, ConfigError, RepositoryConfig};
 pub use registry::Registry;
 pub use settings::Settings;

@@ -6,11 +6,16 @@ use std::sync::{Arc, Mutex};
 use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
-use crate::config::{redact_url, Config, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY};
+use crate::config::{
+    redact_url, AuthMode, Config, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
+};
 
 /// Builds and keeps one store per repository, so caches and connections are reused.
 pub struct Registry {
+    /// Stores built once with the deployment's credential (server mode).
     named: HashMap<String, Arc<dyn StateStore>>,
+    /// The configured repositories (pass-through mode builds a store per request from these).
+    repositories: std::collections::BTreeMap<String, RepositoryConfig>,
     allow: Vec<String>,
     credentials: Option<Credentials>,
     config: Config,
@@ -46,14 +51,18 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     true
 }
 
+/// A URL (or scp-like address) rather than a local path.
+fn is_url(url: &str) -> bool {
+    url.contains("://") || url.starts_with("git@")
+}
+
 fn open_store(
     repository: &RepositoryConfig,
     config: &Config,
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
     let url = repository.url.as_str();
-    let is_url = url.contains("://") || url.starts_with("git@");
-    if !is_url {
+    if !is_url(url) {
         // A plain path is a bare repository on this machine: written directly, no git binary.
         let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
         return Ok(Arc::new(store));
@@ -89,14 +98,26 @@ impl Registry {
                 },
             );
         }
+        let passthrough = config.auth.mode == AuthMode::Passthrough;
         let mut named = HashMap::new();
         for (name, repository) in &repositories {
-            let store = open_store(repository, config, credentials.as_ref())?;
-            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, "repository configured");
-            named.insert(name.clone(), store);
+            if passthrough {
+                if !is_url(&repository.url) {
+                    return Err(RegistryError::BadAddress(format!(
+                        "repository '{name}' is a local path, which pass-through authentication cannot protect; configure a remote URL or use auth mode \"server\""
+                    )));
+                }
+            } else {
+                named.insert(
+                    name.clone(),
+                    open_store(repository, config, credentials.as_ref())?,
+                );
+            }
+            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
         Ok(Registry {
             named,
+            repositories,
             allow: config.allow.clone(),
             credentials,
             config: config.clone(),
@@ -106,9 +127,11 @@ impl Registry {
 
     /// The configured repository names.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.named.keys().cloned().collect();
-        names.sort();
-        names
+        self.repositories.keys().cloned().collect()
+    }
+
+    fn passthrough(&self) -> bool {
+        self.config.auth.mode == AuthMode::Passthrough
     }
 }
 
@@ -116,8 +139,18 @@ impl StoreRegistry for Registry {
     fn named(
         &self,
         name: &str,
-        _caller: Option<&Credentials>,
+        caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        if self.passthrough() {
+            // A store per request, holding only this caller's credential (the object cache
+            // behind it is shared, but every request first asks the remote with its own
+            // credential, and nothing is served unless the remote accepted it).
+            let repository = self
+                .repositories
+                .get(name)
+                .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
+            return open_store(repository, &self.config, caller);
+        }
         self.named
             .get(name)
             .cloned()
@@ -128,9 +161,16 @@ impl StoreRegistry for Registry {
         &self,
         url: &str,
         git_ref: &str,
-        _caller: Option<&Credentials>,
+        caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
         crate::url_policy::check(url, &self.allow).map_err(RegistryError::NotAllowed)?;
+        let repository = RepositoryConfig {
+            url: url.to_owned(),
+            git_ref: git_ref.to_owned(),
+        };
+        if self.passthrough() {
+            return open_store(&repository, &self.config, caller);
+        }
         let key = (url.to_owned(), git_ref.to_owned());
         let mut adhoc = self
             .adhoc
@@ -139,10 +179,6 @@ impl StoreRegistry for Registry {
         if let Some(store) = adhoc.get(&key) {
             return Ok(store.clone());
         }
-        let repository = RepositoryConfig {
-            url: url.to_owned(),
-            git_ref: git_ref.to_owned(),
-        };
         let store = open_store(&repository, &self.config, self.credentials.as_ref())?;
         adhoc.insert(key, store.clone());
         Ok(store)

@@ -44,6 +44,10 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub allow: Vec<String>,
+    /// Whose git credential a request uses: "server" (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) or
+    /// "passthrough" (the caller's basic-auth pair, for that request only) [default: server].
+    #[arg(long, env = "GITSTATE_AUTH_MODE")]
+    pub auth_mode: Option<String>,
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
@@ -74,6 +78,9 @@ impl Settings {
             .collect();
         if !allow.is_empty() {
             config.allow = allow;
+        }
+        if let Some(mode) = self.auth_mode.as_deref().filter(|m| !m.is_empty()) {
+            config.auth.mode = mode.parse().map_err(ConfigError::BadValue)?;
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;

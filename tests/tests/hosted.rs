@@ -1,0 +1,203 @@
+//! Hosted-endpoint mode (`--auth-mode passthrough`): the Terraform backend's username/password is
+//! the git credential of that request only. Real lighttpd + git http-backend with basic auth, real
+//! gitstate, real Terraform.
+
+use std::path::Path;
+
+use gitstate_tests::{
+    bare_repo, git_log_subjects, http, refs_under, write_main_tf, GitHttpServer, Gitstate,
+    HttpBackend, Terraform,
+};
+
+const USER: &str = "tf-user";
+const PASSWORD: &str = "correct-horse-battery";
+const STATE: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"pt","outputs":{},"resources":[]}"#;
+
+fn objects_in(cache: &Path) -> usize {
+    walk(cache)
+        .into_iter()
+        .filter(|p| {
+            let s = p.to_string_lossy();
+            s.contains("/objects/") && !s.contains("/objects/info")
+        })
+        .count()
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn passthrough_uses_the_callers_credentials_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos");
+    let repo = bare_repo(&repos, "states");
+    let server = GitHttpServer::start(&repos, USER, PASSWORD);
+    let spec = format!("default={}", server.url("states"));
+    // The deployment's environment holds a valid credential too: pass-through must never fall
+    // back to it.
+    let gitstate = Gitstate::start(
+        &["--repository", &spec, "--auth-mode", "passthrough"],
+        &[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)],
+        dir.path(),
+    );
+    let url = gitstate.state_url("default", "prod.tfstate");
+
+    // No credentials, or wrong ones: 401 from gitstate, and nothing was fetched into the cache.
+    for auth in [None, Some((USER, "wrong")), Some(("nobody", PASSWORD))] {
+        let (status, body) = http("GET", &url, None, auth).expect("request");
+        assert_eq!(status, 401, "{auth:?}: {body}");
+        assert!(
+            !body.contains(PASSWORD) && !body.contains("wrong\""),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        objects_in(&gitstate.cache_dir),
+        0,
+        "a refused caller touched the cache"
+    );
+
+    // The right pair works, and names the writer in the commit.
+    let (status, body) = http("POST", &url, Some(STATE), Some((USER, PASSWORD))).expect("post");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        git_log_subjects(&repo, "main", "prod.tfstate"),
+        vec![format!("Update prod.tfstate (serial 1) by {USER}")]
+    );
+    let (status, body) = http("GET", &url, None, Some((USER, PASSWORD))).expect("get");
+    assert_eq!((status, body.as_str()), (200, STATE));
+
+    // The cache is warm now: a wrong password still gets nothing out of it.
+    assert!(objects_in(&gitstate.cache_dir) > 0);
+    let (status, body) = http("GET", &url, None, Some((USER, "wrong"))).expect("get");
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        !body.contains("lineage"),
+        "state served to a refused caller: {body}"
+    );
+    let log = gitstate.log();
+    assert!(!log.contains(PASSWORD), "the password reached the log");
+}
+
+#[test]
+fn passthrough_with_real_terraform() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos");
+    let repo = bare_repo(&repos, "states");
+    let server = GitHttpServer::start(&repos, USER, PASSWORD);
+    let spec = format!("default={}", server.url("states"));
+    let gitstate = Gitstate::start(
+        &["--repository", &spec, "--auth-mode", "passthrough"],
+        &[],
+        dir.path(),
+    );
+    let url = gitstate.state_url("default", "hosted.tfstate");
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().expect("tempdir");
+
+    // Wrong password: init fails, nothing is written.
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth(USER, "nope"),
+        1,
+        "g1",
+    );
+    let out = tf.init(work.path());
+    let out = if out.code == Some(0) {
+        tf.apply(work.path())
+    } else {
+        out
+    };
+    assert_ne!(
+        out.code,
+        Some(0),
+        "terraform must fail with a wrong password"
+    );
+    assert!(
+        refs_under(&repo, "refs/").is_empty(),
+        "a refused terraform wrote to the repository"
+    );
+
+    // The right pair: init, apply, plan without changes.
+    let _ = std::fs::remove_dir_all(work.path().join(".terraform"));
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth(USER, PASSWORD),
+        2,
+        "g1",
+    );
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(0, "apply");
+    tf.plan(work.path()).expect_code(0, "plan shows no changes");
+    let subjects = git_log_subjects(&repo, "main", "hosted.tfstate");
+    assert!(!subjects.is_empty(), "apply wrote no commit");
+    assert!(
+        subjects
+            .iter()
+            .all(|s| s.starts_with("Update hosted.tfstate (serial ")),
+        "{subjects:?}"
+    );
+    assert!(!gitstate.log().contains(PASSWORD));
+}
+
+/// Query-style addresses with an allow list of `*`: internal targets are still refused with a
+/// 403 naming the rule, before any connection. (Only loopback and file:// targets here, so a
+/// regression could never send traffic off this machine; private and link-local ranges are
+/// covered by the unit tests of `gitstate_app::url_policy`.)
+#[test]
+fn ssrf_targets_are_refused_even_when_everything_is_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gitstate = Gitstate::start(
+        &[
+            "--allow",
+            "*",
+            "--auth-mode",
+            "passthrough",
+            "--repository",
+            "default=git://127.0.0.1:1/none.git",
+        ],
+        &[],
+        dir.path(),
+    );
+    let cases = [
+        ("file:///etc", "only http(s)"),
+        ("http://127.0.0.1:1/x.git", "loopback"),
+        ("http://localhost:1/x.git", "loopback"),
+        ("git://[::1]:1/x.git", "loopback"),
+        ("https://example.invalid/a/../b.git", "dot segments"),
+    ];
+    for (target, rule) in cases {
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("type", "git")
+            .append_pair("repository", target)
+            .append_pair("state", "x.tfstate")
+            .finish();
+        let (status, body) = http(
+            "GET",
+            &format!("{}/?{query}", gitstate.base_url()),
+            None,
+            None,
+        )
+        .expect("get");
+        assert_eq!(status, 403, "{target}: {body}");
+        assert!(
+            body.contains(rule),
+            "{target}: {body} should name the rule {rule:?}"
+        );
+    }
+    assert_eq!(objects_in(&gitstate.cache_dir), 0);
+}
