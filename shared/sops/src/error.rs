@@ -1,0 +1,67 @@
+//! Error type of the crate.
+
+/// Everything that can go wrong while reading or writing a sops document.
+///
+/// Messages never contain key material or plaintext values; they name paths,
+/// key kinds and key identifiers (age recipients, KMS ARNs) only.
+#[derive(Debug, thiserror::Error)]
+pub enum SopsError {
+    /// The input is not valid JSON.
+    #[error("invalid JSON: {0}")]
+    Json(String),
+    /// The input is JSON but not a sops document (no `sops` object, wrong top-level type).
+    #[error("not a sops document: {0}")]
+    NotSops(String),
+    /// `encrypt` was given a document that already carries a top-level `sops` key.
+    #[error("the document is already sops-encrypted (it has a top-level \"sops\" key)")]
+    AlreadyEncrypted,
+    /// The `sops` metadata object is malformed.
+    #[error("malformed sops metadata: {0}")]
+    Metadata(String),
+    /// A leaf that should hold an `ENC[...]` value does not parse as one.
+    #[error("malformed encrypted value at {path}: {reason}")]
+    Value {
+        /// Key path of the leaf, `a:b:c:`.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// AES-GCM authentication failed for a value: tampered ciphertext, wrong path or wrong data key.
+    #[error("could not decrypt the value at {path}: AES-GCM authentication failed (tampered ciphertext or wrong data key)")]
+    Decrypt {
+        /// Key path of the leaf (`a:b:c:`), or `sops:mac` for the MAC.
+        path: String,
+    },
+    /// The MAC stored in the document does not match the MAC of its values.
+    #[error("MAC mismatch: the document's values do not match its MAC (the file was modified or is corrupt); refusing it")]
+    MacMismatch,
+    /// None of the configured keys could unwrap the data key.
+    #[error("no configured key could open the data key; keys in the file: [{in_file}]; keys tried: [{tried}]")]
+    NoKey {
+        /// `kind:id` of every master key entry in the document.
+        in_file: String,
+        /// `kind:id` of every configured key that was tried, with the reason it failed when one is known.
+        tried: String,
+    },
+    /// A master key operation failed (wrap/unwrap/parse), for the named key.
+    #[error("{kind} key {id}: {reason}")]
+    Key {
+        /// `age`, `kms`, ...
+        kind: String,
+        /// Public identifier of the key (recipient, ARN); never secret material.
+        id: String,
+        /// What failed.
+        reason: String,
+    },
+    /// Options are invalid (bad regex, no recipients, ...).
+    #[error("invalid options: {0}")]
+    Options(String),
+    /// Reading a key file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,26 @@
+//! A sops v3 JSON codec for gitstate.
+//!
+//! - [`Document::decrypt`] / [`decrypt`]: open a sops v3 JSON document (values
+//!   `ENC[AES256_GCM,…]`, AES-256-GCM with the key path as AAD, SHA-512 MAC verified).
+//! - [`encrypt`] / [`encrypt_groups`]: write a document that real `sops -d` opens.
+//! - [`MasterKey`]: wraps/unwraps the 32-byte data key; [`AgeKey`] implements it for age X25519.
+//! - Key groups with a Shamir threshold are read and written.
+//!
+//! JSON trees are [`Node`]s: key order kept, integers exact up to `u64`.
+
+mod cipher;
+mod document;
+mod error;
+mod keys;
+mod shamir;
+mod tree;
+
+pub use cipher::{ValueCipher, ValueType};
+pub use document::{
+    decrypt, encrypt, encrypt_groups, encrypt_tree, now_rfc3339, Document, EncryptOptions, Rules,
+    SOPS_VERSION,
+};
+pub use error::SopsError;
+pub use keys::{AgeKey, KeyEntry, KeySource, MasterKey};
+pub use shamir::{combine as shamir_combine, split as shamir_split};
+pub use tree::{go_format_float, Node};
