@@ -330,7 +330,8 @@ pub fn git_show(git_dir: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
 
 /// lighttpd serving `git http-backend` (smart HTTP) for every repository under a directory, with
 /// basic auth required for every request (`mod_auth` + `mod_authn_file`, an htpasswd file written
-/// with `openssl passwd -apr1`). Listens on 127.0.0.1 only; killed on drop.
+/// with `openssl passwd -apr1`). Listens on 127.0.0.1 only; killed on drop. Every request that
+/// reaches `git http-backend` is recorded (see [`GitHttpServer::requests`]).
 pub struct GitHttpServer {
     _guard: ChildGuard,
     port: u16,
@@ -371,6 +372,24 @@ impl GitHttpServer {
         .unwrap();
         let docroot = dir.path().join("www");
         fs::create_dir_all(&docroot).unwrap();
+        // A CGI wrapper that records each request before running git http-backend: the line is
+        // written before the answer, so it is there when the client has its response.
+        let cgi_dir = dir.path().join("cgi");
+        fs::create_dir_all(&cgi_dir).unwrap();
+        let wrapper = cgi_dir.join("git-http-backend");
+        fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nprintf '%s %s\\n' \"$REQUEST_METHOD\" \"$REQUEST_URI\" >> '{}'\nexec '{}'\n",
+                dir.path().join("requests.log").display(),
+                backend.display()
+            ),
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+        }
         let path_env = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
 
         let spawn = |port: u16| {
@@ -406,7 +425,7 @@ $HTTP["url"] =~ "^/git/" {{
 "#,
                     docroot = docroot.display(),
                     errorlog = dir.path().join("error.log").display(),
-                    backend = backend.display(),
+                    backend = wrapper.display(),
                     htpasswd = htpasswd.display(),
                     root = repos_dir.display(),
                 ),
@@ -448,6 +467,16 @@ $HTTP["url"] =~ "^/git/" {{
         )
     }
 
+    /// The requests that reached `git http-backend` so far, one `METHOD URI` per request, in
+    /// order (each one is a CGI process: the cost per operation that matters).
+    pub fn requests(&self) -> Vec<String> {
+        fs::read_to_string(self._dir.path().join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The server's error log (CGI errors end up there).
     pub fn error_log(&self) -> String {
         fs::read_to_string(self._dir.path().join("error.log")).unwrap_or_default()
@@ -470,10 +499,21 @@ impl GitDaemon {
             .prefix("gitstate-daemon")
             .tempdir()
             .unwrap();
+        // Run git-daemon itself: `git daemon` is a wrapper that execs it as a child, and killing
+        // the wrapper would leave the daemon running after the test.
+        let exec_path = git(None, &["--exec-path"]);
+        let daemon_bin = Path::new(exec_path.trim()).join("git-daemon");
+        let daemon_bin = if daemon_bin.exists() {
+            daemon_bin
+        } else {
+            git_bin.clone()
+        };
         let spawn = |port: u16| {
-            let mut cmd = Command::new(&git_bin);
+            let mut cmd = Command::new(&daemon_bin);
+            if daemon_bin == git_bin {
+                cmd.arg("daemon");
+            }
             cmd.args([
-                "daemon",
                 "--enable=receive-pack",
                 "--export-all",
                 "--reuseaddr",
