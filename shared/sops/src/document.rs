@@ -104,6 +104,12 @@ pub struct EncryptOptions {
     pub lastmodified: Option<String>,
     /// Indentation of the output (default one tab, like sops).
     pub indent: String,
+    /// How the MAC hashes *unencrypted* integers beyond ±2^53 (the only values where sops
+    /// versions disagree): `true` (default) hashes them as float64 like sops <= 3.11 does
+    /// (every JSON number is a float64 there); `false` hashes the exact integer like
+    /// sops >= 3.12. Encrypted integers are unaffected (`type:int`, exact in both). Reading
+    /// accepts either.
+    pub float_mac_for_big_clear_ints: bool,
 }
 
 impl Default for EncryptOptions {
@@ -117,6 +123,7 @@ impl Default for EncryptOptions {
             data_key: None,
             lastmodified: None,
             indent: "\t".into(),
+            float_mac_for_big_clear_ints: true,
         }
     }
 }
@@ -173,7 +180,43 @@ fn typed_value(plain: Vec<u8>, ty: ValueType, path: &str) -> Result<Node, SopsEr
 struct Walker<'a> {
     cipher: &'a ValueCipher,
     rules: &'a CompiledRules,
+    /// MAC with integers hashed as decimal integers (sops >= 3.12 reads JSON integers as int64).
     hash: Sha512,
+    /// MAC with clear integers beyond 2^53 hashed as float64, as sops <= 3.11 does (it reads
+    /// every JSON number as float64). Started lazily at the first such value.
+    hash_float: Option<Sha512>,
+}
+
+/// 2^53: integers beyond it do not survive a float64 round trip.
+const F64_EXACT: u64 = 1 << 53;
+
+/// A clear integer that sops <= 3.11 would have hashed differently (as a float64).
+fn float_mac_bytes(node: &Node) -> Option<Vec<u8>> {
+    match node {
+        Node::Int(i) if i.unsigned_abs() > F64_EXACT => {
+            Some(go_format_float(*i as f64).into_bytes())
+        }
+        _ => None,
+    }
+}
+
+impl Walker<'_> {
+    /// Hashes one leaf; `clear` tells whether it is stored unencrypted.
+    fn hash_leaf(&mut self, leaf: &Node, clear: bool) {
+        let Some(b) = mac_bytes(leaf) else { return };
+        if clear {
+            if let Some(fb) = float_mac_bytes(leaf) {
+                let h = self.hash_float.get_or_insert_with(|| self.hash.clone());
+                h.update(&fb);
+                self.hash.update(&b);
+                return;
+            }
+        }
+        if let Some(h) = &mut self.hash_float {
+            h.update(&b);
+        }
+        self.hash.update(&b);
+    }
 }
 
 fn aad(path: &[&str]) -> String {
@@ -220,9 +263,8 @@ impl Walker<'_> {
                     }
                 }
                 if !self.rules.mac_only_encrypted || encrypted {
-                    if let Some(b) = mac_bytes(leaf) {
-                        self.hash.update(b);
-                    }
+                    let clear = !encrypted;
+                    self.hash_leaf(leaf, clear);
                 }
                 Ok(())
             }
@@ -251,9 +293,7 @@ impl Walker<'_> {
                 let encrypted = self.rules.should_encrypt(&p);
                 let bytes = mac_bytes(leaf);
                 if !self.rules.mac_only_encrypted || encrypted {
-                    if let Some(b) = &bytes {
-                        self.hash.update(b);
-                    }
+                    self.hash_leaf(leaf, !encrypted);
                 }
                 if encrypted {
                     let ty = match leaf {
@@ -455,16 +495,20 @@ impl Document {
             cipher: &cipher,
             rules: &rules,
             hash: rules.new_hash(),
+            hash_float: None,
         };
         w.decrypt(&mut tree, &mut Vec::new())?;
         let computed = hex_upper(&w.hash.finalize());
+        let computed_float = w.hash_float.map(|h| hex_upper(&h.finalize()));
         let (stored, _) = cipher
             .decrypt(&meta.mac, &meta.mac_aad())
             .map_err(|e| match e {
                 SopsError::Decrypt { .. } => SopsError::MacMismatch,
                 other => other,
             })?;
-        if stored != computed.as_bytes() {
+        let matches =
+            stored == computed.as_bytes() || computed_float.is_some_and(|c| stored == c.as_bytes());
+        if !matches {
             return Err(SopsError::MacMismatch);
         }
         Ok(Document {
@@ -572,9 +616,13 @@ pub fn encrypt_tree(
         cipher: &cipher,
         rules: &rules,
         hash: rules.new_hash(),
+        hash_float: None,
     };
     w.encrypt(&mut tree, &mut Vec::new())?;
-    let mac = hex_upper(&w.hash.finalize());
+    let mac = match (options.float_mac_for_big_clear_ints, w.hash_float) {
+        (true, Some(h)) => hex_upper(&h.finalize()),
+        _ => hex_upper(&w.hash.finalize()),
+    };
     let lastmodified = options.lastmodified.clone().unwrap_or_else(now_rfc3339);
     let enc_mac = cipher.encrypt(mac.as_bytes(), ValueType::Str, &lastmodified)?;
 

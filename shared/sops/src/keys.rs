@@ -66,6 +66,16 @@ pub struct AgeKey {
     identity: Option<age::x25519::Identity>,
 }
 
+impl std::fmt::Debug for AgeKey {
+    /// Shows the recipient only, never the identity.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgeKey")
+            .field("recipient", &self.recipient.to_string())
+            .field("has_identity", &self.identity.is_some())
+            .finish()
+    }
+}
+
 impl AgeKey {
     /// A recipient (`age1…`), which can only wrap.
     pub fn recipient(recipient: &str) -> Result<AgeKey, SopsError> {

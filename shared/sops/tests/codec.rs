@@ -1,0 +1,127 @@
+//! Codec details: number formatting, escaping, MAC flavours, refusals.
+
+mod common;
+
+use common::age_keys;
+use gitstate_sops::{
+    encrypt, go_format_float, now_rfc3339, AgeKey, Document, EncryptOptions, MasterKey, Node,
+    Rules, SopsError,
+};
+
+const R2: &str = "age1tmaae3ld5vpevmsh5yacsauzx8jetg300mpvc4ugp5zr5l6ssq9sla97ep";
+
+#[test]
+fn floats_are_formatted_like_go_format_float_f_minus_1() {
+    assert_eq!(go_format_float(0.1), "0.1");
+    assert_eq!(go_format_float(3.0), "3");
+    assert_eq!(go_format_float(1e21), "1000000000000000000000");
+    assert_eq!(go_format_float(-2.5e-7), "-0.00000025");
+    assert_eq!(go_format_float(1234.56789), "1234.56789");
+}
+
+#[test]
+fn output_keeps_unicode_html_characters_order_and_big_integers() {
+    let plain = "{\"z\":\"h\u{e9}llo \u{1F600} <&>\",\"a\":18446744073709551615,\"m\":-9223372036854775808,\"f\":3.0,\"e\":1e21}";
+    let n = Node::parse(plain.as_bytes()).unwrap();
+    let out = String::from_utf8(n.to_json()).unwrap();
+    assert_eq!(out, "{\"z\":\"h\u{e9}llo \u{1F600} <&>\",\"a\":18446744073709551615,\"m\":-9223372036854775808,\"f\":3,\"e\":1e21}");
+    let k = AgeKey::recipient(R2).unwrap();
+    let enc = encrypt(
+        plain.as_bytes(),
+        &[&k as &dyn MasterKey],
+        &EncryptOptions::default(),
+    )
+    .unwrap();
+    let doc = Document::decrypt(&enc, &age_keys()).unwrap();
+    assert_eq!(
+        String::from_utf8(doc.to_json()).unwrap(),
+        out.replace("18446744073709551615", "18446744073709552000")
+    );
+}
+
+#[test]
+fn metadata_is_well_formed() {
+    let k = AgeKey::recipient(R2).unwrap();
+    let enc = encrypt(
+        br#"{"a":"b"}"#,
+        &[&k as &dyn MasterKey],
+        &EncryptOptions::default(),
+    )
+    .unwrap();
+    let n = Node::parse(&enc).unwrap();
+    let sops = n.get("sops").unwrap();
+    let lm = sops.get("lastmodified").and_then(Node::as_str).unwrap();
+    assert_eq!(lm.len(), 20, "{lm}");
+    assert!(lm.ends_with('Z') && lm.as_bytes()[10] == b'T', "{lm}");
+    assert_eq!(now_rfc3339().len(), 20);
+    assert_eq!(sops.get("version").and_then(Node::as_str), Some("3.11.0"));
+    let age = match sops.get("age") {
+        Some(Node::Array(a)) => a,
+        other => panic!("{other:?}"),
+    };
+    assert!(age[0]
+        .get("enc")
+        .and_then(Node::as_str)
+        .unwrap()
+        .starts_with("-----BEGIN AGE ENCRYPTED FILE-----\n"));
+    assert_eq!(age[0].get("recipient").and_then(Node::as_str), Some(R2));
+}
+
+#[test]
+fn both_mac_flavours_for_clear_big_integers_are_read() {
+    let k = AgeKey::recipient(R2).unwrap();
+    let plain = br#"{"serial": 9007199254740993, "secret": {"v": 1}}"#;
+    for float in [true, false] {
+        let opts = EncryptOptions {
+            rules: Rules {
+                encrypted_regex: Some("^secret$".into()),
+                ..Rules::default()
+            },
+            float_mac_for_big_clear_ints: float,
+            ..EncryptOptions::default()
+        };
+        let enc = encrypt(plain, &[&k as &dyn MasterKey], &opts).unwrap();
+        let doc = Document::decrypt(&enc, &age_keys()).unwrap();
+        assert_eq!(doc.tree.get("serial"), Some(&Node::Int(9007199254740993)));
+    }
+}
+
+#[test]
+fn refusals() {
+    let k = AgeKey::recipient(R2).unwrap();
+    let keys = [&k as &dyn MasterKey];
+    let o = EncryptOptions::default();
+    assert!(matches!(
+        encrypt(br#"{"sops":{}}"#, &keys, &o),
+        Err(SopsError::AlreadyEncrypted)
+    ));
+    assert!(matches!(
+        encrypt(b"[1]", &keys, &o),
+        Err(SopsError::Options(_))
+    ));
+    assert!(matches!(encrypt(b"{", &keys, &o), Err(SopsError::Json(_))));
+    assert!(matches!(
+        encrypt(b"{}", &[], &o),
+        Err(SopsError::Options(_))
+    ));
+    assert!(matches!(
+        Document::decrypt(b"{\"a\":1}", &age_keys()),
+        Err(SopsError::NotSops(_))
+    ));
+    let bad = EncryptOptions {
+        rules: Rules {
+            encrypted_regex: Some("(".into()),
+            ..Rules::default()
+        },
+        ..EncryptOptions::default()
+    };
+    assert!(matches!(
+        encrypt(b"{}", &keys, &bad),
+        Err(SopsError::Options(_))
+    ));
+    assert!(AgeKey::identity("AGE-SECRET-KEY-1NOPE")
+        .unwrap_err()
+        .to_string()
+        .find("NOPE")
+        .is_none());
+}
