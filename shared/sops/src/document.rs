@@ -60,28 +60,6 @@ impl CompiledRules {
         })
     }
 
-    /// sops' `shouldBeEncrypted`, for JSON (no comments).
-    fn should_encrypt(&self, path: &[&str]) -> bool {
-        let mut enc = true;
-        if let Some(s) = &self.unencrypted_suffix {
-            if path.iter().any(|p| p.ends_with(s.as_str())) {
-                enc = false;
-            }
-        }
-        if let Some(s) = &self.encrypted_suffix {
-            enc = path.iter().any(|p| p.ends_with(s.as_str()));
-        }
-        if let Some(r) = &self.unencrypted_regex {
-            if path.iter().any(|p| r.is_match(p)) {
-                enc = false;
-            }
-        }
-        if let Some(r) = &self.encrypted_regex {
-            enc = path.iter().any(|p| r.is_match(p));
-        }
-        enc
-    }
-
     fn new_hash(&self) -> Sha512 {
         let mut h = Sha512::new();
         if self.mac_only_encrypted {
@@ -185,7 +163,21 @@ struct Walker<'a> {
     /// MAC with clear integers beyond 2^53 hashed as float64, as sops <= 3.11 does (it reads
     /// every JSON number as float64). Started lazily at the first such value.
     hash_float: Option<Sha512>,
+    /// The AAD of the current path: keys joined with `:` plus a trailing `:`.
+    aad: String,
+    /// Per path component: which rules it matches (see [`KeyFlags`]).
+    flags: Vec<KeyFlags>,
+    /// Counts of path components matching each rule.
+    counts: [usize; 4],
+    /// Rule matches per key text (keys repeat a lot in Terraform states).
+    cache: std::collections::HashMap<String, KeyFlags>,
+    /// Interned AADs (paths repeat: array indices are not part of them).
+    aads: Vec<String>,
+    aad_ids: std::collections::HashMap<String, u32>,
 }
+
+/// Which rules a key matches: unencrypted suffix, encrypted suffix, unencrypted regex, encrypted regex.
+type KeyFlags = [bool; 4];
 
 /// 2^53: integers beyond it do not survive a float64 round trip.
 const F64_EXACT: u64 = 1 << 53;
@@ -200,7 +192,91 @@ fn float_mac_bytes(node: &Node) -> Option<Vec<u8>> {
     }
 }
 
-impl Walker<'_> {
+enum Mode {
+    Encrypt,
+    Decrypt,
+    Hash,
+}
+
+impl<'a> Walker<'a> {
+    fn new(cipher: &'a ValueCipher, rules: &'a CompiledRules) -> Walker<'a> {
+        Walker {
+            cipher,
+            rules,
+            hash: rules.new_hash(),
+            hash_float: None,
+            aad: String::new(),
+            flags: Vec::new(),
+            counts: [0; 4],
+            cache: std::collections::HashMap::new(),
+            aads: Vec::new(),
+            aad_ids: std::collections::HashMap::new(),
+        }
+    }
+
+    fn key_flags(&mut self, key: &str) -> KeyFlags {
+        if let Some(f) = self.cache.get(key) {
+            return *f;
+        }
+        let r = self.rules;
+        let f = [
+            r.unencrypted_suffix
+                .as_deref()
+                .is_some_and(|s| key.ends_with(s)),
+            r.encrypted_suffix
+                .as_deref()
+                .is_some_and(|s| key.ends_with(s)),
+            r.unencrypted_regex
+                .as_ref()
+                .is_some_and(|re| re.is_match(key)),
+            r.encrypted_regex
+                .as_ref()
+                .is_some_and(|re| re.is_match(key)),
+        ];
+        if self.cache.len() < 100_000 {
+            self.cache.insert(key.to_owned(), f);
+        }
+        f
+    }
+
+    fn push(&mut self, key: &str) {
+        let f = self.key_flags(key);
+        for (c, hit) in self.counts.iter_mut().zip(f) {
+            *c += usize::from(hit);
+        }
+        self.flags.push(f);
+        self.aad.push_str(key);
+        self.aad.push(':');
+    }
+
+    fn pop(&mut self, key: &str) {
+        if let Some(f) = self.flags.pop() {
+            for (c, hit) in self.counts.iter_mut().zip(f) {
+                *c -= usize::from(hit);
+            }
+        }
+        self.aad.truncate(self.aad.len() - key.len() - 1);
+    }
+
+    /// sops' `shouldBeEncrypted` for the current path (JSON has no comments).
+    fn should_encrypt(&self) -> bool {
+        let r = self.rules;
+        let mut enc = true;
+        if r.unencrypted_suffix.is_some() && self.counts[0] > 0 {
+            enc = false;
+        }
+        if r.encrypted_suffix.is_some() {
+            enc = self.counts[1] > 0;
+        }
+        if r.unencrypted_regex.is_some() && self.counts[2] > 0 {
+            enc = false;
+        }
+        if r.encrypted_regex.is_some() {
+            enc = self.counts[3] > 0;
+        }
+        enc
+    }
+
     /// Hashes one leaf; `clear` tells whether it is stored unencrypted.
     fn hash_leaf(&mut self, leaf: &Node, clear: bool) {
         let Some(b) = mac_bytes(leaf) else { return };
@@ -217,103 +293,136 @@ impl Walker<'_> {
         }
         self.hash.update(&b);
     }
-}
 
-fn aad(path: &[&str]) -> String {
-    let mut s = String::new();
-    for p in path {
-        s.push_str(p);
-        s.push(':');
-    }
-    s
-}
-
-impl Walker<'_> {
-    fn decrypt(&mut self, node: &mut Node, path: &mut Vec<String>) -> Result<(), SopsError> {
+    /// Walks the tree in document order. `Encrypt`: hashes every leaf (plaintext) and queues
+    /// the leaves to encrypt. `Decrypt`: queues the leaves to decrypt. `Hash`: hashes every
+    /// leaf (after decryption).
+    fn walk<'t>(&mut self, node: &'t mut Node, mode: &Mode, jobs: &mut Vec<Job<'t>>) {
         match node {
-            Node::Null => Ok(()),
+            Node::Null => {}
             Node::Object(fields) => {
-                for (k, v) in fields.iter_mut() {
-                    path.push(k.clone());
-                    self.decrypt(v, path)?;
-                    path.pop();
+                for pair in fields.iter_mut() {
+                    let (k, v) = (&pair.0, &mut pair.1);
+                    self.push(k);
+                    self.walk(v, mode, jobs);
+                    self.pop(k);
                 }
-                Ok(())
             }
             Node::Array(items) => {
                 for v in items.iter_mut() {
-                    self.decrypt(v, path)?;
+                    self.walk(v, mode, jobs);
                 }
-                Ok(())
             }
             leaf => {
-                let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                let encrypted = self.rules.should_encrypt(&p);
-                if encrypted {
-                    let path_s = aad(&p);
-                    let Node::Str(enc) = &*leaf else {
-                        return Err(SopsError::Value {
-                            path: path_s,
-                            reason: "expected an encrypted string value".into(),
-                        });
-                    };
-                    if !enc.is_empty() {
-                        let (plain, ty) = self.cipher.decrypt(enc, &path_s)?;
-                        *leaf = typed_value(plain, ty, &path_s)?;
-                    }
-                }
-                if !self.rules.mac_only_encrypted || encrypted {
-                    let clear = !encrypted;
-                    self.hash_leaf(leaf, clear);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn encrypt(&mut self, node: &mut Node, path: &mut Vec<String>) -> Result<(), SopsError> {
-        match node {
-            Node::Null => Ok(()),
-            Node::Object(fields) => {
-                for (k, v) in fields.iter_mut() {
-                    path.push(k.clone());
-                    self.encrypt(v, path)?;
-                    path.pop();
-                }
-                Ok(())
-            }
-            Node::Array(items) => {
-                for v in items.iter_mut() {
-                    self.encrypt(v, path)?;
-                }
-                Ok(())
-            }
-            leaf => {
-                let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                let encrypted = self.rules.should_encrypt(&p);
-                let bytes = mac_bytes(leaf);
-                if !self.rules.mac_only_encrypted || encrypted {
+                let encrypted = self.should_encrypt();
+                if !matches!(mode, Mode::Decrypt) && (!self.rules.mac_only_encrypted || encrypted) {
                     self.hash_leaf(leaf, !encrypted);
                 }
-                if encrypted {
-                    let ty = match leaf {
-                        Node::Str(s) if s.is_empty() => return Ok(()),
-                        Node::Str(_) => ValueType::Str,
-                        Node::Int(_) => ValueType::Int,
-                        Node::UInt(_) | Node::Float(_) => ValueType::Float,
-                        Node::Bool(_) => ValueType::Bool,
-                        _ => return Ok(()),
+                let queue = encrypted
+                    && match mode {
+                        Mode::Encrypt => !matches!(leaf, Node::Str(s) if s.is_empty()),
+                        Mode::Decrypt => !matches!(leaf, Node::Str(s) if s.is_empty()),
+                        Mode::Hash => false,
                     };
-                    let plain: Vec<u8> = match leaf {
-                        Node::Bool(b) => (if *b { "true" } else { "false" }).into(),
-                        _ => bytes.unwrap_or_default(),
-                    };
-                    *leaf = Node::Str(self.cipher.encrypt(&plain, ty, &aad(&p))?);
+                if queue {
+                    let aad = self.intern_aad();
+                    jobs.push(Job { leaf, aad });
                 }
-                Ok(())
             }
         }
     }
+
+    fn intern_aad(&mut self) -> u32 {
+        if let Some(i) = self.aad_ids.get(self.aad.as_str()) {
+            return *i;
+        }
+        let i = self.aads.len() as u32;
+        self.aads.push(self.aad.clone());
+        self.aad_ids.insert(self.aad.clone(), i);
+        i
+    }
+}
+
+/// A leaf to encrypt or decrypt, with the index of its AAD in `Walker::aads`.
+struct Job<'t> {
+    leaf: &'t mut Node,
+    aad: u32,
+}
+
+fn encrypt_leaf(cipher: &ValueCipher, leaf: &mut Node, aad: &str) -> Result<(), SopsError> {
+    let (ty, plain): (ValueType, std::borrow::Cow<[u8]>) = match &*leaf {
+        Node::Str(s) if s.is_empty() => return Ok(()),
+        Node::Str(s) => (ValueType::Str, s.as_bytes().into()),
+        Node::Int(i) => (ValueType::Int, i.to_string().into_bytes().into()),
+        Node::UInt(u) => (
+            ValueType::Float,
+            go_format_float(*u as f64).into_bytes().into(),
+        ),
+        Node::Float(f) => (ValueType::Float, go_format_float(*f).into_bytes().into()),
+        Node::Bool(b) => (
+            ValueType::Bool,
+            (if *b { &b"true"[..] } else { &b"false"[..] }).into(),
+        ),
+        _ => return Ok(()),
+    };
+    let enc = cipher.encrypt(&plain, ty, aad)?;
+    *leaf = Node::Str(enc);
+    Ok(())
+}
+
+fn decrypt_leaf(cipher: &ValueCipher, leaf: &mut Node, aad: &str) -> Result<(), SopsError> {
+    let Node::Str(enc) = &*leaf else {
+        return Err(SopsError::Value {
+            path: aad.to_owned(),
+            reason: "expected an encrypted string value".into(),
+        });
+    };
+    let (plain, ty) = cipher.decrypt(enc, aad)?;
+    *leaf = typed_value(plain, ty, aad)?;
+    Ok(())
+}
+
+/// Runs the queued jobs, on several threads when there are many.
+fn run_jobs(
+    cipher: &ValueCipher,
+    aads: &[String],
+    jobs: &mut [Job<'_>],
+    mode: &Mode,
+) -> Result<(), SopsError> {
+    let run = |chunk: &mut [Job<'_>]| -> Result<(), SopsError> {
+        for job in chunk {
+            let aad = &aads[job.aad as usize];
+            match mode {
+                Mode::Encrypt => encrypt_leaf(cipher, job.leaf, aad)?,
+                Mode::Decrypt => decrypt_leaf(cipher, job.leaf, aad)?,
+                Mode::Hash => {}
+            }
+        }
+        Ok(())
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    if threads < 2 || jobs.len() < 4096 {
+        return run(jobs);
+    }
+    let per = jobs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .chunks_mut(per)
+            .map(|c| scope.spawn(move || run(c)))
+            .collect();
+        let mut first_err = None;
+        for h in handles {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(SopsError::Options("a worker thread panicked".into())));
+            if let (Err(e), None) = (r, &first_err) {
+                first_err = Some(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    })
 }
 
 /// Parsed `sops` metadata.
@@ -491,13 +600,12 @@ impl Document {
         let cipher = ValueCipher::new(&data_key)?;
         let rules = CompiledRules::new(&meta.rules)?;
         let mut tree = Node::Object(fields);
-        let mut w = Walker {
-            cipher: &cipher,
-            rules: &rules,
-            hash: rules.new_hash(),
-            hash_float: None,
-        };
-        w.decrypt(&mut tree, &mut Vec::new())?;
+        let mut w = Walker::new(&cipher, &rules);
+        let mut jobs = Vec::new();
+        w.walk(&mut tree, &Mode::Decrypt, &mut jobs);
+        run_jobs(&cipher, &w.aads, &mut jobs, &Mode::Decrypt)?;
+        drop(jobs);
+        w.walk(&mut tree, &Mode::Hash, &mut Vec::new());
         let computed = hex_upper(&w.hash.finalize());
         let computed_float = w.hash_float.map(|h| hex_upper(&h.finalize()));
         let (stored, _) = cipher
@@ -572,30 +680,50 @@ pub fn encrypt(
     encrypt_groups(plain, &[recipients], options)
 }
 
-/// Encrypts a plaintext JSON object for several key groups (Shamir-split data key when more than one).
+/// Encrypts a plaintext JSON object for several key groups (Shamir-split data key when more
+/// than one). Streams: the plaintext is parsed, encrypted and written in one pass, without
+/// building a tree.
 pub fn encrypt_groups(
     plain: &[u8],
     groups: &[&[&dyn MasterKey]],
     options: &EncryptOptions,
 ) -> Result<Vec<u8>, SopsError> {
-    let tree = Node::parse(plain)?;
-    encrypt_tree(tree, groups, options)
+    let (data_key, cipher, rules) = prepare(groups, options)?;
+    let mut w = Walker::new(&cipher, &rules);
+    let mut out = String::with_capacity(plain.len().saturating_mul(4));
+    {
+        let mut ctx = StreamCtx {
+            w: &mut w,
+            out: &mut out,
+            indent: &options.indent,
+            level: 0,
+            top_fields: 0,
+            err: None,
+        };
+        let mut de = serde_json::Deserializer::from_slice(plain);
+        let r = serde::de::DeserializeSeed::deserialize(StreamSeed(&mut ctx), &mut de)
+            .and_then(|()| de.end());
+        if let Some(e) = ctx.err.take() {
+            return Err(e);
+        }
+        r.map_err(|e| SopsError::Json(e.to_string()))?;
+        if ctx.top_fields > 0 {
+            ctx.out.push(',');
+        }
+    }
+    // `out` ends right before the top-level object's closing brace
+    let meta = metadata(w, &data_key, &cipher, groups, options)?;
+    crate::tree::newline(&mut out, Some(&options.indent), 1);
+    out.push_str("\"sops\": ");
+    crate::tree::write_node(&mut out, &meta, Some(&options.indent), 1);
+    out.push_str("\n}\n");
+    Ok(out.into_bytes())
 }
 
-/// Encrypts an already parsed tree (see [`encrypt_groups`]).
-pub fn encrypt_tree(
-    mut tree: Node,
+fn prepare(
     groups: &[&[&dyn MasterKey]],
     options: &EncryptOptions,
-) -> Result<Vec<u8>, SopsError> {
-    let Node::Object(fields) = &tree else {
-        return Err(SopsError::Options(
-            "sops JSON needs an object at the top level".into(),
-        ));
-    };
-    if fields.iter().any(|(k, _)| k == "sops") {
-        return Err(SopsError::AlreadyEncrypted);
-    }
+) -> Result<([u8; 32], ValueCipher, CompiledRules), SopsError> {
     if groups.is_empty() || groups.iter().any(|g| g.is_empty()) {
         return Err(SopsError::Options(
             "every key group needs at least one master key".into(),
@@ -612,13 +740,44 @@ pub fn encrypt_tree(
     };
     let cipher = ValueCipher::new(&data_key)?;
     let rules = CompiledRules::new(&options.rules)?;
-    let mut w = Walker {
-        cipher: &cipher,
-        rules: &rules,
-        hash: rules.new_hash(),
-        hash_float: None,
+    Ok((data_key, cipher, rules))
+}
+
+/// Encrypts an already parsed tree (see [`encrypt_groups`]).
+pub fn encrypt_tree(
+    mut tree: Node,
+    groups: &[&[&dyn MasterKey]],
+    options: &EncryptOptions,
+) -> Result<Vec<u8>, SopsError> {
+    let Node::Object(fields) = &tree else {
+        return Err(SopsError::Options(
+            "sops JSON needs an object at the top level".into(),
+        ));
     };
-    w.encrypt(&mut tree, &mut Vec::new())?;
+    if fields.iter().any(|(k, _)| k == "sops") {
+        return Err(SopsError::AlreadyEncrypted);
+    }
+    let (data_key, cipher, rules) = prepare(groups, options)?;
+    let mut w = Walker::new(&cipher, &rules);
+    let mut jobs = Vec::new();
+    w.walk(&mut tree, &Mode::Encrypt, &mut jobs);
+    run_jobs(&cipher, &w.aads, &mut jobs, &Mode::Encrypt)?;
+    drop(jobs);
+    let meta = metadata(w, &data_key, &cipher, groups, options)?;
+    if let Node::Object(fields) = &mut tree {
+        fields.push(("sops".into(), meta));
+    }
+    Ok(tree.to_json_pretty(&options.indent))
+}
+
+/// Builds the `sops` object: wrapped data key (or Shamir shares), MAC, rules, version.
+fn metadata(
+    w: Walker<'_>,
+    data_key: &[u8; 32],
+    cipher: &ValueCipher,
+    groups: &[&[&dyn MasterKey]],
+    options: &EncryptOptions,
+) -> Result<Node, SopsError> {
     let mac = match (options.float_mac_for_big_clear_ints, w.hash_float) {
         (true, Some(h)) => hex_upper(&h.finalize()),
         _ => hex_upper(&w.hash.finalize()),
@@ -629,7 +788,7 @@ pub fn encrypt_tree(
     // wrap the data key (or its shares)
     let threshold = options.shamir_threshold.unwrap_or(groups.len());
     let parts: Vec<Vec<u8>> = if groups.len() > 1 {
-        shamir::split(&data_key, groups.len(), threshold)?
+        shamir::split(data_key, groups.len(), threshold)?
     } else {
         vec![data_key.to_vec()]
     };
@@ -673,8 +832,230 @@ pub fn encrypt_tree(
         meta.push(("mac_only_encrypted".into(), Node::Bool(true)));
     }
     meta.push(("version".into(), Node::Str(SOPS_VERSION.into())));
-    if let Node::Object(fields) = &mut tree {
-        fields.push(("sops".into(), Node::Object(meta)));
+    Ok(Node::Object(meta))
+}
+
+// ------------------------------------------------------------------ streaming encryption
+
+struct StreamCtx<'c, 'w> {
+    w: &'c mut Walker<'w>,
+    out: &'c mut String,
+    indent: &'c str,
+    level: usize,
+    /// Number of top-level keys written.
+    top_fields: usize,
+    /// An error of ours (not a JSON syntax error), reported instead of serde's.
+    err: Option<SopsError>,
+}
+
+/// A leaf as the stream sees it.
+enum Leaf<'a> {
+    Str(&'a str),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+    Null,
+}
+
+impl StreamCtx<'_, '_> {
+    fn leaf<E: serde::de::Error>(&mut self, leaf: Leaf<'_>) -> Result<(), E> {
+        use crate::tree::{json_float, write_str};
+        use std::fmt::Write as _;
+        if self.level == 0 {
+            self.err = Some(SopsError::Options(
+                "sops JSON needs an object at the top level".into(),
+            ));
+            return Err(E::custom("top level is not an object"));
+        }
+        let node_for_mac = match &leaf {
+            Leaf::Null => {
+                self.out.push_str("null");
+                return Ok(());
+            }
+            Leaf::Str(_) => None,
+            Leaf::Int(i) => Some(Node::Int(*i)),
+            Leaf::UInt(u) => Some(Node::UInt(*u)),
+            Leaf::Float(f) => Some(Node::Float(*f)),
+            Leaf::Bool(b) => Some(Node::Bool(*b)),
+        };
+        let encrypted = self.w.should_encrypt();
+        if !self.w.rules.mac_only_encrypted || encrypted {
+            match (&leaf, &node_for_mac) {
+                (Leaf::Str(s), _) => self.w.hash_str(s),
+                (_, Some(n)) => self.w.hash_leaf(n, !encrypted),
+                _ => {}
+            }
+        }
+        let plain: std::borrow::Cow<[u8]> = match (&leaf, &node_for_mac) {
+            (Leaf::Str(s), _) => s.as_bytes().into(),
+            (Leaf::Bool(b), _) => (if *b { &b"true"[..] } else { &b"false"[..] }).into(),
+            (_, Some(n)) => mac_bytes(n).unwrap_or_default().into(),
+            _ => (&b""[..]).into(),
+        };
+        if !encrypted || matches!(leaf, Leaf::Str("")) {
+            match leaf {
+                Leaf::Str(s) => write_str(self.out, s),
+                Leaf::Int(i) => {
+                    let _ = write!(self.out, "{i}");
+                }
+                Leaf::UInt(u) => {
+                    let _ = write!(self.out, "{u}");
+                }
+                Leaf::Float(f) => json_float(self.out, f),
+                Leaf::Bool(b) => self.out.push_str(if b { "true" } else { "false" }),
+                Leaf::Null => self.out.push_str("null"),
+            }
+            return Ok(());
+        }
+        let ty = match leaf {
+            Leaf::Str(_) => ValueType::Str,
+            Leaf::Int(_) => ValueType::Int,
+            Leaf::Bool(_) => ValueType::Bool,
+            _ => ValueType::Float,
+        };
+        match self.w.cipher.encrypt(&plain, ty, &self.w.aad) {
+            Ok(enc) => {
+                self.out.push('"');
+                self.out.push_str(&enc);
+                self.out.push('"');
+                Ok(())
+            }
+            Err(e) => {
+                self.err = Some(e);
+                Err(E::custom("encryption failed"))
+            }
+        }
     }
-    Ok(tree.to_json_pretty(&options.indent))
+}
+
+impl Walker<'_> {
+    fn hash_str(&mut self, s: &str) {
+        if let Some(h) = &mut self.hash_float {
+            h.update(s.as_bytes());
+        }
+        self.hash.update(s.as_bytes());
+    }
+}
+
+struct StreamSeed<'s, 'c, 'w>(&'s mut StreamCtx<'c, 'w>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for StreamSeed<'_, '_, '_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+struct KeySeed<'s>(&'s mut String);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for KeySeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.clear();
+        self.0.push_str(v);
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StreamSeed<'_, '_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.0.leaf(Leaf::Null)
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.0.leaf(Leaf::Bool(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.0.leaf(Leaf::Int(v))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.0
+            .leaf(i64::try_from(v).map_or(Leaf::UInt(v), Leaf::Int))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        self.0.leaf(Leaf::Float(v))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.leaf(Leaf::Str(v))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let ctx = self.0;
+        if ctx.level == 0 {
+            ctx.err = Some(SopsError::Options(
+                "sops JSON needs an object at the top level".into(),
+            ));
+            return Err(serde::de::Error::custom("top level is not an object"));
+        }
+        ctx.out.push('[');
+        ctx.level += 1;
+        let mut n = 0usize;
+        loop {
+            let mark = ctx.out.len();
+            if n > 0 {
+                ctx.out.push(',');
+            }
+            crate::tree::newline(ctx.out, Some(ctx.indent), ctx.level);
+            if seq.next_element_seed(StreamSeed(ctx))?.is_none() {
+                ctx.out.truncate(mark);
+                break;
+            }
+            n += 1;
+        }
+        ctx.level -= 1;
+        if n > 0 {
+            crate::tree::newline(ctx.out, Some(ctx.indent), ctx.level);
+        }
+        ctx.out.push(']');
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.0;
+        let top = ctx.level == 0;
+        ctx.out.push('{');
+        ctx.level += 1;
+        let mut key = String::new();
+        let mut n = 0usize;
+        while map.next_key_seed(KeySeed(&mut key))?.is_some() {
+            if top && key == "sops" {
+                ctx.err = Some(SopsError::AlreadyEncrypted);
+                return Err(serde::de::Error::custom("already encrypted"));
+            }
+            if n > 0 {
+                ctx.out.push(',');
+            }
+            crate::tree::newline(ctx.out, Some(ctx.indent), ctx.level);
+            crate::tree::write_str(ctx.out, &key);
+            ctx.out.push_str(": ");
+            ctx.w.push(&key);
+            let r = map.next_value_seed(StreamSeed(ctx));
+            ctx.w.pop(&key);
+            r?;
+            n += 1;
+        }
+        ctx.level -= 1;
+        if top {
+            ctx.top_fields = n;
+            // the caller appends `"sops": {...}` and the closing brace
+            return Ok(());
+        }
+        if n > 0 {
+            crate::tree::newline(ctx.out, Some(ctx.indent), ctx.level);
+        }
+        ctx.out.push('}');
+        Ok(())
+    }
 }

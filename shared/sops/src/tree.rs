@@ -98,7 +98,7 @@ pub fn go_format_float(f: f64) -> String {
 
 /// Formats a float the way Go's `encoding/json` writes a float64 (what `sops -d` prints):
 /// plain digits for 1e-6 <= |f| < 1e21, exponent form otherwise.
-fn json_float(out: &mut String, f: f64) {
+pub(crate) fn json_float(out: &mut String, f: f64) {
     if !f.is_finite() {
         out.push_str("null");
         return;
@@ -111,27 +111,34 @@ fn json_float(out: &mut String, f: f64) {
     }
 }
 
-fn write_str(out: &mut String, s: &str) {
+pub(crate) fn write_str(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
         }
+        out.push_str(&s[start..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
+        }
+        start = i + 1;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
-fn newline(out: &mut String, indent: Option<&str>, level: usize) {
+pub(crate) fn newline(out: &mut String, indent: Option<&str>, level: usize) {
     if let Some(ind) = indent {
         out.push('\n');
         for _ in 0..level {
@@ -140,7 +147,7 @@ fn newline(out: &mut String, indent: Option<&str>, level: usize) {
     }
 }
 
-fn write_node(out: &mut String, node: &Node, indent: Option<&str>, level: usize) {
+pub(crate) fn write_node(out: &mut String, node: &Node, indent: Option<&str>, level: usize) {
     match node {
         Node::Null => out.push_str("null"),
         Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),

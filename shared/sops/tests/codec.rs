@@ -125,3 +125,39 @@ fn refusals() {
         .find("NOPE")
         .is_none());
 }
+
+#[test]
+fn streaming_and_tree_encryption_agree() {
+    let k = AgeKey::recipient(R2).unwrap();
+    let keys = [&k as &dyn MasterKey];
+    let o = EncryptOptions::default();
+    for plain in [
+        &b"{}"[..],
+        br#"{"a":[],"b":{},"c":[[],{}],"d":[1,{"e":null}],"sops_not_top":{"sops":1}}"#,
+    ] {
+        let streamed = encrypt(plain, &keys, &o).unwrap();
+        let tree = gitstate_sops::encrypt_tree(Node::parse(plain).unwrap(), &[&keys], &o).unwrap();
+        let (a, b) = (Node::parse(&streamed).unwrap(), Node::parse(&tree).unwrap());
+        // same shape: same keys, same number of lines
+        assert_eq!(
+            String::from_utf8_lossy(&streamed).lines().count(),
+            String::from_utf8_lossy(&tree).lines().count()
+        );
+        for n in [a, b] {
+            let doc = Document::decrypt(&n.to_json(), &age_keys()).unwrap();
+            assert_eq!(doc.tree, Node::parse(plain).unwrap());
+        }
+    }
+    assert!(matches!(
+        encrypt(b"1", &keys, &o),
+        Err(SopsError::Options(_))
+    ));
+    assert!(matches!(
+        encrypt(b"\"x\"", &keys, &o),
+        Err(SopsError::Options(_))
+    ));
+    assert!(matches!(
+        encrypt(b"{} x", &keys, &o),
+        Err(SopsError::Json(_))
+    ));
+}
