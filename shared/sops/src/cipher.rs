@@ -77,6 +77,19 @@ impl ValueCipher {
 
     /// Encrypts `plain` with a random 32-byte IV; `aad` is the key path (`a:b:`).
     pub fn encrypt(&self, plain: &[u8], ty: ValueType, aad: &str) -> Result<String, SopsError> {
+        let mut out = String::with_capacity(plain.len() * 4 / 3 + 110);
+        self.encrypt_into(plain, ty, aad, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`ValueCipher::encrypt`], appending the `ENC[...]` text to `out`.
+    pub fn encrypt_into(
+        &self,
+        plain: &[u8],
+        ty: ValueType,
+        aad: &str,
+        out: &mut String,
+    ) -> Result<(), SopsError> {
         let mut iv = [0u8; 32];
         rand::rng().fill_bytes(&mut iv);
         let mut buf = plain.to_vec();
@@ -87,17 +100,16 @@ impl ValueCipher {
                 path: aad.to_owned(),
                 reason: "AES-GCM encryption failed".into(),
             })?;
-        let mut out = String::with_capacity(buf.len() * 4 / 3 + 110);
         out.push_str("ENC[AES256_GCM,data:");
-        B64.encode_string(&buf, &mut out);
+        B64.encode_string(&buf, out);
         out.push_str(",iv:");
-        B64.encode_string(iv, &mut out);
+        B64.encode_string(iv, out);
         out.push_str(",tag:");
-        B64.encode_string(tag, &mut out);
+        B64.encode_string(tag, out);
         out.push_str(",type:");
         out.push_str(ty.name());
         out.push(']');
-        Ok(out)
+        Ok(())
     }
 
     /// Decrypts an `ENC[...]` string; `aad` is the key path (`a:b:`).

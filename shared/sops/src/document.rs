@@ -170,10 +170,34 @@ struct Walker<'a> {
     /// Counts of path components matching each rule.
     counts: [usize; 4],
     /// Rule matches per key text (keys repeat a lot in Terraform states).
-    cache: std::collections::HashMap<String, KeyFlags>,
+    cache: std::collections::HashMap<String, KeyFlags, FastHash>,
     /// Interned AADs (paths repeat: array indices are not part of them).
     aads: Vec<String>,
-    aad_ids: std::collections::HashMap<String, u32>,
+    aad_ids: std::collections::HashMap<String, u32, FastHash>,
+}
+
+/// FNV-1a: the walker's maps are keyed by short, trusted strings (keys and paths of the document).
+#[derive(Default, Clone, Copy)]
+struct FastHash;
+
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
 }
 
 /// Which rules a key matches: unencrypted suffix, encrypted suffix, unencrypted regex, encrypted regex.
@@ -208,13 +232,26 @@ impl<'a> Walker<'a> {
             aad: String::new(),
             flags: Vec::new(),
             counts: [0; 4],
-            cache: std::collections::HashMap::new(),
+            cache: std::collections::HashMap::default(),
             aads: Vec::new(),
-            aad_ids: std::collections::HashMap::new(),
+            aad_ids: std::collections::HashMap::default(),
         }
     }
 
     fn key_flags(&mut self, key: &str) -> KeyFlags {
+        let r = self.rules;
+        if r.unencrypted_regex.is_none() && r.encrypted_regex.is_none() {
+            return [
+                r.unencrypted_suffix
+                    .as_deref()
+                    .is_some_and(|s| key.ends_with(s)),
+                r.encrypted_suffix
+                    .as_deref()
+                    .is_some_and(|s| key.ends_with(s)),
+                false,
+                false,
+            ];
+        }
         if let Some(f) = self.cache.get(key) {
             return *f;
         }
@@ -914,10 +951,13 @@ impl StreamCtx<'_, '_> {
             Leaf::Bool(_) => ValueType::Bool,
             _ => ValueType::Float,
         };
-        match self.w.cipher.encrypt(&plain, ty, &self.w.aad) {
-            Ok(enc) => {
-                self.out.push('"');
-                self.out.push_str(&enc);
+        self.out.push('"');
+        match self
+            .w
+            .cipher
+            .encrypt_into(&plain, ty, &self.w.aad, self.out)
+        {
+            Ok(()) => {
                 self.out.push('"');
                 Ok(())
             }
