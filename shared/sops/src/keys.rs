@@ -103,6 +103,25 @@ impl AgeKey {
         })
     }
 
+    /// A new random identity (for tests and key generation; its secret never leaves the process
+    /// through this crate).
+    pub fn generate() -> AgeKey {
+        let id = age::x25519::Identity::generate();
+        AgeKey {
+            recipient: id.to_public(),
+            identity: Some(id),
+        }
+    }
+
+    /// Parses a list of recipients separated by commas and/or whitespace, as in
+    /// `SOPS_AGE_RECIPIENTS` or `sops --age`.
+    pub fn parse_recipients(list: &str) -> Result<Vec<AgeKey>, SopsError> {
+        list.split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|r| !r.is_empty())
+            .map(AgeKey::recipient)
+            .collect()
+    }
+
     /// Parses the identities of an age key file (`SOPS_AGE_KEY_FILE` format: one
     /// `AGE-SECRET-KEY-1…` a line, `#` comments and blank lines ignored).
     pub fn parse_identities(text: &str) -> Result<Vec<AgeKey>, SopsError> {

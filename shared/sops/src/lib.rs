@@ -7,6 +7,21 @@
 //! - Key groups with a Shamir threshold are read and written.
 //!
 //! JSON trees are [`Node`]s: key order kept, integers exact up to `u64`.
+//!
+//! ```
+//! use gitstate_sops::{encrypt, AgeKey, Document, EncryptOptions, KeySource, MasterKey};
+//!
+//! let key = AgeKey::generate();
+//! let sealed = encrypt(
+//!     br#"{"serial": 3, "outputs": {"pw": {"value": "s3cret"}}}"#,
+//!     &[&key as &dyn MasterKey],
+//!     &EncryptOptions::default(),
+//! )?;
+//! let keys = KeySource::new().with(Box::new(key));
+//! let doc = Document::decrypt(&sealed, &keys)?;
+//! assert_eq!(doc.to_json(), br#"{"serial":3,"outputs":{"pw":{"value":"s3cret"}}}"#.to_vec());
+//! # Ok::<(), gitstate_sops::SopsError>(())
+//! ```
 
 mod cipher;
 mod document;

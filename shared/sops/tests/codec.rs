@@ -161,3 +161,13 @@ fn streaming_and_tree_encryption_agree() {
         Err(SopsError::Json(_))
     ));
 }
+
+#[test]
+fn recipients_list_parses_like_sops_age_recipients() {
+    let list = format!(" {R2},\nage1yt3tfqlfrwdwx0z0ynwplcr6qxcxfaqycuprpmy89nr83ltx74tqdpszlw ");
+    let keys = AgeKey::parse_recipients(&list).unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0].id(), R2);
+    let e = AgeKey::parse_recipients("age1nope").unwrap_err();
+    assert!(e.to_string().contains("age1nope"), "{e}");
+}
