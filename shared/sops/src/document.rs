@@ -88,6 +88,32 @@ pub struct EncryptOptions {
     /// sops >= 3.12. Encrypted integers are unaffected (`type:int`, exact in both). Reading
     /// accepts either.
     pub float_mac_for_big_clear_ints: bool,
+    /// Reuse a data key and its already wrapped key entries (from [`Document::reuse`]): no
+    /// master key is called, so a warm write costs no KMS request. The `groups` passed to
+    /// [`encrypt_groups`] are then ignored (pass `&[]`). Callers decide when the key set
+    /// changed and a fresh data key must be wrapped instead.
+    pub reuse: Option<Reuse>,
+}
+
+/// A data key with its wrapped entries, to write a new version without calling master keys.
+#[derive(Clone)]
+pub struct Reuse {
+    /// The 32-byte data key.
+    pub data_key: [u8; 32],
+    /// The wrapped entries, by key group (the shares' wrappings when there are several groups).
+    pub key_groups: Vec<Vec<KeyEntry>>,
+    /// Shamir threshold (ignored with one group).
+    pub shamir_threshold: usize,
+}
+
+impl std::fmt::Debug for Reuse {
+    /// Never prints the data key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reuse")
+            .field("key_groups", &self.key_groups)
+            .field("shamir_threshold", &self.shamir_threshold)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for EncryptOptions {
@@ -102,6 +128,7 @@ impl Default for EncryptOptions {
             lastmodified: None,
             indent: "\t".into(),
             float_mac_for_big_clear_ints: true,
+            reuse: None,
         }
     }
 }
@@ -619,6 +646,8 @@ pub struct Document {
     pub data_key: Vec<u8>,
     /// The document's master-key entries, by key group.
     pub key_groups: Vec<Vec<KeyEntry>>,
+    /// The document's Shamir threshold (the number of groups when absent).
+    pub shamir_threshold: usize,
 }
 
 impl Document {
@@ -660,6 +689,22 @@ impl Document {
             tree,
             data_key,
             key_groups: meta.groups,
+            shamir_threshold: meta.threshold,
+        })
+    }
+
+    /// The data key and wrapped entries of this document, for [`EncryptOptions::reuse`].
+    pub fn reuse(&self) -> Result<Reuse, SopsError> {
+        let data_key: [u8; 32] = self.data_key.as_slice().try_into().map_err(|_| {
+            SopsError::Metadata(format!(
+                "the data key must be 32 bytes, got {}",
+                self.data_key.len()
+            ))
+        })?;
+        Ok(Reuse {
+            data_key,
+            key_groups: self.key_groups.clone(),
+            shamir_threshold: self.shamir_threshold,
         })
     }
 
@@ -761,6 +806,16 @@ fn prepare(
     groups: &[&[&dyn MasterKey]],
     options: &EncryptOptions,
 ) -> Result<([u8; 32], ValueCipher, CompiledRules), SopsError> {
+    if let Some(reuse) = &options.reuse {
+        if reuse.key_groups.is_empty() || reuse.key_groups.iter().any(|g| g.is_empty()) {
+            return Err(SopsError::Options(
+                "reuse: every key group needs at least one wrapped entry".into(),
+            ));
+        }
+        let cipher = ValueCipher::new(&reuse.data_key)?;
+        let rules = CompiledRules::new(&options.rules)?;
+        return Ok((reuse.data_key, cipher, rules));
+    }
     if groups.is_empty() || groups.iter().any(|g| g.is_empty()) {
         return Err(SopsError::Options(
             "every key group needs at least one master key".into(),
@@ -822,18 +877,32 @@ fn metadata(
     let lastmodified = options.lastmodified.clone().unwrap_or_else(now_rfc3339);
     let enc_mac = cipher.encrypt(mac.as_bytes(), ValueType::Str, &lastmodified)?;
 
-    // wrap the data key (or its shares)
-    let threshold = options.shamir_threshold.unwrap_or(groups.len());
-    let parts: Vec<Vec<u8>> = if groups.len() > 1 {
-        shamir::split(data_key, groups.len(), threshold)?
-    } else {
-        vec![data_key.to_vec()]
+    // wrap the data key (or its shares), or reuse wrapped entries
+    let (n_groups, threshold, entries): (usize, usize, Vec<Vec<KeyEntry>>) = match &options.reuse {
+        Some(r) => (r.key_groups.len(), r.shamir_threshold, r.key_groups.clone()),
+        None => {
+            let threshold = options.shamir_threshold.unwrap_or(groups.len());
+            let parts: Vec<Vec<u8>> = if groups.len() > 1 {
+                shamir::split(data_key, groups.len(), threshold)?
+            } else {
+                vec![data_key.to_vec()]
+            };
+            let mut all = Vec::new();
+            for (group, part) in groups.iter().zip(&parts) {
+                all.push(
+                    group
+                        .iter()
+                        .map(|k| k.wrap(part))
+                        .collect::<Result<Vec<_>, _>>()?,
+                );
+            }
+            (groups.len(), threshold, all)
+        }
     };
     let mut wrapped_groups = Vec::new();
-    for (group, part) in groups.iter().zip(&parts) {
+    for group in entries {
         let mut lists: Vec<(String, Node)> = Vec::new();
-        for key in group.iter() {
-            let entry = key.wrap(part)?;
+        for entry in group {
             let item = Node::Object(entry.fields);
             match lists.iter_mut().find(|(k, _)| *k == entry.kind) {
                 Some((_, Node::Array(items))) => items.push(item),
@@ -843,7 +912,7 @@ fn metadata(
         wrapped_groups.push(lists);
     }
     let mut meta: Vec<(String, Node)> = Vec::new();
-    if groups.len() > 1 {
+    if n_groups > 1 {
         meta.push(("shamir_threshold".into(), Node::Int(threshold as i64)));
         meta.push((
             "key_groups".into(),

@@ -32,8 +32,8 @@ mod tree;
 
 pub use cipher::{ValueCipher, ValueType};
 pub use document::{
-    decrypt, encrypt, encrypt_groups, encrypt_tree, now_rfc3339, Document, EncryptOptions, Rules,
-    SOPS_VERSION,
+    decrypt, encrypt, encrypt_groups, encrypt_tree, now_rfc3339, Document, EncryptOptions, Reuse,
+    Rules, SOPS_VERSION,
 };
 pub use error::SopsError;
 pub use keys::{AgeKey, KeyEntry, KeySource, MasterKey};

@@ -237,3 +237,45 @@ fn we_decrypt_what_real_sops_encrypts() {
     assert_same_lossy(&doc.tree, &plain, "shamir");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reused_data_key_and_wrapped_entries_open_with_real_sops() {
+    let plain = Node::parse(PLAIN.as_bytes()).unwrap();
+    let k1 = AgeKey::recipient(R1).unwrap();
+    let k2 = AgeKey::recipient(R2).unwrap();
+    let g1: [&dyn MasterKey; 1] = [&k1];
+    let g2: [&dyn MasterKey; 1] = [&k2];
+    let first_single = common::read("generated/tfstate.pyref.enc.json");
+    let first_shamir = encrypt_groups(
+        br#"{"a": 1}"#,
+        &[&g1, &g2],
+        &EncryptOptions {
+            shamir_threshold: Some(2),
+            ..EncryptOptions::default()
+        },
+    )
+    .unwrap();
+    for (name, first) in [("single", first_single), ("shamir", first_shamir)] {
+        let doc = Document::decrypt(&first, &age_keys()).unwrap();
+        let opts = EncryptOptions {
+            reuse: Some(doc.reuse().unwrap()),
+            ..EncryptOptions::default()
+        };
+        let second = encrypt_groups(PLAIN.as_bytes(), &[], &opts).unwrap();
+        let (a, b) = (Node::parse(&first).unwrap(), Node::parse(&second).unwrap());
+        for list in ["age", "key_groups"] {
+            assert_eq!(
+                a.get("sops").unwrap().get(list),
+                b.get("sops").unwrap().get(list),
+                "{name}: wrapped entries reused verbatim"
+            );
+        }
+        assert_same(
+            &sops_decrypt(&format!("reuse-{name}"), &second),
+            &plain,
+            name,
+        );
+        let again = Document::decrypt(&second, &age_keys()).unwrap();
+        assert_eq!(again.data_key, doc.data_key);
+    }
+}
