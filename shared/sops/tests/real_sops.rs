@@ -211,6 +211,12 @@ fn we_decrypt_what_real_sops_encrypts() {
         args.push("plain.json");
         let enc = sops(&dir, &args);
         let doc = Document::decrypt(&enc, &age_keys()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let streamed = gitstate_sops::decrypt(&enc, &age_keys()).unwrap();
+        assert_eq!(
+            streamed,
+            doc.tree.to_json_pretty("  "),
+            "{name}: both readers agree"
+        );
         // sops 3.11.0 reads every number as float64 (big loses precision there): compare numerically
         assert_same_lossy(&doc.tree, &plain, name);
     }

@@ -5,8 +5,17 @@ mod common;
 use common::{age_keys, assert_same, read};
 use gitstate_sops::{Document, KeySource, Node, SopsError};
 
+/// Opens a vector with `Document::decrypt` and `decrypt` and checks they agree.
 fn open(rel: &str) -> Document {
-    Document::decrypt(&read(rel), &age_keys()).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    let doc = Document::decrypt(&read(rel), &age_keys()).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let streamed = gitstate_sops::decrypt(&read(rel), &age_keys())
+        .unwrap_or_else(|e| panic!("{rel} (decrypt()): {e}"));
+    assert_eq!(
+        streamed,
+        doc.tree.to_json_pretty("  "),
+        "{rel}: decrypt() output differs"
+    );
+    doc
 }
 
 #[test]
@@ -78,7 +87,17 @@ fn rops_converted_vectors() {
 fn tampered(rel: &str, f: impl Fn(&mut Node)) -> Result<Document, SopsError> {
     let mut n = Node::parse(&read(rel)).unwrap();
     f(&mut n);
-    Document::decrypt(&n.to_json(), &age_keys())
+    let tree = Document::decrypt(&n.to_json(), &age_keys());
+    let streamed = gitstate_sops::decrypt(&n.to_json(), &age_keys());
+    match (&tree, &streamed) {
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "both readers refuse alike"),
+        _ => panic!(
+            "readers disagree: {:?} / {:?}",
+            tree.is_ok(),
+            streamed.is_ok()
+        ),
+    }
+    tree
 }
 
 fn field<'a>(n: &'a mut Node, k: &str) -> &'a mut Node {
