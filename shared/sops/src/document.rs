@@ -596,6 +596,7 @@ impl Metadata {
     fn data_key(&self, keys: &KeySource) -> Result<Vec<u8>, SopsError> {
         let mut tried = Vec::new();
         let mut parts = Vec::new();
+        let mut unavailable = None;
         for group in &self.groups {
             if parts.len() >= self.threshold {
                 break;
@@ -608,12 +609,19 @@ impl Metadata {
                             break 'group;
                         }
                         Ok(None) => tried.push(format!("{}:{}", key.kind(), key.id())),
+                        Err(e @ SopsError::Unavailable { .. }) => {
+                            tried.push(format!("{}:{} ({e})", key.kind(), key.id()));
+                            unavailable.get_or_insert(e);
+                        }
                         Err(e) => tried.push(format!("{}:{} ({e})", key.kind(), key.id())),
                     }
                 }
             }
         }
         if parts.len() < self.threshold.max(1) || parts.is_empty() {
+            if let Some(e) = unavailable {
+                return Err(e);
+            }
             let in_file: Vec<String> = self
                 .groups
                 .iter()

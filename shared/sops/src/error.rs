@@ -53,6 +53,18 @@ pub enum SopsError {
         /// What failed.
         reason: String,
     },
+    /// A master key's service could not be reached (a transient failure: retry later). Master
+    /// keys return it from `unwrap`/`wrap`; `decrypt` returns it when no key could open the data
+    /// key and at least one failed this way, so a server can answer 503 instead of 500.
+    #[error("{kind} key {id} is unavailable: {reason}")]
+    Unavailable {
+        /// `kms`, ...
+        kind: String,
+        /// Public identifier of the key (ARN, ...).
+        id: String,
+        /// What failed (network error, throttling, ...).
+        reason: String,
+    },
     /// Options are invalid (bad regex, no recipients, ...).
     #[error("invalid options: {0}")]
     Options(String),

@@ -4,8 +4,8 @@ mod common;
 
 use common::age_keys;
 use gitstate_sops::{
-    encrypt, go_format_float, now_rfc3339, AgeKey, Document, EncryptOptions, MasterKey, Node,
-    Rules, SopsError,
+    encrypt, go_format_float, now_rfc3339, AgeKey, Document, EncryptOptions, KeySource, MasterKey,
+    Node, Rules, SopsError,
 };
 
 const R2: &str = "age1tmaae3ld5vpevmsh5yacsauzx8jetg300mpvc4ugp5zr5l6ssq9sla97ep";
@@ -170,4 +170,58 @@ fn recipients_list_parses_like_sops_age_recipients() {
     assert_eq!(keys[0].id(), R2);
     let e = AgeKey::parse_recipients("age1nope").unwrap_err();
     assert!(e.to_string().contains("age1nope"), "{e}");
+}
+
+/// A master key whose service is down.
+struct DownKms;
+
+impl MasterKey for DownKms {
+    fn kind(&self) -> &'static str {
+        "kms"
+    }
+    fn id(&self) -> String {
+        "arn:aws:kms:eu-west-1:111122223333:key/down".into()
+    }
+    fn wrap(&self, _: &[u8]) -> Result<gitstate_sops::KeyEntry, SopsError> {
+        Err(self.down())
+    }
+    fn unwrap(&self, _: &gitstate_sops::KeyEntry) -> Result<Option<Vec<u8>>, SopsError> {
+        Err(self.down())
+    }
+}
+
+impl DownKms {
+    fn down(&self) -> SopsError {
+        SopsError::Unavailable {
+            kind: "kms".into(),
+            id: self.id(),
+            reason: "connection refused".into(),
+        }
+    }
+}
+
+#[test]
+fn an_unreachable_key_service_is_reported_as_unavailable() {
+    // a file with a kms entry (no age key configured that opens it)
+    let k = AgeKey::generate();
+    let mut n = Node::parse(
+        &encrypt(
+            br#"{"a":"b"}"#,
+            &[&k as &dyn MasterKey],
+            &EncryptOptions::default(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    if let Node::Object(f) = &mut n {
+        if let Some((_, Node::Object(meta))) = f.iter_mut().find(|(k, _)| k == "sops") {
+            meta.insert(0, ("kms".into(), Node::parse(br#"[{"arn":"arn:aws:kms:eu-west-1:111122223333:key/down","enc":"AAAA","created_at":"2026-01-01T00:00:00Z","aws_profile":""}]"#).unwrap()));
+        }
+    }
+    let keys = KeySource::new().with(Box::new(DownKms));
+    let e = Document::decrypt(&n.to_json(), &keys).unwrap_err();
+    assert!(matches!(e, SopsError::Unavailable { .. }), "{e}");
+    // with a working key as well, the file opens
+    let keys = KeySource::new().with(Box::new(DownKms)).with(Box::new(k));
+    assert!(Document::decrypt(&n.to_json(), &keys).is_ok());
 }
