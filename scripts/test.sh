@@ -18,6 +18,14 @@ echo "test.sh: test components ready ($((SECONDS - start)) s)"
 
 bash scripts/lint-infra.sh
 
+# The Lambda function as SAM builds it: cargo-lambda with zig, x86_64.
+start=$SECONDS
+bash scripts/install-lambda-tools.sh
+PATH="$GITSTATE_TOOLS/cargo-lambda-venv/bin:$PATH" cargo lambda build --release -p gitstate-lambda
+bootstrap="$CARGO_TARGET_DIR/lambda/gitstate-lambda/bootstrap"
+[ -x "$bootstrap" ] || { echo "test.sh: cargo lambda build produced no $bootstrap" >&2; exit 1; }
+echo "test.sh: Lambda bootstrap built, $(stat -c %s "$bootstrap") bytes ($((SECONDS - start)) s)"
+
 start=$SECONDS
 cargo build --workspace --bins
 export GITSTATE_BIN="$CARGO_TARGET_DIR/debug/gitstate"
