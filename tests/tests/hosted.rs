@@ -2,7 +2,7 @@
 //! the git credential of that request only. Real lighttpd + git http-backend with basic auth, real
 //! gitstate, real Terraform.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gitstate_tests::{
     bare_repo, git_log_subjects, http, refs_under, write_main_tf, GitHttpServer, Gitstate,
@@ -38,21 +38,41 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-#[test]
-fn passthrough_uses_the_callers_credentials_and_nothing_else() {
+/// A smart-HTTP server requiring USER/PASSWORD, its bare repository `states`, and a
+/// `gitstate serve --auth-mode passthrough` on it with `env`.
+struct Passthrough {
+    gitstate: Gitstate,
+    repo: PathBuf,
+    _server: GitHttpServer,
+    _dir: tempfile::TempDir,
+}
+
+fn passthrough(env: &[(&str, &str)]) -> Passthrough {
     let dir = tempfile::tempdir().expect("tempdir");
     let repos = dir.path().join("repos");
     std::fs::create_dir_all(&repos).expect("repos");
     let repo = bare_repo(&repos, "states");
     let server = GitHttpServer::start(&repos, USER, PASSWORD);
     let spec = format!("default={}", server.url("states"));
-    // The deployment's environment holds a valid credential too: pass-through must never fall
-    // back to it.
     let gitstate = Gitstate::start(
         &["--repository", &spec, "--auth-mode", "passthrough"],
-        &[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)],
+        env,
         dir.path(),
     );
+    Passthrough {
+        gitstate,
+        repo,
+        _server: server,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn passthrough_uses_the_callers_credentials_and_nothing_else() {
+    // The deployment's environment holds a valid credential too: pass-through must never fall
+    // back to it.
+    let Passthrough { gitstate, repo, .. } =
+        &passthrough(&[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)]);
     let url = gitstate.state_url("default", "prod.tfstate");
 
     // No credentials, or wrong ones: 401 from gitstate, and nothing was fetched into the cache.
@@ -94,17 +114,7 @@ fn passthrough_uses_the_callers_credentials_and_nothing_else() {
 
 #[test]
 fn passthrough_with_real_terraform() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repos = dir.path().join("repos");
-    std::fs::create_dir_all(&repos).expect("repos");
-    let repo = bare_repo(&repos, "states");
-    let server = GitHttpServer::start(&repos, USER, PASSWORD);
-    let spec = format!("default={}", server.url("states"));
-    let gitstate = Gitstate::start(
-        &["--repository", &spec, "--auth-mode", "passthrough"],
-        &[],
-        dir.path(),
-    );
+    let Passthrough { gitstate, repo, .. } = &passthrough(&[]);
     let url = gitstate.state_url("default", "hosted.tfstate");
     let tf = Terraform::installed("1.15.5");
     let work = tempfile::tempdir().expect("tempdir");
