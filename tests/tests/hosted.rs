@@ -94,7 +94,7 @@ fn passthrough_uses_the_callers_credentials_and_nothing_else() {
     let (status, body) = http("POST", &url, Some(STATE), Some((USER, PASSWORD))).expect("post");
     assert_eq!(status, 200, "{body}");
     assert_eq!(
-        git_log_subjects(&repo, "main", "prod.tfstate"),
+        git_log_subjects(repo, "main", "prod.tfstate"),
         vec![format!("Update prod.tfstate (serial 1) by {USER}")]
     );
     let (status, body) = http("GET", &url, None, Some((USER, PASSWORD))).expect("get");
@@ -138,7 +138,7 @@ fn passthrough_with_real_terraform() {
         "terraform must fail with a wrong password"
     );
     assert!(
-        refs_under(&repo, "refs/").is_empty(),
+        refs_under(repo, "refs/").is_empty(),
         "a refused terraform wrote to the repository"
     );
 
@@ -153,7 +153,7 @@ fn passthrough_with_real_terraform() {
     tf.init(work.path()).expect_code(0, "init");
     tf.apply(work.path()).expect_code(0, "apply");
     tf.plan(work.path()).expect_code(0, "plan shows no changes");
-    let subjects = git_log_subjects(&repo, "main", "hosted.tfstate");
+    let subjects = git_log_subjects(repo, "main", "hosted.tfstate");
     assert!(!subjects.is_empty(), "apply wrote no commit");
     assert!(
         subjects
