@@ -680,3 +680,72 @@ allow = ["{}"]
         "nothing written to a refused repository"
     );
 }
+
+/// Requests that reach the git server per operation over smart HTTP with a warm cache (each one
+/// is a `git http-backend` process). A write or an unlock reads the tips from the receive-pack
+/// advertisement and pushes its compare-and-swap over the same session: advertisement + push.
+#[test]
+fn smart_http_requests_per_operation() {
+    let s = Server::start(Kind::SmartHttp, &[]);
+    let http = s._http.as_ref().expect("a smart HTTP server");
+    let p = "/state/default/count/prod.tfstate";
+    // Cold: the first write creates the branch and a GET has the cache hold its tip.
+    assert_eq!(s.send("POST", p, Some(STATE_1)).status(), 200);
+    assert_eq!(s.send("GET", p, None).status(), 200);
+
+    let mut seen = http.requests().len();
+    let mut check = |what: &str, response: Response, status: u16, max: usize| {
+        assert_eq!(response.status(), status, "{what}");
+        let requests = http.requests();
+        let new = requests[seen..].to_vec();
+        seen = requests.len();
+        assert!(
+            new.len() <= max,
+            "{what}: {} requests to the git server, at most {max} expected: {new:#?}",
+            new.len()
+        );
+        if what != "GET" {
+            assert!(
+                new.iter().all(|r| r.contains("git-receive-pack")),
+                "{what}: {new:#?}"
+            );
+        }
+    };
+    let a = lock_info("lock-a", "alice");
+    check("POST", s.send("POST", p, Some(STATE_2)), 200, 2);
+    check("GET", s.send("GET", p, None), 200, 2);
+    check("LOCK", s.send("LOCK", p, Some(&a)), 200, 2);
+    let with_id = format!("{p}?ID=lock-a");
+    check(
+        "POST with the lock's ID",
+        s.send("POST", &with_id, Some(STATE_1)),
+        200,
+        2,
+    );
+    // No push at all: the advertisement alone answers these.
+    check(
+        "replayed POST",
+        s.send("POST", &with_id, Some(STATE_1)),
+        200,
+        1,
+    );
+    check(
+        "POST without the lock's ID",
+        s.send("POST", p, Some(STATE_2)),
+        423,
+        1,
+    );
+    check("UNLOCK", s.send("UNLOCK", p, Some(&a)), 200, 2);
+    check(
+        "UNLOCK when not locked",
+        s.send("UNLOCK", p, Some(&a)),
+        200,
+        1,
+    );
+    check("DELETE", s.send("DELETE", p, None), 200, 2);
+
+    // What the git CLI sees: the last write is the delete, and no lock is left.
+    let log = s.git(&["log", "--format=%s", "main"]);
+    assert!(log.starts_with("Delete count/prod.tfstate"), "{log}");
+    assert_eq!(lock_refs(&s).trim(), "");
+}

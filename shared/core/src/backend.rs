@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
-use crate::store::{LockCreate, StateChange, StateStore, StoreError};
+use crate::store::{Intent, LockCreate, StateChange, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
@@ -225,7 +225,16 @@ impl Backend {
             None => None,
         };
         for attempt in 0..self.retry.attempts {
-            let snapshot = store.snapshot(path).await?;
+            // One session: the read and the compare-and-swap push share one remote check.
+            let session = match store.begin(path, Intent::Write).await {
+                Ok(session) => session,
+                Err(StoreError::Stale) => {
+                    self.retry.back_off(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let snapshot = session.snapshot();
             let mut who = caller.display().to_owned();
             if let Some(lock) = &snapshot.lock {
                 let holder = serde_json::from_slice::<LockInfo>(lock).ok();
@@ -245,10 +254,7 @@ impl Backend {
                 Some(bytes) => StateChange::Write(bytes.clone()),
                 None => StateChange::Delete,
             };
-            match store
-                .update_state(path, snapshot.state_tip.as_ref(), change, &message(&who))
-                .await
-            {
+            match session.update_state(change, &message(&who)).await {
                 Ok(revision) => {
                     tracing::info!(%path, %revision, attempt, "state written");
                     return Ok(());
@@ -309,16 +315,24 @@ impl Backend {
         };
         let force = requested.as_ref().is_none_or(LockInfo::is_id_only);
         for attempt in 0..self.retry.attempts {
-            let Some((tip, content)) = store.read_lock(path).await? else {
+            let session = match store.begin(path, Intent::Unlock).await {
+                Ok(session) => session,
+                Err(StoreError::Stale) => {
+                    self.retry.back_off(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let Some(content) = &session.snapshot().lock else {
                 return Ok(());
             };
             if !force {
                 let wanted = requested.as_ref().map(|r| r.id.as_str());
-                if LockInfo::holder_id(&content).as_deref() != wanted {
-                    return Err(BackendError::Locked(content));
+                if LockInfo::holder_id(content).as_deref() != wanted {
+                    return Err(BackendError::Locked(content.clone()));
                 }
             }
-            match store.delete_lock(path, &tip).await {
+            match session.delete_lock().await {
                 Ok(()) => {
                     tracing::info!(%path, force, "lock released");
                     return Ok(());

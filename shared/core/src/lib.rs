@@ -12,6 +12,6 @@ pub use backend::{Backend, BackendError, RetryPolicy};
 pub use lockinfo::LockInfo;
 pub use path::{PathError, StatePath};
 pub use store::{
-    Credentials, LockCreate, RegistryError, Revision, Snapshot, StateChange, StateStore,
-    StoreError, StoreRegistry,
+    Credentials, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange, StateStore,
+    StoreError, StoreRegistry, WriteSession,
 };

@@ -146,6 +146,108 @@ pub trait StateStore: Send + Sync + 'static {
     /// Deletes the lock branch if it is still at `tip`; [`StoreError::Stale`] otherwise (also when
     /// it is gone).
     async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;
+
+    /// Starts a read-then-compare-and-swap: reads what `intent` needs (like [`snapshot`] or
+    /// [`read_lock`]) and returns a [`WriteSession`] that performs at most one ref update with the
+    /// ids it read as the expected old values.
+    ///
+    /// The default reads through [`snapshot`] / [`read_lock`] and writes through
+    /// [`update_state`] / [`delete_lock`]. A remote store overrides it to read the tips from the
+    /// receive-pack advertisement and push over that same session: one fresh remote check (with
+    /// the caller's credentials, who must be allowed to write) serves both the read and the
+    /// write. May return [`StoreError::Stale`] when the refs moved while being read; the caller
+    /// retries.
+    ///
+    /// [`snapshot`]: StateStore::snapshot
+    /// [`read_lock`]: StateStore::read_lock
+    /// [`update_state`]: StateStore::update_state
+    /// [`delete_lock`]: StateStore::delete_lock
+    async fn begin<'a>(
+        &'a self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+        let snapshot = match intent {
+            Intent::Write => self.snapshot(path).await?,
+            Intent::Unlock => {
+                let lock = self.read_lock(path).await?;
+                Snapshot {
+                    lock_tip: lock.as_ref().map(|(tip, _)| tip.clone()),
+                    lock: lock.map(|(_, content)| content),
+                    ..Snapshot::default()
+                }
+            }
+        };
+        Ok(Box::new(SeparateCalls {
+            store: self,
+            path: path.clone(),
+            snapshot,
+        }))
+    }
+}
+
+/// What a [`StateStore::begin`] session is for; it decides what is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// A state write (`POST`, `DELETE`): reads the state branch and the lock branch.
+    Write,
+    /// An unlock: reads only the lock branch (the snapshot's state fields stay `None`).
+    Unlock,
+}
+
+/// One read followed by at most one compare-and-swap ref update whose expected old value is what
+/// was read. Dropping it without a write changes nothing.
+#[async_trait]
+pub trait WriteSession: Send {
+    /// What was read when the session began.
+    fn snapshot(&self) -> &Snapshot;
+
+    /// [`StateStore::update_state`] with `base` = the state tip that was read.
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError>;
+
+    /// [`StateStore::delete_lock`] of the lock tip that was read ([`StoreError::Stale`] when no
+    /// lock was read).
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+/// The default [`WriteSession`]: the store's separate read and write calls.
+struct SeparateCalls<'a, S: ?Sized> {
+    store: &'a S,
+    path: StatePath,
+    snapshot: Snapshot,
+}
+
+#[async_trait]
+impl<S: StateStore + ?Sized> WriteSession for SeparateCalls<'_, S> {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        self.store
+            .update_state(
+                &self.path,
+                self.snapshot.state_tip.as_ref(),
+                change,
+                message,
+            )
+            .await
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        match &self.snapshot.lock_tip {
+            Some(tip) => self.store.delete_lock(&self.path, tip).await,
+            None => Err(StoreError::Stale),
+        }
+    }
 }
 
 /// Why a repository could not be opened for a request.

@@ -8,11 +8,15 @@
 /// Implements [`gitstate_core::StateStore`] for a store type whose operations are blocking
 /// methods (`snapshot_blocking`, `update_state_blocking`, `create_lock_blocking`,
 /// `read_lock_blocking`, `delete_lock_blocking`) run through its `run` (a `spawn_blocking`
-/// wrapper): gix is blocking, the port is async.
+/// wrapper): gix is blocking, the port is async. Further port methods (overrides of defaults)
+/// can follow in a block.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! state_store_via_blocking {
     ($store:ty, |$this:ident| $serializer:expr) => {
+        $crate::state_store_via_blocking!($store, |$this| $serializer, {});
+    };
+    ($store:ty, |$this:ident| $serializer:expr, { $($extra:tt)* }) => {
         #[async_trait::async_trait]
         impl gitstate_core::StateStore for $store {
             async fn snapshot(
@@ -71,6 +75,8 @@ macro_rules! state_store_via_blocking {
                 let $this = self;
                 $serializer
             }
+
+            $($extra)*
         }
     };
 }

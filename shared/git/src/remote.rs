@@ -4,6 +4,10 @@
 //! authorization check), a shallow fetch of only the missing tips into the per-remote cache, reads
 //! from the cache, and for writes a push of a pack holding just the new objects, with the id that
 //! was read as the expected old value of the ref. Never forced.
+//!
+//! Writes and unlocks ([`StateStore::begin`](gitstate_core::StateStore::begin)) read the tips
+//! from receive-pack's advertisement instead, and push over that same session: over smart HTTP
+//! that is two requests (advertisement, push) when the tips are already in the cache.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +15,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gitstate_core::{
-    Credentials, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
+    Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
+    WriteSession,
 };
 use gix::objs::Kind;
 use gix::ObjectId;
@@ -244,6 +249,105 @@ impl RemoteStore {
         }
     }
 
+    /// Opens a receive-pack session, takes the tips `intent` needs from its advertisement (the
+    /// fresh remote check), fetches those the cache lacks and reads the files.
+    fn begin_blocking(
+        &self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<RemoteSession, StoreError> {
+        let lock_ref = path.lock_ref();
+        let names: Vec<&str> = match intent {
+            Intent::Write => vec![&self.state_ref, &lock_ref],
+            Intent::Unlock => vec![&lock_ref],
+        };
+        let receive_pack = ReceivePack::connect(&self.endpoint)?;
+        let state_tip = match intent {
+            Intent::Write => receive_pack.tip(&self.state_ref),
+            Intent::Unlock => None,
+        };
+        let lock_tip = receive_pack.tip(&lock_ref);
+        let present = |repo: &gix::Repository| {
+            [state_tip, lock_tip]
+                .into_iter()
+                .flatten()
+                .all(|id| repo.has_object(id))
+        };
+        if !present(&self.cache.repo()) {
+            // Written by another process, or the cache is new: fetch over upload-pack (shallow),
+            // keeping the session open for the push.
+            self.cache.refresh(&self.endpoint, &names)?;
+            if !present(&self.cache.repo()) {
+                // The refs moved between the two advertisements: the push would lose anyway.
+                return Err(StoreError::Stale);
+            }
+        }
+        let snapshot = Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        };
+        Ok(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent,
+            state_tip,
+            lock_tip,
+            snapshot,
+            receive_pack,
+        })
+    }
+
+    /// Pushes a one-file commit on `base` over `session`, expecting the state branch at `base`.
+    fn push_state(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        base: Option<ObjectId>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let outgoing = self.build(path.as_str(), |repo| {
+            state_commit(repo, base, path.as_str(), change, message)
+        })?;
+        let null = ObjectId::null(gix::hash::Kind::Sha1);
+        let update = RefUpdate {
+            name: self.state_ref.clone(),
+            old: base.unwrap_or(null),
+            new: outgoing.commit,
+        };
+        if !self.push_one(session, update, Some(&outgoing))? {
+            return Err(StoreError::Stale);
+        }
+        self.cache
+            .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
+        Ok(outgoing.commit.to_string())
+    }
+
+    /// Deletes the lock branch over `session`, expecting it at `old`.
+    fn push_lock_delete(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        old: ObjectId,
+    ) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        if !self.push_one(session, update, None)? {
+            return Err(StoreError::Stale);
+        }
+        self.cache.record_pushed(&[], &lock_ref, None)?;
+        Ok(())
+    }
+
     fn update_state_blocking(
         &self,
         path: &StatePath,
@@ -261,26 +365,12 @@ impl RemoteStore {
                 }
             }
         }
-        let outgoing = self.build(path.as_str(), |repo| {
-            state_commit(repo, base, path.as_str(), change, message)
-        })?;
         let session = ReceivePack::connect(&self.endpoint)?;
         if session.tip(&self.state_ref) != base {
             // Moved already: do not upload a pack the server would refuse.
             return Err(StoreError::Stale);
         }
-        let null = ObjectId::null(gix::hash::Kind::Sha1);
-        let update = RefUpdate {
-            name: self.state_ref.clone(),
-            old: base.unwrap_or(null),
-            new: outgoing.commit,
-        };
-        if !self.push_one(session, update, Some(&outgoing))? {
-            return Err(StoreError::Stale);
-        }
-        self.cache
-            .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
-        Ok(outgoing.commit.to_string())
+        self.push_state(session, path, base, change, message)
     }
 
     fn create_lock_blocking(
@@ -329,17 +419,77 @@ impl RemoteStore {
         if session.tip(&lock_ref) != Some(old) {
             return Err(StoreError::Stale);
         }
-        let update = RefUpdate {
-            name: lock_ref.clone(),
-            old,
-            new: ObjectId::null(gix::hash::Kind::Sha1),
-        };
-        if !self.push_one(session, update, None)? {
-            return Err(StoreError::Stale);
-        }
-        self.cache.record_pushed(&[], &lock_ref, None)?;
-        Ok(())
+        self.push_lock_delete(session, path, old)
     }
 }
 
-crate::state_store_via_blocking!(RemoteStore, |store| Some(store.cache.state_writes()));
+/// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
+/// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
+/// that is the same connection; over smart HTTP the push is the second request.
+pub struct RemoteSession {
+    store: RemoteStore,
+    path: StatePath,
+    intent: Intent,
+    state_tip: Option<ObjectId>,
+    lock_tip: Option<ObjectId>,
+    snapshot: Snapshot,
+    receive_pack: ReceivePack,
+}
+
+#[async_trait::async_trait]
+impl WriteSession for RemoteSession {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        if self.intent != Intent::Write {
+            return Err(StoreError::Internal(
+                "a state write in a session that did not read the state".into(),
+            ));
+        }
+        let this = *self;
+        let store = this.store.clone();
+        let message = message.to_owned();
+        store
+            .run(move |store| {
+                store.push_state(
+                    this.receive_pack,
+                    &this.path,
+                    this.state_tip,
+                    &change,
+                    &message,
+                )
+            })
+            .await
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        let this = *self;
+        let Some(old) = this.lock_tip else {
+            return Err(StoreError::Stale);
+        };
+        let store = this.store.clone();
+        store
+            .run(move |store| store.push_lock_delete(this.receive_pack, &this.path, old))
+            .await
+    }
+}
+
+crate::state_store_via_blocking!(RemoteStore, |store| Some(store.cache.state_writes()), {
+    async fn begin<'a>(
+        &'a self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+        let path = path.clone();
+        let session = self
+            .run(move |store| store.begin_blocking(&path, intent))
+            .await?;
+        Ok(Box::new(session))
+    }
+});

@@ -69,6 +69,43 @@ async fn git_daemon_conformance_and_git_reads_it() {
     assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
 }
 
+/// A write session whose advertised tips are not in the cache (another process wrote them)
+/// fetches them, keeps its receive-pack session and pushes over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_fetches_tips_missing_from_the_cache() {
+    use gitstate_core::Intent;
+    let repos = tempfile::tempdir().unwrap();
+    let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let a = store(&daemon.url("states"), cache_a.path(), None);
+    let b = store(&daemon.url("states"), cache_b.path(), None);
+    let path = sp("prod.tfstate");
+    let v1 = write_retrying(&a, &path, b"one", "one").await;
+    let info = Bytes::from_static(b"{\"ID\":\"x\"}");
+    assert_eq!(
+        a.create_lock(&path, info.clone(), "Lock").await,
+        Ok(LockCreate::Created)
+    );
+    let session = b.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(session.snapshot().state_tip.as_deref(), Some(v1.as_str()));
+    assert_eq!(session.snapshot().state.as_deref(), Some(&b"one"[..]));
+    assert_eq!(session.snapshot().lock, Some(info));
+    let v2 = session
+        .update_state(StateChange::Write(Bytes::from_static(b"two")), "two")
+        .await
+        .expect("write");
+    assert_eq!(git(&bare, &["rev-parse", "main"]).trim(), v2);
+    assert_eq!(git(&bare, &["show", "main:prod.tfstate"]), "two");
+    // The other cache learns it the same way, and unlocks over its session.
+    let session = a.begin(&path, Intent::Unlock).await.expect("begin");
+    session.delete_lock().await.expect("unlock");
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+    let session = a.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(session.snapshot().state.as_deref(), Some(&b"two"[..]));
+    git(&bare, &["fsck", "--strict", "--no-dangling"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_url_conformance_and_git_reads_it() {
     let repos = tempfile::tempdir().unwrap();

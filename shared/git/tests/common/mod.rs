@@ -215,6 +215,72 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     // The state branch was untouched by the locks.
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v4.as_str()));
+
+    sessions(store, prefix).await;
+}
+
+/// [`StateStore::begin`](gitstate_core::StateStore::begin) sessions: a read followed by one
+/// compare-and-swap on exactly what was read (for a remote, over the same receive-pack session).
+pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    use bytes::Bytes;
+    use gitstate_core::{Intent, LockCreate, StateChange, StoreError};
+
+    let path = sp(&format!("{prefix}session.tfstate"));
+    let write = |s: &'static [u8]| StateChange::Write(Bytes::from_static(s));
+
+    // Read, then write on what was read.
+    let session = store.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(session.snapshot().state, None);
+    assert_eq!(session.snapshot().lock, None);
+    let v1 = session
+        .update_state(write(b"one"), "Update session by test")
+        .await
+        .expect("write in a session");
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v1.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"one"[..]));
+
+    // Two sessions read the same tip: the first write wins, the second is stale.
+    let a = store.begin(&path, Intent::Write).await.expect("begin a");
+    let b = store.begin(&path, Intent::Write).await.expect("begin b");
+    assert_eq!(a.snapshot().state_tip.as_deref(), Some(v1.as_str()));
+    assert_eq!(b.snapshot().state.as_deref(), Some(&b"one"[..]));
+    let v2 = a.update_state(write(b"two"), "a").await.expect("a writes");
+    assert_eq!(
+        b.update_state(write(b"three"), "b").await,
+        Err(StoreError::Stale)
+    );
+    // A session dropped without writing changes nothing.
+    drop(store.begin(&path, Intent::Write).await.expect("begin"));
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
+    assert_eq!(snap.state.as_deref(), Some(&b"two"[..]));
+
+    // Unlock sessions read only the lock; the first delete wins, the second is stale.
+    let info = Bytes::from_static(b"{\"ID\":\"s\"}");
+    let created = store.create_lock(&path, info.clone(), "Lock").await;
+    assert_eq!(created, Ok(LockCreate::Created));
+    let a = store.begin(&path, Intent::Unlock).await.expect("begin a");
+    let b = store.begin(&path, Intent::Unlock).await.expect("begin b");
+    assert_eq!(a.snapshot().lock, Some(info.clone()));
+    assert!(a.snapshot().lock_tip.is_some());
+    a.delete_lock().await.expect("a unlocks");
+    assert_eq!(b.delete_lock().await, Err(StoreError::Stale));
+    assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
+    // Nothing to delete when no lock was read.
+    let none = store.begin(&path, Intent::Unlock).await.expect("begin");
+    assert_eq!(none.snapshot().lock, None);
+    assert_eq!(none.delete_lock().await, Err(StoreError::Stale));
+    // A write session sees a lock too.
+    store
+        .create_lock(&path, info.clone(), "Lock")
+        .await
+        .expect("lock again");
+    let session = store.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(session.snapshot().lock, Some(info));
+    drop(session);
+    let (tip, _) = store.read_lock(&path).await.expect("read").expect("locked");
+    store.delete_lock(&path, &tip).await.expect("unlock");
 }
 
 /// Ten concurrent lock creators on one path: exactly one `Created`, the others see its lock.
