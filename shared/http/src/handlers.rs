@@ -112,37 +112,25 @@ pub async fn not_found(uri: Uri) -> ApiError {
     )
 }
 
-/// `/state/{repo}/{path}`.
-pub async fn state(
+/// `/state/{repo}/{path}`, and its alias `/lock/{repo}/{path}` where `POST` locks and `DELETE`
+/// unlocks.
+pub async fn path_style(
     State(app): State<AppState>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let rest = uri.path().strip_prefix("/state/").unwrap_or_default();
+    let path = uri.path();
+    let (rest, operation) = match path.strip_prefix("/lock/") {
+        Some(rest) => (rest, Operation::on_lock_alias(&method)?),
+        None => (
+            path.strip_prefix("/state/").unwrap_or_default(),
+            Operation::on_state(&method)?,
+        ),
+    };
     let address = Address::from_path(rest, uri.query())?;
-    dispatch(&app, address, Operation::on_state(&method)?, &headers, body).await
-}
-
-/// `/lock/{repo}/{path}`: `POST` locks, `DELETE` unlocks.
-pub async fn lock_alias(
-    State(app): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let rest = uri.path().strip_prefix("/lock/").unwrap_or_default();
-    let address = Address::from_path(rest, uri.query())?;
-    dispatch(
-        &app,
-        address,
-        Operation::on_lock_alias(&method)?,
-        &headers,
-        body,
-    )
-    .await
+    dispatch(&app, address, operation, &headers, body).await
 }
 
 /// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).

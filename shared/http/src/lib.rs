@@ -31,8 +31,8 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/_/health", get(handlers::health))
-        .route("/state/{*rest}", any(handlers::state))
-        .route("/lock/{*rest}", any(handlers::lock_alias))
+        .route("/state/{*rest}", any(handlers::path_style))
+        .route("/lock/{*rest}", any(handlers::path_style))
         .route("/", any(handlers::query_style))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(handlers::request_context))
