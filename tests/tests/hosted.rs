@@ -3,6 +3,7 @@
 //! gitstate, real Terraform.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use gitstate_tests::{
     bare_repo, git_log_subjects, http, refs_under, write_main_tf, GitHttpServer, Gitstate,
@@ -210,4 +211,54 @@ fn ssrf_targets_are_refused_even_when_everything_is_allowed() {
         );
     }
     assert_eq!(objects_in(&gitstate.cache_dir), 0);
+}
+
+/// Team mode: the server writes with its own credential (here the embedded default), and callers
+/// must present a token whose SHA-256 is configured; real Terraform sends it as its password.
+#[test]
+fn team_mode_admits_only_configured_tokens() {
+    let token = "team-token-0123";
+    let hash = String::from_utf8(
+        Command::new("sh")
+            .arg("-c")
+            .arg("printf %s \"$0\" | sha256sum | cut -d' ' -f1")
+            .arg(token)
+            .output()
+            .expect("sha256sum")
+            .stdout,
+    )
+    .expect("hex");
+    let token_hash = format!("sha256:{}", hash.trim());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gitstate = Gitstate::start(
+        &["--auth-mode", "team", "--token-hash", &token_hash],
+        &[],
+        dir.path(),
+    );
+    let url = gitstate.state_url("default", "team.tfstate");
+    for auth in [None, Some(("ci", "wrong-token")), Some(("ci", ""))] {
+        let (status, body) = http("GET", &url, None, auth).expect("get");
+        assert_eq!(status, 401, "{auth:?}: {body}");
+        assert!(body.contains("token"), "{body}");
+    }
+    let (status, _) = http("GET", &url, None, Some(("ci", token))).expect("get");
+    assert_eq!(status, 204);
+
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().expect("tempdir");
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth("platform-ci", token),
+        1,
+        "g1",
+    );
+    tf.init(work.path())
+        .expect_code(0, "init with a team token");
+    tf.apply(work.path())
+        .expect_code(0, "apply with a team token");
+    tf.plan(work.path()).expect_code(0, "plan shows no changes");
+    let repo = dir.path().join(".gitstate/default.git");
+    let subjects = git_log_subjects(&repo, "main", "team.tfstate");
+    assert!(!subjects.is_empty(), "apply wrote no commit");
+    assert!(!gitstate.log().contains(token), "the token reached the log");
 }

@@ -42,6 +42,9 @@ pub enum AuthMode {
     /// that request only; the deployment holds none. The remote's answer to that credential is
     /// the authorization check of every request.
     Passthrough,
+    /// The deployment's own credential for git, and callers must present one of the configured
+    /// tokens (as the basic-auth password; the user name is free and names the writer).
+    Team,
 }
 
 impl std::str::FromStr for AuthMode {
@@ -50,8 +53,9 @@ impl std::str::FromStr for AuthMode {
         match s {
             "server" => Ok(AuthMode::Server),
             "passthrough" => Ok(AuthMode::Passthrough),
+            "team" => Ok(AuthMode::Team),
             other => Err(format!(
-                "auth mode '{other}' is unknown; use \"server\" or \"passthrough\""
+                "auth mode '{other}' is unknown; use \"server\", \"passthrough\" or \"team\""
             )),
         }
     }
@@ -64,6 +68,9 @@ pub struct AuthConfig {
     /// Whose git credential a request uses.
     #[serde(default)]
     pub mode: AuthMode,
+    /// Team mode: SHA-256 hashes (`sha256:<hex>`) of the tokens callers may present.
+    #[serde(default)]
+    pub token_hashes: Vec<String>,
 }
 
 /// The effective configuration.

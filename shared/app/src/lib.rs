@@ -4,6 +4,7 @@
 pub mod config;
 pub mod registry;
 pub mod settings;
+pub mod tokens;
 pub mod url_policy;
 
 pub use config::{AuthMode, Config, ConfigError, RepositoryConfig};

@@ -14,6 +14,8 @@ use crate::config::{
 pub struct Registry {
     /// Stores built once with the deployment's credential (server mode).
     named: HashMap<String, Arc<dyn StateStore>>,
+    /// Team mode: decoded token hashes.
+    tokens: Vec<[u8; 32]>,
     /// The configured repositories (pass-through mode builds a store per request from these).
     repositories: std::collections::BTreeMap<String, RepositoryConfig>,
     allow: Vec<String>,
@@ -115,8 +117,27 @@ impl Registry {
             }
             tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
+        let tokens = match config.auth.mode {
+            AuthMode::Team => {
+                let tokens = config
+                    .auth
+                    .token_hashes
+                    .iter()
+                    .map(|h| crate::tokens::parse_hash(h))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(RegistryError::BadAddress)?;
+                if tokens.is_empty() {
+                    return Err(RegistryError::BadAddress(
+                        "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES)".into(),
+                    ));
+                }
+                tokens
+            }
+            _ => Vec::new(),
+        };
         Ok(Registry {
             named,
+            tokens,
             repositories,
             allow: config.allow.clone(),
             credentials,
@@ -133,6 +154,28 @@ impl Registry {
     fn passthrough(&self) -> bool {
         self.config.auth.mode == AuthMode::Passthrough
     }
+
+    /// Team mode: the caller must present one of the configured tokens.
+    fn admit(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        if self.config.auth.mode != AuthMode::Team {
+            return Ok(());
+        }
+        let refused = |why: &str| {
+            RegistryError::Store(gitstate_core::StoreError::Unauthorized(format!(
+                "{why}: send a team token as the backend's password"
+            )))
+        };
+        let caller = caller.ok_or_else(|| refused("this deployment requires a token"))?;
+        if self
+            .tokens
+            .iter()
+            .any(|hash| crate::tokens::matches(hash, &caller.password))
+        {
+            Ok(())
+        } else {
+            Err(refused("the token is not valid"))
+        }
+    }
 }
 
 impl StoreRegistry for Registry {
@@ -141,6 +184,7 @@ impl StoreRegistry for Registry {
         name: &str,
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        self.admit(caller)?;
         if self.passthrough() {
             // A store per request, holding only this caller's credential (the object cache
             // behind it is shared, but every request first asks the remote with its own
@@ -163,6 +207,7 @@ impl StoreRegistry for Registry {
         git_ref: &str,
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        self.admit(caller)?;
         crate::url_policy::check(url, &self.allow).map_err(RegistryError::NotAllowed)?;
         let repository = RepositoryConfig {
             url: url.to_owned(),

@@ -48,6 +48,16 @@ pub struct Settings {
     /// "passthrough" (the caller's basic-auth pair, for that request only) [default: server].
     #[arg(long, env = "GITSTATE_AUTH_MODE")]
     pub auth_mode: Option<String>,
+    /// Team mode: SHA-256 hashes (`sha256:<hex>`, e.g. from `printf %s TOKEN | sha256sum`) of the
+    /// tokens callers may present as their basic-auth password (repeatable, or comma-separated in
+    /// the variable); replaces the file's `auth.token_hashes`.
+    #[arg(
+        long = "token-hash",
+        value_name = "sha256:HEX",
+        env = "GITSTATE_TOKEN_HASHES",
+        value_delimiter = ','
+    )]
+    pub token_hashes: Vec<String>,
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
@@ -81,6 +91,15 @@ impl Settings {
         }
         if let Some(mode) = self.auth_mode.as_deref().filter(|m| !m.is_empty()) {
             config.auth.mode = mode.parse().map_err(ConfigError::BadValue)?;
+        }
+        let hashes: Vec<String> = self
+            .token_hashes
+            .iter()
+            .filter(|h| !h.is_empty())
+            .cloned()
+            .collect();
+        if !hashes.is_empty() {
+            config.auth.token_hashes = hashes;
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
