@@ -1,0 +1,162 @@
+//! The Lambda function locally: `cargo lambda watch` serves `gitstate-lambda` behind its Function
+//! URL emulation, configured for pass-through credentials against a smart-HTTP git server; real
+//! Terraform runs init/apply/plan through it, and a wrong password is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gitstate_tests::{
+    bare_repo, free_port, git_log_subjects, http, refs_under, tools_dir, write_main_tf,
+    GitHttpServer, HttpBackend, Terraform,
+};
+
+const USER: &str = "lambda-user";
+const PASSWORD: &str = "lambda-pass-1";
+
+/// `cargo lambda watch`, in its own session and process group so that dropping it stops the
+/// function too.
+struct Watch {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The whole process group (cargo lambda and the function it runs), and nothing else:
+        // killpg with the group id `setsid` gave it, never a negative pid on a command line
+        // (`kill -TERM -N` without `--` can be read as "every process").
+        let Ok(group) = i32::try_from(self.child.id()) else {
+            return;
+        };
+        // SAFETY: getpgid only reads the process table.
+        let is_own_group = group > 1 && unsafe { libc::getpgid(group) } == group;
+        if !is_own_group {
+            let _ = self.child.kill();
+        } else {
+            // SAFETY: killpg only sends a signal; `group` is our child's own process group.
+            unsafe {
+                libc::killpg(group, libc::SIGTERM);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            unsafe {
+                libc::killpg(group, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn cargo_lambda_path() -> String {
+    let venv = tools_dir().join("cargo-lambda-venv/bin");
+    assert!(
+        venv.join("cargo-lambda").exists(),
+        "cargo-lambda is not installed in {}: run scripts/install-test-deps.sh",
+        venv.display()
+    );
+    format!(
+        "{}:{}",
+        venv.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn start_watch(env_file: &Path, port: u16, log: PathBuf) -> Watch {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    // A session of its own (setsid): cargo lambda's watcher must not touch the test's terminal,
+    // and its process group is then ours to stop.
+    let child = Command::new("setsid")
+        .args(["cargo", "lambda", "watch", "--ignore-changes"])
+        .args(["-A", "127.0.0.1", "-P", &port.to_string()])
+        .args(["-p", "gitstate-lambda", "--env-file"])
+        .arg(env_file)
+        .current_dir(&workspace)
+        .env("PATH", cargo_lambda_path())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("start cargo lambda watch");
+    Watch { child, log }
+}
+
+#[test]
+fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos");
+    let repo = bare_repo(&repos, "states");
+    let server = GitHttpServer::start(&repos, USER, PASSWORD);
+    let env_file = dir.path().join("lambda.env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nRUST_LOG=info\n",
+            server.url("states"),
+            dir.path().join("cache").display()
+        ),
+    )
+    .expect("env file");
+    let port = free_port();
+    let mut watch = start_watch(&env_file, port, dir.path().join("watch.log"));
+    let base = format!("http://127.0.0.1:{port}/lambda-url/gitstate-lambda");
+
+    // The first invocation builds and starts the function.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Ok((200, _)) = http("GET", &format!("{base}/_/health"), None, None) {
+            break;
+        }
+        if let Ok(Some(status)) = watch.child.try_wait() {
+            panic!(
+                "cargo lambda watch exited with {status}; its log:\n{}",
+                std::fs::read_to_string(&watch.log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not serve the function; its log:\n{}",
+            std::fs::read_to_string(&watch.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let url = format!("{base}/state/default/lambda.tfstate");
+    // A wrong password is refused by gitstate, and nothing reaches the repository.
+    let (status, body) = http("GET", &url, None, Some((USER, "wrong"))).expect("get");
+    assert_eq!(status, 401, "{body}");
+    assert!(refs_under(&repo, "refs/").is_empty());
+
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().expect("tempdir");
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth(USER, PASSWORD),
+        2,
+        "g1",
+    );
+    tf.init(work.path())
+        .expect_code(0, "init through cargo lambda watch");
+    tf.apply(work.path())
+        .expect_code(0, "apply through cargo lambda watch");
+    tf.plan(work.path()).expect_code(0, "plan shows no changes");
+    let subjects = git_log_subjects(&repo, "main", "lambda.tfstate");
+    assert!(!subjects.is_empty(), "apply wrote no commit");
+    assert!(
+        subjects
+            .iter()
+            .all(|s| s.starts_with("Update lambda.tfstate (serial ")),
+        "{subjects:?}"
+    );
+    assert!(
+        refs_under(&repo, "refs/heads/locks/").is_empty(),
+        "a lock was left behind"
+    );
+    let log = std::fs::read_to_string(&watch.log).unwrap_or_default();
+    assert!(
+        !log.contains(PASSWORD),
+        "the password reached the function's log"
+    );
+}
