@@ -4,23 +4,25 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+# venv_tool NAME VERSION PACKAGE COMMAND: installs PACKAGE==VERSION into $TOOLS/NAME-VERSION once
+# (checked by COMMAND --version) and prints the venv's bin directory.
+venv_tool() {
+    local version=$2 package=$3 command=$4 venv="$TOOLS/$1-$2"
+    if ! "$venv/bin/$command" --version 2>/dev/null | grep -q "$version"; then
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet "$package==$version" >&2
+    fi
+    echo "$venv/bin"
+}
+
 CFN_LINT_VERSION=1.58.0
-venv="$TOOLS/cfn-lint-$CFN_LINT_VERSION"
-if ! "$venv/bin/cfn-lint" --version 2>/dev/null | grep -q "$CFN_LINT_VERSION"; then
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet "cfn-lint==$CFN_LINT_VERSION"
-fi
-"$venv/bin/cfn-lint" infra/template.yaml
+cfn_bin=$(venv_tool cfn-lint "$CFN_LINT_VERSION" cfn-lint cfn-lint)
+"$cfn_bin/cfn-lint" infra/template.yaml
 echo "lint-infra: infra/template.yaml passes cfn-lint $CFN_LINT_VERSION"
 
 SAM_CLI_VERSION=1.170.0
-sam_venv="$TOOLS/sam-$SAM_CLI_VERSION"
-if ! "$sam_venv/bin/sam" --version 2>/dev/null | grep -q "$SAM_CLI_VERSION"; then
-    rm -rf "$sam_venv"
-    python3 -m venv "$sam_venv"
-    "$sam_venv/bin/pip" install --quiet "aws-sam-cli==$SAM_CLI_VERSION"
-fi
+sam_bin=$(venv_tool sam "$SAM_CLI_VERSION" aws-sam-cli sam)
 SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1} \
-    "$sam_venv/bin/sam" validate --lint --template-file infra/template.yaml
+    "$sam_bin/sam" validate --lint --template-file infra/template.yaml
 echo "lint-infra: infra/template.yaml passes sam validate --lint (SAM CLI $SAM_CLI_VERSION)"

@@ -44,8 +44,9 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub allow: Vec<String>,
-    /// Whose git credential a request uses: "server" (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) or
-    /// "passthrough" (the caller's basic-auth pair, for that request only) [default: server].
+    /// Whose git credential a request uses: "server" (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN),
+    /// "passthrough" (the caller's basic-auth pair, for that request only) or "team" (the
+    /// server's credential; callers present a token) [default: server].
     #[arg(long, env = "GITSTATE_AUTH_MODE")]
     pub auth_mode: Option<String>,
     /// Team mode: SHA-256 hashes (`sha256:<hex>`, e.g. from `printf %s TOKEN | sha256sum`) of the
@@ -79,44 +80,36 @@ impl Settings {
         if let Some(dir) = &self.cache_dir {
             config.cache_dir = dir.clone();
         }
-        // An empty variable (e.g. a template parameter left blank) means "not set".
-        let allow: Vec<String> = self
-            .allow
-            .iter()
-            .filter(|a| !a.is_empty())
-            .cloned()
-            .collect();
-        if !allow.is_empty() {
+        if let Some(allow) = given(&self.allow) {
             config.allow = allow;
         }
         if let Some(mode) = self.auth_mode.as_deref().filter(|m| !m.is_empty()) {
             config.auth.mode = mode.parse().map_err(ConfigError::BadValue)?;
         }
-        let hashes: Vec<String> = self
-            .token_hashes
-            .iter()
-            .filter(|h| !h.is_empty())
-            .cloned()
-            .collect();
-        if !hashes.is_empty() {
+        if let Some(hashes) = given(&self.token_hashes) {
             config.auth.token_hashes = hashes;
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
         }
-        let repositories: Vec<&String> =
-            self.repositories.iter().filter(|r| !r.is_empty()).collect();
-        if !repositories.is_empty() {
+        if let Some(repositories) = given(&self.repositories) {
             config.repositories.clear();
             let git_ref = self
                 .git_ref
                 .as_deref()
                 .filter(|r| !r.is_empty())
                 .unwrap_or(DEFAULT_REF);
-            for spec in repositories {
+            for spec in &repositories {
                 config.add_repository_flag(spec, git_ref)?;
             }
         }
         Ok(config)
     }
+}
+
+/// The non-empty values of a list flag, or `None` when none was given. An empty variable (a
+/// template parameter left blank) means "not set", not "an empty list".
+fn given(values: &[String]) -> Option<Vec<String>> {
+    let values: Vec<String> = values.iter().filter(|v| !v.is_empty()).cloned().collect();
+    (!values.is_empty()).then_some(values)
 }
