@@ -168,6 +168,18 @@ fi
 log "sops: $SOPS_BIN"
 # END sops section
 
+# ---------------------------------------------------------------- moto 5.2.5 (KMS, DynamoDB)
+# $TOOLS/moto-5.2.5/bin/moto_server: the AWS emulator the encryption (KMS) tests run against.
+MOTO_VERSION=5.2.5
+MOTO_VENV="$TOOLS/moto-$MOTO_VERSION"
+if ! "$MOTO_VENV/bin/python" -c "import moto, flask, flask_cors; assert moto.__version__ == '$MOTO_VERSION'" 2>/dev/null; then
+    rm -rf "$MOTO_VENV"
+    python3 -m venv "$MOTO_VENV"
+    "$MOTO_VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" >&2
+fi
+[ -x "$MOTO_VENV/bin/moto_server" ] || die "moto_server missing at $MOTO_VENV/bin/moto_server"
+log "moto: $MOTO_VENV/bin/moto_server"
+
 # ---------------------------------------------------------------- final check
 "$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$' || die "$TF103 is not Terraform 1.0.3"
 [ -x "$NULL_BIN" ] || die "null provider missing at $NULL_BIN"
@@ -184,6 +196,7 @@ GITSTATE_TOOLS=$TOOLS
   terraform 1.11.4: ${TF111:-not on PATH (optional)}
   null provider:    $NULL_BIN
   TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
+  moto_server:      $MOTO_VENV/bin/moto_server
   lighttpd:         $LIGHTTPD
   git:              $(command -v git) ($(git --version)), http-backend $GIT_HTTP_BACKEND
 EOF

@@ -23,6 +23,8 @@
 //! next to the running test executable (`target/debug/deps/..` → `target/debug/gitstate`). Build it
 //! first with `cargo build -p gitstate` (scripts/test.sh does).
 
+pub mod crypto;
+
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -146,7 +148,7 @@ impl Drop for ChildGuard {
 
 /// Starts a server up to 3 times on fresh ports: `spawn(port)` starts it, `ready(port)` says it
 /// answers. Returns the guard and the port.
-fn start_on_free_port(
+pub(crate) fn start_on_free_port(
     what: &str,
     timeout: Duration,
     mut spawn: impl FnMut(u16) -> ChildGuard,
@@ -629,6 +631,7 @@ impl Gitstate {
             for (key, _) in std::env::vars_os() {
                 let k = key.to_string_lossy();
                 if k.starts_with("GITSTATE_")
+                    || k.starts_with("SOPS_")
                     || k == "GIT_USERNAME"
                     || k == "GIT_PASSWORD"
                     || k == "GITHUB_TOKEN"

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use gitstate_app::config::git_credentials_from_env;
-use gitstate_app::{Registry, Settings};
-use gitstate_core::Backend;
+use gitstate_app::{backend_from_config, Registry, Settings};
 use gitstate_http::{router, AppState};
 
 /// The Lambda reads only its environment.
@@ -35,15 +34,14 @@ async fn main() -> Result<(), lambda_http::Error> {
     if config.repositories.is_empty() {
         return Err("no repository is configured: set GITSTATE_REPOSITORY=NAME=URL (a Lambda has no disk for the embedded default)".into());
     }
+    // Init work once per container: AWS clients for KMS are built here, not per request.
+    let backend = backend_from_config(&config).await?;
     let credentials = git_credentials_from_env()?;
     let registry = Registry::from_config(&config, credentials)?;
     tracing::info!(repositories = ?registry.names(), "gitstate Lambda initialised");
     let app = router(AppState {
         registry: Arc::new(registry),
-        backend: Backend {
-            max_state_bytes: config.max_state_bytes,
-            ..Backend::default()
-        },
+        backend,
     });
     lambda_http::run(app).await
 }

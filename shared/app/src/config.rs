@@ -101,6 +101,61 @@ pub struct Config {
     /// Authentication.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Encryption at rest (DESIGN §5); off when no key is configured.
+    #[serde(default)]
+    pub encryption: EncryptionConfig,
+}
+
+/// The `encryption { … }` block.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// `"all"` (default) or `"structure"`.
+    #[serde(default = "default_encryption_mode")]
+    pub mode: String,
+    /// KMS key ARNs new versions are wrapped for.
+    #[serde(default)]
+    pub kms_arns: Vec<String>,
+    /// Encryption context used with `kms_arns`.
+    #[serde(default)]
+    pub kms_context: BTreeMap<String, String>,
+    /// KMS key ARNs that may still read older versions (rotation).
+    #[serde(default)]
+    pub fallback_kms_arns: Vec<String>,
+    /// age recipients new versions are wrapped for.
+    #[serde(default)]
+    pub age_recipients: Vec<String>,
+    /// A file of age identities for reading (besides `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`).
+    #[serde(default)]
+    pub age_key_file: Option<PathBuf>,
+    /// Refuse to start without a key, so plaintext is never stored.
+    #[serde(default)]
+    pub enforced: bool,
+    /// How long unwrapped data keys stay in memory (0 disables the memory).
+    #[serde(default = "default_data_key_cache_seconds")]
+    pub data_key_cache_seconds: u64,
+}
+
+fn default_encryption_mode() -> String {
+    "all".to_owned()
+}
+fn default_data_key_cache_seconds() -> u64 {
+    300
+}
+
+impl Default for EncryptionConfig {
+    fn default() -> Self {
+        EncryptionConfig {
+            mode: default_encryption_mode(),
+            kms_arns: Vec::new(),
+            kms_context: BTreeMap::new(),
+            fallback_kms_arns: Vec::new(),
+            age_recipients: Vec::new(),
+            age_key_file: None,
+            enforced: false,
+            data_key_cache_seconds: default_data_key_cache_seconds(),
+        }
+    }
 }
 
 fn default_listen() -> String {
@@ -130,6 +185,7 @@ impl Default for Config {
             max_state_bytes: default_max_state_bytes(),
             git_timeout_seconds: default_git_timeout(),
             auth: AuthConfig::default(),
+            encryption: EncryptionConfig::default(),
         }
     }
 }

@@ -2,11 +2,13 @@
 //! the configuration model and the [`Registry`] that turns it into stores.
 
 pub mod config;
+pub mod encryption;
 pub mod registry;
 pub mod settings;
 pub mod tokens;
 pub mod url_policy;
 
-pub use config::{AuthMode, Config, ConfigError, RepositoryConfig};
+pub use config::{AuthMode, Config, ConfigError, EncryptionConfig, RepositoryConfig};
+pub use encryption::{backend_from_config, sealer_from_config};
 pub use registry::Registry;
 pub use settings::Settings;

@@ -62,6 +62,49 @@ pub struct Settings {
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
+    /// Encryption at rest: "all" values or only secrets, keeping the "structure" readable
+    /// [default: all].
+    #[arg(long, env = "GITSTATE_ENCRYPTION_MODE")]
+    pub encryption_mode: Option<String>,
+    /// AWS KMS key ARN new state versions are wrapped for (repeatable, or comma-separated in the
+    /// variable, as sops reads it); replaces the file's `encryption.kms_arns`.
+    #[arg(
+        long = "kms-arn",
+        value_name = "ARN",
+        env = "SOPS_KMS_ARN",
+        value_delimiter = ','
+    )]
+    pub kms_arns: Vec<String>,
+    /// KMS encryption context as KEY=VALUE (repeatable, or comma-separated in the variable);
+    /// replaces the file's `encryption.kms_context`.
+    #[arg(
+        long = "kms-context",
+        value_name = "KEY=VALUE",
+        env = "GITSTATE_KMS_CONTEXT",
+        value_delimiter = ','
+    )]
+    pub kms_context: Vec<String>,
+    /// KMS key ARN that may still read older versions (rotation; repeatable).
+    #[arg(
+        long = "fallback-kms-arn",
+        value_name = "ARN",
+        env = "GITSTATE_FALLBACK_KMS_ARNS",
+        value_delimiter = ','
+    )]
+    pub fallback_kms_arns: Vec<String>,
+    /// age recipient new state versions are wrapped for (repeatable, or comma-separated in the
+    /// variable, as sops reads it). Identities for reading come from SOPS_AGE_KEY_FILE or
+    /// SOPS_AGE_KEY.
+    #[arg(
+        long = "age-recipient",
+        value_name = "AGE1…",
+        env = "SOPS_AGE_RECIPIENTS",
+        value_delimiter = ','
+    )]
+    pub age_recipients: Vec<String>,
+    /// Refuse to start without an encryption key, so plaintext is never stored.
+    #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
+    pub encryption_enforced: Option<bool>,
 }
 
 impl Settings {
@@ -91,6 +134,33 @@ impl Settings {
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
+        }
+        let encryption = &mut config.encryption;
+        if let Some(mode) = self.encryption_mode.as_deref().filter(|m| !m.is_empty()) {
+            encryption.mode = mode.to_owned();
+        }
+        if let Some(arns) = given(&self.kms_arns) {
+            encryption.kms_arns = arns;
+        }
+        if let Some(pairs) = given(&self.kms_context) {
+            encryption.kms_context.clear();
+            for pair in pairs {
+                let (key, value) = pair.split_once('=').ok_or_else(|| {
+                    ConfigError::BadValue(format!("--kms-context expects KEY=VALUE, got '{pair}'"))
+                })?;
+                encryption
+                    .kms_context
+                    .insert(key.to_owned(), value.to_owned());
+            }
+        }
+        if let Some(arns) = given(&self.fallback_kms_arns) {
+            encryption.fallback_kms_arns = arns;
+        }
+        if let Some(recipients) = given(&self.age_recipients) {
+            encryption.age_recipients = recipients;
+        }
+        if let Some(enforced) = self.encryption_enforced {
+            encryption.enforced = enforced;
         }
         if let Some(repositories) = given(&self.repositories) {
             config.repositories.clear();

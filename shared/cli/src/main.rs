@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use gitstate_app::config::git_credentials_from_env;
-use gitstate_app::{Registry, Settings};
-use gitstate_core::Backend;
+use gitstate_app::{backend_from_config, Registry, Settings};
 use gitstate_http::{router, AppState};
 
 /// Terraform/OpenTofu remote state in git, with locking.
@@ -82,13 +81,13 @@ async fn shutdown_signal() {
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
+    // Encryption first: an enforced configuration without a key must not create a repository.
+    let backend = backend_from_config(&config)
+        .await
+        .map_err(|e| e.to_string())?;
     let credentials = git_credentials_from_env().map_err(|e| e.to_string())?;
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();
-    let backend = Backend {
-        max_state_bytes: config.max_state_bytes,
-        ..Backend::default()
-    };
     let app = router(AppState {
         registry: Arc::new(registry),
         backend,

@@ -1,6 +1,7 @@
 //! The rules of the Terraform `http` backend protocol (DESIGN §2), independent of HTTP and git:
 //! lock checks, idempotent replays, force-unlock, and the contention retry loop for writes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use serde::Deserialize;
 
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
+use crate::seal::{SealError, Sealer};
 use crate::store::{Intent, LockCreate, StateChange, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
@@ -72,6 +74,9 @@ pub enum BackendError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Sealing or opening the stored state failed.
+    #[error(transparent)]
+    Seal(#[from] SealError),
 }
 
 impl From<LockInfoError> for BackendError {
@@ -126,6 +131,8 @@ pub struct Backend {
     pub retry: RetryPolicy,
     /// Largest state accepted.
     pub max_state_bytes: usize,
+    /// Encryption at rest; `None` stores states exactly as POSTed.
+    pub sealer: Option<Arc<dyn Sealer>>,
 }
 
 impl Default for Backend {
@@ -133,6 +140,7 @@ impl Default for Backend {
         Backend {
             retry: RetryPolicy::default(),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            sealer: None,
         }
     }
 }
@@ -161,7 +169,37 @@ impl Backend {
         store: &dyn StateStore,
         path: &StatePath,
     ) -> Result<Option<Bytes>, BackendError> {
-        Ok(store.snapshot(path).await?.state)
+        match (store.snapshot(path).await?.state, &self.sealer) {
+            (Some(stored), Some(sealer)) => Ok(Some(sealer.open(path, stored).await?)),
+            (state, _) => Ok(state),
+        }
+    }
+
+    /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a sealed
+    /// document whose plaintext is the same JSON value. A replay must not make a commit.
+    async fn holds(
+        &self,
+        path: &StatePath,
+        stored: &Option<Bytes>,
+        content: &Option<Bytes>,
+    ) -> Result<bool, BackendError> {
+        if stored == content {
+            return Ok(true);
+        }
+        let (Some(stored), Some(content), Some(sealer)) = (stored, content, &self.sealer) else {
+            return Ok(false);
+        };
+        match sealer.open(path, stored.clone()).await {
+            Ok(plain) if plain == *content => Ok(true),
+            Ok(plain) => Ok(same_json(&plain, content)),
+            Err(e @ SealError::Unavailable(_)) => Err(e.into()),
+            Err(e) => {
+                // Unreadable (tampered, or no current key opens it): a full new state replaces it,
+                // sealed under a fresh data key.
+                tracing::warn!(%path, error = %e, "the stored state cannot be opened; it will be replaced");
+                Ok(false)
+            }
+        }
     }
 
     /// `POST`: stores `body` as the state unless another client holds the lock. A body equal to
@@ -247,12 +285,17 @@ impl Backend {
                     _ => return Err(BackendError::Locked(lock.clone())),
                 }
             }
-            if snapshot.state == content {
+            if self.holds(path, &snapshot.state, &content).await? {
                 return Ok(());
             }
-            let change = match &content {
-                Some(bytes) => StateChange::Write(bytes.clone()),
-                None => StateChange::Delete,
+            let change = match (&content, &self.sealer) {
+                (Some(bytes), Some(sealer)) => StateChange::Write(
+                    sealer
+                        .seal(path, bytes.clone(), snapshot.state.as_ref())
+                        .await?,
+                ),
+                (Some(bytes), None) => StateChange::Write(bytes.clone()),
+                (None, _) => StateChange::Delete,
             };
             match session.update_state(change, &message(&who)).await {
                 Ok(revision) => {
@@ -342,6 +385,17 @@ impl Backend {
             }
         }
         Err(BackendError::Busy(self.retry.attempts))
+    }
+}
+
+/// Whether two JSON documents hold the same value (big integers compared exactly).
+fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 

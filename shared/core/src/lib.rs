@@ -6,11 +6,13 @@
 pub mod backend;
 pub mod lockinfo;
 pub mod path;
+pub mod seal;
 pub mod store;
 
 pub use backend::{Backend, BackendError, RetryPolicy};
 pub use lockinfo::LockInfo;
 pub use path::{PathError, StatePath};
+pub use seal::{SealError, Sealer};
 pub use store::{
     Credentials, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange, StateStore,
     StoreError, StoreRegistry, WriteSession,

@@ -3,7 +3,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use gitstate_core::{BackendError, RegistryError, StoreError};
+use gitstate_core::{BackendError, RegistryError, SealError, StoreError};
 
 /// Seconds a client is told to wait before retrying a 503.
 const RETRY_AFTER_SECONDS: &str = "2";
@@ -58,7 +58,21 @@ impl From<BackendError> for ApiError {
                 ApiError::Message(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             }
             BackendError::Store(e) => e.into(),
+            BackendError::Seal(e) => e.into(),
         }
+    }
+}
+
+impl From<SealError> for ApiError {
+    fn from(e: SealError) -> Self {
+        let status = match &e {
+            SealError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            SealError::BadInput(_) => StatusCode::BAD_REQUEST,
+            SealError::NoKey(_) | SealError::Tampered(_) | SealError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        ApiError::Message(status, e.to_string())
     }
 }
 

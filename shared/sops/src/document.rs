@@ -4,7 +4,7 @@ use regex::Regex;
 use sha2::{Digest, Sha512};
 
 use crate::cipher::{ValueCipher, ValueType};
-use crate::keys::{KeyEntry, KeySource, MasterKey};
+use crate::keys::{key_fingerprint, KeyEntry, KeySource, MasterKey};
 use crate::tree::{go_format_float, Node};
 use crate::{shamir, SopsError};
 
@@ -594,6 +594,18 @@ impl Metadata {
     }
 
     fn data_key(&self, keys: &KeySource) -> Result<Vec<u8>, SopsError> {
+        let fingerprint = key_fingerprint(&self.groups, self.threshold);
+        if let Some(key) = keys.cache().and_then(|c| c.get(&fingerprint)) {
+            return Ok(key);
+        }
+        let key = self.unwrap_data_key(keys)?;
+        if let Some(cache) = keys.cache() {
+            cache.put(fingerprint, key.clone());
+        }
+        Ok(key)
+    }
+
+    fn unwrap_data_key(&self, keys: &KeySource) -> Result<Vec<u8>, SopsError> {
         let mut tried = Vec::new();
         let mut parts = Vec::new();
         let mut unavailable = None;
@@ -720,6 +732,69 @@ impl Document {
     pub fn to_json(&self) -> Vec<u8> {
         self.tree.to_json()
     }
+}
+
+/// The raw `sops` member of a top-level JSON object, found without building a tree of the rest.
+/// `Ok(None)`: a JSON object without a `sops` key (plaintext, or a client-encrypted state).
+pub fn sops_member(json: &[u8]) -> Result<Option<Box<serde_json::value::RawValue>>, SopsError> {
+    struct Top(Option<Box<serde_json::value::RawValue>>);
+    impl<'de> serde::Deserialize<'de> for Top {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Top, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Top;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Top, A::Error> {
+                    let mut sops = None;
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        if key == "sops" {
+                            sops = Some(map.next_value::<Box<serde_json::value::RawValue>>()?);
+                        } else {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                    Ok(Top(sops))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_slice::<Top>(json)
+        .map(|t| t.0)
+        .map_err(|e| SopsError::Json(e.to_string()))
+}
+
+/// The master-key entries (by key group) and Shamir threshold of a sops document, read from its
+/// metadata alone: no key is called and no value is decrypted.
+pub fn key_groups(json: &[u8]) -> Result<(Vec<Vec<KeyEntry>>, usize), SopsError> {
+    let raw =
+        sops_member(json)?.ok_or_else(|| SopsError::NotSops("no top-level \"sops\" key".into()))?;
+    let meta = Metadata::parse(&Node::parse(raw.get().as_bytes())?)?;
+    Ok((meta.groups, meta.threshold))
+}
+
+/// The data key of a sops document with its wrapped entries, for [`EncryptOptions::reuse`]: reads
+/// the metadata alone and unwraps the key with `keys` (or takes it from their cache). The values
+/// are not decrypted, so the MAC is not checked here.
+pub fn reusable_data_key(json: &[u8], keys: &KeySource) -> Result<Reuse, SopsError> {
+    let raw =
+        sops_member(json)?.ok_or_else(|| SopsError::NotSops("no top-level \"sops\" key".into()))?;
+    let meta = Metadata::parse(&Node::parse(raw.get().as_bytes())?)?;
+    let data_key: [u8; 32] = meta
+        .data_key(keys)?
+        .as_slice()
+        .try_into()
+        .map_err(|_| SopsError::Metadata("the data key is not 32 bytes".into()))?;
+    Ok(Reuse {
+        data_key,
+        key_groups: meta.groups,
+        shamir_threshold: meta.threshold,
+    })
 }
 
 /// Decrypts a sops v3 JSON document and returns the plaintext as JSON bytes (2-space indent).

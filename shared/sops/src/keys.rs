@@ -207,10 +207,39 @@ impl MasterKey for AgeKey {
     }
 }
 
+/// A memory of unwrapped data keys, so reading the same document again calls no master key.
+/// Entries are looked up by [`key_fingerprint`] of a document's wrapped entries.
+pub trait DataKeyCache: Send + Sync {
+    /// The data key stored for `fingerprint`, if still held.
+    fn get(&self, fingerprint: &[u8; 32]) -> Option<Vec<u8>>;
+    /// Remembers `data_key` for `fingerprint`.
+    fn put(&self, fingerprint: [u8; 32], data_key: Vec<u8>);
+}
+
+/// SHA-256 over the wrapped entries (`kind` and `enc` of each, group by group) and the threshold:
+/// the same wrapped blobs always unwrap to the same data key, so this names a data key without
+/// revealing it.
+pub fn key_fingerprint(groups: &[Vec<KeyEntry>], threshold: usize) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((threshold as u64).to_le_bytes());
+    for group in groups {
+        h.update(b"\x01group");
+        for entry in group {
+            h.update(entry.kind.as_bytes());
+            h.update(b"\x00");
+            h.update(entry.field("enc").unwrap_or("").as_bytes());
+            h.update(b"\x00");
+        }
+    }
+    h.finalize().into()
+}
+
 /// The keys available for decryption.
 #[derive(Default)]
 pub struct KeySource {
     keys: Vec<Box<dyn MasterKey>>,
+    cache: Option<std::sync::Arc<dyn DataKeyCache>>,
 }
 
 impl KeySource {
@@ -259,5 +288,16 @@ impl KeySource {
     /// The configured keys.
     pub fn keys(&self) -> &[Box<dyn MasterKey>] {
         &self.keys
+    }
+
+    /// Remembers unwrapped data keys in `cache` (and looks there first).
+    pub fn with_cache(mut self, cache: std::sync::Arc<dyn DataKeyCache>) -> KeySource {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The data-key cache, if any.
+    pub fn cache(&self) -> Option<&dyn DataKeyCache> {
+        self.cache.as_deref()
     }
 }

@@ -32,10 +32,10 @@ mod tree;
 
 pub use cipher::{ValueCipher, ValueType};
 pub use document::{
-    decrypt, encrypt, encrypt_groups, encrypt_tree, now_rfc3339, Document, EncryptOptions, Reuse,
-    Rules, SOPS_VERSION,
+    decrypt, encrypt, encrypt_groups, encrypt_tree, key_groups, now_rfc3339, reusable_data_key,
+    sops_member, Document, EncryptOptions, Reuse, Rules, SOPS_VERSION,
 };
 pub use error::SopsError;
-pub use keys::{AgeKey, KeyEntry, KeySource, MasterKey};
+pub use keys::{key_fingerprint, AgeKey, DataKeyCache, KeyEntry, KeySource, MasterKey};
 pub use shamir::{combine as shamir_combine, split as shamir_split};
 pub use tree::{go_format_float, Node};

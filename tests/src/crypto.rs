@@ -1,0 +1,175 @@
+//! Fixtures for encryption at rest: moto (KMS) on loopback, the real `sops` binary, age keys.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{start_on_free_port, tools_dir, which, ChildGuard};
+
+/// The moto release `scripts/install-test-deps.sh` installs.
+pub const MOTO_VERSION: &str = "5.2.5";
+
+/// `moto_server` on 127.0.0.1 (KMS, DynamoDB, …), stopped on drop.
+pub struct MotoServer {
+    guard: ChildGuard,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl MotoServer {
+    /// Starts `$GITSTATE_TOOLS/moto-5.2.5/bin/moto_server` (or `moto_server` on PATH).
+    pub fn start() -> MotoServer {
+        let installed = tools_dir().join(format!("moto-{MOTO_VERSION}/bin/moto_server"));
+        let bin = if installed.is_file() {
+            installed
+        } else {
+            which("moto_server").expect("moto_server: run scripts/install-test-deps.sh")
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("moto.log");
+        let (guard, port) = start_on_free_port(
+            "moto_server",
+            Duration::from_secs(60),
+            |port| {
+                let mut cmd = Command::new(&bin);
+                cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+                ChildGuard::spawn(cmd, &log, "moto_server")
+            },
+            |port| {
+                reqwest::blocking::Client::builder()
+                    .no_proxy()
+                    .timeout(Duration::from_secs(2))
+                    .build()
+                    .ok()
+                    .and_then(|c| {
+                        c.get(format!("http://127.0.0.1:{port}/moto-api/"))
+                            .send()
+                            .ok()
+                    })
+                    .is_some_and(|r| r.status().is_success())
+            },
+        );
+        MotoServer {
+            guard,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The variables an AWS SDK (gitstate, sops) needs to talk to this emulator.
+    pub fn aws_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL".into(), self.endpoint()),
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_DEFAULT_REGION".into(), "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ]
+    }
+
+    /// One JSON-protocol call (`X-Amz-Target: TARGET`); moto does not check signatures.
+    pub fn call(&self, target: &str, body: &serde_json::Value) -> serde_json::Value {
+        let resp = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(self.endpoint())
+            .header("X-Amz-Target", target)
+            .header("Content-Type", "application/x-amz-json-1.1")
+            .header(
+                "Authorization",
+                "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/kms/aws4_request, SignedHeaders=host, Signature=0",
+            )
+            .body(body.to_string())
+            .send()
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let status = resp.status();
+        let text = resp.text().unwrap();
+        assert!(status.is_success(), "{target}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Creates a symmetric KMS key and returns its ARN.
+    pub fn create_kms_key(&self) -> String {
+        let out = self.call("TrentService.CreateKey", &serde_json::json!({}));
+        out["KeyMetadata"]["Arn"].as_str().unwrap().to_owned()
+    }
+
+    /// Stops the emulator (to test an unreachable KMS).
+    pub fn stop(&mut self) {
+        self.guard.kill();
+    }
+}
+
+/// The real sops 3.11 binary that `scripts/install-test-deps.sh` installs.
+pub fn sops_bin() -> PathBuf {
+    let installed = tools_dir().join("sops-3.11.0/sops");
+    if installed.is_file() {
+        return installed;
+    }
+    which("sops").expect("sops: run scripts/install-test-deps.sh")
+}
+
+/// Runs real `sops -d` on `file` (JSON in and out) with only the variables in `env` (plus PATH
+/// and HOME); returns (success, stdout, stderr).
+pub fn sops_decrypt(file: &Path, env: &[(String, String)]) -> (bool, Vec<u8>, String) {
+    let mut cmd = Command::new(sops_bin());
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .args([
+            "--disable-version-check",
+            "decrypt",
+            "--input-type",
+            "json",
+            "--output-type",
+            "json",
+        ])
+        .arg(file);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run sops");
+    (
+        out.status.success(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh age X25519 key pair.
+pub struct AgeKeyPair {
+    /// `age1…`
+    pub recipient: String,
+    /// `AGE-SECRET-KEY-1…`
+    pub identity: String,
+}
+
+impl AgeKeyPair {
+    /// Generates a key pair.
+    pub fn generate() -> AgeKeyPair {
+        use age::secrecy::ExposeSecret;
+        let identity = age::x25519::Identity::generate();
+        AgeKeyPair {
+            recipient: identity.to_public().to_string(),
+            identity: identity.to_string().expose_secret().to_owned(),
+        }
+    }
+
+    /// Writes the identity to `dir/NAME.txt` (an age key file) and returns its path.
+    pub fn write_key_file(&self, dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(format!("{name}.txt"));
+        std::fs::write(
+            &path,
+            format!("# public key: {}\n{}\n", self.recipient, self.identity),
+        )
+        .unwrap();
+        path
+    }
+}
