@@ -563,4 +563,48 @@ fn foreign_backend_file_is_never_overwritten() {
         "the program saw the new file"
     );
     assert!(!dir.join(OVERRIDE).exists(), "removed at the end");
+
+    // A second wrap in the same directory while the first still runs (on another address).
+    let first = wrap_command(
+        dir,
+        &["--listen", &listen, "--state", "prod.tfstate"],
+        &["sh", "-c", "sleep 3"],
+        &[],
+    );
+    let mut first = ChildGuard::spawn(first, &work.path().join("first.log"), "first gitstate wrap");
+    first
+        .wait_ready(Duration::from_secs(30), || dir.join(OVERRIDE).exists())
+        .expect("the first wrap writes its file");
+    let other = format!("127.0.0.1:{}", free_port());
+    let cmd = wrap_command(
+        dir,
+        &["--listen", &other, "--state", "prod.tfstate"],
+        &["sh", "-c", "touch second-ran"],
+        &[],
+    );
+    let out = run_captured(cmd, "gitstate wrap (second in the same directory)", TIMEOUT);
+    assert_eq!(out.code, Some(125), "{}", out.combined());
+    assert!(
+        out.stderr.contains(&format!(
+            "another gitstate wrap that is still running (pid {})",
+            first.id()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.join("second-ran").exists());
+    assert!(
+        dir.join(OVERRIDE).exists(),
+        "the first wrap's file is untouched"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first.exited().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        first.exited().is_some_and(|s| s.success()),
+        "{}",
+        first.log_text()
+    );
+    assert!(!dir.join(OVERRIDE).exists(), "removed by the first wrap");
 }
