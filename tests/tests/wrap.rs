@@ -315,11 +315,11 @@ fn exit_codes_pass_through() {
     assert_no_override(dir, "a missing program", &missing);
 }
 
-/// `main.tf` whose apply runs a 30 s `local-exec`.
-fn write_slow_config(dir: &Path) {
+/// `main.tf` whose apply runs a `local-exec` of `sleep SECONDS`.
+fn write_slow_config(dir: &Path, seconds: u32) {
     fs::write(
         dir.join("main.tf"),
-        "terraform {\n  backend \"http\" {}\n}\n\nresource \"null_resource\" \"slow\" {\n  provisioner \"local-exec\" {\n    command = \"sleep 30\"\n  }\n}\n",
+        format!("terraform {{\n  backend \"http\" {{}}\n}}\n\nresource \"null_resource\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"),
     )
     .unwrap();
 }
@@ -350,7 +350,7 @@ fn start_slow_apply(
     let started = Instant::now();
     loop {
         let text = fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("Executing: [\"/bin/sh\" \"-c\" \"sleep 30\"]") {
+        if text.contains("Executing: [\"/bin/sh\" \"-c\" \"sleep ") {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
@@ -393,7 +393,7 @@ fn interrupt_during_apply(version: &str) {
     let setup = Setup::new();
     let dir = setup.dir();
     let state = "slow.tfstate";
-    write_slow_config(dir);
+    write_slow_config(dir, 30);
     setup
         .terraform(&tf, dir, state, &["init", "-input=false", "-no-color"])
         .expect_code(0, "init");
@@ -443,6 +443,23 @@ fn interrupt_during_apply(version: &str) {
         Vec::<String>::new(),
         "terraform released its lock:\n{output}"
     );
+    // What Terraform left: its last state is committed (1.15.5 records the interrupted resource
+    // as tainted, 1.0.3 an empty state), and the next run can go on: plan wants to (re)create it.
+    let subjects = git_log_subjects(&setup.git_dir, "main", state);
+    assert!(
+        subjects
+            .iter()
+            .all(|s| s.starts_with("Update slow.tfstate (serial ")),
+        "{subjects:?}"
+    );
+    let plan = setup.terraform(
+        &tf,
+        dir,
+        state,
+        &["plan", "-detailed-exitcode", "-input=false", "-no-color"],
+    );
+    plan.expect_code(2, "plan after the interrupted apply");
+    assert_no_override(dir, "plan after the interrupted apply", &plan);
 }
 
 #[test]
@@ -455,6 +472,39 @@ fn tf_1_0_3_ctrl_c_during_apply() {
     interrupt_during_apply("1.0.3");
 }
 
+/// SIGINT to the wrapper alone (not to its process group): the wrapper neither dies nor passes it
+/// on (a terminal's Ctrl+C reaches Terraform directly, and a second SIGINT would make Terraform
+/// abort without releasing its lock), so the apply runs to the end and everything is cleaned up.
+#[test]
+fn tf_1_15_5_sigint_to_the_wrapper_alone_lets_terraform_finish() {
+    let tf = Terraform::installed("1.15.5");
+    let setup = Setup::new();
+    let dir = setup.dir();
+    let state = "finish.tfstate";
+    write_slow_config(dir, 4);
+    setup
+        .terraform(&tf, dir, state, &["init", "-input=false", "-no-color"])
+        .expect_code(0, "init");
+    let (mut child, log, _) = start_slow_apply(&setup, &tf, state);
+    for _ in 0..2 {
+        // SAFETY: signals the test's own child (the wrapper) only.
+        let rc = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        assert_eq!(rc, 0, "kill");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let code = wait_exit(&mut child, Duration::from_secs(120), &log);
+    let output = fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(code, Some(0), "the apply finished:\n{output}");
+    assert!(output.contains("1 added"), "{output}");
+    assert!(
+        !dir.join(OVERRIDE).exists(),
+        "{OVERRIDE} removed:\n{output}"
+    );
+    assert_eq!(setup.remote_locks(), Vec::<String>::new(), "lock released");
+    let subjects = git_log_subjects(&setup.git_dir, "main", state);
+    assert!(!subjects.is_empty(), "the state is committed");
+}
+
 /// SIGTERM to the wrapper alone (a supervisor stopping it) reaches Terraform, which stops
 /// gracefully; the wrapper cleans up and exits with Terraform's code.
 #[test]
@@ -463,7 +513,7 @@ fn tf_1_15_5_sigterm_is_forwarded() {
     let setup = Setup::new();
     let dir = setup.dir();
     let state = "term.tfstate";
-    write_slow_config(dir);
+    write_slow_config(dir, 30);
     setup
         .terraform(&tf, dir, state, &["init", "-input=false", "-no-color"])
         .expect_code(0, "init");
