@@ -10,9 +10,12 @@
 //!   come back from the wrapper unchanged; signal death is 128+N; a missing program is 127.
 //! - Ctrl+C (SIGINT to the whole process group, as a terminal sends it) during a long apply:
 //!   Terraform stops gracefully, the wrapper exits with its code, the file is gone, the lock is
-//!   released. SIGTERM to the wrapper alone is forwarded to Terraform with the same result.
+//!   released, and the next plan proceeds. SIGTERM to the wrapper alone is forwarded to Terraform
+//!   with the same result; SIGINT to the wrapper alone is not (the apply finishes, all cleaned up).
 //! - A busy address: a one-sentence error naming it and `--listen`, exit 125, nothing run, no file.
-//! - A foreign file with the generated file's name is never overwritten.
+//! - A foreign file with the generated file's name is never overwritten, nor the file of another
+//!   wrap still running in the same directory; one left by a killed wrap is replaced.
+//! - `gitstate wrap --help` has a copy-paste example.
 //!
 //! Each test picks its own free port for `--listen`. Needs `scripts/install-test-deps.sh` and a
 //! built `gitstate` binary (see gitstate_tests docs).
@@ -507,9 +510,8 @@ fn tf_1_15_5_sigint_to_the_wrapper_alone_lets_terraform_finish() {
 
 /// SIGTERM to the wrapper alone (a supervisor stopping it) reaches Terraform, which stops
 /// gracefully; the wrapper cleans up and exits with Terraform's code.
-#[test]
-fn tf_1_15_5_sigterm_is_forwarded() {
-    let tf = Terraform::installed("1.15.5");
+fn sigterm_is_forwarded(version: &str) {
+    let tf = Terraform::installed(version);
     let setup = Setup::new();
     let dir = setup.dir();
     let state = "term.tfstate";
@@ -537,6 +539,39 @@ fn tf_1_15_5_sigterm_is_forwarded() {
         Vec::<String>::new(),
         "lock released:\n{output}"
     );
+}
+
+#[test]
+fn tf_1_15_5_sigterm_is_forwarded() {
+    sigterm_is_forwarded("1.15.5");
+}
+
+#[test]
+fn tf_1_0_3_sigterm_is_forwarded() {
+    sigterm_is_forwarded("1.0.3");
+}
+
+/// `gitstate wrap --help` explains the command with a copy-paste example.
+#[test]
+fn help_has_an_example() {
+    let out = std::process::Command::new(gitstate_bin())
+        .args(["wrap", "--help"])
+        .output()
+        .expect("gitstate wrap --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "gitstate wrap --repository https://",
+        "--state envs/prod.tfstate -- terraform init",
+        "gitstate_backend_override.tf.json",
+        "TF_HTTP_PASSWORD",
+        "--listen",
+    ] {
+        assert!(
+            help.contains(expected),
+            "{expected:?} missing from:\n{help}"
+        );
+    }
 }
 
 /// The address is taken: one clear sentence, exit 125, no program run, no file written. The
