@@ -318,11 +318,12 @@ fn exit_codes_pass_through() {
     assert_no_override(dir, "a missing program", &missing);
 }
 
-/// `main.tf` whose apply runs a `local-exec` of `sleep SECONDS`.
+/// `main.tf` whose apply runs a `local-exec` of `exec sleep SECONDS` (`exec`: when Terraform kills
+/// the provisioner's process on SIGTERM, no orphaned `sleep` outlives the test).
 fn write_slow_config(dir: &Path, seconds: u32) {
     fs::write(
         dir.join("main.tf"),
-        format!("terraform {{\n  backend \"http\" {{}}\n}}\n\nresource \"null_resource\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep {seconds}\"\n  }}\n}}\n"),
+        format!("terraform {{\n  backend \"http\" {{}}\n}}\n\nresource \"null_resource\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"exec sleep {seconds}\"\n  }}\n}}\n"),
     )
     .unwrap();
 }
@@ -353,7 +354,7 @@ fn start_slow_apply(
     let started = Instant::now();
     loop {
         let text = fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("Executing: [\"/bin/sh\" \"-c\" \"sleep ") {
+        if text.contains("Executing: [\"/bin/sh\" \"-c\" \"exec sleep ") {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
