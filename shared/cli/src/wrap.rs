@@ -371,6 +371,18 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
         client_authority(local),
         state.as_str()
     );
+    // Handlers before the file exists: from here on these signals no longer end the wrapper
+    // (so it can always remove the file); a signal that arrives before the program starts stops
+    // the run instead.
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| WrapError::new(format!("cannot handle SIGINT: {e}")))?;
+    let mut quit = signal(SignalKind::quit())
+        .map_err(|e| WrapError::new(format!("cannot handle SIGQUIT: {e}")))?;
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|e| WrapError::new(format!("cannot handle SIGTERM: {e}")))?;
+    let mut hangup = signal(SignalKind::hangup())
+        .map_err(|e| WrapError::new(format!("cannot handle SIGHUP: {e}")))?;
+
     let dir = configuration_dir(&args.command);
     let backend_file = BackendFile::create(&dir, &override_json(&state_url))?;
 
@@ -397,16 +409,6 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
             .await
     });
 
-    // Handlers before the child exists: from here on these signals no longer end the wrapper.
-    let mut interrupt = signal(SignalKind::interrupt())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGINT: {e}")))?;
-    let mut quit = signal(SignalKind::quit())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGQUIT: {e}")))?;
-    let mut terminate = signal(SignalKind::terminate())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGTERM: {e}")))?;
-    let mut hangup = signal(SignalKind::hangup())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGHUP: {e}")))?;
-
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()
@@ -417,6 +419,21 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
         .args(&args.command[1..])
         .env("TF_HTTP_USERNAME", user)
         .env("TF_HTTP_PASSWORD", &token);
+    let early = tokio::select! {
+        biased;
+        _ = interrupt.recv() => Some(libc::SIGINT),
+        _ = terminate.recv() => Some(libc::SIGTERM),
+        _ = hangup.recv() => Some(libc::SIGHUP),
+        _ = quit.recv() => Some(libc::SIGQUIT),
+        () = std::future::ready(()) => None,
+    };
+    if let Some(sig) = early {
+        drop(backend_file);
+        let _ = stop_tx.send(());
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+        eprintln!("gitstate wrap: stopped by signal {sig} before {program} started");
+        return Ok((128 + sig) as u8);
+    }
     let spawned = command.spawn();
     drop(token);
 
