@@ -21,6 +21,17 @@ pub fn parse_hash(text: &str) -> Result<[u8; 32], String> {
     Ok(out)
 }
 
+/// The `sha256:<hex>` form of `token`'s hash, as configured for team mode (the wrapper configures
+/// its per-run token this way).
+pub fn hash_of(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .fold(String::from("sha256:"), |mut out, b| {
+            out.push_str(&format!("{b:02x}"));
+            out
+        })
+}
+
 /// True when `token` hashes to `hash`, compared in constant time.
 pub fn matches(hash: &[u8; 32], token: &str) -> bool {
     let digest = Sha256::digest(token.as_bytes());
@@ -41,6 +52,7 @@ mod tests {
         assert!(parse_hash("md5:abc").is_err());
         assert!(parse_hash("sha256:xyz").is_err());
         assert!(parse_hash(&format!("sha256:{}", "g".repeat(64))).is_err());
+        assert_eq!(hash_of("s3cret"), real);
     }
 
     fn hex(bytes: &[u8]) -> String {

@@ -1,5 +1,8 @@
 //! The `gitstate` command: `gitstate serve` runs the Terraform http backend on a git repository
-//! (the embedded default `./.gitstate/default.git` when none is configured).
+//! (the embedded default `./.gitstate/default.git` when none is configured); `gitstate wrap` runs
+//! one Terraform command with that backend served in-process (see [`wrap`]).
+
+mod wrap;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -7,6 +10,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use gitstate_app::config::git_credentials_from_env;
 use gitstate_app::{backend_from_config, Registry, Settings};
+use gitstate_core::Backend;
 use gitstate_http::{router, AppState};
 
 /// Terraform/OpenTofu remote state in git, with locking.
@@ -33,6 +37,38 @@ enum Command {
     ///   gitstate serve --repository default=https://github.com/acme/tf-state.git
     #[command(verbatim_doc_comment)]
     Serve(ServeArgs),
+    /// Run terraform (or tofu) with the backend served in-process for that one command.
+    ///
+    /// gitstate listens on a fixed loopback address (--listen, default 127.0.0.1:6061), writes
+    /// gitstate_backend_override.tf.json (a backend "http" block for --state) in the directory
+    /// Terraform reads (the current one, or -chdir=DIR), runs the program, removes the file and
+    /// exits with the program's exit code. It works with a `backend "http" {}` block and with no
+    /// backend block at all. Only the program it starts can use the backend: it gets a token made
+    /// for this run in TF_HTTP_USERNAME/TF_HTTP_PASSWORD, and the file holds no credential, so it
+    /// is the same on every run and `terraform init` is needed only once. Keep the same --listen
+    /// address for a project: Terraform records it at init.
+    ///
+    ///   export GIT_USERNAME=me GIT_PASSWORD=token          # or GITHUB_TOKEN
+    ///   gitstate wrap --repository https://git.example.com/acme/tf-state.git \
+    ///       --state envs/prod.tfstate -- terraform init
+    ///   gitstate wrap --repository https://git.example.com/acme/tf-state.git \
+    ///       --state envs/prod.tfstate -- terraform apply
+    ///
+    /// Ctrl+C reaches Terraform directly (it stops gracefully and releases its lock); the wrapper
+    /// waits for it, forwards SIGTERM and SIGHUP, and cleans up in every case. Exit codes: the
+    /// program's (128+N when signal N killed it); 125 when gitstate itself fails (e.g. the address
+    /// is in use), 126/127 when the program cannot be run / is not found.
+    #[command(
+        verbatim_doc_comment,
+        override_usage = "gitstate wrap [OPTIONS] --state <PATH> [--] <PROGRAM> [ARGS]...",
+        mut_arg("repositories", |a| a
+            .value_name("URL")
+            .help("The git repository holding the state: URL or local bare repository path (NAME=URL also accepted) [default: the configuration file's, else ./.gitstate/default.git]")),
+        mut_arg("auth_mode", |a| a.hide(true)),
+        mut_arg("token_hashes", |a| a.hide(true)),
+        mut_arg("allow", |a| a.hide(true)),
+    )]
+    Wrap(wrap::WrapArgs),
 }
 
 #[derive(Args, Debug)]
@@ -44,9 +80,9 @@ struct ServeArgs {
     log_format: String,
 }
 
-fn init_logging(format: &str) {
+fn init_logging(format: &str, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -79,6 +115,14 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing requests in flight");
 }
 
+/// The router both `serve` and `wrap` serve: `backend` (limits, sealer) over `registry`.
+pub(crate) fn app(backend: Backend, registry: Registry) -> axum::Router {
+    router(AppState {
+        registry: Arc::new(registry),
+        backend,
+    })
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
     // Encryption first: an enforced configuration without a key must not create a repository.
@@ -88,10 +132,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let credentials = git_credentials_from_env().map_err(|e| e.to_string())?;
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();
-    let app = router(AppState {
-        registry: Arc::new(registry),
-        backend,
-    });
+    let app = app(backend, registry);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -115,12 +156,23 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(&args.log_format);
+            init_logging(&args.log_format, "info");
             match serve(args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => {
                     eprintln!("gitstate: {message}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Wrap(args) => {
+            // Quiet by default: the program's output is what the user reads.
+            init_logging(&args.log_format, "warn");
+            match wrap::run(args).await {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("gitstate wrap: {}", e.message);
+                    ExitCode::from(e.code)
                 }
             }
         }
