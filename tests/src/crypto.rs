@@ -173,3 +173,12 @@ impl AgeKeyPair {
         path
     }
 }
+
+/// Lower-case hex SHA-256 of `text` (team-mode token hashes are `sha256:` + this).
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -262,3 +262,81 @@ fn team_mode_admits_only_configured_tokens() {
     assert!(!subjects.is_empty(), "apply wrote no commit");
     assert!(!gitstate.log().contains(token), "the token reached the log");
 }
+
+/// Team mode on Lambda-style configuration: the deployment's own git password arrives as a KMS
+/// ciphertext (`GIT_PASSWORD_KMS`, here from moto) and is decrypted once at start-up; callers
+/// present a team token. A ciphertext KMS refuses (wrong encryption context) stops the start with
+/// a sentence that names the variable and never the secret.
+#[test]
+fn team_mode_with_a_kms_encrypted_git_password() {
+    use base64::Engine;
+    let moto = gitstate_tests::crypto::MotoServer::start();
+    let key = moto.create_kms_key();
+    let encrypted = moto.call(
+        "TrentService.Encrypt",
+        &serde_json::json!({
+            "KeyId": key,
+            "Plaintext": base64::engine::general_purpose::STANDARD.encode(PASSWORD),
+            "EncryptionContext": {"purpose": "git"},
+        }),
+    )["CiphertextBlob"]
+        .as_str()
+        .expect("CiphertextBlob")
+        .to_owned();
+    let repos = tempfile::tempdir().expect("tempdir");
+    let repo = bare_repo(repos.path(), "states");
+    let server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let spec = format!("default={}", server.url("states"));
+    let token = "kms-team-token";
+    let token_hash = format!("sha256:{}", gitstate_tests::crypto::sha256_hex(token));
+    let mut env = moto.aws_env();
+    env.push(("GIT_USERNAME".into(), USER.into()));
+    env.push(("GIT_PASSWORD_KMS".into(), encrypted.clone()));
+    env.push(("GIT_PASSWORD_KMS_CONTEXT".into(), "purpose=git".into()));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gitstate = Gitstate::start(
+        &[
+            "--repository",
+            &spec,
+            "--auth-mode",
+            "team",
+            "--token-hash",
+            &token_hash,
+        ],
+        &env_refs,
+        dir.path(),
+    );
+    let url = gitstate.state_url("default", "kms.tfstate");
+    let (status, body) = http("POST", &url, Some(STATE), Some(("ci", token))).expect("post");
+    assert_eq!(status, 200, "{body}\n{}", gitstate.log());
+    assert_eq!(
+        git_log_subjects(&repo, "main", "kms.tfstate"),
+        ["Update kms.tfstate (serial 1) by ci"]
+    );
+    let (status, _) = http("GET", &url, None, Some(("ci", "not-the-token"))).expect("get");
+    assert_eq!(status, 401);
+    assert!(
+        !gitstate.log().contains(PASSWORD),
+        "the git password reached the log"
+    );
+
+    // the same ciphertext under another encryption context: KMS refuses, gitstate does not start
+    let out = Command::new(gitstate_tests::gitstate_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--repository", &spec])
+        .envs(env.iter().cloned())
+        .env("GIT_PASSWORD_KMS_CONTEXT", "purpose=other")
+        .current_dir(dir.path())
+        .output()
+        .expect("run gitstate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "started with an undecryptable password"
+    );
+    assert!(
+        stderr.contains("GIT_PASSWORD_KMS: KMS could not decrypt"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD));
+}

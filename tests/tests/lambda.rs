@@ -93,7 +93,7 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
     std::fs::write(
         &env_file,
         format!(
-            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nRUST_LOG=info\n",
+            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nGITSTATE_MAX_STATE_BYTES=200000\nRUST_LOG=info\n",
             server.url("states"),
             dir.path().join("cache").display()
         ),
@@ -153,6 +153,23 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
     assert!(
         refs_under(&repo, "refs/heads/locks/").is_empty(),
         "a lock was left behind"
+    );
+    // Over the configured maximum: 413, and the sentence says where large states go.
+    let big = format!(
+        r#"{{"version":4,"serial":99,"lineage":"big","outputs":{{"blob":{{"value":"{}","type":"string"}}}},"resources":[]}}"#,
+        "x".repeat(300_000)
+    );
+    let (status, body) = http("POST", &url, Some(&big), Some((USER, PASSWORD))).expect("post");
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.contains("standalone server (gitstate serve)"),
+        "{body}"
+    );
+    assert!(
+        !git_log_subjects(&repo, "main", "lambda.tfstate")
+            .iter()
+            .any(|s| s.contains("serial 99")),
+        "the oversized state was written"
     );
     let log = std::fs::read_to_string(&watch.log).unwrap_or_default();
     assert!(

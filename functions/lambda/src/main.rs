@@ -7,9 +7,11 @@
 use std::sync::Arc;
 
 use clap::Parser;
-use gitstate_app::config::git_credentials_from_env;
 use gitstate_app::{backend_from_config, Registry, Settings};
 use gitstate_http::{router, AppState};
+
+/// Lambda's synchronous request payload limit.
+const LAMBDA_PAYLOAD_LIMIT_MB: u32 = 6;
 
 /// The Lambda reads only its environment.
 #[derive(Parser, Debug)]
@@ -35,8 +37,13 @@ async fn main() -> Result<(), lambda_http::Error> {
         return Err("no repository is configured: set GITSTATE_REPOSITORY=NAME=URL (a Lambda has no disk for the embedded default)".into());
     }
     // Init work once per container: AWS clients for KMS are built here, not per request.
-    let backend = backend_from_config(&config).await?;
-    let credentials = git_credentials_from_env()?;
+    let mut backend = backend_from_config(&config).await?;
+    backend.size_advice = Some(format!(
+        "a Lambda request carries at most {LAMBDA_PAYLOAD_LIMIT_MB} MB, so states this large need the standalone server (gitstate serve); see README, \"On AWS Lambda\""
+    ));
+    // Team mode's own git credential may arrive KMS-encrypted (GIT_PASSWORD_KMS): decrypted here,
+    // once per container.
+    let credentials = gitstate_app::server_git_credentials().await?;
     let registry = Registry::from_config(&config, credentials)?;
     tracing::info!(repositories = ?registry.names(), "gitstate Lambda initialised");
     let app = router(AppState {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use gitstate_core::{Backend, Sealer};
 use gitstate_seal::{Mode, SealerConfig, SopsSealer};
 
-use crate::config::{Config, ConfigError, EncryptionConfig};
+use gitstate_core::Credentials;
+
+use crate::config::{git_credentials_from_env, Config, ConfigError, EncryptionConfig};
 
 /// The sealer for `encryption`, or `None` when no key is configured (plaintext storage). Age
 /// identities for reading come from `SOPS_AGE_KEY` and `SOPS_AGE_KEY_FILE` (sops' conventions)
@@ -90,4 +92,36 @@ pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError
         sealer: sealer_from_config(&config.encryption).await?,
         ..Backend::default()
     })
+}
+
+/// The deployment's own git credential: `GIT_PASSWORD_KMS` (a KMS `CiphertextBlob`, base64;
+/// decrypted once here, with `GIT_PASSWORD_KMS_CONTEXT` = `k=v,…` as encryption context when
+/// set) with `GIT_USERNAME`, else what [`git_credentials_from_env`] finds.
+pub async fn server_git_credentials() -> Result<Option<Credentials>, ConfigError> {
+    let Some(ciphertext) = std::env::var("GIT_PASSWORD_KMS")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return git_credentials_from_env();
+    };
+    let mut context = std::collections::BTreeMap::new();
+    if let Ok(pairs) = std::env::var("GIT_PASSWORD_KMS_CONTEXT") {
+        for pair in pairs.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').ok_or_else(|| {
+                ConfigError::BadValue(format!(
+                    "GIT_PASSWORD_KMS_CONTEXT expects KEY=VALUE pairs, got '{pair}'"
+                ))
+            })?;
+            context.insert(key.to_owned(), value.to_owned());
+        }
+    }
+    let password = gitstate_seal::decrypt_secret(&ciphertext, &context)
+        .await
+        .map_err(|e| ConfigError::BadValue(format!("GIT_PASSWORD_KMS: {e}")))?;
+    let username = std::env::var("GIT_USERNAME")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "git".to_owned());
+    tracing::info!(%username, "git credential decrypted with KMS");
+    Ok(Some(Credentials { username, password }))
 }

@@ -9,6 +9,6 @@ pub mod tokens;
 pub mod url_policy;
 
 pub use config::{AuthMode, Config, ConfigError, EncryptionConfig, RepositoryConfig};
-pub use encryption::{backend_from_config, sealer_from_config};
+pub use encryption::{backend_from_config, sealer_from_config, server_git_credentials};
 pub use registry::Registry;
 pub use settings::Settings;

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use gitstate_app::config::git_credentials_from_env;
 use gitstate_app::{backend_from_config, Registry, Settings};
 use gitstate_core::Backend;
 use gitstate_http::{router, AppState};
@@ -129,7 +128,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let backend = backend_from_config(&config)
         .await
         .map_err(|e| e.to_string())?;
-    let credentials = git_credentials_from_env().map_err(|e| e.to_string())?;
+    let credentials = gitstate_app::server_git_credentials()
+        .await
+        .map_err(|e| e.to_string())?;
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();
     let app = app(backend, registry);

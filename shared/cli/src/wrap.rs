@@ -22,7 +22,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use gitstate_app::config::{git_credentials_from_env, redact_url, AuthConfig, DEFAULT_REPOSITORY};
+use gitstate_app::config::{redact_url, AuthConfig, DEFAULT_REPOSITORY};
 use gitstate_app::{AuthMode, Config, Registry, Settings};
 use gitstate_core::StatePath;
 use tokio::signal::unix::{signal, SignalKind};
@@ -365,7 +365,9 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
     let backend = gitstate_app::backend_from_config(&config)
         .await
         .map_err(|e| WrapError::new(e.to_string()))?;
-    let credentials = git_credentials_from_env().map_err(|e| WrapError::new(e.to_string()))?;
+    let credentials = gitstate_app::server_git_credentials()
+        .await
+        .map_err(|e| WrapError::new(e.to_string()))?;
     let registry =
         Registry::from_config(&config, credentials).map_err(|e| WrapError::new(e.to_string()))?;
     let app = crate::app(backend, registry);

@@ -61,12 +61,14 @@ pub enum BackendError {
     #[error("the state is locked by another client")]
     Locked(Bytes),
     /// The body is over the configured maximum (413).
-    #[error("the state is {size} bytes, over the configured maximum of {max} bytes")]
+    #[error("the state is {size} bytes, over the configured maximum of {max} bytes{}", advice.as_deref().map(|a| format!("; {a}")).unwrap_or_default())]
     TooLarge {
         /// Size received.
         size: usize,
         /// Configured maximum.
         max: usize,
+        /// What to do instead, when the deployment says.
+        advice: Option<String>,
     },
     /// Writers kept moving the state branch; gave up after the configured attempts (503).
     #[error("the repository is busy: the state branch moved {0} times in a row while writing; retry later")]
@@ -133,6 +135,9 @@ pub struct Backend {
     pub max_state_bytes: usize,
     /// Encryption at rest; `None` stores states exactly as POSTed.
     pub sealer: Option<Arc<dyn Sealer>>,
+    /// What to do instead when a state is over `max_state_bytes` (ends the 413 sentence), e.g.
+    /// the Lambda deployment points to the standalone server.
+    pub size_advice: Option<String>,
 }
 
 impl Default for Backend {
@@ -141,6 +146,7 @@ impl Default for Backend {
             retry: RetryPolicy::default(),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             sealer: None,
+            size_advice: None,
         }
     }
 }
@@ -216,6 +222,7 @@ impl Backend {
             return Err(BackendError::TooLarge {
                 size: body.len(),
                 max: self.max_state_bytes,
+                advice: self.size_advice.clone(),
             });
         }
         let summary = validate_state(&body)?;

@@ -180,12 +180,19 @@ fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
     }))
 }
 
-/// Reads a body of at most `max` bytes; more is a 413 without reading the rest.
-async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes, ApiError> {
+/// Reads a body of at most `max` bytes; more is a 413 without reading the rest. `advice` (what
+/// to do instead) ends the sentence when the deployment gives one.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+    advice: Option<&str>,
+) -> Result<Bytes, ApiError> {
     let too_large = |size: String| {
+        let advice = advice.map(|a| format!("; {a}")).unwrap_or_default();
         ApiError::Message(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is {size} bytes, over the configured maximum of {max} bytes"),
+            format!("the request body is {size} bytes, over the configured maximum of {max} bytes{advice}"),
         )
     };
     let declared = headers
@@ -266,7 +273,13 @@ async fn dispatch(
             None => StatusCode::NO_CONTENT.into_response(),
         }),
         Operation::Write => {
-            let body = read_body(headers, body, backend.max_state_bytes).await?;
+            let body = read_body(
+                headers,
+                body,
+                backend.max_state_bytes,
+                backend.size_advice.as_deref(),
+            )
+            .await?;
             check_content_md5(headers, &body)?;
             backend.post(store, path, body, lock_id, &caller).await?;
             Ok(StatusCode::OK.into_response())
@@ -276,12 +289,12 @@ async fn dispatch(
             Ok(StatusCode::OK.into_response())
         }
         Operation::Lock => {
-            let body = read_body(headers, body, MAX_LOCK_BODY).await?;
+            let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
             backend.lock(store, path, body).await?;
             Ok(StatusCode::OK.into_response())
         }
         Operation::Unlock => {
-            let body = read_body(headers, body, MAX_LOCK_BODY).await?;
+            let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
             backend.unlock(store, path, body).await?;
             Ok(StatusCode::OK.into_response())
         }

@@ -278,3 +278,51 @@ mod tests {
         }
     }
 }
+
+/// Decrypts a secret that was encrypted with KMS `Encrypt` (the base64 `CiphertextBlob`, as
+/// `aws kms encrypt --query CiphertextBlob --output text` prints it), with the AWS configuration of
+/// the environment. Used once at start-up for the deployment's own git credential. Errors name
+/// what failed, never the secret.
+pub async fn decrypt_secret(
+    ciphertext_base64: &str,
+    context: &BTreeMap<String, String>,
+) -> Result<String, SealConfigError> {
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(ciphertext_base64.trim())
+        .map_err(|_| SealConfigError("the KMS-encrypted value is not base64".into()))?;
+    let sdk = load_aws_config().await;
+    let client = aws_sdk_kms::Client::new(&sdk);
+    let context = (!context.is_empty()).then(|| {
+        context
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
+    let out = client
+        .decrypt()
+        .ciphertext_blob(Blob::new(blob))
+        .set_encryption_context(context)
+        .send()
+        .await
+        .map_err(|e| {
+            let reason = match &e {
+                SdkError::ServiceError(s) => format!(
+                    "{} {}",
+                    s.err().code().unwrap_or("error"),
+                    s.err().message().unwrap_or("")
+                ),
+                SdkError::TimeoutError(_) => "timed out".to_owned(),
+                SdkError::DispatchFailure(_) => "KMS could not be reached".to_owned(),
+                _ => "the request failed".to_owned(),
+            };
+            SealConfigError(format!(
+                "KMS could not decrypt the encrypted value: {}",
+                reason.trim_end()
+            ))
+        })?;
+    let plain = out
+        .plaintext()
+        .ok_or_else(|| SealConfigError("KMS Decrypt returned no plaintext".into()))?;
+    String::from_utf8(plain.as_ref().to_vec())
+        .map_err(|_| SealConfigError("the KMS-decrypted value is not UTF-8 text".into()))
+}

@@ -26,7 +26,7 @@ use gitstate_sops::{
     EncryptOptions, KeyEntry, KeySource, MasterKey, Node, Rules, SopsError,
 };
 
-pub use kms::{arn_region, load_aws_config, KmsKey};
+pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
 pub use memory::DataKeyMemory;
 
 /// The `encrypted_regex` of [`Mode::Structure`]: values under these keys are encrypted, the rest
