@@ -259,26 +259,6 @@ pub async fn load_aws_config() -> aws_config::SdkConfig {
         .await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn regions_from_arns() {
-        assert_eq!(
-            arn_region("arn:aws:kms:eu-west-1:111122223333:key/abcd").unwrap(),
-            "eu-west-1"
-        );
-        assert_eq!(
-            arn_region("arn:aws-us-gov:kms:us-gov-west-1:1:alias/x").unwrap(),
-            "us-gov-west-1"
-        );
-        for bad in ["", "abcd", "arn:aws:s3:::bucket", "arn:aws:kms::1:key/x"] {
-            assert!(arn_region(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 /// Decrypts a secret that was encrypted with KMS `Encrypt` (the base64 `CiphertextBlob`, as
 /// `aws kms encrypt --query CiphertextBlob --output text` prints it), with the AWS configuration of
 /// the environment. Used once at start-up for the deployment's own git credential. Errors name
@@ -325,4 +305,24 @@ pub async fn decrypt_secret(
         .ok_or_else(|| SealConfigError("KMS Decrypt returned no plaintext".into()))?;
     String::from_utf8(plain.as_ref().to_vec())
         .map_err(|_| SealConfigError("the KMS-decrypted value is not UTF-8 text".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_from_arns() {
+        assert_eq!(
+            arn_region("arn:aws:kms:eu-west-1:111122223333:key/abcd").unwrap(),
+            "eu-west-1"
+        );
+        assert_eq!(
+            arn_region("arn:aws-us-gov:kms:us-gov-west-1:1:alias/x").unwrap(),
+            "us-gov-west-1"
+        );
+        for bad in ["", "abcd", "arn:aws:s3:::bucket", "arn:aws:kms::1:key/x"] {
+            assert!(arn_region(bad).is_err(), "{bad}");
+        }
+    }
 }
