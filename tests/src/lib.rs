@@ -610,6 +610,31 @@ pub struct Gitstate {
 impl Gitstate {
     /// Starts `gitstate serve` in `cwd` and waits (up to 60 s) until `GET /_/health` answers 200.
     pub fn start(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Gitstate {
+        Gitstate::launch(args, env, cwd, |port| {
+            matches!(
+                http(
+                    "GET",
+                    &format!("http://127.0.0.1:{port}/_/health"),
+                    None,
+                    None
+                ),
+                Ok((200, _))
+            )
+        })
+    }
+
+    /// Like [`Gitstate::start`] for a server on HTTPS (`--tls-cert`/`--tls-key` among `args`):
+    /// ready once its port accepts connections.
+    pub fn start_tls(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Gitstate {
+        Gitstate::launch(args, env, cwd, port_open)
+    }
+
+    fn launch(
+        args: &[&str],
+        env: &[(&str, &str)],
+        cwd: &Path,
+        ready: impl FnMut(u16) -> bool,
+    ) -> Gitstate {
         let bin = gitstate_bin();
         let dir = tempfile::Builder::new()
             .prefix("gitstate-serve")
@@ -649,17 +674,7 @@ impl Gitstate {
             ChildGuard::spawn(cmd, &log, "gitstate serve")
         };
         let (guard, port) =
-            start_on_free_port("gitstate serve", Duration::from_secs(60), spawn, |port| {
-                matches!(
-                    http(
-                        "GET",
-                        &format!("http://127.0.0.1:{port}/_/health"),
-                        None,
-                        None
-                    ),
-                    Ok((200, _))
-                )
-            });
+            start_on_free_port("gitstate serve", Duration::from_secs(60), spawn, ready);
         Gitstate {
             guard,
             port,

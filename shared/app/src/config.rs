@@ -104,6 +104,19 @@ pub struct Config {
     /// Encryption at rest (DESIGN §5); off when no key is configured.
     #[serde(default)]
     pub encryption: EncryptionConfig,
+    /// HTTPS for the standalone server; plain HTTP when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// The `tls { cert_file, key_file }` block: PEM files of the server certificate (chain) and key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Certificate chain (PEM), leaf first.
+    pub cert_file: PathBuf,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// The `encryption { … }` block.
@@ -186,6 +199,7 @@ impl Default for Config {
             git_timeout_seconds: default_git_timeout(),
             auth: AuthConfig::default(),
             encryption: EncryptionConfig::default(),
+            tls: None,
         }
     }
 }

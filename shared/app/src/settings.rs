@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::config::{Config, ConfigError, DEFAULT_REF};
+use crate::config::{Config, ConfigError, TlsConfig, DEFAULT_REF};
 
 /// Flags (each also a `GITSTATE_*` variable) that override the configuration file.
 #[derive(Args, Debug, Clone, Default)]
@@ -102,6 +102,22 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub age_recipients: Vec<String>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "GITSTATE_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "GITSTATE_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
     pub encryption_enforced: Option<bool>,
@@ -134,6 +150,12 @@ impl Settings {
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
+        }
+        if let (Some(cert_file), Some(key_file)) = (&self.tls_cert, &self.tls_key) {
+            config.tls = Some(TlsConfig {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            });
         }
         let encryption = &mut config.encryption;
         if let Some(mode) = self.encryption_mode.as_deref().filter(|m| !m.is_empty()) {

@@ -2,6 +2,7 @@
 //! (the embedded default `./.gitstate/default.git` when none is configured); `gitstate wrap` runs
 //! one Terraform command with that backend served in-process (see [`wrap`]).
 
+mod tls;
 mod wrap;
 
 use std::process::ExitCode;
@@ -134,22 +135,39 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();
     let app = app(backend, registry);
+    // TLS material is checked before binding, so a bad file is reported before anything listens.
+    let tls = match &config.tls {
+        Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
-    tracing::info!(address = %local, repositories = ?names, "gitstate is serving");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(address = %local, %scheme, repositories = ?names, "gitstate is serving");
     eprintln!(
-        "gitstate listening on http://{local} (repositories: {}); example address: http://{local}/state/{}/prod.tfstate",
+        "gitstate listening on {scheme}://{local} (repositories: {}); example address: {scheme}://{local}/state/{}/prod.tfstate",
         names.join(", "),
         names.first().map(String::as_str).unwrap_or("default"),
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("the server failed: {e}"))
+    let served = match tls {
+        Some(tls) => {
+            let listener = tls::TlsListener::new(listener, tls)
+                .map_err(|e| format!("cannot listen on {local}: {e}"))?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+        }
+    };
+    served.map_err(|e| format!("the server failed: {e}"))
 }
 
 #[tokio::main]

@@ -1,0 +1,122 @@
+//! HTTPS for `gitstate serve`: a rustls listener that `axum::serve` accepts like a TCP one.
+//!
+//! Handshakes run in their own tasks (with a deadline), so a client that connects and says
+//! nothing cannot hold up the accept loop; only finished handshakes reach the server.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads a PEM certificate chain and private key into a server configuration (HTTP/1.1).
+pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<rustls::ServerConfig, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
+        .map_err(|e| {
+            format!(
+                "cannot read the TLS certificate {}: {e}",
+                cert_file.display()
+            )
+        })?
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            format!(
+                "the TLS certificate {} is not valid PEM: {e}",
+                cert_file.display()
+            )
+        })?;
+    if certs.is_empty() {
+        return Err(format!(
+            "the TLS certificate file {} holds no certificate",
+            cert_file.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            format!(
+                "the TLS certificate {} and key {} do not form a usable pair: {e}",
+                cert_file.display(),
+                key_file.display()
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// A listener yielding TLS streams whose handshake completed.
+pub struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+}
+
+impl TlsListener {
+    /// Accepts on `listener` and completes handshakes with `config` in the background.
+    pub fn new(
+        listener: TcpListener,
+        config: rustls::ServerConfig,
+    ) -> std::io::Result<TlsListener> {
+        let local = listener.local_addr()?;
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    break;
+                }
+                let acceptor = acceptor.clone();
+                let ready = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = ready.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(TlsListener { local, ready: rx })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accept task only ends when this receiver is gone; never reached while serving.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
