@@ -167,15 +167,26 @@ fn age_structure_mode_is_read_by_real_sops_and_diffs_show_no_secret() {
     assert_eq!(real_sops_decrypt(&raw, &age_env(&key_file)).unwrap(), v1);
     assert_eq!(get_json(&server, "app/prod.tfstate"), v1);
 
-    // a replay (Terraform retrying) makes no commit
+    // a replay (Terraform retrying) makes no commit; it is recognised from gitstate's keyed
+    // digest in the metadata, without decrypting the stored version
+    assert!(doc["sops"]["gitstate_plaintext_hmac"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("hmac-sha256:")));
     post(&server, "app/prod.tfstate", &v1.to_string());
     assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 1);
+    // a change of nothing but a key name is a change (sops' MAC covers values, not keys)
+    let renamed = v1.to_string().replace("\"unicode\"", "\"unicode_renamed\"");
+    post(&server, "app/prod.tfstate", &renamed);
+    assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 2);
+    post(&server, "app/prod.tfstate", &v1.to_string());
+    assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 3);
 
     // the next version: same data key, wrapped entries reused (no master-key call needed)
     let mut v2 = state(2, SECRET_2);
     v2["resources"][0]["instances"][0]["attributes"]["id"] = json!("db-8b4c");
     post(&server, "app/prod.tfstate", &v2.to_string());
     let doc2 = stored_json(cwd.path(), "main", "app/prod.tfstate");
+    let doc = stored_json(cwd.path(), "main~1", "app/prod.tfstate");
     assert_eq!(
         doc2["sops"]["age"], doc["sops"]["age"],
         "the data key was not reused"
@@ -616,7 +627,11 @@ fn every_mode_and_key_kind_is_read_by_real_sops() {
                 mode == "structure",
                 "{mode}/{kind}"
             );
-            assert_eq!(doc["sops"][kind].as_array().map(Vec::len), Some(1), "{mode}/{kind}");
+            assert_eq!(
+                doc["sops"][kind].as_array().map(Vec::len),
+                Some(1),
+                "{mode}/{kind}"
+            );
             let opened = real_sops_decrypt(&raw, &reader_env)
                 .unwrap_or_else(|e| panic!("{mode}/{kind}: sops -d failed: {e}"));
             assert_eq!(opened, posted, "{mode}/{kind}");

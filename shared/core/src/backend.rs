@@ -195,9 +195,8 @@ impl Backend {
         let (Some(stored), Some(content), Some(sealer)) = (stored, content, &self.sealer) else {
             return Ok(false);
         };
-        match sealer.open(path, stored.clone()).await {
-            Ok(plain) if plain == *content => Ok(true),
-            Ok(plain) => Ok(same_json(&plain, content)),
+        match sealer.holds(path, stored.clone(), content).await {
+            Ok(held) => Ok(held),
             Err(e @ SealError::Unavailable(_)) => Err(e.into()),
             Err(e) => {
                 // Unreadable (tampered, or no current key opens it): a full new state replaces it,
@@ -392,17 +391,6 @@ impl Backend {
             }
         }
         Err(BackendError::Busy(self.retry.attempts))
-    }
-}
-
-/// Whether two JSON documents hold the same value (big integers compared exactly).
-fn same_json(a: &[u8], b: &[u8]) -> bool {
-    match (
-        serde_json::from_slice::<serde_json::Value>(a),
-        serde_json::from_slice::<serde_json::Value>(b),
-    ) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
     }
 }
 

@@ -49,4 +49,29 @@ pub trait Sealer: Send + Sync + fmt::Debug + 'static {
     /// The state held in `stored` (a sealed document, or plaintext written before sealing was
     /// configured, which is returned as it is).
     async fn open(&self, path: &StatePath, stored: Bytes) -> Result<Bytes, SealError>;
+
+    /// Whether `stored` already holds the state `plain` (a client retry must not make a commit).
+    /// `false` may be answered for equal values in a different form (an extra commit, never a lost
+    /// write); `true` only when they are equal. The default opens `stored` and compares JSON
+    /// values; adapters can answer from a digest without decrypting every value.
+    async fn holds(
+        &self,
+        path: &StatePath,
+        stored: Bytes,
+        plain: &Bytes,
+    ) -> Result<bool, SealError> {
+        let opened = self.open(path, stored).await?;
+        Ok(opened == *plain || same_json(&opened, plain))
+    }
+}
+
+/// Whether two JSON documents hold the same value.
+pub fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }

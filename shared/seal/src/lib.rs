@@ -207,14 +207,19 @@ impl SopsSealer {
             rules: inner.rules.clone(),
             ..EncryptOptions::default()
         };
-        let fresh_key = if reuse.is_none() {
-            let key = new_data_key();
-            options.data_key = Some(key);
-            Some(key)
-        } else {
-            options.reuse = reuse;
-            None
+        let (data_key, fresh_key) = match &reuse {
+            Some(reuse) => (reuse.data_key, None),
+            None => {
+                let key = new_data_key();
+                (key, Some(key))
+            }
         };
+        options.data_key = fresh_key;
+        options.reuse = reuse;
+        options.extra_metadata.push((
+            DIGEST_FIELD.to_owned(),
+            Node::Str(plaintext_digest(&data_key, plain)?),
+        ));
         let keys: Vec<&dyn MasterKey> = inner.write_keys.iter().map(|k| k.as_ref()).collect();
         let sealed = encrypt_groups(plain, &[&keys], &options).map_err(seal_error)?;
         if let Some(key) = fresh_key {
@@ -254,6 +259,26 @@ impl SopsSealer {
         }
     }
 
+    /// Whether `stored` holds exactly the bytes `plain`, answered from the digest gitstate wrote
+    /// into the sops metadata (keyed with the data key, so it reveals nothing without it);
+    /// `None` when the document has no digest (real sops wrote it, or it is not sealed).
+    pub fn holds_blocking(&self, stored: &[u8], plain: &[u8]) -> Result<Option<bool>, SealError> {
+        let Ok(Some(raw)) = gitstate_sops::sops_member(stored) else {
+            return Ok(None);
+        };
+        let Ok(meta) = Node::parse(raw.get().as_bytes()) else {
+            return Ok(None);
+        };
+        let Some(digest) = meta.get(DIGEST_FIELD).and_then(Node::as_str) else {
+            return Ok(None);
+        };
+        match reusable_data_key(stored, &self.inner.read_keys) {
+            Ok(reuse) => Ok(Some(plaintext_digest(&reuse.data_key, plain)? == digest)),
+            Err(e @ SopsError::Unavailable { .. }) => Err(SealError::Unavailable(e.to_string())),
+            Err(e) => Err(open_error(e)),
+        }
+    }
+
     /// Opens synchronously (KMS calls block; use from a blocking thread).
     pub fn open_blocking(&self, stored: &[u8]) -> Result<Option<Bytes>, SealError> {
         match TopKeys::scan(stored) {
@@ -282,6 +307,27 @@ impl Sealer for SopsSealer {
         })
         .await
         .map_err(|e| SealError::Internal(format!("the sealing task failed: {e}")))?
+    }
+
+    async fn holds(
+        &self,
+        path: &StatePath,
+        stored: Bytes,
+        plain: &Bytes,
+    ) -> Result<bool, SealError> {
+        let this = self.clone();
+        let input = (stored.clone(), plain.clone());
+        let by_digest =
+            tokio::task::spawn_blocking(move || this.holds_blocking(&input.0, &input.1))
+                .await
+                .map_err(|e| SealError::Internal(format!("the comparing task failed: {e}")))??;
+        match by_digest {
+            Some(held) => Ok(held),
+            None => {
+                let opened = self.open(path, stored).await?;
+                Ok(opened == *plain || gitstate_core::seal::same_json(&opened, plain))
+            }
+        }
     }
 
     async fn open(&self, path: &StatePath, stored: Bytes) -> Result<Bytes, SealError> {
@@ -319,6 +365,21 @@ fn entry_identity(entry: &KeyEntry) -> String {
     } else {
         format!("{}:{}", entry.kind, entry.id())
     }
+}
+
+/// The `sops` metadata field holding gitstate's plaintext digest.
+pub const DIGEST_FIELD: &str = "gitstate_plaintext_hmac";
+
+/// `hmac-sha256:<hex>` of the state bytes as POSTed, keyed with the document's data key: lets a
+/// replayed POST be recognised without decrypting every value.
+fn plaintext_digest(data_key: &[u8; 32], plain: &[u8]) -> Result<String, SealError> {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(data_key)
+        .map_err(|e| SealError::Internal(format!("HMAC setup failed: {e}")))?;
+    mac.update(plain);
+    let tag = mac.finalize().into_bytes();
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("hmac-sha256:{hex}"))
 }
 
 fn new_data_key() -> [u8; 32] {

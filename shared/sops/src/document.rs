@@ -93,6 +93,9 @@ pub struct EncryptOptions {
     /// [`encrypt_groups`] are then ignored (pass `&[]`). Callers decide when the key set
     /// changed and a fresh data key must be wrapped instead.
     pub reuse: Option<Reuse>,
+    /// More fields for the `sops` object (e.g. an application's own digest). sops ignores fields
+    /// it does not know; they are not covered by the MAC.
+    pub extra_metadata: Vec<(String, Node)>,
 }
 
 /// A data key with its wrapped entries, to write a new version without calling master keys.
@@ -129,6 +132,7 @@ impl Default for EncryptOptions {
             indent: "\t".into(),
             float_mac_for_big_clear_ints: true,
             reuse: None,
+            extra_metadata: Vec::new(),
         }
     }
 }
@@ -1020,6 +1024,7 @@ fn metadata(
     if r.mac_only_encrypted {
         meta.push(("mac_only_encrypted".into(), Node::Bool(true)));
     }
+    meta.extend(options.extra_metadata.iter().cloned());
     meta.push(("version".into(), Node::Str(SOPS_VERSION.into())));
     Ok(Node::Object(meta))
 }
