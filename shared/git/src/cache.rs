@@ -157,7 +157,7 @@ impl Cache {
         names: &[&str],
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
         let repo = self.repo();
-        let transport = connect(endpoint, gix::protocol::transport::Protocol::V2)?;
+        let transport = connect(endpoint, gix::protocol::transport::Protocol::V1)?;
         let is_http = matches!(
             endpoint.url.scheme,
             gix::url::Scheme::Http | gix::url::Scheme::Https
