@@ -241,9 +241,32 @@ impl Config {
         })
     }
 
-    /// Parses HCL text.
+    /// Parses HCL text. Errors name the key (`repository.default.url`) and, when it can be
+    /// found, the line: `line 4: repository.default.colour: unknown field …`.
     pub fn from_hcl(text: &str) -> Result<Self, String> {
-        hcl::from_str(text).map_err(|e| e.to_string())
+        let deserializer = hcl::de::Deserializer::from_str(text)
+            .map_err(|e| one_line_parse_error(&e.to_string()))?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.inner().to_string();
+            // An unknown field is reported on its parent; the message names the field itself.
+            let unknown = message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split('`').next())
+                .map(str::to_owned);
+            let key = match (&unknown, path.as_str()) {
+                (Some(field), ".") => field.clone(),
+                (Some(field), path) if !path.ends_with(field.as_str()) => {
+                    format!("{path}.{field}")
+                }
+                (_, path) => path.to_owned(),
+            };
+            let searched = unknown.or_else(|| key.rsplit('.').next().map(str::to_owned));
+            match searched.and_then(|word| line_of(text, &word)) {
+                Some(line) => format!("line {line}: {key}: {message}"),
+                None => format!("{key}: {message}"),
+            }
+        })
     }
 
     /// Adds `NAME=URL` (from `--repository`), with `ref` as its branch.
@@ -273,6 +296,33 @@ impl Config {
     pub fn git_timeout(&self) -> Duration {
         Duration::from_secs(self.git_timeout_seconds)
     }
+}
+
+/// hcl-rs reports syntax errors over several lines with an excerpt of the file; keep the position
+/// and the reason on one line, and drop the excerpt (the line may hold a credential).
+fn one_line_parse_error(message: &str) -> String {
+    let parts: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.contains('|'))
+        .map(|l| l.trim_start_matches("-->").trim_start_matches('=').trim())
+        .collect();
+    parts.join(": ")
+}
+
+/// The 1-based line where `word` first appears as an HCL attribute or block name (followed by
+/// `=`, `{`, a label or the end of the line).
+fn line_of(text: &str, word: &str) -> Option<usize> {
+    let is_name_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    text.lines()
+        .position(|line| {
+            line.match_indices(word).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + word.len()..].trim_start().chars().next();
+                !before.is_some_and(is_name_char) && matches!(after, None | Some('=' | '{' | '"'))
+            })
+        })
+        .map(|i| i + 1)
 }
 
 /// Removes a `user:password@` part from a URL so it can be shown.

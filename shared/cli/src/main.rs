@@ -2,13 +2,14 @@
 //! (the embedded default `./.gitstate/default.git` when none is configured); `gitstate wrap` runs
 //! one Terraform command with that backend served in-process (see [`wrap`]).
 
+mod config_show;
 mod tls;
 mod wrap;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gitstate_app::{backend_from_config, Registry, Settings};
 use gitstate_core::Backend;
 use gitstate_http::{router, AppState};
@@ -69,6 +70,26 @@ enum Command {
         mut_arg("allow", |a| a.hide(true)),
     )]
     Wrap(wrap::WrapArgs),
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print the effective configuration and where each value came from (flag, environment
+    /// variable, configuration file, default); credentials are never printed.
+    ///
+    ///   gitstate config show --config gitstate.hcl
+    ///   GITSTATE_LISTEN=0.0.0.0:8080 gitstate config show
+    #[command(verbatim_doc_comment)]
+    Show(ShowArgs),
+}
+
+#[derive(Args, Debug)]
+struct ShowArgs {
+    #[command(flatten)]
+    settings: Settings,
 }
 
 #[derive(Args, Debug)]
@@ -172,8 +193,28 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
+        Command::Config(ConfigCommand::Show(args)) => {
+            let shown = matches
+                .subcommand_matches("config")
+                .and_then(|m| m.subcommand_matches("show"));
+            match (args.settings.resolve(), shown) {
+                (Ok(config), Some(shown)) => {
+                    print!("{}", config_show::render(&config, &args.settings, shown));
+                    ExitCode::SUCCESS
+                }
+                (Err(e), _) => {
+                    eprintln!("gitstate: {e}");
+                    ExitCode::FAILURE
+                }
+                (Ok(_), None) => ExitCode::FAILURE,
+            }
+        }
         Command::Serve(args) => {
             init_logging(&args.log_format, "info");
             match serve(args).await {

@@ -1,0 +1,194 @@
+//! `gitstate config show`: the effective configuration, each value with where it came from
+//! (flag, environment variable, configuration file, default), secrets redacted.
+
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use gitstate_app::config::redact_url;
+use gitstate_app::{Config, Settings};
+
+/// Which top-level keys (attributes and blocks) a configuration file sets.
+fn file_keys(path: &std::path::Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(body) = hcl::parse(&text) else {
+        return Vec::new();
+    };
+    body.attributes()
+        .map(|a| a.key().to_owned())
+        .chain(body.blocks().map(|b| b.identifier().to_owned()))
+        .collect()
+}
+
+/// Where the value of setting `id` (a `Settings` field) came from.
+struct Sources<'a> {
+    matches: &'a ArgMatches,
+    file: Option<String>,
+    file_keys: Vec<String>,
+}
+
+impl Sources<'_> {
+    fn of(&self, id: &str, file_key: &str) -> String {
+        let command = <Settings as clap::Args>::augment_args(clap::Command::new("settings"));
+        let arg = command.get_arguments().find(|a| a.get_id() == id);
+        // Only settings with a flag have a source in the matches (asking for others panics).
+        let source = arg.and_then(|_| self.matches.value_source(id));
+        match source {
+            Some(ValueSource::CommandLine) => {
+                format!("flag --{}", arg.and_then(|a| a.get_long()).unwrap_or(id))
+            }
+            Some(ValueSource::EnvVariable) => format!(
+                "environment {}",
+                arg.and_then(|a| a.get_env())
+                    .map(|e| e.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+            _ if self.file_keys.iter().any(|k| k == file_key) => {
+                format!("file {}", self.file.as_deref().unwrap_or("?"))
+            }
+            _ => "default".to_owned(),
+        }
+    }
+}
+
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
+fn list(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|i| quoted(i)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// Renders `config` as annotated HCL-like lines.
+pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> String {
+    let sources = Sources {
+        matches,
+        file: settings.config.as_ref().map(|p| p.display().to_string()),
+        file_keys: settings
+            .config
+            .as_deref()
+            .map(file_keys)
+            .unwrap_or_default(),
+    };
+    let mut lines: Vec<(String, String)> = vec![
+        (
+            format!("listen = {}", quoted(&config.listen)),
+            sources.of("listen", "listen"),
+        ),
+        (
+            format!(
+                "data_dir = {}",
+                quoted(&config.data_dir.display().to_string())
+            ),
+            sources.of("data_dir", "data_dir"),
+        ),
+        (
+            format!(
+                "cache_dir = {}",
+                quoted(&config.cache_dir.display().to_string())
+            ),
+            sources.of("cache_dir", "cache_dir"),
+        ),
+        (
+            format!("max_state_bytes = {}", config.max_state_bytes),
+            sources.of("max_state_bytes", "max_state_bytes"),
+        ),
+        (
+            format!("git_timeout_seconds = {}", config.git_timeout_seconds),
+            sources.of("git_timeout_seconds", "git_timeout_seconds"),
+        ),
+        (
+            format!("allow = {}", list(&config.allow)),
+            sources.of("allow", "allow"),
+        ),
+    ];
+    if config.repositories.is_empty() {
+        lines.push((
+            "# no repository: the embedded default ./.gitstate/default.git, named \"default\""
+                .into(),
+            String::new(),
+        ));
+    }
+    for (name, repository) in &config.repositories {
+        lines.push((
+            format!(
+                "repository {} {{ url = {}, ref = {} }}",
+                quoted(name),
+                quoted(&redact_url(&repository.url)),
+                quoted(&repository.git_ref)
+            ),
+            sources.of("repositories", "repository"),
+        ));
+    }
+    lines.push((
+        format!(
+            "auth {{ mode = {}, token_hashes = {} configured }}",
+            quoted(&format!("{:?}", config.auth.mode).to_lowercase()),
+            config.auth.token_hashes.len()
+        ),
+        sources.of("auth_mode", "auth"),
+    ));
+    let e = &config.encryption;
+    lines.push((
+        format!(
+            "encryption {{ mode = {}, kms_arns = {}, kms_context = {} keys, fallback_kms_arns = {}, age_recipients = {}, enforced = {} }}",
+            quoted(&e.mode),
+            list(&e.kms_arns),
+            e.kms_context.len(),
+            list(&e.fallback_kms_arns),
+            list(&e.age_recipients),
+            e.enforced
+        ),
+        sources.of("kms_arns", "encryption"),
+    ));
+    if let Some(tls) = &config.tls {
+        lines.push((
+            format!(
+                "tls {{ cert_file = {}, key_file = {} }}",
+                quoted(&tls.cert_file.display().to_string()),
+                quoted(&tls.key_file.display().to_string())
+            ),
+            sources.of("tls_cert", "tls"),
+        ));
+    }
+    lines.push((
+        format!("# git credential: {}", git_credential_summary()),
+        String::new(),
+    ));
+
+    let width = lines
+        .iter()
+        .map(|(l, _)| l.len())
+        .filter(|n| *n <= 64)
+        .max()
+        .unwrap_or(0);
+    let mut out = String::from(
+        "# effective configuration: flags > GITSTATE_* environment > configuration file > defaults\n",
+    );
+    for (line, source) in lines {
+        if source.is_empty() {
+            out.push_str(&format!("{line}\n"));
+        } else {
+            out.push_str(&format!("{line:<width$}  # {source}\n"));
+        }
+    }
+    out
+}
+
+/// Which variables provide the server's git credential, never their values.
+fn git_credential_summary() -> String {
+    let set = |name: &str| {
+        std::env::var_os(name).is_some_and(|v| !v.is_empty())
+            || std::env::var_os(format!("{name}_FILE")).is_some()
+    };
+    let user = std::env::var("GIT_USERNAME").ok().filter(|u| !u.is_empty());
+    let password = ["GIT_PASSWORD_KMS", "GIT_PASSWORD", "GITHUB_TOKEN"]
+        .into_iter()
+        .find(|name| set(name));
+    match (password, user) {
+        (Some(var), Some(user)) => format!("user {user}, secret from {var} (hidden)"),
+        (Some(var), None) => format!("secret from {var} (hidden)"),
+        (None, _) => "none (anonymous, or the caller's in passthrough mode)".into(),
+    }
+}
