@@ -1,6 +1,6 @@
-//! Configuration as a user meets it: one precedence everywhere (flags > `GITSTATE_*` environment
-//! > `gitstate.hcl` > defaults), shown by `gitstate config show` with the source of each value and
-//! no secret, and configuration files whose mistakes are reported with the key and the line.
+//! Configuration as a user meets it: one precedence everywhere (flags, then `GITSTATE_*`
+//! environment, then `gitstate.hcl`, then defaults), shown by `gitstate config show` with the
+//! source of each value and no secret, and configuration files whose mistakes are reported with the key and the line.
 
 use std::path::Path;
 use std::process::Command;
@@ -49,7 +49,8 @@ fn precedence_case_by_case() {
     .unwrap();
     let file = ["--config", "gitstate.hcl"];
     // (args, env, expected listen, expected source)
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str, &str)> = vec![
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (vec![], vec![], "127.0.0.1:6061", "# default"),
         (
             file.to_vec(),
