@@ -1,12 +1,20 @@
-//! The local cache of one remote: a bare repository under `cache_dir/<hash of the URL>` holding
-//! only objects the remote sent (shallow, depth 1) or accepted from us, so that what is missing
-//! there is exactly what a push must send. One [`Cache`] per directory per process, shared by all
-//! requests; fetches into it are serialized.
+//! The local cache of one remote: a bare repository under
+//! `cache_dir/<hash of the URL>-<pid>-<generation>.git` holding only objects the remote sent
+//! (shallow, depth 1) or accepted from us, so that what is missing there is exactly what a push
+//! must send. One [`CacheHandle`] per remote per process, shared by all requests; fetches into a
+//! generation are serialized.
+//!
+//! gix cannot repack, and every fetch adds a pack: a long-running process would collect packs
+//! without end. So a generation that has grown past its budget is retired: new requests get a
+//! fresh, empty generation (its first fetch brings the tip tree again, shallow), requests in
+//! flight finish on the old one, which is deleted when the last of them lets go. A generation
+//! belongs to one process (its pid is in the name), so no process ever deletes a directory
+//! another one uses; directories of processes that are gone are removed at start.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use gitstate_core::StoreError;
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
@@ -17,7 +25,7 @@ use gix::ObjectId;
 use crate::objects::internal;
 use crate::plumbing::transport::{classify, connect, http_options, Endpoint};
 
-/// A cache repository and the lock that serializes writes into it.
+/// One generation of a remote's cache: a repository and the lock that serializes writes into it.
 pub struct Cache {
     repo: gix::ThreadSafeRepository,
     dir: PathBuf,
@@ -25,8 +33,212 @@ pub struct Cache {
     /// are updated under lock files that would make a concurrent second fetch fail.
     write_lock: Mutex<()>,
     /// Serializes this process's state writes to the remote (see
-    /// `StateStore::write_serializer`).
+    /// `StateStore::write_serializer`); shared by every generation of the remote.
     state_writes: Arc<tokio::sync::Mutex<()>>,
+    /// Packs received by fetches into this generation.
+    packs: AtomicUsize,
+    /// Pushes recorded into this generation (each adds a few loose objects).
+    recorded: AtomicUsize,
+    /// Set when a newer generation replaced this one: its directory goes when the last user
+    /// drops it.
+    retired: AtomicBool,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::Acquire) {
+            match std::fs::remove_dir_all(&self.dir) {
+                Ok(()) => {
+                    tracing::info!(cache = %self.dir.display(), "retired cache generation removed")
+                }
+                Err(e) => {
+                    tracing::warn!(cache = %self.dir.display(), error = %e, "could not remove a retired cache generation")
+                }
+            }
+        }
+    }
+}
+
+/// When a generation is retired (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheBudget {
+    /// Fetches (each adds a pack) a generation may take.
+    pub packs: usize,
+    /// Recorded pushes (each adds a few loose objects) a generation may take.
+    pub recorded_pushes: usize,
+}
+
+impl Default for CacheBudget {
+    fn default() -> Self {
+        CacheBudget {
+            packs: 256,
+            recorded_pushes: 16_384,
+        }
+    }
+}
+
+impl CacheBudget {
+    /// The default, with `GITSTATE_CACHE_MAX_PACKS` (a tuning knob, also used by tests to make
+    /// generations short) overriding the pack budget.
+    pub fn from_env() -> CacheBudget {
+        let mut budget = CacheBudget::default();
+        if let Some(packs) = std::env::var("GITSTATE_CACHE_MAX_PACKS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+        {
+            budget.packs = packs;
+        }
+        budget
+    }
+}
+
+/// The process-wide cache of one remote: its current generation, and how to start the next.
+pub struct CacheHandle {
+    cache_dir: PathBuf,
+    name: String,
+    current: RwLock<Arc<Cache>>,
+    next_generation: AtomicU64,
+    budget: CacheBudget,
+    state_writes: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for CacheHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheHandle")
+            .field("cache_dir", &self.cache_dir)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl CacheHandle {
+    /// The process-wide cache of `url` under `cache_dir`, created on first use (which also
+    /// removes generations left by processes that no longer run).
+    pub fn for_url(cache_dir: &Path, url: &str) -> Result<Arc<CacheHandle>, StoreError> {
+        static HANDLES: OnceLock<Mutex<HashMap<PathBuf, Arc<CacheHandle>>>> = OnceLock::new();
+        let name = cache_name(url);
+        let key = cache_dir.join(&name);
+        let mut handles = HANDLES
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| StoreError::Internal("the cache registry is poisoned".into()))?;
+        if let Some(handle) = handles.get(&key) {
+            return Ok(handle.clone());
+        }
+        remove_abandoned_generations(cache_dir, &name);
+        let state_writes: Arc<tokio::sync::Mutex<()>> = Default::default();
+        let first = Cache::create(
+            &cache_dir.join(generation_dir_name(&name, 0)),
+            state_writes.clone(),
+        )?;
+        let handle = Arc::new(CacheHandle {
+            cache_dir: cache_dir.to_owned(),
+            name,
+            current: RwLock::new(Arc::new(first)),
+            next_generation: AtomicU64::new(1),
+            budget: CacheBudget::from_env(),
+            state_writes,
+        });
+        handles.insert(key, handle.clone());
+        Ok(handle)
+    }
+
+    /// The generation new work should use. A request keeps the one it got until it finishes.
+    pub fn current(&self) -> Result<Arc<Cache>, StoreError> {
+        self.current
+            .read()
+            .map(|c| c.clone())
+            .map_err(|_| StoreError::Internal("the cache handle is poisoned".into()))
+    }
+
+    /// The lock serializing this process's state writes to this remote.
+    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.state_writes.clone()
+    }
+
+    /// Starts a new generation when `used` (the one a request just worked with) is still the
+    /// current one and has outgrown its budget. Failing to create one keeps the old one.
+    pub fn retire_if_spent(&self, used: &Arc<Cache>) {
+        let spent = used.packs.load(Ordering::Relaxed) > self.budget.packs
+            || used.recorded.load(Ordering::Relaxed) > self.budget.recorded_pushes;
+        if !spent {
+            return;
+        }
+        let Ok(mut current) = self.current.write() else {
+            return;
+        };
+        if !Arc::ptr_eq(&current, used) {
+            return; // another request already replaced it
+        }
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let dir = self
+            .cache_dir
+            .join(generation_dir_name(&self.name, generation));
+        let started = std::time::Instant::now();
+        match Cache::create(&dir, self.state_writes.clone()) {
+            Ok(fresh) => {
+                used.retired.store(true, Ordering::Release);
+                *current = Arc::new(fresh);
+                tracing::info!(
+                    cache = %dir.display(),
+                    packs = used.packs.load(Ordering::Relaxed),
+                    recorded_pushes = used.recorded.load(Ordering::Relaxed),
+                    micros = started.elapsed().as_micros() as u64,
+                    "cache generation retired; a fresh one takes over"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start a new cache generation; keeping the old one")
+            }
+        }
+    }
+}
+
+/// `<name>-<pid>-<generation>.git` (`name` ends in `.git`).
+fn generation_dir_name(name: &str, generation: u64) -> String {
+    let stem = name.strip_suffix(".git").unwrap_or(name);
+    format!("{stem}-{}-{generation}.git", std::process::id())
+}
+
+/// Removes generations of `name` whose process is gone (a crash, or a restart), and the
+/// generation-less directory of earlier versions. Directories of live processes stay.
+fn remove_abandoned_generations(cache_dir: &Path, name: &str) {
+    let stem = name.strip_suffix(".git").unwrap_or(name);
+    let Ok(entries) = std::fs::read_dir(cache_dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let file_name = entry.file_name();
+        let Some(file_name) = file_name.to_str() else {
+            continue;
+        };
+        let abandoned = if file_name == name {
+            true
+        } else {
+            file_name
+                .strip_prefix(stem)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .and_then(|rest| rest.strip_suffix(".git"))
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| pid != std::process::id() && !process_alive(pid))
+        };
+        if abandoned {
+            let path = entry.path();
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => tracing::info!(cache = %path.display(), "removed an abandoned cache"),
+                Err(e) => {
+                    tracing::warn!(cache = %path.display(), error = %e, "could not remove an abandoned cache")
+                }
+            }
+        }
+    }
+}
+
+/// Whether a process with this id runs (on Linux, `/proc/<pid>` exists).
+fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists() || !Path::new("/proc/self").exists()
 }
 
 impl std::fmt::Debug for Cache {
@@ -61,48 +273,32 @@ pub fn cache_name(url: &str) -> String {
 }
 
 impl Cache {
-    /// The process-wide cache for `url` under `cache_dir`, created on first use.
-    pub fn for_url(cache_dir: &Path, url: &str) -> Result<Arc<Cache>, StoreError> {
-        static CACHES: OnceLock<Mutex<HashMap<PathBuf, Arc<Cache>>>> = OnceLock::new();
-        let dir = cache_dir.join(cache_name(url));
-        let mut caches = CACHES
-            .get_or_init(Default::default)
-            .lock()
-            .map_err(|_| StoreError::Internal("the cache registry is poisoned".into()))?;
-        if let Some(cache) = caches.get(&dir) {
-            return Ok(cache.clone());
-        }
-        if needs_reset(&dir) {
-            // Every fetch adds a pack and gix cannot repack: start over once per process when
-            // the cache has grown a long tail. It only ever holds copies of remote data.
-            tracing::info!(cache = %dir.display(), "recreating a cache that grew too many packs");
-            std::fs::remove_dir_all(&dir).map_err(|e| {
-                StoreError::Internal(format!("cannot reset the cache {}: {e}", dir.display()))
-            })?;
-        }
+    /// Creates (or opens, when it exists) the generation directory `dir`.
+    fn create(dir: &Path, state_writes: Arc<tokio::sync::Mutex<()>>) -> Result<Cache, StoreError> {
         let repo = if dir.join("HEAD").exists() {
-            gix::ThreadSafeRepository::open_opts(&dir, open_options())
+            gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
         } else {
-            std::fs::create_dir_all(&dir).map_err(|e| {
+            std::fs::create_dir_all(dir).map_err(|e| {
                 StoreError::Internal(format!("cannot create the cache {}: {e}", dir.display()))
             })?;
             gix::ThreadSafeRepository::init_opts(
-                &dir,
+                dir,
                 gix::create::Kind::Bare,
                 gix::create::Options::default(),
                 open_options(),
             )
             .map_err(internal("creating the cache repository"))?
         };
-        let cache = Arc::new(Cache {
+        Ok(Cache {
             repo,
-            dir: dir.clone(),
+            dir: dir.to_owned(),
             write_lock: Mutex::new(()),
-            state_writes: Default::default(),
-        });
-        caches.insert(dir, cache.clone());
-        Ok(cache)
+            state_writes,
+            packs: AtomicUsize::new(0),
+            recorded: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+        })
     }
 
     /// A thread-local handle on the cache repository.
@@ -214,6 +410,7 @@ impl Cache {
             }
             return Err(classify(endpoint, "fetching from", &e));
         }
+        self.packs.fetch_add(1, Ordering::Relaxed);
         let repo = self.repo();
         for (name, id) in &tips {
             if !repo.has_object(id) {
@@ -239,6 +436,7 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        self.recorded.fetch_add(1, Ordering::Relaxed);
         let repo = self.repo();
         // Concurrent readers take "the tip commit is here" to mean "its whole tree is here"
         // (that is how a fetch is skipped), so no object may appear before those it references.
@@ -323,21 +521,6 @@ fn in_dependency_order(
             .map(|(id, kind, data)| (*id, *kind, data.as_slice())),
     );
     ordered
-}
-
-/// Packs a cache may collect before it is recreated (at the next process start).
-const MAX_PACKS: usize = 256;
-
-fn needs_reset(dir: &Path) -> bool {
-    let packs = std::fs::read_dir(dir.join("objects/pack"))
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
-                .count()
-        })
-        .unwrap_or(0);
-    packs > MAX_PACKS
 }
 
 /// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).

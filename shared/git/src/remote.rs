@@ -21,7 +21,7 @@ use gitstate_core::{
 use gix::objs::Kind;
 use gix::ObjectId;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, CacheHandle};
 use crate::objects::{internal, lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::pack::write_pack;
 use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate};
@@ -64,7 +64,10 @@ impl std::fmt::Debug for RemoteConfig {
 pub struct RemoteStore {
     endpoint: Endpoint,
     state_ref: String,
-    cache: Arc<Cache>,
+    handle: Arc<CacheHandle>,
+    /// The cache generation this request works with (`None` on the long-lived store: each
+    /// operation then takes the current one and keeps it to the end, sessions included).
+    pinned: Option<Arc<Cache>>,
     timeout: Duration,
 }
 
@@ -78,11 +81,12 @@ impl RemoteStore {
     /// Sets up the store; touches only the local cache directory (no network).
     pub fn new(config: RemoteConfig) -> Result<Self, StoreError> {
         let endpoint = Endpoint::parse(&config.url, config.credentials, config.timeout)?;
-        let cache = Cache::for_url(&config.cache_dir, &endpoint.display)?;
+        let handle = CacheHandle::for_url(&config.cache_dir, &endpoint.display)?;
         Ok(RemoteStore {
             endpoint,
             state_ref: format!("refs/heads/{}", config.git_ref),
-            cache,
+            handle,
+            pinned: None,
             timeout: config.timeout,
         })
     }
@@ -92,9 +96,23 @@ impl RemoteStore {
         &self.endpoint.display
     }
 
-    /// The cache repository of this remote.
-    pub fn cache_dir(&self) -> &std::path::Path {
-        self.cache.dir()
+    /// The directory of this remote's current cache generation.
+    pub fn cache_dir(&self) -> std::path::PathBuf {
+        match &self.pinned {
+            Some(cache) => cache.dir().to_owned(),
+            None => self
+                .handle
+                .current()
+                .map(|c| c.dir().to_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The cache generation this operation works with.
+    fn cache(&self) -> Result<&Arc<Cache>, StoreError> {
+        self.pinned.as_ref().ok_or_else(|| {
+            StoreError::Internal("a git operation ran without a cache generation".into())
+        })
     }
 
     async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
@@ -102,11 +120,19 @@ impl RemoteStore {
         T: Send + 'static,
         F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
     {
-        let store = self.clone();
+        let mut store = self.clone();
+        let cache = match &self.pinned {
+            Some(cache) => cache.clone(),
+            None => self.handle.current()?,
+        };
+        store.pinned = Some(cache.clone());
         let task = tokio::task::spawn_blocking(move || work(store));
         match tokio::time::timeout(self.timeout, task).await {
             Ok(joined) => {
-                joined.map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?
+                let result =
+                    joined.map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?;
+                self.handle.retire_if_spent(&cache);
+                result
             }
             // The blocking task finishes on its own (its sockets have timeouts too); a push
             // still in flight is atomic on the server, so the remote is either unchanged or
@@ -121,7 +147,7 @@ impl RemoteStore {
 
     fn read(&self, tip: Option<ObjectId>, file: &str) -> Result<Option<Bytes>, StoreError> {
         match tip {
-            Some(tip) => read_file(&self.cache.repo(), tip, file),
+            Some(tip) => read_file(&self.cache()?.repo(), tip, file),
             None => Ok(None),
         }
     }
@@ -129,7 +155,7 @@ impl RemoteStore {
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let lock_ref = path.lock_ref();
         let tips = self
-            .cache
+            .cache()?
             .refresh(&self.endpoint, &[&self.state_ref, &lock_ref])?;
         let state_tip = tips.get(&self.state_ref).copied();
         let lock_tip = tips.get(&lock_ref).copied();
@@ -149,7 +175,7 @@ impl RemoteStore {
         path: &StatePath,
     ) -> Result<Option<(Revision, Bytes)>, StoreError> {
         let lock_ref = path.lock_ref();
-        let tips = self.cache.refresh(&self.endpoint, &[&lock_ref])?;
+        let tips = self.cache()?.refresh(&self.endpoint, &[&lock_ref])?;
         match tips.get(&lock_ref) {
             Some(tip) => Ok(Some((
                 tip.to_string(),
@@ -168,7 +194,7 @@ impl RemoteStore {
         file: &str,
         make: impl FnOnce(&gix::Repository) -> Result<ObjectId, StoreError>,
     ) -> Result<Outgoing, StoreError> {
-        let mut repo = self.cache.repo().with_object_memory();
+        let mut repo = self.cache()?.repo().with_object_memory();
         let commit = make(&repo)?;
         let mut objects: Vec<(ObjectId, Kind, Vec<u8>)> = Vec::new();
         let mut path_ids = vec![commit];
@@ -273,11 +299,11 @@ impl RemoteStore {
                 .flatten()
                 .all(|id| repo.has_object(id))
         };
-        if !present(&self.cache.repo()) {
+        if !present(&self.cache()?.repo()) {
             // Written by another process, or the cache is new: fetch over upload-pack (shallow),
             // keeping the session open for the push.
-            self.cache.refresh(&self.endpoint, &names)?;
-            if !present(&self.cache.repo()) {
+            self.cache()?.refresh(&self.endpoint, &names)?;
+            if !present(&self.cache()?.repo()) {
                 // The refs moved between the two advertisements: the push would lose anyway.
                 return Err(StoreError::Stale);
             }
@@ -323,7 +349,7 @@ impl RemoteStore {
         if !self.push_one(session, update, Some(&outgoing))? {
             return Err(StoreError::Stale);
         }
-        self.cache
+        self.cache()?
             .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
         Ok(outgoing.commit.to_string())
     }
@@ -344,7 +370,7 @@ impl RemoteStore {
         if !self.push_one(session, update, None)? {
             return Err(StoreError::Stale);
         }
-        self.cache.record_pushed(&[], &lock_ref, None)?;
+        self.cache()?.record_pushed(&[], &lock_ref, None)?;
         Ok(())
     }
 
@@ -357,9 +383,9 @@ impl RemoteStore {
     ) -> Result<Revision, StoreError> {
         let base = base.map(|b| parse_id(b)).transpose()?;
         if let Some(base) = base {
-            if !self.cache.repo().has_object(base) {
+            if !self.cache()?.repo().has_object(base) {
                 // Read by another process or before the cache was recreated: fetch it now.
-                let tips = self.cache.refresh(&self.endpoint, &[&self.state_ref])?;
+                let tips = self.cache()?.refresh(&self.endpoint, &[&self.state_ref])?;
                 if tips.get(&self.state_ref) != Some(&base) {
                     return Err(StoreError::Stale);
                 }
@@ -395,7 +421,7 @@ impl RemoteStore {
             new: outgoing.commit,
         };
         if self.push_one(session, update, Some(&outgoing))? {
-            self.cache
+            self.cache()?
                 .record_pushed(&outgoing.objects, &lock_ref, Some(outgoing.commit))?;
             Ok(LockCreate::Created)
         } else {
@@ -480,7 +506,7 @@ impl WriteSession for RemoteSession {
     }
 }
 
-crate::state_store_via_blocking!(RemoteStore, |store| Some(store.cache.state_writes()), {
+crate::state_store_via_blocking!(RemoteStore, |store| Some(store.handle.state_writes()), {
     async fn begin<'a>(
         &'a self,
         path: &StatePath,

@@ -252,7 +252,7 @@ async fn shallow_cache_stays_shallow() {
         let path = sp("prod.tfstate");
         let snap = s.snapshot(&path).await.unwrap();
         assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":49}"[..]));
-        assert_eq!(cache_commit_count(s.cache_dir()), 1, "{url}: only the tip");
+        assert_eq!(cache_commit_count(&s.cache_dir()), 1, "{url}: only the tip");
         assert!(s.cache_dir().join("shallow").exists(), "{url}");
         // Our write, then someone else's commit: the cache gets the new tips, never the history.
         let tip = snap.state_tip.unwrap();
@@ -275,7 +275,7 @@ async fn shallow_cache_stays_shallow() {
         git(&work, &["push", "-q", "origin", "main"]);
         let snap = s.snapshot(&path).await.unwrap();
         assert_eq!(snap.state.as_deref(), Some(&b"{}"[..]));
-        let n = cache_commit_count(s.cache_dir());
+        let n = cache_commit_count(&s.cache_dir());
         assert!(n <= 3, "{url}: {n} commits in the cache");
         git(&bare, &["fsck", "--strict"]);
         assert_eq!(git(&bare, &["rev-list", "--count", "main"]).trim(), "52");

@@ -65,7 +65,7 @@ async fn shallow_fetch_over_protocol_v1_stays_shallow() {
         .unwrap();
     assert_eq!(snap.state.as_deref(), Some(&b"49"[..]));
     assert!(marker.exists(), "the v1-only upload-pack served the fetch");
-    let count = git(store.cache_dir(), &["rev-list", "--all", "--count"]);
+    let count = git(&store.cache_dir(), &["rev-list", "--all", "--count"]);
     assert_eq!(
         count.trim(),
         "1",
