@@ -45,7 +45,13 @@ fn internal_address_rule(host: &str) -> Option<&'static str> {
     if host == "localhost" || host.ends_with(".localhost") {
         return Some("loopback addresses are refused");
     }
-    let ip: IpAddr = host.parse().ok()?;
+    let host = host.trim_end_matches('.');
+    // Resolvers (and so the git transports) also accept IPv4 in the legacy inet_aton forms:
+    // `127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`. Read them the same way.
+    let ip: IpAddr = match host.parse() {
+        Ok(ip) => ip,
+        Err(_) => IpAddr::V4(legacy_ipv4(host)?),
+    };
     let ip = match ip {
         IpAddr::V6(v6) => v6
             .to_ipv4_mapped()
@@ -57,6 +63,42 @@ fn internal_address_rule(host: &str) -> Option<&'static str> {
         IpAddr::V4(v4) => v4_rule(v4),
         IpAddr::V6(v6) => v6_rule(v6),
     }
+}
+
+/// An IPv4 address written the way `inet_aton` reads it: 1 to 4 dot-separated parts, each
+/// decimal, octal (leading `0`) or hex (`0x`); the last part fills the remaining bytes.
+fn legacy_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut values = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let value = if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            u64::from_str_radix(hex, 16).ok()?
+        } else if part.len() > 1 && part.starts_with('0') {
+            u64::from_str_radix(&part[1..], 8).ok()?
+        } else if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            part.parse::<u64>().ok()?
+        } else {
+            return None;
+        };
+        values.push(value);
+    }
+    let (last, leading) = values.split_last()?;
+    if leading.iter().any(|v| *v > 255) {
+        return None;
+    }
+    let last_bits = 8 * (4 - leading.len() as u32);
+    if *last >= 1u64 << last_bits {
+        return None;
+    }
+    let mut address: u64 = 0;
+    for (i, v) in leading.iter().enumerate() {
+        address |= v << (24 - 8 * i as u32);
+    }
+    address |= last;
+    Some(Ipv4Addr::from(address as u32))
 }
 
 fn v4_rule(ip: Ipv4Addr) -> Option<&'static str> {
@@ -184,6 +226,29 @@ mod tests {
             assert!(err.contains(needle), "{url}: {err}");
         }
         assert!(check("https://github.com/acme/x.git", &all).is_ok());
+    }
+
+    #[test]
+    fn legacy_ipv4_forms_are_read_like_resolvers_read_them() {
+        for (host, ip) in [
+            ("127.1", "127.0.0.1"),
+            ("2130706433", "127.0.0.1"),
+            ("0x7f000001", "127.0.0.1"),
+            ("0177.0.0.1", "127.0.0.1"),
+            ("10.1.2", "10.1.0.2"),
+            ("169.254.43518", "169.254.169.254"),
+        ] {
+            assert_eq!(legacy_ipv4(host), Some(ip.parse().unwrap()), "{host}");
+            assert!(internal_address_rule(host).is_some(), "{host}");
+        }
+        for host in ["github.com", "1.2.3.4.5", "256.1", "0x", "1..2", "8.8.8.8x"] {
+            assert_eq!(legacy_ipv4(host), None, "{host}");
+        }
+        assert!(internal_address_rule("8.8.8.8").is_none());
+        assert!(
+            internal_address_rule("134744072").is_none(),
+            "8.8.8.8 in decimal"
+        );
     }
 
     #[test]
