@@ -131,7 +131,7 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
             // Git's conventions for choosing the ssh program (keys and agents are ssh's business).
             let command = std::env::var_os("GIT_SSH_COMMAND").or_else(|| std::env::var_os("GIT_SSH"));
             let options = ssh::connect::Options {
-                command,
+                command: Some(ssh_command_with_timeouts(command, endpoint.timeout)),
                 ..Default::default()
             };
             Box::new(ssh::connect(url, version, options, false).map_err(|e| {
@@ -159,6 +159,32 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
         inner: transport,
         timeout: endpoint.timeout,
     })
+}
+
+/// The ssh command with OpenSSH's own timeouts added, so a host that accepts the connection and
+/// says nothing, or stops answering mid-transfer, ends the attempt: `ConnectTimeout` (which also
+/// bounds the banner exchange) and keep-alives that give up after two silent intervals. ssh uses
+/// the first value given for an option, so a user's own `-o ConnectTimeout=` in
+/// `GIT_SSH_COMMAND` still wins. Other ssh programs (plink, wrappers) are left as they are.
+fn ssh_command_with_timeouts(
+    command: Option<std::ffi::OsString>,
+    timeout: Duration,
+) -> std::ffi::OsString {
+    let command = command.unwrap_or_else(|| "ssh".into());
+    let text = command.to_string_lossy().into_owned();
+    let program = text.split_whitespace().next().unwrap_or("");
+    let is_openssh = std::path::Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == "ssh");
+    if !is_openssh {
+        return command;
+    }
+    let seconds = timeout.as_secs().max(1);
+    let interval = (seconds / 2).max(1);
+    format!(
+        "{text} -o ConnectTimeout={seconds} -o ServerAliveInterval={interval} -o ServerAliveCountMax=2"
+    )
+    .into()
 }
 
 /// HTTP options: connect timeout, abort when the transfer stalls, overall request timeout.
