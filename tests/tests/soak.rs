@@ -120,7 +120,7 @@ fn soak_sixteen_writers_with_lockers_and_readers_lose_nothing() {
         let (base, problems, done) = (base.clone(), problems.clone(), done.clone());
         helpers.push(std::thread::spawn(move || {
             let http = client();
-            let mut seen = vec![0u64; WRITERS];
+            let mut seen = [0u64; WRITERS];
             let mut i = reader;
             while !done.load(Ordering::Relaxed) {
                 let w = i % WRITERS;
