@@ -225,3 +225,24 @@ fn an_unreachable_key_service_is_reported_as_unavailable() {
     let keys = KeySource::new().with(Box::new(DownKms)).with(Box::new(k));
     assert!(Document::decrypt(&n.to_json(), &keys).is_ok());
 }
+
+/// Found by `tests/fuzz.rs`: floats whose correctly rounded value needs the last digit (and
+/// integers beyond u64, read as floats) came back one ulp off, and the MAC then failed. JSON is
+/// now parsed with correct rounding (serde_json's `float_roundtrip`).
+#[test]
+fn floats_needing_every_digit_survive_exactly() {
+    let key = gitstate_sops::AgeKey::generate();
+    let plain = br#"{"a":-3.831187280663183e+183,"b":123456789012345680000,"c":[[2.2250738585072014e-308]]}"#;
+    let sealed = gitstate_sops::encrypt(
+        plain,
+        &[&key as &dyn gitstate_sops::MasterKey],
+        &EncryptOptions::default(),
+    )
+    .unwrap();
+    let keys = gitstate_sops::KeySource::new().with(Box::new(key));
+    let opened = Document::decrypt(&sealed, &keys).unwrap();
+    let back: serde_json::Value = serde_json::from_slice(&opened.to_json()).unwrap();
+    assert_eq!(back["a"].as_f64(), Some(-3.831187280663183e183));
+    assert_eq!(back["b"].as_f64(), Some(123456789012345680000.0));
+    assert_eq!(back["c"][0][0].as_f64(), Some(2.2250738585072014e-308));
+}

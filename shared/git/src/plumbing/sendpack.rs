@@ -327,3 +327,59 @@ mod tests {
         assert!(!is_cas_failure("hook declined"));
     }
 }
+
+/// Property-based fuzzing of what the server sends back (bounded in CI; longer runs:
+/// `PROPTEST_CASES=200000 cargo test -p gitstate-git fuzz_`).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::plumbing::pktline;
+    use proptest::prelude::*;
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn fuzz_pktline_split_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = pktline::split(&bytes);
+        }
+
+        #[test]
+        fn fuzz_pktline_round_trips(payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..200), 0..8)) {
+            let mut wire = Vec::new();
+            for p in &payloads {
+                pktline::encode(p, &mut wire).unwrap();
+            }
+            let packets = pktline::split(&wire).unwrap();
+            prop_assert_eq!(packets.len(), payloads.len());
+        }
+
+        #[test]
+        fn fuzz_report_status_never_panics(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    "unpack [a-z ]{0,12}",
+                    "ok refs/heads/[a-z/]{0,12}",
+                    "ng refs/heads/[a-z/]{0,12}( [a-z ]{0,16})?",
+                    ".{0,30}",
+                ],
+                0..6,
+            ),
+            messages in ".{0,40}",
+        ) {
+            let raw: Vec<Vec<u8>> = lines.iter().map(|l| l.as_bytes().to_vec()).collect();
+            if let Ok(report) = parse_report(&raw, messages) {
+                // every ref the report names has a verdict, and an unnamed one is "rejected"
+                let _ = report.result("refs/heads/main");
+                prop_assert!(lines.first().is_some_and(|l| l.starts_with("unpack ")));
+            }
+        }
+    }
+}
