@@ -19,12 +19,7 @@ pub struct MotoServer {
 impl MotoServer {
     /// Starts `$GITSTATE_TOOLS/moto-5.2.5/bin/moto_server` (or `moto_server` on PATH).
     pub fn start() -> MotoServer {
-        let installed = tools_dir().join(format!("moto-{MOTO_VERSION}/bin/moto_server"));
-        let bin = if installed.is_file() {
-            installed
-        } else {
-            which("moto_server").expect("moto_server: run scripts/install-test-deps.sh")
-        };
+        let bin = moto_bin();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("moto.log");
         let (guard, port) = start_on_free_port(
@@ -35,19 +30,7 @@ impl MotoServer {
                 cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
                 ChildGuard::spawn(cmd, &log, "moto_server")
             },
-            |port| {
-                reqwest::blocking::Client::builder()
-                    .no_proxy()
-                    .timeout(Duration::from_secs(2))
-                    .build()
-                    .ok()
-                    .and_then(|c| {
-                        c.get(format!("http://127.0.0.1:{port}/moto-api/"))
-                            .send()
-                            .ok()
-                    })
-                    .is_some_and(|r| r.status().is_success())
-            },
+            moto_ready,
         );
         MotoServer {
             guard,
@@ -101,10 +84,47 @@ impl MotoServer {
         out["KeyMetadata"]["Arn"].as_str().unwrap().to_owned()
     }
 
-    /// Stops the emulator (to test an unreachable KMS).
+    /// Stops the emulator (to test an unreachable KMS or DynamoDB).
     pub fn stop(&mut self) {
         self.guard.kill();
     }
+
+    /// Starts a fresh (empty) emulator on the same port, as after a restart.
+    pub fn restart(&mut self) {
+        self.guard.kill();
+        let log = self._dir.path().join("moto-restarted.log");
+        let mut cmd = Command::new(moto_bin());
+        cmd.args(["-H", "127.0.0.1", "-p", &self.port.to_string()]);
+        let mut guard = ChildGuard::spawn(cmd, &log, "moto_server");
+        let port = self.port;
+        guard
+            .wait_ready(Duration::from_secs(60), || moto_ready(port))
+            .unwrap_or_else(|log| panic!("moto did not restart: {log}"));
+        self.guard = guard;
+    }
+}
+
+fn moto_bin() -> PathBuf {
+    let installed = tools_dir().join(format!("moto-{MOTO_VERSION}/bin/moto_server"));
+    if installed.is_file() {
+        installed
+    } else {
+        which("moto_server").expect("moto_server: run scripts/install-test-deps.sh")
+    }
+}
+
+fn moto_ready(port: u16) -> bool {
+    reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()
+        .and_then(|c| {
+            c.get(format!("http://127.0.0.1:{port}/moto-api/"))
+                .send()
+                .ok()
+        })
+        .is_some_and(|r| r.status().is_success())
 }
 
 /// The real sops 3.11 binary that `scripts/install-test-deps.sh` installs.

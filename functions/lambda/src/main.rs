@@ -46,9 +46,13 @@ async fn main() -> Result<(), lambda_http::Error> {
     let credentials = gitstate_app::server_git_credentials().await?;
     let registry = Registry::from_config(&config, credentials)?;
     tracing::info!(repositories = ?registry.names(), "gitstate Lambda initialised");
+    let catalog = gitstate_app::catalog_from_config(&config)
+        .await
+        .map(|c| c as Arc<dyn gitstate_core::Catalog>);
     let app = router(AppState {
         registry: Arc::new(registry),
         backend,
+        catalog,
     });
     lambda_http::run(app).await
 }

@@ -107,6 +107,24 @@ pub struct Config {
     /// HTTPS for the standalone server; plain HTTP when absent.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// The DynamoDB catalog; off when absent.
+    #[serde(default)]
+    pub catalog: Option<CatalogConfig>,
+}
+
+/// The `catalog { dynamodb_table, audit_ttl_days }` block.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// The DynamoDB table (keys `pk`, `sk`; see `gitstate catalog create-table`).
+    pub dynamodb_table: String,
+    /// How long audit events are kept.
+    #[serde(default = "default_audit_ttl_days")]
+    pub audit_ttl_days: u64,
+}
+
+fn default_audit_ttl_days() -> u64 {
+    90
 }
 
 /// The `tls { cert_file, key_file }` block: PEM files of the server certificate (chain) and key.
@@ -200,6 +218,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             encryption: EncryptionConfig::default(),
             tls: None,
+            catalog: None,
         }
     }
 }

@@ -125,3 +125,13 @@ pub async fn server_git_credentials() -> Result<Option<Credentials>, ConfigError
     tracing::info!(%username, "git credential decrypted with KMS");
     Ok(Some(Credentials { username, password }))
 }
+
+/// The catalog for `config.catalog`, or `None` when no table is configured.
+pub async fn catalog_from_config(config: &Config) -> Option<Arc<gitstate_catalog::DynamoCatalog>> {
+    let catalog = config.catalog.as_ref()?;
+    let ttl = Duration::from_secs(catalog.audit_ttl_days.saturating_mul(86_400));
+    tracing::info!(table = %catalog.dynamodb_table, "the catalog is on (DynamoDB)");
+    Some(Arc::new(
+        gitstate_catalog::DynamoCatalog::connect(&catalog.dynamodb_table, ttl).await,
+    ))
+}

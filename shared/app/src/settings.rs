@@ -118,6 +118,10 @@ pub struct Settings {
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
+    /// DynamoDB table of the catalog (states, locks, audit trail); replaces the file's
+    /// `catalog.dynamodb_table` [default: no catalog].
+    #[arg(long, value_name = "TABLE", env = "GITSTATE_CATALOG_TABLE")]
+    pub catalog_table: Option<String>,
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
     pub encryption_enforced: Option<bool>,
@@ -155,6 +159,13 @@ impl Settings {
             config.tls = Some(TlsConfig {
                 cert_file: cert_file.clone(),
                 key_file: key_file.clone(),
+            });
+        }
+        if let Some(table) = self.catalog_table.as_deref().filter(|t| !t.is_empty()) {
+            let audit_ttl_days = config.catalog.as_ref().map_or(90, |c| c.audit_ttl_days);
+            config.catalog = Some(crate::config::CatalogConfig {
+                dynamodb_table: table.to_owned(),
+                audit_ttl_days,
             });
         }
         let encryption = &mut config.encryption;

@@ -2,6 +2,7 @@
 //! (the embedded default `./.gitstate/default.git` when none is configured); `gitstate wrap` runs
 //! one Terraform command with that backend served in-process (see [`wrap`]).
 
+mod catalog;
 mod config_show;
 mod tls;
 mod wrap;
@@ -73,6 +74,9 @@ enum Command {
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Query the DynamoDB catalog of states, locks and their audit trail.
+    #[command(subcommand)]
+    Catalog(catalog::CatalogCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -136,11 +140,17 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing requests in flight");
 }
 
-/// The router both `serve` and `wrap` serve: `backend` (limits, sealer) over `registry`.
-pub(crate) fn app(backend: Backend, registry: Registry) -> axum::Router {
+/// The router both `serve` and `wrap` serve: `backend` (limits, sealer) over `registry`, telling
+/// `catalog` about every change when there is one.
+pub(crate) fn app(
+    backend: Backend,
+    registry: Registry,
+    catalog: Option<Arc<dyn gitstate_core::Catalog>>,
+) -> axum::Router {
     router(AppState {
         registry: Arc::new(registry),
         backend,
+        catalog,
     })
 }
 
@@ -155,7 +165,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
     let names = registry.names();
-    let app = app(backend, registry);
+    let catalog = gitstate_app::catalog_from_config(&config)
+        .await
+        .map(|c| c as Arc<dyn gitstate_core::Catalog>);
+    let app = app(backend, registry, catalog);
     // TLS material is checked before binding, so a bad file is reported before anything listens.
     let tls = match &config.tls {
         Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
@@ -199,6 +212,16 @@ async fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
+        Command::Catalog(command) => match catalog::run(command).await {
+            Ok(output) => {
+                print!("{output}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("gitstate catalog: {message}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Config(ConfigCommand::Show(args)) => {
             let shown = matches
                 .subcommand_matches("config")

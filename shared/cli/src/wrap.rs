@@ -370,7 +370,10 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
         .map_err(|e| WrapError::new(e.to_string()))?;
     let registry =
         Registry::from_config(&config, credentials).map_err(|e| WrapError::new(e.to_string()))?;
-    let app = crate::app(backend, registry);
+    let catalog = gitstate_app::catalog_from_config(&config)
+        .await
+        .map(|c| c as std::sync::Arc<dyn gitstate_core::Catalog>);
+    let app = crate::app(backend, registry, catalog);
 
     let state_url = format!(
         "http://{}/state/{repository}/{}",

@@ -4,12 +4,14 @@
 //! status codes, the git engine implements the port.
 
 pub mod backend;
+pub mod catalog;
 pub mod lockinfo;
 pub mod path;
 pub mod seal;
 pub mod store;
 
 pub use backend::{Backend, BackendError, RetryPolicy};
+pub use catalog::{Catalog, CatalogChange, CatalogError, CatalogEvent, LockFacts, StateFacts};
 pub use lockinfo::LockInfo;
 pub use path::{PathError, StatePath};
 pub use seal::{SealError, Sealer};

@@ -11,6 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
+use gitstate_core::{CatalogChange, CatalogEvent, LockFacts, StateFacts};
 use gitstate_core::{Credentials, StateStore};
 use md5::{Digest, Md5};
 use tracing::Instrument;
@@ -281,22 +282,93 @@ async fn dispatch(
             )
             .await?;
             check_content_md5(headers, &body)?;
+            let facts = app.catalog.as_ref().map(|_| StateFacts::of(&body));
             backend.post(store, path, body, lock_id, &caller).await?;
+            if let Some(facts) = facts {
+                tell_catalog(
+                    app,
+                    &address,
+                    caller.name.clone(),
+                    CatalogChange::Write(facts),
+                );
+            }
             Ok(StatusCode::OK.into_response())
         }
         Operation::Delete => {
             backend.delete(store, path, lock_id, &caller).await?;
+            tell_catalog(app, &address, caller.name.clone(), CatalogChange::Delete);
             Ok(StatusCode::OK.into_response())
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
+            let facts = LockFacts::of(&body);
             backend.lock(store, path, body).await?;
+            let who = facts.who.clone();
+            tell_catalog(app, &address, who, CatalogChange::Lock(facts));
             Ok(StatusCode::OK.into_response())
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
+            let requested = LockFacts::of(&body);
+            let force = requested.who.is_empty() && requested.operation.is_empty();
             backend.unlock(store, path, body).await?;
+            let who = if force {
+                caller.name.clone()
+            } else {
+                requested.who
+            };
+            tell_catalog(app, &address, who, CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
         }
+    }
+}
+
+/// Records a successful change in the catalog, in the background: the answer does not wait for
+/// it and a catalog failure is logged (with the request's id) and counted, never returned.
+fn tell_catalog(app: &AppState, address: &Address, who: String, change: CatalogChange) {
+    let Some(catalog) = app.catalog.clone() else {
+        return;
+    };
+    let repository = match &address.repository {
+        Repository::Named(name) => name.clone(),
+        Repository::AdHoc { url, .. } => without_userinfo(url),
+    };
+    let event = CatalogEvent {
+        repository,
+        path: address.path.as_str().to_owned(),
+        who: if who.is_empty() {
+            "anonymous".into()
+        } else {
+            who
+        },
+        at: std::time::SystemTime::now(),
+        change,
+    };
+    let span = tracing::Span::current();
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            if let Err(e) = catalog.record(event).await {
+                CATALOG_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(error = %e, failures = CATALOG_FAILURES.load(std::sync::atomic::Ordering::Relaxed), "the catalog was not updated; the next write or `gitstate catalog rebuild` repairs it");
+            }
+        },
+        span,
+    ));
+}
+
+/// Catalog updates that failed since the process started.
+static CATALOG_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `url` without a `user:password@` part.
+fn without_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find('/').unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::routing::{any, get};
 use axum::Router;
-use gitstate_core::{Backend, StoreRegistry};
+use gitstate_core::{Backend, Catalog, StoreRegistry};
 
 pub use address::Address;
 pub use error::ApiError;
@@ -24,6 +24,8 @@ pub struct AppState {
     pub registry: Arc<dyn StoreRegistry>,
     /// Protocol policy (retries, maximum state size).
     pub backend: Backend,
+    /// The catalog told about every successful change, off the request's path (`None`: off).
+    pub catalog: Option<Arc<dyn Catalog>>,
 }
 
 /// Builds the router: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, the query-style address on
