@@ -4,6 +4,7 @@
 
 mod catalog;
 mod config_show;
+mod pidfile;
 mod tls;
 mod wrap;
 
@@ -74,6 +75,13 @@ enum Command {
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Stop a server started with --pid-file: SIGTERM, then wait while it finishes the requests in
+    /// flight (no push is cut halfway).
+    ///
+    ///   gitstate serve --pid-file /run/gitstate.pid &
+    ///   gitstate stop --pid-file /run/gitstate.pid
+    #[command(verbatim_doc_comment)]
+    Stop(StopArgs),
     /// Query the DynamoDB catalog of states, locks and their audit trail.
     #[command(subcommand)]
     Catalog(catalog::CatalogCommand),
@@ -91,6 +99,16 @@ enum ConfigCommand {
 }
 
 #[derive(Args, Debug)]
+struct StopArgs {
+    /// The pid file the server was started with.
+    #[arg(long, value_name = "PATH", env = "GITSTATE_PID_FILE")]
+    pid_file: std::path::PathBuf,
+    /// How long to wait for requests in flight.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait: u64,
+}
+
+#[derive(Args, Debug)]
 struct ShowArgs {
     #[command(flatten)]
     settings: Settings,
@@ -100,6 +118,9 @@ struct ShowArgs {
 struct ServeArgs {
     #[command(flatten)]
     settings: Settings,
+    /// Write the server's process id here (removed at exit); `gitstate stop --pid-file` uses it.
+    #[arg(long, value_name = "PATH", env = "GITSTATE_PID_FILE")]
+    pid_file: Option<std::path::PathBuf>,
     /// Log format: text or json.
     #[arg(long, env = "GITSTATE_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -180,6 +201,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let _pid_file = match &args.pid_file {
+        Some(path) => Some(pidfile::PidFile::create(path)?),
+        None => None,
+    };
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(address = %local, %scheme, repositories = ?names, "gitstate is serving");
     eprintln!(
@@ -212,6 +237,18 @@ async fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
+        Command::Stop(args) => {
+            match pidfile::stop(&args.pid_file, std::time::Duration::from_secs(args.wait)) {
+                Ok(message) => {
+                    print!("{message}");
+                    ExitCode::SUCCESS
+                }
+                Err(message) => {
+                    eprintln!("gitstate stop: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Catalog(command) => match catalog::run(command).await {
             Ok(output) => {
                 print!("{output}");
