@@ -60,9 +60,19 @@ pub trait Sealer: Send + Sync + fmt::Debug + 'static {
         stored: Bytes,
         plain: &Bytes,
     ) -> Result<bool, SealError> {
-        let opened = self.open(path, stored).await?;
-        Ok(opened == *plain || same_json(&opened, plain))
+        holds_by_opening(self, path, stored, plain).await
     }
+}
+
+/// [`Sealer::holds`] the slow, always-correct way: open `stored` and compare JSON values.
+pub async fn holds_by_opening<S: Sealer + ?Sized>(
+    sealer: &S,
+    path: &StatePath,
+    stored: Bytes,
+    plain: &Bytes,
+) -> Result<bool, SealError> {
+    let opened = sealer.open(path, stored).await?;
+    Ok(opened == *plain || same_json(&opened, plain))
 }
 
 /// Whether two JSON documents hold the same value.

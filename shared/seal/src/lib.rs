@@ -323,10 +323,7 @@ impl Sealer for SopsSealer {
                 .map_err(|e| SealError::Internal(format!("the comparing task failed: {e}")))??;
         match by_digest {
             Some(held) => Ok(held),
-            None => {
-                let opened = self.open(path, stored).await?;
-                Ok(opened == *plain || gitstate_core::seal::same_json(&opened, plain))
-            }
+            None => gitstate_core::seal::holds_by_opening(self, path, stored, plain).await,
         }
     }
 
