@@ -1,0 +1,234 @@
+//! Faults on the wire during a push, injected by a TCP proxy between gitstate and `git daemon`:
+//! the connection is cut while the pack is being uploaded, or after the whole push went out but
+//! before `report-status` came back. Each time the API answers 502/503, and afterwards the remote
+//! holds either the old or the new state (never a partial commit) and no lock; a retry, as
+//! Terraform's own retries do, converges on the new state.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gitstate_tests::*;
+
+/// What the proxy does to receive-pack connections (everything else passes untouched).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    None,
+    /// Close both directions once this many bytes went from gitstate to the server after the
+    /// server's advertisement (the commands and part of the pack).
+    CutUpload(usize),
+    /// Let the whole push through, but never return the server's answer (report-status).
+    DropReport,
+}
+
+struct Proxy {
+    port: u16,
+    fault: Arc<Mutex<Fault>>,
+    faulted: Arc<AtomicUsize>,
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, limit: Option<usize>, faulted: Arc<AtomicUsize>) {
+    let mut buf = [0u8; 8192];
+    let mut sent = 0usize;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let n = match limit {
+            Some(limit) if sent + n > limit => {
+                let _ = to.write_all(&buf[..limit - sent]);
+                faulted.fetch_add(1, Ordering::SeqCst);
+                let _ = to.shutdown(Shutdown::Both);
+                let _ = from.shutdown(Shutdown::Both);
+                return;
+            }
+            _ => n,
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        sent += n;
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fault = Arc::new(Mutex::new(Fault::None));
+        let faulted = Arc::new(AtomicUsize::new(0));
+        let (f, count) = (fault.clone(), faulted.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let mode = *f.lock().unwrap();
+                let count = count.clone();
+                std::thread::spawn(move || {
+                    // The first pkt-line names the service: faults apply to pushes only.
+                    let mut head = [0u8; 512];
+                    let mut client = client;
+                    let n = client.read(&mut head).unwrap_or(0);
+                    let push = String::from_utf8_lossy(&head[..n]).contains("git-receive-pack");
+                    let mut server_w = server.try_clone().unwrap();
+                    let _ = server_w.write_all(&head[..n]);
+                    let (up_limit, down_limit) = match (push, mode) {
+                        (true, Fault::CutUpload(bytes)) => (Some(bytes), None),
+                        // the advertisement passes; what follows the push (report-status) does not
+                        (true, Fault::DropReport) => (None, Some(usize::MAX)),
+                        _ => (None, None),
+                    };
+                    let client_r = client.try_clone().unwrap();
+                    let c2 = count.clone();
+                    let up = std::thread::spawn(move || pump(client_r, server_w, up_limit, c2));
+                    if down_limit.is_some() {
+                        // forward the advertisement, then stop forwarding once the client has
+                        // finished sending (the push is complete on the server)
+                        let mut server_r = server;
+                        server_r
+                            .set_read_timeout(Some(Duration::from_millis(300)))
+                            .unwrap();
+                        let mut buf = [0u8; 8192];
+                        let mut advertised = false;
+                        loop {
+                            match server_r.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) if !advertised => {
+                                    let _ = client.write_all(&buf[..n]);
+                                    if buf[..n].ends_with(b"0000") {
+                                        advertised = true;
+                                    }
+                                }
+                                Ok(_) => {
+                                    // report-status: swallowed
+                                    count.fetch_add(1, Ordering::SeqCst);
+                                    let _ = client.shutdown(Shutdown::Both);
+                                    break;
+                                }
+                                // a read timeout: keep waiting for the server's answer
+                                Err(_) => {}
+                            }
+                        }
+                    } else {
+                        pump(server, client, None, count);
+                    }
+                    let _ = up.join();
+                });
+            }
+        });
+        Proxy {
+            port,
+            fault,
+            faulted,
+        }
+    }
+
+    fn set(&self, fault: Fault) {
+        *self.fault.lock().unwrap() = fault;
+    }
+}
+
+/// A state with `pad` bytes of hex noise (it compresses poorly, so the pack is large enough to
+/// be cut in the middle).
+fn state(serial: u64, pad: usize) -> String {
+    let mut x = serial.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let noise: String = (0..pad)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b"0123456789abcdef"[(x & 15) as usize])
+        })
+        .collect();
+    format!(
+        r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"faults","outputs":{{}},"resources":[],"pad":"{noise}"}}"#
+    )
+}
+
+#[test]
+fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
+    let repos = tempfile::tempdir().unwrap();
+    let repo = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let proxy = Proxy::start(daemon.port());
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cwd.path().join("gitstate.hcl"),
+        format!(
+            "git_timeout_seconds = 5\nrepository \"default\" {{\n  url = \"git://127.0.0.1:{}/states.git\"\n}}\n",
+            proxy.port
+        ),
+    )
+    .unwrap();
+    let server = Gitstate::start(&["--config", "gitstate.hcl"], &[], cwd.path());
+    let url = server.state_url("default", "f.tfstate");
+    let mut serial = 1;
+    let first = state(serial, 100_000);
+    assert_eq!(http("POST", &url, Some(&first), None).unwrap().0, 200);
+    let mut sent = vec![first];
+
+    for fault in [
+        Fault::CutUpload(200),
+        Fault::CutUpload(30_000),
+        Fault::DropReport,
+    ] {
+        serial += 1;
+        let body = state(serial, 100_000);
+        let before = git_log_subjects(&repo, "main", "f.tfstate").len();
+        let faulted_before = proxy.faulted.load(Ordering::SeqCst);
+        proxy.set(fault);
+        let (status, text) = http("POST", &url, Some(&body), None).unwrap();
+        proxy.set(Fault::None);
+        assert!(
+            proxy.faulted.load(Ordering::SeqCst) > faulted_before,
+            "{fault:?}: the proxy never injected the fault (status {status})"
+        );
+        assert!(
+            status == 502 || status == 503,
+            "{fault:?}: {status} {text}\n{}",
+            server.log()
+        );
+        // the remote: the old or the new state, whole, and no lock
+        let now = git_show(&repo, "main", "f.tfstate").unwrap();
+        let now = String::from_utf8(now).unwrap();
+        assert!(
+            now == *sent.last().unwrap() || now == body,
+            "{fault:?}: a state nobody sent"
+        );
+        let after = git_log_subjects(&repo, "main", "f.tfstate").len();
+        assert!(
+            after == before || after == before + 1,
+            "{fault:?}: {before} → {after} commits"
+        );
+        if fault != Fault::DropReport {
+            assert_eq!(after, before, "{fault:?}: a cut upload must not land");
+        }
+        assert!(refs_under(&repo, "refs/heads/locks").is_empty());
+        // a retry converges on the new state
+        assert_eq!(
+            http("POST", &url, Some(&body), None).unwrap().0,
+            200,
+            "{fault:?}: retry"
+        );
+        assert_eq!(
+            git_show(&repo, "main", "f.tfstate").unwrap(),
+            body.as_bytes()
+        );
+        assert_eq!(
+            git_log_subjects(&repo, "main", "f.tfstate").len(),
+            before + 1,
+            "{fault:?}: the retry made a second commit"
+        );
+        git(Some(&repo), &["fsck", "--no-progress"]);
+        sent.push(body);
+    }
+    assert_eq!(
+        http("GET", &url, None, None).unwrap(),
+        (200, sent.last().unwrap().clone())
+    );
+}
