@@ -21,6 +21,9 @@ enum Fault {
     CutUpload(usize),
     /// Let the whole push through, but never return the server's answer (report-status).
     DropReport,
+    /// On fetches (upload-pack), close both directions once this many bytes came back from the
+    /// server (the advertisement and part of the pack).
+    CutFetch(usize),
 }
 
 struct Proxy {
@@ -75,8 +78,18 @@ impl Proxy {
                     let mut client = client;
                     let n = client.read(&mut head).unwrap_or(0);
                     let push = String::from_utf8_lossy(&head[..n]).contains("git-receive-pack");
+                    let fetch = String::from_utf8_lossy(&head[..n]).contains("git-upload-pack");
                     let mut server_w = server.try_clone().unwrap();
                     let _ = server_w.write_all(&head[..n]);
+                    if let (true, Fault::CutFetch(bytes)) = (fetch, mode) {
+                        let client_r = client.try_clone().unwrap();
+                        let server_w = server.try_clone().unwrap();
+                        let c2 = count.clone();
+                        let up = std::thread::spawn(move || pump(client_r, server_w, None, c2));
+                        pump(server, client, Some(bytes), count);
+                        let _ = up.join();
+                        return;
+                    }
                     let (up_limit, down_limit) = match (push, mode) {
                         (true, Fault::CutUpload(bytes)) => (Some(bytes), None),
                         // the advertisement passes; what follows the push (report-status) does not
@@ -231,4 +244,62 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
         http("GET", &url, None, None).unwrap(),
         (200, sent.last().unwrap().clone())
     );
+}
+
+/// A fetch cut in the middle (after someone else moved the branch): 502/503, nothing cached that
+/// is wrong, and the next read serves the new state.
+#[test]
+fn a_cut_fetch_is_a_5xx_and_the_next_read_is_right() {
+    let repos = tempfile::tempdir().unwrap();
+    let repo = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let proxy = Proxy::start(daemon.port());
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cwd.path().join("gitstate.hcl"),
+        format!(
+            "git_timeout_seconds = 5\nrepository \"default\" {{\n  url = \"git://127.0.0.1:{}/states.git\"\n}}\n",
+            proxy.port
+        ),
+    )
+    .unwrap();
+    let server = Gitstate::start(&["--config", "gitstate.hcl"], &[], cwd.path());
+    let url = server.state_url("default", "f.tfstate");
+    assert_eq!(
+        http("POST", &url, Some(&state(1, 1000)), None).unwrap().0,
+        200
+    );
+    assert_eq!(http("GET", &url, None, None).unwrap().0, 200);
+    // someone else writes a large new version straight to the git server
+    let other = tempfile::tempdir().unwrap();
+    let remote = format!("git://127.0.0.1:{}/states.git", daemon.port());
+    git(
+        None,
+        &["clone", "--quiet", &remote, other.path().to_str().unwrap()],
+    );
+    let newer = state(2, 100_000);
+    std::fs::write(other.path().join("f.tfstate"), &newer).unwrap();
+    git(Some(other.path()), &["commit", "--quiet", "-am", "by hand"]);
+    git(Some(other.path()), &["push", "--quiet", "origin", "main"]);
+
+    let faulted_before = proxy.faulted.load(Ordering::SeqCst);
+    proxy.set(Fault::CutFetch(4_000));
+    let (status, text) = http("GET", &url, None, None).unwrap();
+    proxy.set(Fault::None);
+    assert!(
+        proxy.faulted.load(Ordering::SeqCst) > faulted_before,
+        "no fault injected ({status})"
+    );
+    assert!(
+        status == 502 || status == 503,
+        "{status} {text}\n{}",
+        server.log()
+    );
+    let (status, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!(
+        (status, body == newer),
+        (200, true),
+        "the read after the cut is wrong"
+    );
+    assert_eq!(git_log_subjects(&repo, "main", "f.tfstate").len(), 2);
 }
