@@ -702,6 +702,11 @@ impl Gitstate {
         self.guard.log_text()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.guard.id()
+    }
+
     /// True while the server process runs.
     pub fn running(&mut self) -> bool {
         self.guard.exited().is_none()
