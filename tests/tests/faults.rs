@@ -163,22 +163,48 @@ fn state(serial: u64, pad: usize) -> String {
     )
 }
 
+/// A bare repository behind `git daemon`, the proxy in front of it, and gitstate (5 s git
+/// timeout) talking to the daemon through the proxy.
+struct Setup {
+    _repos: tempfile::TempDir,
+    _cwd: tempfile::TempDir,
+    repo: std::path::PathBuf,
+    daemon: GitDaemon,
+    proxy: Proxy,
+    server: Gitstate,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let repos = tempfile::tempdir().unwrap();
+        let repo = bare_repo(repos.path(), "states");
+        let daemon = GitDaemon::start(repos.path());
+        let proxy = Proxy::start(daemon.port());
+        let cwd = tempfile::tempdir().unwrap();
+        std::fs::write(
+            cwd.path().join("gitstate.hcl"),
+            format!(
+                "git_timeout_seconds = 5\nrepository \"default\" {{\n  url = \"git://127.0.0.1:{}/states.git\"\n}}\n",
+                proxy.port
+            ),
+        )
+        .unwrap();
+        let server = Gitstate::start(&["--config", "gitstate.hcl"], &[], cwd.path());
+        Setup {
+            _repos: repos,
+            _cwd: cwd,
+            repo,
+            daemon,
+            proxy,
+            server,
+        }
+    }
+}
+
 #[test]
 fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
-    let repos = tempfile::tempdir().unwrap();
-    let repo = bare_repo(repos.path(), "states");
-    let daemon = GitDaemon::start(repos.path());
-    let proxy = Proxy::start(daemon.port());
-    let cwd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        cwd.path().join("gitstate.hcl"),
-        format!(
-            "git_timeout_seconds = 5\nrepository \"default\" {{\n  url = \"git://127.0.0.1:{}/states.git\"\n}}\n",
-            proxy.port
-        ),
-    )
-    .unwrap();
-    let server = Gitstate::start(&["--config", "gitstate.hcl"], &[], cwd.path());
+    let setup = Setup::start();
+    let (repo, proxy, server) = (setup.repo.as_path(), &setup.proxy, &setup.server);
     let url = server.state_url("default", "f.tfstate");
     let mut serial = 1;
     let first = state(serial, 100_000);
@@ -192,7 +218,7 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
     ] {
         serial += 1;
         let body = state(serial, 100_000);
-        let before = git_log_subjects(&repo, "main", "f.tfstate").len();
+        let before = git_log_subjects(repo, "main", "f.tfstate").len();
         let faulted_before = proxy.faulted.load(Ordering::SeqCst);
         proxy.set(fault);
         let (status, text) = http("POST", &url, Some(&body), None).unwrap();
@@ -207,13 +233,13 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
             server.log()
         );
         // the remote: the old or the new state, whole, and no lock
-        let now = git_show(&repo, "main", "f.tfstate").unwrap();
+        let now = git_show(repo, "main", "f.tfstate").unwrap();
         let now = String::from_utf8(now).unwrap();
         assert!(
             now == *sent.last().unwrap() || now == body,
             "{fault:?}: a state nobody sent"
         );
-        let after = git_log_subjects(&repo, "main", "f.tfstate").len();
+        let after = git_log_subjects(repo, "main", "f.tfstate").len();
         assert!(
             after == before || after == before + 1,
             "{fault:?}: {before} → {after} commits"
@@ -221,7 +247,7 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
         if fault != Fault::DropReport {
             assert_eq!(after, before, "{fault:?}: a cut upload must not land");
         }
-        assert!(refs_under(&repo, "refs/heads/locks").is_empty());
+        assert!(refs_under(repo, "refs/heads/locks").is_empty());
         // a retry converges on the new state
         assert_eq!(
             http("POST", &url, Some(&body), None).unwrap().0,
@@ -229,15 +255,15 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
             "{fault:?}: retry"
         );
         assert_eq!(
-            git_show(&repo, "main", "f.tfstate").unwrap(),
+            git_show(repo, "main", "f.tfstate").unwrap(),
             body.as_bytes()
         );
         assert_eq!(
-            git_log_subjects(&repo, "main", "f.tfstate").len(),
+            git_log_subjects(repo, "main", "f.tfstate").len(),
             before + 1,
             "{fault:?}: the retry made a second commit"
         );
-        git(Some(&repo), &["fsck", "--no-progress"]);
+        git(Some(repo), &["fsck", "--no-progress"]);
         sent.push(body);
     }
     assert_eq!(
@@ -250,20 +276,13 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
 /// is wrong, and the next read serves the new state.
 #[test]
 fn a_cut_fetch_is_a_5xx_and_the_next_read_is_right() {
-    let repos = tempfile::tempdir().unwrap();
-    let repo = bare_repo(repos.path(), "states");
-    let daemon = GitDaemon::start(repos.path());
-    let proxy = Proxy::start(daemon.port());
-    let cwd = tempfile::tempdir().unwrap();
-    std::fs::write(
-        cwd.path().join("gitstate.hcl"),
-        format!(
-            "git_timeout_seconds = 5\nrepository \"default\" {{\n  url = \"git://127.0.0.1:{}/states.git\"\n}}\n",
-            proxy.port
-        ),
-    )
-    .unwrap();
-    let server = Gitstate::start(&["--config", "gitstate.hcl"], &[], cwd.path());
+    let setup = Setup::start();
+    let (repo, daemon, proxy, server) = (
+        setup.repo.as_path(),
+        &setup.daemon,
+        &setup.proxy,
+        &setup.server,
+    );
     let url = server.state_url("default", "f.tfstate");
     assert_eq!(
         http("POST", &url, Some(&state(1, 1000)), None).unwrap().0,
@@ -301,5 +320,5 @@ fn a_cut_fetch_is_a_5xx_and_the_next_read_is_right() {
         (200, true),
         "the read after the cut is wrong"
     );
-    assert_eq!(git_log_subjects(&repo, "main", "f.tfstate").len(), 2);
+    assert_eq!(git_log_subjects(repo, "main", "f.tfstate").len(), 2);
 }
