@@ -73,10 +73,22 @@ impl Proxy {
                 let mode = *f.lock().unwrap();
                 let count = count.clone();
                 std::thread::spawn(move || {
-                    // The first pkt-line names the service: faults apply to pushes only.
-                    let mut head = [0u8; 512];
+                    // The first pkt-line names the service: faults apply to pushes only. Read it
+                    // whole (its length prefix may arrive in a segment of its own).
                     let mut client = client;
-                    let n = client.read(&mut head).unwrap_or(0);
+                    let mut head = [0u8; 512];
+                    let mut n = 0;
+                    if client.read_exact(&mut head[..4]).is_ok() {
+                        n = 4;
+                        let len = std::str::from_utf8(&head[..4])
+                            .ok()
+                            .and_then(|h| usize::from_str_radix(h, 16).ok())
+                            .unwrap_or(4)
+                            .clamp(4, head.len());
+                        if client.read_exact(&mut head[4..len]).is_ok() {
+                            n = len;
+                        }
+                    }
                     let push = String::from_utf8_lossy(&head[..n]).contains("git-receive-pack");
                     let fetch = String::from_utf8_lossy(&head[..n]).contains("git-upload-pack");
                     let mut server_w = server.try_clone().unwrap();
