@@ -146,11 +146,6 @@ impl Registry {
         })
     }
 
-    /// The configured repository names.
-    pub fn names(&self) -> Vec<String> {
-        self.repositories.keys().cloned().collect()
-    }
-
     fn passthrough(&self) -> bool {
         self.config.auth.mode == AuthMode::Passthrough
     }
@@ -178,7 +173,27 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The configured repository names.
+    pub fn names(&self) -> Vec<String> {
+        self.repositories.keys().cloned().collect()
+    }
+}
+
 impl StoreRegistry for Registry {
+    fn names(&self) -> Vec<String> {
+        Registry::names(self)
+    }
+
+    fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        if self.passthrough() {
+            return Err(RegistryError::NotAllowed(
+                "this deployment passes each caller's credentials to the git server, which decides per repository; what spans repositories (the catalog, the repository list) is not served here: query the catalog with `gitstate catalog` and AWS credentials".into(),
+            ));
+        }
+        self.admit(caller)
+    }
+
     fn named(
         &self,
         name: &str,

@@ -6,10 +6,15 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | a state | `STATE#{repository}` | `{path}` | `repository`, `path`, `serial`, `lineage`, `size`, `terraform_version`, `resource_count`, `updated_by`, `updated_at`, `deleted`, `lock_id`, `lock_who`, `lock_operation`, `lock_created` |
-//! | an audit event | `AUDIT#{repository}#{path}` | `{RFC 3339 time with nanoseconds}#{sequence}` | `action` (write, delete, lock, unlock, force-unlock), `who`, `serial`, `lock_id`, `expires_at` |
+//! | a state | `STATE#{repository}` | `{path}` | `repository`, `path`, `serial`, `lineage`, `size`, `terraform_version`, `resource_count`, `commit`, `updated_by`, `updated_at`, `deleted`, `lock_id`, `lock_who`, `lock_operation`, `lock_created` |
+//! | an audit event | `AUDIT#{repository}#{path}` | `{RFC 3339 time with nanoseconds}#{sequence}` | `action` (write, delete, lock, unlock, force-unlock), `who`, `serial`, `lock_id`, `commit`, `expires_at` |
+//! | a state's identifier | `RES#{repository}#{path}` | `{address}#{field}` | `value`, `resource_type`, `field`, `address`, `repository`, `path` |
+//! | the same, by value | `ID#{value}` | `{repository}#{path}#{address}#{field}` | the same |
 //!
-//! State entries are updated with a condition so an older serial never overwrites a newer one.
+//! State entries are updated with a condition so an older serial never overwrites a newer one;
+//! the resource index of a state is brought in line with a write only when its entry took it.
+//! The index holds identifying attributes only (`id`, `arn`, `self_link`, `name`), read from the
+//! plaintext the server had in hand, never other attribute values.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +26,11 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TimeToLiveSpecification,
 };
-use gitstate_core::{Catalog, CatalogChange, CatalogError, CatalogEvent};
-use serde::Serialize;
+use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, WriteRequest};
+use gitstate_core::{
+    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
+    LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
+};
 
 /// The DynamoDB catalog.
 #[derive(Clone)]
@@ -30,6 +38,9 @@ pub struct DynamoCatalog {
     client: aws_sdk_dynamodb::Client,
     table: String,
     audit_ttl: Duration,
+    /// Serializes this process's entry-and-index updates, so two writes of one state recorded
+    /// back to back cannot interleave their index changes.
+    updates: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for DynamoCatalog {
@@ -38,61 +49,6 @@ impl std::fmt::Debug for DynamoCatalog {
             .field("table", &self.table)
             .finish_non_exhaustive()
     }
-}
-
-/// One state as the catalog knows it.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct StateEntry {
-    /// Repository name.
-    pub repository: String,
-    /// State path.
-    pub path: String,
-    /// Latest serial seen.
-    pub serial: Option<u64>,
-    /// Lineage.
-    pub lineage: Option<String>,
-    /// Size of the state as POSTed.
-    pub size: Option<u64>,
-    /// Terraform version that wrote it.
-    pub terraform_version: Option<String>,
-    /// Resource instances.
-    pub resource_count: Option<u64>,
-    /// Last writer.
-    pub updated_by: Option<String>,
-    /// When (RFC 3339).
-    pub updated_at: Option<String>,
-    /// Deleted since.
-    pub deleted: bool,
-    /// The lock holder's ID, `Who`, operation and creation time, when locked.
-    pub lock: Option<LockEntry>,
-}
-
-/// A held lock.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct LockEntry {
-    /// `ID`.
-    pub id: String,
-    /// `Who`.
-    pub who: String,
-    /// `Operation`.
-    pub operation: String,
-    /// `Created`.
-    pub created: String,
-}
-
-/// One audit event.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct AuditEntry {
-    /// When (RFC 3339 with nanoseconds).
-    pub at: String,
-    /// `write`, `delete`, `lock`, `unlock` or `force-unlock`.
-    pub action: String,
-    /// Who.
-    pub who: String,
-    /// Serial written, for writes.
-    pub serial: Option<u64>,
-    /// Lock ID, for locks.
-    pub lock_id: Option<String>,
 }
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -120,27 +76,11 @@ fn failed<E: ProvideErrorMetadata + std::fmt::Debug>(
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`: sorts as text in time order.
 fn rfc3339(at: SystemTime) -> String {
     let d = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        d.subsec_nanos()
-    )
+    let seconds = gitstate_core::time::format_rfc3339(d.as_secs() as i64);
+    format!("{}.{:09}Z", seconds.trim_end_matches('Z'), d.subsec_nanos())
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -179,6 +119,7 @@ impl DynamoCatalog {
             client: aws_sdk_dynamodb::Client::new(&sdk),
             table: table.to_owned(),
             audit_ttl,
+            updates: Default::default(),
         }
     }
 
@@ -236,40 +177,38 @@ impl DynamoCatalog {
         Ok(true)
     }
 
-    /// Every state entry, sorted by repository and path.
-    pub async fn states(&self) -> Result<Vec<StateEntry>, CatalogError> {
-        let mut entries = Vec::new();
+    /// All items whose `pk` begins with `prefix` (a scan, page by page).
+    async fn scan_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, CatalogError> {
+        let mut items = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let page = self
                 .client
                 .scan()
                 .table_name(&self.table)
-                .filter_expression("begins_with(pk, :state)")
-                .expression_attribute_values(":state", s("STATE#"))
+                .filter_expression("begins_with(pk, :prefix)")
+                .expression_attribute_values(":prefix", s(prefix))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(failed("Scan"))?;
-            for item in page.items() {
-                entries.push(state_entry(item));
-            }
+            items.extend(page.items().iter().cloned());
             match page.last_evaluated_key() {
                 Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => break,
+                _ => return Ok(items),
             }
         }
-        entries.sort_by(|a, b| (&a.repository, &a.path).cmp(&(&b.repository, &b.path)));
-        Ok(entries)
     }
 
-    /// One state's audit trail, oldest first.
-    pub async fn audit(
+    /// All items of the partition `pk`, in `sk` order (a query, page by page).
+    async fn query_partition(
         &self,
-        repository: &str,
-        path: &str,
-    ) -> Result<Vec<AuditEntry>, CatalogError> {
-        let mut entries = Vec::new();
+        pk: String,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, CatalogError> {
+        let mut items = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let page = self
@@ -277,29 +216,22 @@ impl DynamoCatalog {
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(format!("AUDIT#{repository}#{path}")))
+                .expression_attribute_values(":pk", s(pk.clone()))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(failed("Query"))?;
-            for item in page.items() {
-                entries.push(AuditEntry {
-                    at: get_s(item, "at").unwrap_or_default(),
-                    action: get_s(item, "action").unwrap_or_default(),
-                    who: get_s(item, "who").unwrap_or_default(),
-                    serial: get_n(item, "serial"),
-                    lock_id: get_s(item, "lock_id"),
-                });
-            }
+            items.extend(page.items().iter().cloned());
             match page.last_evaluated_key() {
                 Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => break,
+                _ => return Ok(items),
             }
         }
-        Ok(entries)
     }
 
-    async fn update_state(&self, event: &CatalogEvent, at: &str) -> Result<(), CatalogError> {
+    /// Updates a state entry; `Ok(false)` when a newer serial is already recorded (the event
+    /// arrived late and changes nothing).
+    async fn update_state(&self, event: &CatalogEvent, at: &str) -> Result<bool, CatalogError> {
         let key_pk = s(format!("STATE#{}", event.repository));
         let key_sk = s(event.path.clone());
         let mut update = self
@@ -333,6 +265,7 @@ impl DynamoCatalog {
                 for (name, value) in [
                     ("lineage", facts.lineage.clone()),
                     ("terraform_version", facts.terraform_version.clone()),
+                    ("commit", facts.commit.clone()),
                 ] {
                     if let Some(value) = value {
                         update = update.expression_attribute_values(format!(":{name}"), s(value));
@@ -345,12 +278,18 @@ impl DynamoCatalog {
                 }
                 set
             }
-            CatalogChange::Delete => {
+            CatalogChange::Delete { commit } => {
                 update = update
                     .expression_attribute_values(":by", s(&event.who))
                     .expression_attribute_values(":at", s(at))
                     .expression_attribute_values(":yes", AttributeValue::Bool(true));
-                format!("{base}, updated_by = :by, updated_at = :at, deleted = :yes")
+                let mut set = format!("{base}, updated_by = :by, updated_at = :at, deleted = :yes");
+                if let Some(commit) = commit {
+                    update = update.expression_attribute_values(":commit", s(commit));
+                    set.push_str(", #commit = :commit");
+                    update = update.expression_attribute_names("#commit", "commit");
+                }
+                set
             }
             CatalogChange::Lock(lock) => {
                 update = update
@@ -365,20 +304,20 @@ impl DynamoCatalog {
             }
         };
         match update.update_expression(expression).send().await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // an older serial arrived late: the entry already shows a newer one
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
             Err(e) => Err(failed("UpdateItem")(e)),
         }
     }
 
     async fn add_audit(&self, event: &CatalogEvent, at: &str) -> Result<(), CatalogError> {
-        let (action, serial, lock_id) = match &event.change {
-            CatalogChange::Write(facts) => ("write", facts.serial, None),
-            CatalogChange::Delete => ("delete", None, None),
-            CatalogChange::Lock(lock) => ("lock", None, Some(lock.id.clone())),
-            CatalogChange::Unlock { force: false } => ("unlock", None, None),
-            CatalogChange::Unlock { force: true } => ("force-unlock", None, None),
+        let (action, serial, lock_id, commit) = match &event.change {
+            CatalogChange::Write(facts) => ("write", facts.serial, None, facts.commit.clone()),
+            CatalogChange::Delete { commit } => ("delete", None, None, commit.clone()),
+            CatalogChange::Lock(lock) => ("lock", None, Some(lock.id.clone()), None),
+            CatalogChange::Unlock { force: false } => ("unlock", None, None, None),
+            CatalogChange::Unlock { force: true } => ("force-unlock", None, None, None),
         };
         let expires = event
             .at
@@ -407,8 +346,125 @@ impl DynamoCatalog {
         if let Some(id) = lock_id {
             put = put.item("lock_id", s(id));
         }
+        if let Some(commit) = commit {
+            put = put.item("commit", s(commit));
+        }
         put.send().await.map_err(failed("PutItem"))?;
         Ok(())
+    }
+
+    /// Brings the resource index of one state in line with `identifiers`: what the state no
+    /// longer holds is deleted, what is new is put (both directions).
+    async fn sync_index(
+        &self,
+        repository: &str,
+        path: &str,
+        identifiers: &[ResourceIdentifier],
+    ) -> Result<(), CatalogError> {
+        let state_pk = format!("RES#{repository}#{path}");
+        let indexed: std::collections::BTreeSet<ResourceIdentifier> = self
+            .query_partition(state_pk.clone())
+            .await?
+            .iter()
+            .map(identifier_of)
+            .collect();
+        let wanted: std::collections::BTreeSet<ResourceIdentifier> =
+            identifiers.iter().cloned().collect();
+        let mut requests = Vec::new();
+        for gone in indexed.difference(&wanted) {
+            for (pk, sk) in index_keys(repository, path, gone) {
+                let delete = DeleteRequest::builder()
+                    .key("pk", s(pk))
+                    .key("sk", s(sk))
+                    .build()
+                    .map_err(|e| CatalogError(format!("building a delete request: {e}")))?;
+                requests.push(WriteRequest::builder().delete_request(delete).build());
+            }
+        }
+        for new in wanted.difference(&indexed) {
+            for (pk, sk) in index_keys(repository, path, new) {
+                let put = PutRequest::builder()
+                    .item("pk", s(pk))
+                    .item("sk", s(sk))
+                    .item("value", s(&new.value))
+                    .item("resource_type", s(&new.resource_type))
+                    .item("field", s(&new.field))
+                    .item("address", s(&new.address))
+                    .item("repository", s(repository))
+                    .item("path", s(path))
+                    .build()
+                    .map_err(|e| CatalogError(format!("building a put request: {e}")))?;
+                requests.push(WriteRequest::builder().put_request(put).build());
+            }
+        }
+        self.batch_write(requests).await
+    }
+
+    /// Sends write requests 25 at a time, resending what DynamoDB left unprocessed.
+    async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), CatalogError> {
+        for chunk in requests.chunks(25) {
+            let mut pending = chunk.to_vec();
+            for attempt in 0..8u32 {
+                if pending.is_empty() {
+                    break;
+                }
+                let answer = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, pending)
+                    .send()
+                    .await
+                    .map_err(failed("BatchWriteItem"))?;
+                pending = answer
+                    .unprocessed_items()
+                    .and_then(|u| u.get(&self.table))
+                    .cloned()
+                    .unwrap_or_default();
+                if !pending.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+            }
+            if !pending.is_empty() {
+                return Err(CatalogError(format!(
+                    "BatchWriteItem: {} index updates stayed unprocessed",
+                    pending.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The two keys of an index entry: by state, and by value.
+fn index_keys(repository: &str, path: &str, id: &ResourceIdentifier) -> [(String, String); 2] {
+    [
+        (
+            format!("RES#{repository}#{path}"),
+            format!("{}#{}", id.address, id.field),
+        ),
+        (
+            format!("ID#{}", id.value),
+            format!("{repository}#{path}#{}#{}", id.address, id.field),
+        ),
+    ]
+}
+
+fn identifier_of(item: &HashMap<String, AttributeValue>) -> ResourceIdentifier {
+    ResourceIdentifier {
+        value: get_s(item, "value").unwrap_or_default(),
+        resource_type: get_s(item, "resource_type").unwrap_or_default(),
+        field: get_s(item, "field").unwrap_or_default(),
+        address: get_s(item, "address").unwrap_or_default(),
+    }
+}
+
+fn managed_by(item: &HashMap<String, AttributeValue>) -> ManagedBy {
+    ManagedBy {
+        repository: get_s(item, "repository").unwrap_or_default(),
+        path: get_s(item, "path").unwrap_or_default(),
+        address: get_s(item, "address").unwrap_or_default(),
+        resource_type: get_s(item, "resource_type").unwrap_or_default(),
+        field: get_s(item, "field").unwrap_or_default(),
     }
 }
 
@@ -427,6 +483,7 @@ fn state_entry(item: &HashMap<String, AttributeValue>) -> StateEntry {
         size: get_n(item, "size"),
         terraform_version: get_s(item, "terraform_version"),
         resource_count: get_n(item, "resource_count"),
+        commit: get_s(item, "commit"),
         updated_by: get_s(item, "updated_by"),
         updated_at: get_s(item, "updated_at"),
         deleted: item
@@ -445,7 +502,164 @@ impl Catalog for DynamoCatalog {
         // The audit first: it is append-only, so a failure of the state entry still leaves the
         // trail complete, and the next write repairs the entry.
         self.add_audit(&event, &at).await?;
-        self.update_state(&event, &at).await
+        let _serialized = self.updates.lock().await;
+        let took = self.update_state(&event, &at).await?;
+        match &event.change {
+            CatalogChange::Write(facts) if took => {
+                self.sync_index(&event.repository, &event.path, &facts.identifiers)
+                    .await
+            }
+            CatalogChange::Delete { .. } => {
+                self.sync_index(&event.repository, &event.path, &[]).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn rebuild_entry(
+        &self,
+        event: CatalogEvent,
+        lock: Option<LockFacts>,
+    ) -> Result<(), CatalogError> {
+        let CatalogChange::Write(facts) = &event.change else {
+            return Err(CatalogError("a rebuilt entry must be a write".into()));
+        };
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(format!("STATE#{}", event.repository)))
+            .item("sk", s(&event.path))
+            .item("repository", s(&event.repository))
+            .item("path", s(&event.path))
+            .item("size", n(facts.size))
+            .item("updated_by", s(&event.who))
+            .item("updated_at", s(rfc3339(event.at)))
+            .item("deleted", AttributeValue::Bool(false));
+        for (name, value) in [
+            ("lineage", facts.lineage.clone()),
+            ("terraform_version", facts.terraform_version.clone()),
+            ("commit", facts.commit.clone()),
+        ] {
+            if let Some(value) = value {
+                put = put.item(name, s(value));
+            }
+        }
+        if let Some(serial) = facts.serial {
+            put = put.item("serial", n(serial));
+        }
+        if let Some(count) = facts.resource_count {
+            put = put.item("resource_count", n(count));
+        }
+        if let Some(lock) = lock {
+            put = put
+                .item("lock_id", s(lock.id))
+                .item("lock_who", s(lock.who))
+                .item("lock_operation", s(lock.operation))
+                .item("lock_created", s(lock.created));
+        }
+        let _serialized = self.updates.lock().await;
+        put.send().await.map_err(failed("PutItem"))?;
+        self.sync_index(&event.repository, &event.path, &facts.identifiers)
+            .await
+    }
+
+    async fn forget_missing(
+        &self,
+        repository: &str,
+        present: &std::collections::BTreeSet<String>,
+    ) -> Result<usize, CatalogError> {
+        let known = self.query_partition(format!("STATE#{repository}")).await?;
+        let mut forgotten = 0;
+        for item in known {
+            let entry = state_entry(&item);
+            if entry.deleted || present.contains(&entry.path) {
+                continue;
+            }
+            let _serialized = self.updates.lock().await;
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", s(format!("STATE#{repository}")))
+                .key("sk", s(&entry.path))
+                .update_expression(
+                    "SET deleted = :yes REMOVE lock_id, lock_who, lock_operation, lock_created",
+                )
+                .expression_attribute_values(":yes", AttributeValue::Bool(true))
+                .send()
+                .await
+                .map_err(failed("UpdateItem"))?;
+            self.sync_index(repository, &entry.path, &[]).await?;
+            forgotten += 1;
+        }
+        Ok(forgotten)
+    }
+
+    async fn states(&self) -> Result<Vec<StateEntry>, CatalogError> {
+        let mut entries: Vec<StateEntry> = self
+            .scan_prefix("STATE#")
+            .await?
+            .iter()
+            .map(state_entry)
+            .collect();
+        entries.sort_by(|a, b| (&a.repository, &a.path).cmp(&(&b.repository, &b.path)));
+        Ok(entries)
+    }
+
+    async fn audit(&self, repository: &str, path: &str) -> Result<Vec<AuditEntry>, CatalogError> {
+        Ok(self
+            .query_partition(format!("AUDIT#{repository}#{path}"))
+            .await?
+            .iter()
+            .map(|item| AuditEntry {
+                at: get_s(item, "at").unwrap_or_default(),
+                action: get_s(item, "action").unwrap_or_default(),
+                who: get_s(item, "who").unwrap_or_default(),
+                serial: get_n(item, "serial"),
+                lock_id: get_s(item, "lock_id"),
+                commit: get_s(item, "commit"),
+            })
+            .collect())
+    }
+
+    async fn find(&self, value: &str) -> Result<Vec<ManagedBy>, CatalogError> {
+        let mut found: Vec<ManagedBy> = self
+            .query_partition(format!("ID#{value}"))
+            .await?
+            .iter()
+            .map(managed_by)
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
+    async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError> {
+        let mut groups: std::collections::BTreeMap<(String, String, String), Vec<ManagedBy>> =
+            Default::default();
+        for item in self.scan_prefix("ID#").await? {
+            let id = identifier_of(&item);
+            groups
+                .entry((id.value, id.resource_type, id.field))
+                .or_default()
+                .push(managed_by(&item));
+        }
+        Ok(groups
+            .into_iter()
+            .filter_map(|((value, resource_type, field), mut managed_by)| {
+                managed_by.sort();
+                let mut states: Vec<(&str, &str)> = managed_by
+                    .iter()
+                    .map(|m| (m.repository.as_str(), m.path.as_str()))
+                    .collect();
+                states.dedup();
+                (states.len() > 1).then_some(Duplicate {
+                    value,
+                    resource_type,
+                    field,
+                    managed_by,
+                })
+            })
+            .collect())
     }
 }
 

@@ -1,9 +1,17 @@
 //! `gitstate catalog …`: the DynamoDB catalog from the command line (`--json` for machines, a
 //! table for people).
 
+use std::collections::BTreeSet;
+use std::time::{Duration, UNIX_EPOCH};
+
 use clap::{Args, Subcommand};
 use gitstate_app::Settings;
-use gitstate_catalog::{DynamoCatalog, StateEntry};
+use gitstate_catalog::DynamoCatalog;
+use gitstate_core::StatePath;
+use gitstate_core::{Catalog, CatalogChange, CatalogEvent, LockFacts, StateEntry, StateFacts};
+
+use crate::admin::Repositories;
+use crate::output::{json, table, Progress};
 
 /// The catalog subcommands.
 #[derive(Subcommand, Debug)]
@@ -32,6 +40,32 @@ pub enum CatalogCommand {
         #[command(flatten)]
         args: CatalogArgs,
     },
+    /// Which state manages this resource? Looks the identifier (an id, ARN, self link or name)
+    /// up in the resource index.
+    ///
+    ///   gitstate catalog find i-0123456789abcdef0
+    ///   gitstate catalog find arn:aws:s3:::acme-logs --json
+    #[command(verbatim_doc_comment)]
+    Find {
+        /// The identifier to look for (exact value).
+        identifier: String,
+        #[command(flatten)]
+        args: CatalogArgs,
+    },
+    /// Identifiers managed by more than one state (same resource type and attribute): two
+    /// states fighting over one real object is a source of drift.
+    ///
+    ///   gitstate catalog duplicates
+    #[command(verbatim_doc_comment)]
+    Duplicates(CatalogArgs),
+    /// Rebuild the catalog from the git repositories: every state's entry, lock holder and
+    /// resource index, as git holds them now (states gone from git are marked deleted). For
+    /// recovery, and to enable the catalog late. The audit trail is not rebuilt: git's history
+    /// (`gitstate history`) holds the writes, and released locks leave no trace in git.
+    ///
+    ///   gitstate catalog rebuild --config gitstate.hcl
+    #[command(verbatim_doc_comment)]
+    Rebuild(CatalogArgs),
 }
 
 /// Where the catalog is, and how to print.
@@ -51,23 +85,6 @@ async fn open(args: &CatalogArgs) -> Result<DynamoCatalog, String> {
     })?;
     let ttl = std::time::Duration::from_secs(catalog.audit_ttl_days.saturating_mul(86_400));
     Ok(DynamoCatalog::connect(&catalog.dynamodb_table, ttl).await)
-}
-
-fn table(rows: Vec<Vec<String>>) -> String {
-    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 fn state_row(s: &StateEntry) -> Vec<String> {
@@ -91,6 +108,65 @@ fn state_row(s: &StateEntry) -> Vec<String> {
     ]
 }
 
+/// Rebuilds every configured repository's entries; returns a summary line per repository.
+async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
+    let catalog = open(args).await?;
+    let repositories = Repositories::open(&args.settings).await?;
+    let mut summary = String::new();
+    for name in repositories.names() {
+        let store = repositories.store(&name)?;
+        let backend = &repositories.backend;
+        let rows = backend
+            .states(store.as_ref())
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        let states: Vec<_> = rows.into_iter().filter(|r| r.commit.is_some()).collect();
+        let mut progress = Progress::new(format!("rebuild {name}"), states.len());
+        let mut present = BTreeSet::new();
+        let mut indexed = 0;
+        for row in &states {
+            let path = StatePath::parse(&row.path).map_err(|e| e.to_string())?;
+            let commit = row.commit.clone().unwrap_or_default();
+            let state = backend
+                .read_version(store.as_ref(), &path, &commit)
+                .await
+                .map_err(|e| format!("{name}/{path}: {e}"))?
+                .unwrap_or_default();
+            let mut facts = StateFacts::of(&state);
+            facts.commit = Some(commit);
+            indexed += facts.identifiers.len();
+            let lock = row.lock.as_ref().map(|l| LockFacts {
+                id: l.id.clone(),
+                who: l.who.clone(),
+                operation: l.operation.clone(),
+                created: l.created.clone(),
+            });
+            let event = CatalogEvent {
+                repository: name.clone(),
+                path: row.path.clone(),
+                who: row.updated_by.clone().unwrap_or_default(),
+                at: UNIX_EPOCH + Duration::from_secs(row.updated_at.unwrap_or(0).max(0) as u64),
+                change: CatalogChange::Write(facts),
+            };
+            catalog
+                .rebuild_entry(event, lock)
+                .await
+                .map_err(|e| format!("{name}/{path}: {e}"))?;
+            present.insert(row.path.clone());
+            progress.step(path.as_str());
+        }
+        let forgotten = catalog
+            .forget_missing(&name, &present)
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        summary.push_str(&format!(
+            "{name}: {} states, {indexed} identifiers indexed, {forgotten} marked deleted\n",
+            present.len()
+        ));
+    }
+    Ok(summary)
+}
+
 /// Runs a catalog subcommand; the output goes to stdout.
 pub async fn run(command: CatalogCommand) -> Result<String, String> {
     match command {
@@ -110,9 +186,7 @@ pub async fn run(command: CatalogCommand) -> Result<String, String> {
                 .await
                 .map_err(|e| e.to_string())?;
             if args.json {
-                return serde_json::to_string_pretty(&states)
-                    .map(|s| s + "\n")
-                    .map_err(|e| e.to_string());
+                return json(&states);
             }
             let mut rows = vec![[
                 "REPOSITORY",
@@ -140,11 +214,9 @@ pub async fn run(command: CatalogCommand) -> Result<String, String> {
                 .await
                 .map_err(|e| e.to_string())?;
             if args.json {
-                return serde_json::to_string_pretty(&events)
-                    .map(|s| s + "\n")
-                    .map_err(|e| e.to_string());
+                return json(&events);
             }
-            let mut rows = vec![["AT", "ACTION", "WHO", "SERIAL", "LOCK ID"]
+            let mut rows = vec![["AT", "ACTION", "WHO", "SERIAL", "LOCK ID", "COMMIT"]
                 .map(String::from)
                 .to_vec()];
             rows.extend(events.iter().map(|e| {
@@ -154,9 +226,71 @@ pub async fn run(command: CatalogCommand) -> Result<String, String> {
                     e.who.clone(),
                     e.serial.map_or("-".into(), |s| s.to_string()),
                     e.lock_id.clone().unwrap_or_else(|| "-".into()),
+                    e.commit
+                        .as_deref()
+                        .map_or("-".into(), |c| c.chars().take(12).collect()),
                 ]
             }));
             Ok(table(rows))
         }
+        CatalogCommand::Find { identifier, args } => {
+            let found = open(&args)
+                .await?
+                .find(&identifier)
+                .await
+                .map_err(|e| e.to_string())?;
+            if args.json {
+                return json(&found);
+            }
+            if found.is_empty() {
+                return Ok(format!("no state manages {identifier}\n"));
+            }
+            let mut rows = vec![["REPOSITORY", "PATH", "ADDRESS", "TYPE", "ATTRIBUTE"]
+                .map(String::from)
+                .to_vec()];
+            rows.extend(
+                found
+                    .into_iter()
+                    .map(|m| vec![m.repository, m.path, m.address, m.resource_type, m.field]),
+            );
+            Ok(table(rows))
+        }
+        CatalogCommand::Duplicates(args) => {
+            let duplicates = open(&args)
+                .await?
+                .duplicates()
+                .await
+                .map_err(|e| e.to_string())?;
+            if args.json {
+                return json(&duplicates);
+            }
+            if duplicates.is_empty() {
+                return Ok("no identifier is managed by more than one state\n".into());
+            }
+            let mut rows = vec![[
+                "IDENTIFIER",
+                "TYPE",
+                "ATTRIBUTE",
+                "REPOSITORY",
+                "PATH",
+                "ADDRESS",
+            ]
+            .map(String::from)
+            .to_vec()];
+            for d in duplicates {
+                for m in d.managed_by {
+                    rows.push(vec![
+                        d.value.clone(),
+                        d.resource_type.clone(),
+                        d.field.clone(),
+                        m.repository,
+                        m.path,
+                        m.address,
+                    ]);
+                }
+            }
+            Ok(table(rows))
+        }
+        CatalogCommand::Rebuild(args) => rebuild(&args).await,
     }
 }

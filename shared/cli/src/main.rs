@@ -2,8 +2,10 @@
 //! (the embedded default `./.gitstate/default.git` when none is configured); `gitstate wrap` runs
 //! one Terraform command with that backend served in-process (see [`wrap`]).
 
+mod admin;
 mod catalog;
 mod config_show;
+mod output;
 mod pidfile;
 mod tls;
 mod wrap;
@@ -85,6 +87,34 @@ enum Command {
     /// Query the DynamoDB catalog of states, locks and their audit trail.
     #[command(subcommand)]
     Catalog(catalog::CatalogCommand),
+    /// List the versions of a state: serial, commit, who, when, size (newest first).
+    ///
+    ///   gitstate history default prod.tfstate
+    ///   gitstate history default prod.tfstate --json | jq '.[0]'
+    ///   curl -s http://127.0.0.1:6061/state/default/prod.tfstate?version=12   # one version
+    #[command(verbatim_doc_comment)]
+    History(admin::HistoryArgs),
+    /// Write an earlier version of a state back as a new commit with the next serial. A held
+    /// lock refuses it (pass --lock-id if you hold the lock).
+    ///
+    ///   gitstate history default prod.tfstate
+    ///   gitstate restore default prod.tfstate --version 12     # a serial
+    ///   gitstate restore default prod.tfstate --version 3f2a9c1 # or a commit id
+    #[command(verbatim_doc_comment)]
+    Restore(admin::RestoreArgs),
+    /// List the held locks with holder, operation and age.
+    ///
+    ///   gitstate locks                 # every configured repository
+    ///   gitstate locks default --json
+    #[command(verbatim_doc_comment)]
+    Locks(admin::LocksArgs),
+    /// Force-release the lock of a state after showing its holder and asking (like `terraform
+    /// force-unlock`, without needing the lock ID).
+    ///
+    ///   gitstate unlock default prod.tfstate
+    ///   gitstate unlock default prod.tfstate --yes    # no question (scripts)
+    #[command(verbatim_doc_comment)]
+    Unlock(admin::UnlockArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -229,6 +259,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     served.map_err(|e| format!("the server failed: {e}"))
 }
 
+/// Prints a command's output, or its error after the command's name.
+fn finish(command: &str, result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(output) => {
+            print!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("{command}: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -249,16 +293,11 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Catalog(command) => match catalog::run(command).await {
-            Ok(output) => {
-                print!("{output}");
-                ExitCode::SUCCESS
-            }
-            Err(message) => {
-                eprintln!("gitstate catalog: {message}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Catalog(command) => finish("gitstate catalog", catalog::run(command).await),
+        Command::History(args) => finish("gitstate history", admin::history(args).await),
+        Command::Restore(args) => finish("gitstate restore", admin::restore(args).await),
+        Command::Locks(args) => finish("gitstate locks", admin::locks(args).await),
+        Command::Unlock(args) => finish("gitstate unlock", admin::unlock(args).await),
         Command::Config(ConfigCommand::Show(args)) => {
             let shown = matches
                 .subcommand_matches("config")

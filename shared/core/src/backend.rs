@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
 use crate::seal::{SealError, Sealer};
-use crate::store::{Intent, LockCreate, StateChange, StateStore, StoreError};
+use crate::store::{Intent, LockCreate, Revision, StateChange, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
@@ -70,6 +70,9 @@ pub enum BackendError {
         /// What to do instead, when the deployment says.
         advice: Option<String>,
     },
+    /// What was asked for does not exist (404), e.g. a version that is not in the history.
+    #[error("{0}")]
+    NotFound(String),
     /// Writers kept moving the state branch; gave up after the configured attempts (503).
     #[error("the repository is busy: the state branch moved {0} times in a row while writing; retry later")]
     Busy(u32),
@@ -207,8 +210,9 @@ impl Backend {
         }
     }
 
-    /// `POST`: stores `body` as the state unless another client holds the lock. A body equal to
-    /// what is stored is a success without a commit, so client retries are safe.
+    /// `POST`: stores `body` as the state unless another client holds the lock, and returns the
+    /// new commit. A body equal to what is stored is a success without a commit (`None`), so
+    /// client retries are safe.
     pub async fn post(
         &self,
         store: &dyn StateStore,
@@ -216,7 +220,7 @@ impl Backend {
         body: Bytes,
         lock_id: Option<&str>,
         caller: &Caller,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<Revision>, BackendError> {
         if body.len() > self.max_state_bytes {
             return Err(BackendError::TooLarge {
                 size: body.len(),
@@ -239,15 +243,15 @@ impl Backend {
         .await
     }
 
-    /// `DELETE`: removes the state file in a commit; same lock rules as `POST`. Deleting a state
-    /// that does not exist succeeds without a commit.
+    /// `DELETE`: removes the state file in a commit (returned); same lock rules as `POST`.
+    /// Deleting a state that does not exist succeeds without a commit.
     pub async fn delete(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
         lock_id: Option<&str>,
         caller: &Caller,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<Revision>, BackendError> {
         self.write(store, path, None, lock_id, caller, |who| {
             format!("Delete {path} by {who}")
         })
@@ -262,7 +266,7 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
         message: impl Fn(&str) -> String,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<Revision>, BackendError> {
         let serializer = store.write_serializer();
         let _serialized = match &serializer {
             Some(mutex) => Some(mutex.lock().await),
@@ -292,7 +296,7 @@ impl Backend {
                 }
             }
             if self.holds(path, &snapshot.state, &content).await? {
-                return Ok(());
+                return Ok(None);
             }
             let change = match (&content, &self.sealer) {
                 (Some(bytes), Some(sealer)) => StateChange::Write(
@@ -306,7 +310,7 @@ impl Backend {
             match session.update_state(change, &message(&who)).await {
                 Ok(revision) => {
                     tracing::info!(%path, %revision, attempt, "state written");
-                    return Ok(());
+                    return Ok(Some(revision));
                 }
                 Err(StoreError::Stale) => {
                     tracing::debug!(%path, attempt, "state branch moved; rebuilding on the new tip");

@@ -6,15 +6,18 @@ use std::fmt;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What happened to a state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogChange {
     /// A new version was stored.
     Write(StateFacts),
-    /// The state was deleted.
-    Delete,
+    /// The state was deleted (in this commit; `None` when there was nothing to delete).
+    Delete {
+        /// The commit that removed the file.
+        commit: Option<String>,
+    },
     /// A lock was taken (the LockInfo as stored).
     Lock(LockFacts),
     /// A lock was released by its holder, or forced (`force`).
@@ -52,7 +55,31 @@ pub struct StateFacts {
     pub resource_count: Option<u64>,
     /// Size of the state as POSTed.
     pub size: u64,
+    /// The commit that stored this version (`None`: the write was a replay, no new commit).
+    pub commit: Option<String>,
+    /// The identifying attributes of its managed resource instances (the resource index).
+    pub identifiers: Vec<ResourceIdentifier>,
 }
+
+/// One identifying attribute of a managed resource instance: what the resource index maps to
+/// the state that manages it. Only these attributes are indexed, never other values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResourceIdentifier {
+    /// The attribute's value, e.g. an instance id or an ARN.
+    pub value: String,
+    /// The resource type, e.g. `aws_instance`.
+    pub resource_type: String,
+    /// Which attribute: one of [`IDENTIFYING_ATTRIBUTES`].
+    pub field: String,
+    /// The instance's address in its state, e.g. `module.net.aws_vpc.main[0]`.
+    pub address: String,
+}
+
+/// The attributes the resource index keeps: those that name a real-world object.
+pub const IDENTIFYING_ATTRIBUTES: [&str; 4] = ["id", "arn", "self_link", "name"];
+
+/// Longest identifier indexed, in bytes (DynamoDB keys are at most 1 KiB / 2 KiB).
+pub const MAX_IDENTIFIER_BYTES: usize = 800;
 
 #[derive(Deserialize)]
 struct Header {
@@ -65,7 +92,32 @@ struct Header {
 #[derive(Deserialize)]
 struct ResourceHeader {
     #[serde(default)]
-    instances: Vec<serde::de::IgnoredAny>,
+    module: Option<String>,
+    #[serde(default)]
+    mode: String,
+    #[serde(default, rename = "type")]
+    resource_type: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    instances: Vec<InstanceHeader>,
+}
+
+#[derive(Deserialize)]
+struct InstanceHeader {
+    #[serde(default)]
+    index_key: Option<serde_json::Value>,
+    #[serde(default)]
+    attributes: Option<IdentifyingAttributes>,
+}
+
+/// Only the identifying attributes are read; serde skips the others without building them.
+#[derive(Deserialize)]
+struct IdentifyingAttributes {
+    id: Option<serde_json::Value>,
+    arn: Option<serde_json::Value>,
+    self_link: Option<serde_json::Value>,
+    name: Option<serde_json::Value>,
 }
 
 impl StateFacts {
@@ -73,6 +125,43 @@ impl StateFacts {
     /// (and serial/lineage, which OpenTofu keeps readable).
     pub fn of(state: &[u8]) -> StateFacts {
         let header: Option<Header> = serde_json::from_slice(state).ok();
+        let mut identifiers = Vec::new();
+        for resource in header.iter().flat_map(|h| h.resources.iter().flatten()) {
+            if resource.mode != "managed" {
+                continue;
+            }
+            for instance in &resource.instances {
+                let Some(attributes) = &instance.attributes else {
+                    continue;
+                };
+                let address = crate::tfstate::address(
+                    resource.module.as_deref().unwrap_or(""),
+                    &resource.mode,
+                    &resource.resource_type,
+                    &resource.name,
+                    instance.index_key.as_ref(),
+                );
+                for (field, value) in IDENTIFYING_ATTRIBUTES.iter().zip([
+                    &attributes.id,
+                    &attributes.arn,
+                    &attributes.self_link,
+                    &attributes.name,
+                ]) {
+                    if let Some(serde_json::Value::String(value)) = value {
+                        if !value.is_empty() && value.len() <= MAX_IDENTIFIER_BYTES {
+                            identifiers.push(ResourceIdentifier {
+                                value: value.clone(),
+                                resource_type: resource.resource_type.clone(),
+                                field: (*field).to_owned(),
+                                address: address.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        identifiers.sort();
+        identifiers.dedup();
         StateFacts {
             serial: header.as_ref().and_then(|h| h.serial),
             lineage: header.as_ref().and_then(|h| h.lineage.clone()),
@@ -82,6 +171,8 @@ impl StateFacts {
                 .and_then(|h| h.resources.as_ref())
                 .map(|r| r.iter().map(|r| r.instances.len() as u64).sum()),
             size: state.len() as u64,
+            commit: None,
+            identifiers,
         }
     }
 }
@@ -110,6 +201,93 @@ impl LockFacts {
     }
 }
 
+/// One state as the catalog knows it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct StateEntry {
+    /// Repository name.
+    pub repository: String,
+    /// State path.
+    pub path: String,
+    /// Latest serial seen.
+    pub serial: Option<u64>,
+    /// Lineage.
+    pub lineage: Option<String>,
+    /// Size of the state as POSTed.
+    pub size: Option<u64>,
+    /// Terraform version that wrote it.
+    pub terraform_version: Option<String>,
+    /// Resource instances.
+    pub resource_count: Option<u64>,
+    /// The commit holding this version.
+    pub commit: Option<String>,
+    /// Last writer.
+    pub updated_by: Option<String>,
+    /// When (RFC 3339).
+    pub updated_at: Option<String>,
+    /// Deleted since.
+    pub deleted: bool,
+    /// The lock holder's ID, `Who`, operation and creation time, when locked.
+    pub lock: Option<LockEntry>,
+}
+
+/// A held lock.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct LockEntry {
+    /// `ID`.
+    pub id: String,
+    /// `Who`.
+    pub who: String,
+    /// `Operation`.
+    pub operation: String,
+    /// `Created`.
+    pub created: String,
+}
+
+/// One audit event.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// When (RFC 3339 with nanoseconds).
+    pub at: String,
+    /// `write`, `delete`, `lock`, `unlock` or `force-unlock`.
+    pub action: String,
+    /// Who.
+    pub who: String,
+    /// Serial written, for writes.
+    pub serial: Option<u64>,
+    /// Lock ID, for locks.
+    pub lock_id: Option<String>,
+    /// The commit, for writes and deletes that made one.
+    pub commit: Option<String>,
+}
+
+/// Where an identifier is managed: a resource instance in a state.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ManagedBy {
+    /// Repository name.
+    pub repository: String,
+    /// State path.
+    pub path: String,
+    /// Resource address in that state.
+    pub address: String,
+    /// Resource type.
+    pub resource_type: String,
+    /// Which identifying attribute holds the value.
+    pub field: String,
+}
+
+/// An identifier that more than one state manages (the same resource type and attribute).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Duplicate {
+    /// The identifier.
+    pub value: String,
+    /// Its resource type.
+    pub resource_type: String,
+    /// Its attribute.
+    pub field: String,
+    /// Every resource instance holding it, sorted (two or more states).
+    pub managed_by: Vec<ManagedBy>,
+}
+
 /// Why the catalog could not record or answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the catalog failed: {0}")]
@@ -119,6 +297,36 @@ pub struct CatalogError(pub String);
 /// an older serial overwrite a newer one.
 #[async_trait]
 pub trait Catalog: Send + Sync + fmt::Debug + 'static {
-    /// Records one event.
+    /// Records one event: the audit trail, the state entry and (for writes and deletes) the
+    /// resource index.
     async fn record(&self, event: CatalogEvent) -> Result<(), CatalogError>;
+
+    /// Rebuild: sets the entry of a state from what git holds now (unconditionally, with its
+    /// lock or none) and its resource index, without an audit event. `event.change` must be a
+    /// write.
+    async fn rebuild_entry(
+        &self,
+        event: CatalogEvent,
+        lock: Option<LockFacts>,
+    ) -> Result<(), CatalogError>;
+
+    /// Rebuild: marks as deleted (and drops from the index) every state of `repository` the
+    /// catalog knows that is not in `present`.
+    async fn forget_missing(
+        &self,
+        repository: &str,
+        present: &std::collections::BTreeSet<String>,
+    ) -> Result<usize, CatalogError>;
+
+    /// Every state entry, sorted by repository and path.
+    async fn states(&self) -> Result<Vec<StateEntry>, CatalogError>;
+
+    /// One state's audit trail, oldest first.
+    async fn audit(&self, repository: &str, path: &str) -> Result<Vec<AuditEntry>, CatalogError>;
+
+    /// Which resource instances hold the identifier `value` (any type and attribute).
+    async fn find(&self, value: &str) -> Result<Vec<ManagedBy>, CatalogError>;
+
+    /// Identifiers (same type, attribute and value) managed by more than one state.
+    async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError>;
 }

@@ -5,17 +5,23 @@
 
 pub mod backend;
 pub mod catalog;
+pub mod history;
 pub mod lockinfo;
 pub mod path;
 pub mod seal;
 pub mod store;
+pub mod tfstate;
+pub mod time;
 
 pub use backend::{Backend, BackendError, RetryPolicy};
-pub use catalog::{Catalog, CatalogChange, CatalogError, CatalogEvent, LockFacts, StateFacts};
+pub use catalog::{
+    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
+    LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
+};
 pub use lockinfo::LockInfo;
 pub use path::{PathError, StatePath};
 pub use seal::{SealError, Sealer};
 pub use store::{
-    Credentials, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange, StateStore,
-    StoreError, StoreRegistry, WriteSession,
+    Credentials, HeldLock, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange,
+    StateListing, StateStore, StoreError, StoreRegistry, Version, WriteSession,
 };

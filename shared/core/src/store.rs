@@ -147,6 +147,41 @@ pub trait StateStore: Send + Sync + 'static {
     /// it is gone).
     async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;
 
+    /// The versions of `path` on the state branch, newest first, at most `limit`: the commits
+    /// whose tree holds a different file at `path` than their first parent's (a deletion
+    /// included). A remote store fetches the branch's full history for this (not shallow), after
+    /// a fresh remote check with the caller's credentials.
+    async fn history(&self, path: &StatePath, limit: usize) -> Result<Vec<Version>, StoreError> {
+        let _ = (path, limit);
+        Err(StoreError::Internal("this store keeps no history".into()))
+    }
+
+    /// The file at `path` in `commit`, a commit of the state branch's history (`None`: the
+    /// commit holds no file there, or is not in that history).
+    async fn read_version(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let _ = (path, commit);
+        Err(StoreError::Internal("this store keeps no history".into()))
+    }
+
+    /// Every file on the state branch at its tip with the last commit that changed it, sorted by
+    /// path.
+    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
+        Err(StoreError::Internal(
+            "this store cannot list its states".into(),
+        ))
+    }
+
+    /// Every held lock (every `refs/heads/locks/…` branch), sorted by path.
+    async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
+        Err(StoreError::Internal(
+            "this store cannot list its locks".into(),
+        ))
+    }
+
     /// Starts a read-then-compare-and-swap: reads what `intent` needs (like [`snapshot`] or
     /// [`read_lock`]) and returns a [`WriteSession`] that performs at most one ref update with the
     /// ids it read as the expected old values.
@@ -184,6 +219,44 @@ pub trait StateStore: Send + Sync + 'static {
             snapshot,
         }))
     }
+}
+
+/// One version of a state file: a commit on the state branch that changed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The commit.
+    pub commit: Revision,
+    /// Commit time, seconds since the Unix epoch.
+    pub time: i64,
+    /// The commit message (gitstate writes `Update {path} (serial N) by {Who}`).
+    pub message: String,
+    /// The commit's author name.
+    pub author: String,
+    /// Size of the stored file at this commit; `None` when the commit deleted it.
+    pub size: Option<u64>,
+}
+
+/// A file on the state branch at its tip, with the last commit that changed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateListing {
+    /// The file's path on the branch.
+    pub path: String,
+    /// Size of the stored file.
+    pub size: u64,
+    /// The last commit that changed it (`None` when the history does not reach it, e.g. a
+    /// shallow history).
+    pub last_change: Option<Version>,
+}
+
+/// A held lock: a branch `refs/heads/locks/{path}` and its LockInfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLock {
+    /// The state path the lock is for.
+    pub path: String,
+    /// Tip of the lock branch.
+    pub tip: Revision,
+    /// The `{path}.lock` content (the LockInfo as the holder sent it).
+    pub content: Bytes,
 }
 
 /// What a [`StateStore::begin`] session is for; it decides what is read.
@@ -284,4 +357,17 @@ pub trait StoreRegistry: Send + Sync + 'static {
         git_ref: &str,
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError>;
+
+    /// The configured repository names, sorted.
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether `caller` may read what spans every repository (the catalog, the list of
+    /// repositories). A deployment whose git server decides per repository who may read
+    /// (pass-through credentials) answers [`RegistryError::NotAllowed`].
+    fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        let _ = caller;
+        Ok(())
+    }
 }

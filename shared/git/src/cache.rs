@@ -42,6 +42,9 @@ pub struct Cache {
     /// Set when a newer generation replaced this one: its directory goes when the last user
     /// drops it.
     retired: AtomicBool,
+    /// Fetches are shallow (depth 1): the request caches. The history cache fetches whole
+    /// histories.
+    shallow: bool,
 }
 
 impl Drop for Cache {
@@ -101,6 +104,9 @@ pub struct CacheHandle {
     next_generation: AtomicU64,
     budget: CacheBudget,
     state_writes: Arc<tokio::sync::Mutex<()>>,
+    /// The full-history cache (history, listings), made on first use; replaced like a
+    /// generation when it outgrows the budget.
+    history: Mutex<Option<Arc<Cache>>>,
 }
 
 impl std::fmt::Debug for CacheHandle {
@@ -131,6 +137,7 @@ impl CacheHandle {
         let first = Cache::create(
             &cache_dir.join(generation_dir_name(&name, 0)),
             state_writes.clone(),
+            true,
         )?;
         let handle = Arc::new(CacheHandle {
             cache_dir: cache_dir.to_owned(),
@@ -139,6 +146,7 @@ impl CacheHandle {
             next_generation: AtomicU64::new(1),
             budget: CacheBudget::from_env(),
             state_writes,
+            history: Mutex::new(None),
         });
         handles.insert(key, handle.clone());
         Ok(handle)
@@ -155,6 +163,31 @@ impl CacheHandle {
     /// The lock serializing this process's state writes to this remote.
     pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
         self.state_writes.clone()
+    }
+
+    /// The full-history cache of this remote (not shallow): what history and listings read. It
+    /// is made on first use and, like a generation, replaced by an empty one once it has taken
+    /// more fetches than the budget allows (the next fetch then brings the history again).
+    pub fn history(&self) -> Result<Arc<Cache>, StoreError> {
+        let mut slot = self
+            .history
+            .lock()
+            .map_err(|_| StoreError::Internal("the history cache is poisoned".into()))?;
+        if let Some(cache) = slot.as_ref() {
+            if cache.packs.load(Ordering::Relaxed) <= self.budget.packs {
+                return Ok(cache.clone());
+            }
+            cache.retired.store(true, Ordering::Release);
+        }
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let stem = self.name.strip_suffix(".git").unwrap_or(&self.name);
+        let dir = self.cache_dir.join(format!(
+            "{stem}-{}-history{generation}.git",
+            std::process::id()
+        ));
+        let cache = Arc::new(Cache::create(&dir, self.state_writes.clone(), false)?);
+        *slot = Some(cache.clone());
+        Ok(cache)
     }
 
     /// Starts a new generation when `used` (the one a request just worked with) is still the
@@ -176,7 +209,7 @@ impl CacheHandle {
             .cache_dir
             .join(generation_dir_name(&self.name, generation));
         let started = std::time::Instant::now();
-        match Cache::create(&dir, self.state_writes.clone()) {
+        match Cache::create(&dir, self.state_writes.clone(), true) {
             Ok(fresh) => {
                 used.retired.store(true, Ordering::Release);
                 *current = Arc::new(fresh);
@@ -274,7 +307,11 @@ pub fn cache_name(url: &str) -> String {
 
 impl Cache {
     /// Creates (or opens, when it exists) the generation directory `dir`.
-    fn create(dir: &Path, state_writes: Arc<tokio::sync::Mutex<()>>) -> Result<Cache, StoreError> {
+    fn create(
+        dir: &Path,
+        state_writes: Arc<tokio::sync::Mutex<()>>,
+        shallow: bool,
+    ) -> Result<Cache, StoreError> {
         let repo = if dir.join("HEAD").exists() {
             gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
@@ -298,6 +335,7 @@ impl Cache {
             packs: AtomicUsize::new(0),
             recorded: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
+            shallow,
         })
     }
 
@@ -317,8 +355,9 @@ impl Cache {
     }
 
     /// Asks the remote for the current tips of `names` (one ref advertisement: the authorization
-    /// check) and fetches those missing from the cache, shallow. Returns the tips of the refs
-    /// that exist.
+    /// check) and fetches those missing from the cache (shallow, unless this is the history
+    /// cache). Returns the tips of the refs that exist. A name ending in `*` stands for every
+    /// ref it is a prefix of (e.g. `refs/heads/locks/*`).
     pub fn refresh(
         &self,
         endpoint: &Endpoint,
@@ -387,7 +426,7 @@ impl Cache {
         for r in &prepare.ref_map().remote_refs {
             let (name, id, _) = r.unpack();
             if let Some(id) = id {
-                if names.iter().any(|n| name == n.as_bytes()) {
+                if names.iter().any(|n| ref_matches(n, name)) {
                     tips.insert(name.to_string(), id.to_owned());
                 }
             }
@@ -400,10 +439,13 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
-        let depth = std::num::NonZeroU32::MIN;
-        let received = prepare
-            .with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth))
-            .receive(gix::progress::Discard, &AtomicBool::new(false));
+        let prepare = if self.shallow {
+            let depth = std::num::NonZeroU32::MIN;
+            prepare.with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth))
+        } else {
+            prepare
+        };
+        let received = prepare.receive(gix::progress::Discard, &AtomicBool::new(false));
         if let Err(e) = received {
             if is_local_lock_busy(&e) {
                 return Ok(None);
@@ -529,6 +571,15 @@ fn is_local_lock_busy(error: &gix::Error) -> bool {
         e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::AlreadyExists)
     })
+}
+
+/// Whether the advertised ref `name` is `pattern` (or starts with it, for a pattern ending
+/// in `*`).
+fn ref_matches(pattern: &str, name: &gix::bstr::BStr) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix.as_bytes()),
+        None => name == pattern.as_bytes(),
+    }
 }
 
 /// Where the cache keeps its copy of the remote ref `name`.

@@ -7,7 +7,8 @@
 
 /// Implements [`gitstate_core::StateStore`] for a store type whose operations are blocking
 /// methods (`snapshot_blocking`, `update_state_blocking`, `create_lock_blocking`,
-/// `read_lock_blocking`, `delete_lock_blocking`) run through its `run` (a `spawn_blocking`
+/// `read_lock_blocking`, `delete_lock_blocking`, `history_blocking`, `read_version_blocking`,
+/// `list_states_blocking`, `list_locks_blocking`) run through its `run` (a `spawn_blocking`
 /// wrapper): gix is blocking, the port is async. Further port methods (overrides of defaults)
 /// can follow in a block.
 #[macro_export]
@@ -71,6 +72,37 @@ macro_rules! state_store_via_blocking {
                     .await
             }
 
+            async fn history(
+                &self,
+                path: &gitstate_core::StatePath,
+                limit: usize,
+            ) -> Result<Vec<gitstate_core::Version>, gitstate_core::StoreError> {
+                let path = path.clone();
+                self.run(move |store| store.history_blocking(&path, limit)).await
+            }
+
+            async fn read_version(
+                &self,
+                path: &gitstate_core::StatePath,
+                commit: &gitstate_core::Revision,
+            ) -> Result<Option<bytes::Bytes>, gitstate_core::StoreError> {
+                let (path, commit) = (path.clone(), commit.clone());
+                self.run(move |store| store.read_version_blocking(&path, &commit))
+                    .await
+            }
+
+            async fn list_states(
+                &self,
+            ) -> Result<Vec<gitstate_core::StateListing>, gitstate_core::StoreError> {
+                self.run(move |store| store.list_states_blocking()).await
+            }
+
+            async fn list_locks(
+                &self,
+            ) -> Result<Vec<gitstate_core::HeldLock>, gitstate_core::StoreError> {
+                self.run(move |store| store.list_locks_blocking()).await
+            }
+
             fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
                 let $this = self;
                 $serializer
@@ -82,6 +114,7 @@ macro_rules! state_store_via_blocking {
 }
 
 pub mod cache;
+pub mod history;
 pub mod local;
 pub mod objects;
 pub mod plumbing;
@@ -89,3 +122,31 @@ pub mod remote;
 
 pub use local::LocalStore;
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
+
+/// Where lock branches live: `refs/heads/locks/{path}`.
+pub(crate) const LOCK_REF_PREFIX: &str = "refs/heads/locks/";
+
+/// The locks behind `tips` (lock ref name → tip), read from `repo`, sorted by path. A branch
+/// under `locks/` whose name is not a valid state path is not a gitstate lock and is skipped.
+pub(crate) fn held_locks(
+    repo: &gix::Repository,
+    tips: impl IntoIterator<Item = (String, gix::ObjectId)>,
+) -> Result<Vec<gitstate_core::HeldLock>, gitstate_core::StoreError> {
+    let mut locks = Vec::new();
+    for (name, tip) in tips {
+        let Some(path) = name
+            .strip_prefix(LOCK_REF_PREFIX)
+            .and_then(|p| gitstate_core::StatePath::parse(p).ok())
+        else {
+            continue;
+        };
+        let content = objects::read_file(repo, tip, &path.lock_file())?.unwrap_or_default();
+        locks.push(gitstate_core::HeldLock {
+            path: path.as_str().to_owned(),
+            tip: tip.to_string(),
+            content,
+        });
+    }
+    locks.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(locks)
+}

@@ -270,4 +270,56 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    fn history_blocking(
+        &self,
+        path: &StatePath,
+        limit: usize,
+    ) -> Result<Vec<gitstate_core::Version>, StoreError> {
+        match self.tip(&self.state_ref)? {
+            Some(tip) => {
+                crate::history::versions(&self.repo.to_thread_local(), tip, path.as_str(), limit)
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn read_version_blocking(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        crate::history::read_at(
+            &self.repo.to_thread_local(),
+            parse_id(commit)?,
+            path.as_str(),
+        )
+    }
+
+    fn list_states_blocking(&self) -> Result<Vec<gitstate_core::StateListing>, StoreError> {
+        match self.tip(&self.state_ref)? {
+            Some(tip) => crate::history::listing(&self.repo.to_thread_local(), tip),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let platform = repo.references().map_err(internal("listing refs"))?;
+        let mut tips = Vec::new();
+        for reference in platform
+            .prefixed(crate::LOCK_REF_PREFIX)
+            .map_err(internal("listing refs"))?
+        {
+            let reference =
+                reference.map_err(|e| StoreError::Internal(format!("listing refs: {e}")))?;
+            let name = reference.name().as_bstr().to_string();
+            if let Some(id) = reference.target().try_id() {
+                tips.push((name, id.to_owned()));
+            }
+        }
+        crate::held_locks(&repo, tips)
+    }
+}
+
 crate::state_store_via_blocking!(LocalStore, |store| Some(store.writes.clone()));

@@ -449,6 +449,53 @@ impl RemoteStore {
     }
 }
 
+impl RemoteStore {
+    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
+    /// fetch of the state branch's missing history) and returns it with the branch tip.
+    fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
+        let cache = self.handle.history()?;
+        let tips = cache.refresh(&self.endpoint, &[&self.state_ref])?;
+        let tip = tips.get(&self.state_ref).copied();
+        Ok((cache, tip))
+    }
+
+    fn history_blocking(
+        &self,
+        path: &StatePath,
+        limit: usize,
+    ) -> Result<Vec<gitstate_core::Version>, StoreError> {
+        match self.history_cache()? {
+            (cache, Some(tip)) => {
+                crate::history::versions(&cache.repo(), tip, path.as_str(), limit)
+            }
+            (_, None) => Ok(Vec::new()),
+        }
+    }
+
+    fn read_version_blocking(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let commit = parse_id(commit)?;
+        let (cache, _) = self.history_cache()?;
+        crate::history::read_at(&cache.repo(), commit, path.as_str())
+    }
+
+    fn list_states_blocking(&self) -> Result<Vec<gitstate_core::StateListing>, StoreError> {
+        match self.history_cache()? {
+            (cache, Some(tip)) => crate::history::listing(&cache.repo(), tip),
+            (_, None) => Ok(Vec::new()),
+        }
+    }
+
+    fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
+        let pattern = format!("{}*", crate::LOCK_REF_PREFIX);
+        let tips = self.cache()?.refresh(&self.endpoint, &[&pattern])?;
+        crate::held_locks(&self.cache()?.repo(), tips)
+    }
+}
+
 /// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
 /// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
 /// that is the same connection; over smart HTTP the push is the second request.

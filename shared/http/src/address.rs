@@ -29,6 +29,8 @@ pub struct Address {
     pub path: StatePath,
     /// `?ID=` — the lock ID the client holds, if any.
     pub lock_id: Option<String>,
+    /// `?version=` — an earlier version asked for by serial or commit id (GET only).
+    pub version: Option<String>,
 }
 
 fn decode(raw: &str) -> Result<String, ApiError> {
@@ -44,10 +46,11 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn lock_id(pairs: &[(String, String)]) -> Option<String> {
+/// The non-empty value of the query parameter `name`.
+fn param(pairs: &[(String, String)], name: &str) -> Option<String> {
     pairs
         .iter()
-        .find(|(k, _)| k == "ID")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v.clone())
         .filter(|v| !v.is_empty())
 }
@@ -66,10 +69,12 @@ impl Address {
         }
         let path =
             StatePath::parse(&decode(path)?).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let pairs = query_pairs(query);
         Ok(Address {
             repository: Repository::Named(repo),
             path,
-            lock_id: lock_id(&query_pairs(query)),
+            lock_id: param(&pairs, "ID"),
+            version: param(&pairs, "version"),
         })
     }
 
@@ -107,7 +112,8 @@ impl Address {
                 git_ref: get("ref").unwrap_or("main").to_owned(),
             },
             path,
-            lock_id: lock_id(&pairs),
+            lock_id: param(&pairs, "ID"),
+            version: param(&pairs, "version"),
         })
     }
 }

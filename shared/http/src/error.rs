@@ -3,7 +3,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use gitstate_core::{BackendError, RegistryError, SealError, StoreError};
+use gitstate_core::{BackendError, CatalogError, RegistryError, SealError, StoreError};
 
 /// Seconds a client is told to wait before retrying a 503.
 const RETRY_AFTER_SECONDS: &str = "2";
@@ -50,6 +50,7 @@ impl From<BackendError> for ApiError {
     fn from(e: BackendError) -> Self {
         match e {
             BackendError::BadRequest(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
+            BackendError::NotFound(m) => ApiError::Message(StatusCode::NOT_FOUND, m),
             BackendError::Locked(holder) => ApiError::Locked(holder),
             e @ BackendError::TooLarge { .. } => {
                 ApiError::Message(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
@@ -73,6 +74,14 @@ impl From<SealError> for ApiError {
             }
         };
         ApiError::Message(status, e.to_string())
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        // DynamoDB unreachable, throttled or refusing: the catalog is a service like the git
+        // server; the client may retry.
+        ApiError::Message(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
     }
 }
 

@@ -155,7 +155,7 @@ pub async fn query_style(
 }
 
 /// The caller's basic-auth pair, if it sent one.
-fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
+pub(crate) fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
@@ -257,22 +257,39 @@ async fn dispatch(
     let backend = &app.backend;
     let path = &address.path;
     let lock_id = address.lock_id.as_deref();
+    if address.version.is_some() && operation != Operation::Get {
+        return Err(ApiError::bad_request(
+            "?version= only applies to GET; restore an earlier version with `gitstate restore`",
+        ));
+    }
     match operation {
-        Operation::Get => Ok(match backend.get(store, path).await? {
-            Some(state) => {
-                let md5 = BASE64.encode(Md5::digest(&state));
-                (
-                    StatusCode::OK,
-                    [
-                        (header::CONTENT_TYPE, "application/json".to_owned()),
-                        (header::HeaderName::from_static("content-md5"), md5),
-                    ],
-                    state,
-                )
-                    .into_response()
+        Operation::Get => match &address.version {
+            Some(spec) => {
+                let (info, state) = backend.get_version(store, path, spec).await?;
+                let Some(state) = state else {
+                    return Err(ApiError::Message(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "version {spec} of {path} is its deletion (commit {}); it holds no state",
+                            info.commit
+                        ),
+                    ));
+                };
+                let mut response = state_response(state);
+                let headers = response.headers_mut();
+                if let Ok(commit) = HeaderValue::from_str(&info.commit) {
+                    headers.insert("x-gitstate-commit", commit);
+                }
+                if let Some(serial) = info.serial {
+                    headers.insert("x-gitstate-serial", HeaderValue::from(serial));
+                }
+                Ok(response)
             }
-            None => StatusCode::NO_CONTENT.into_response(),
-        }),
+            None => Ok(match backend.get(store, path).await? {
+                Some(state) => state_response(state),
+                None => StatusCode::NO_CONTENT.into_response(),
+            }),
+        },
         Operation::Write => {
             let body = read_body(
                 headers,
@@ -282,21 +299,22 @@ async fn dispatch(
             )
             .await?;
             check_content_md5(headers, &body)?;
-            let facts = app.catalog.as_ref().map(|_| StateFacts::of(&body));
-            backend.post(store, path, body, lock_id, &caller).await?;
-            if let Some(facts) = facts {
-                tell_catalog(
-                    app,
-                    &address,
-                    caller.name.clone(),
-                    CatalogChange::Write(facts),
-                );
-            }
+            let commit = backend
+                .post(store, path, body.clone(), lock_id, &caller)
+                .await?;
+            // The facts are read in the background, off the answer's path.
+            tell_catalog(app, &address, caller.name.clone(), move || {
+                let mut facts = StateFacts::of(&body);
+                facts.commit = commit;
+                CatalogChange::Write(facts)
+            });
             Ok(StatusCode::OK.into_response())
         }
         Operation::Delete => {
-            backend.delete(store, path, lock_id, &caller).await?;
-            tell_catalog(app, &address, caller.name.clone(), CatalogChange::Delete);
+            let commit = backend.delete(store, path, lock_id, &caller).await?;
+            tell_catalog(app, &address, caller.name.clone(), move || {
+                CatalogChange::Delete { commit }
+            });
             Ok(StatusCode::OK.into_response())
         }
         Operation::Lock => {
@@ -304,7 +322,7 @@ async fn dispatch(
             let facts = LockFacts::of(&body);
             backend.lock(store, path, body).await?;
             let who = facts.who.clone();
-            tell_catalog(app, &address, who, CatalogChange::Lock(facts));
+            tell_catalog(app, &address, who, move || CatalogChange::Lock(facts));
             Ok(StatusCode::OK.into_response())
         }
         Operation::Unlock => {
@@ -317,15 +335,35 @@ async fn dispatch(
             } else {
                 requested.who
             };
-            tell_catalog(app, &address, who, CatalogChange::Unlock { force });
+            tell_catalog(app, &address, who, move || CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
         }
     }
 }
 
+/// A state body with its `Content-MD5`.
+fn state_response(state: Bytes) -> Response {
+    let md5 = BASE64.encode(Md5::digest(&state));
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::HeaderName::from_static("content-md5"), md5),
+        ],
+        state,
+    )
+        .into_response()
+}
+
 /// Records a successful change in the catalog, in the background: the answer does not wait for
-/// it and a catalog failure is logged (with the request's id) and counted, never returned.
-fn tell_catalog(app: &AppState, address: &Address, who: String, change: CatalogChange) {
+/// it (nor for `change`, which reads the facts), and a catalog failure is logged (with the
+/// request's id) and counted, never returned.
+fn tell_catalog(
+    app: &AppState,
+    address: &Address,
+    who: String,
+    change: impl FnOnce() -> CatalogChange + Send + 'static,
+) {
     let Some(catalog) = app.catalog.clone() else {
         return;
     };
@@ -333,20 +371,30 @@ fn tell_catalog(app: &AppState, address: &Address, who: String, change: CatalogC
         Repository::Named(name) => name.clone(),
         Repository::AdHoc { url, .. } => without_userinfo(url),
     };
-    let event = CatalogEvent {
-        repository,
-        path: address.path.as_str().to_owned(),
-        who: if who.is_empty() {
-            "anonymous".into()
-        } else {
-            who
-        },
-        at: std::time::SystemTime::now(),
-        change,
-    };
+    let path = address.path.as_str().to_owned();
+    let at = std::time::SystemTime::now();
     let span = tracing::Span::current();
     tokio::spawn(tracing::Instrument::instrument(
         async move {
+            // Reading a large state's facts is CPU work: off the runtime's threads.
+            let change = match tokio::task::spawn_blocking(change).await {
+                Ok(change) => change,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the facts for the catalog failed");
+                    return;
+                }
+            };
+            let event = CatalogEvent {
+                repository,
+                path,
+                who: if who.is_empty() {
+                    "anonymous".into()
+                } else {
+                    who
+                },
+                at,
+                change,
+            };
             if let Err(e) = catalog.record(event).await {
                 CATALOG_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(error = %e, failures = CATALOG_FAILURES.load(std::sync::atomic::Ordering::Relaxed), "the catalog was not updated; the next write or `gitstate catalog rebuild` repairs it");

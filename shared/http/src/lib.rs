@@ -7,6 +7,7 @@
 mod address;
 mod error;
 mod handlers;
+mod inspect;
 
 use std::sync::Arc;
 
@@ -29,10 +30,21 @@ pub struct AppState {
 }
 
 /// Builds the router: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, the query-style address on
-/// `/`, and `/_/health`.
+/// `/`, `/_/health`, and the read-only operational endpoints under `/_/` (states, history,
+/// locks, catalog).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/_/health", get(handlers::health))
+        .route("/_/states/{repo}", get(inspect::states))
+        .route("/_/history/{repo}/{*path}", get(inspect::history))
+        .route("/_/locks/{repo}", get(inspect::locks))
+        .route("/_/catalog/states", get(inspect::catalog_states))
+        .route(
+            "/_/catalog/audit/{repo}/{*path}",
+            get(inspect::catalog_audit),
+        )
+        .route("/_/catalog/find", get(inspect::catalog_find))
+        .route("/_/catalog/duplicates", get(inspect::catalog_duplicates))
         .route("/state/{*rest}", any(handlers::path_style))
         .route("/lock/{*rest}", any(handlers::path_style))
         .route("/", any(handlers::query_style))
