@@ -1139,6 +1139,39 @@ pub fn wrap_command(
     cmd
 }
 
+/// `gitstate ARGS` (an operator command: `history`, `restore`, `locks`, `unlock`, `catalog …`)
+/// run in `dir` as a user would type it: the environment is the test's minus every
+/// `GITSTATE_*`, `SOPS_*` and git credential variable, plus `env`; stdin is closed. Run it with
+/// [`run_captured`].
+pub fn gitstate_command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(gitstate_bin());
+    cmd.args(args).current_dir(dir).stdin(Stdio::null());
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy().to_string();
+        if k.starts_with("GITSTATE_")
+            || k.starts_with("SOPS_")
+            || k == "GIT_USERNAME"
+            || k == "GIT_PASSWORD"
+            || k == "GITHUB_TOKEN"
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs `gitstate ARGS` (see [`gitstate_command`]) to the end, at most 5 minutes.
+pub fn gitstate_run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> TfOutput {
+    run_captured(
+        gitstate_command(dir, args, env),
+        &format!("gitstate {}", args.join(" ")),
+        Duration::from_secs(300),
+    )
+}
+
 /// Runs `cmd` (from [`wrap_command`]) to the end with stdout/stderr captured; panics with the
 /// output so far when it runs longer than `timeout`. `args` in the result is `describe`.
 pub fn run_captured(mut cmd: Command, describe: &str, timeout: Duration) -> TfOutput {

@@ -229,7 +229,8 @@ pub async fn restore(args: RestoreArgs) -> Result<String, String> {
 #[derive(Args, Debug)]
 pub struct LocksArgs {
     /// Repository names [default: every configured repository].
-    pub repositories: Vec<String>,
+    #[arg(value_name = "REPOSITORY")]
+    pub names: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -240,10 +241,10 @@ pub struct LocksArgs {
 /// Lists the held locks with their holder and age.
 pub async fn locks(args: LocksArgs) -> Result<String, String> {
     let repositories = Repositories::open(&args.settings).await?;
-    let names = if args.repositories.is_empty() {
+    let names = if args.names.is_empty() {
         repositories.names()
     } else {
-        args.repositories.clone()
+        args.names.clone()
     };
     let mut all = Vec::new();
     for name in names {

@@ -337,3 +337,15 @@ async fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own checks of every subcommand (duplicate names, conflicting flags), which would
+    /// otherwise only fail when a user runs that subcommand.
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

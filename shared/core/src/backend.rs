@@ -154,6 +154,15 @@ impl Default for Backend {
     }
 }
 
+/// A write that made a commit: the commit, and the writer its message names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The new commit.
+    pub commit: Revision,
+    /// Who the commit message names: the lock holder's `Who`, else the caller.
+    pub who: String,
+}
+
 /// Who asked, for commit messages when no lock names the writer.
 #[derive(Debug, Clone, Default)]
 pub struct Caller {
@@ -211,8 +220,8 @@ impl Backend {
     }
 
     /// `POST`: stores `body` as the state unless another client holds the lock, and returns the
-    /// new commit. A body equal to what is stored is a success without a commit (`None`), so
-    /// client retries are safe.
+    /// new commit and its writer. A body equal to what is stored is a success without a commit
+    /// (`None`), so client retries are safe.
     pub async fn post(
         &self,
         store: &dyn StateStore,
@@ -220,7 +229,7 @@ impl Backend {
         body: Bytes,
         lock_id: Option<&str>,
         caller: &Caller,
-    ) -> Result<Option<Revision>, BackendError> {
+    ) -> Result<Option<Written>, BackendError> {
         if body.len() > self.max_state_bytes {
             return Err(BackendError::TooLarge {
                 size: body.len(),
@@ -243,7 +252,8 @@ impl Backend {
         .await
     }
 
-    /// `DELETE`: removes the state file in a commit (returned); same lock rules as `POST`.
+    /// `DELETE`: removes the state file in a commit (returned with its writer); same lock rules
+    /// as `POST`.
     /// Deleting a state that does not exist succeeds without a commit.
     pub async fn delete(
         &self,
@@ -251,7 +261,7 @@ impl Backend {
         path: &StatePath,
         lock_id: Option<&str>,
         caller: &Caller,
-    ) -> Result<Option<Revision>, BackendError> {
+    ) -> Result<Option<Written>, BackendError> {
         self.write(store, path, None, lock_id, caller, |who| {
             format!("Delete {path} by {who}")
         })
@@ -266,7 +276,7 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
         message: impl Fn(&str) -> String,
-    ) -> Result<Option<Revision>, BackendError> {
+    ) -> Result<Option<Written>, BackendError> {
         let serializer = store.write_serializer();
         let _serialized = match &serializer {
             Some(mutex) => Some(mutex.lock().await),
@@ -310,7 +320,10 @@ impl Backend {
             match session.update_state(change, &message(&who)).await {
                 Ok(revision) => {
                     tracing::info!(%path, %revision, attempt, "state written");
-                    return Ok(Some(revision));
+                    return Ok(Some(Written {
+                        commit: revision,
+                        who,
+                    }));
                 }
                 Err(StoreError::Stale) => {
                     tracing::debug!(%path, attempt, "state branch moved; rebuilding on the new tip");

@@ -257,7 +257,8 @@ impl Backend {
         let body = with_serial(&state, serial)?;
         let commit = self
             .post(store, path, body.clone(), lock_id, caller)
-            .await?;
+            .await?
+            .map(|written| written.commit);
         Ok(Restored {
             from,
             serial,

@@ -13,7 +13,7 @@ pub mod store;
 pub mod tfstate;
 pub mod time;
 
-pub use backend::{Backend, BackendError, RetryPolicy};
+pub use backend::{Backend, BackendError, RetryPolicy, Written};
 pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,

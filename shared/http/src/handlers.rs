@@ -12,7 +12,7 @@ use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
 use gitstate_core::{CatalogChange, CatalogEvent, LockFacts, StateFacts};
-use gitstate_core::{Credentials, StateStore};
+use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
 use tracing::Instrument;
 
@@ -299,11 +299,12 @@ async fn dispatch(
             )
             .await?;
             check_content_md5(headers, &body)?;
-            let commit = backend
+            let written = backend
                 .post(store, path, body.clone(), lock_id, &caller)
                 .await?;
+            let (commit, who) = written_by(written, &caller);
             // The facts are read in the background, off the answer's path.
-            tell_catalog(app, &address, caller.name.clone(), move || {
+            tell_catalog(app, &address, who, move || {
                 let mut facts = StateFacts::of(&body);
                 facts.commit = commit;
                 CatalogChange::Write(facts)
@@ -311,10 +312,9 @@ async fn dispatch(
             Ok(StatusCode::OK.into_response())
         }
         Operation::Delete => {
-            let commit = backend.delete(store, path, lock_id, &caller).await?;
-            tell_catalog(app, &address, caller.name.clone(), move || {
-                CatalogChange::Delete { commit }
-            });
+            let written = backend.delete(store, path, lock_id, &caller).await?;
+            let (commit, who) = written_by(written, &caller);
+            tell_catalog(app, &address, who, move || CatalogChange::Delete { commit });
             Ok(StatusCode::OK.into_response())
         }
         Operation::Lock => {
@@ -338,6 +338,15 @@ async fn dispatch(
             tell_catalog(app, &address, who, move || CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
         }
+    }
+}
+
+/// The commit of a write and the writer its message names (the caller for a replay, which made
+/// no commit).
+fn written_by(written: Option<Written>, caller: &Caller) -> (Option<String>, String) {
+    match written {
+        Some(w) => (Some(w.commit), w.who),
+        None => (None, caller.name.clone()),
     }
 }
 
