@@ -199,3 +199,235 @@ fn catalog_follows_terraform_locks_and_survives_an_outage() {
             .ok_or(format!("{s}"))
     });
 }
+
+/// A state's JSON as Terraform pulls it.
+fn pull(tf: &Terraform, work: &Path) -> Value {
+    let out = tf.run(work, &["state", "pull"]);
+    out.expect_code(0, "state pull");
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// The `id` of `null_resource.{name}` in a pulled state.
+fn resource_id(state: &Value, name: &str) -> String {
+    state["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap()["instances"][0]["attributes"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn last_commit(cwd: &Path, path: &str) -> String {
+    git(
+        None,
+        &[
+            &format!("--git-dir={}", cwd.join(".gitstate/default.git").display()),
+            "log",
+            "-1",
+            "--format=%H",
+            "main",
+            "--",
+            path,
+        ],
+    )
+    .trim()
+    .to_owned()
+}
+
+/// The catalog's answers with the times of day left out (a rebuild dates an entry by its commit).
+fn comparable_states(states: &Value) -> Value {
+    let mut states = states.clone();
+    for state in states.as_array_mut().unwrap() {
+        state.as_object_mut().unwrap().remove("updated_at");
+    }
+    states
+}
+
+#[test]
+fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
+    let mut moto = MotoServer::start();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let cwd = tempfile::tempdir().unwrap();
+    let mut env: Vec<(String, String)> = moto.aws_env();
+    env.push(("GITSTATE_CATALOG_TABLE".into(), TABLE.into()));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Gitstate::start(&[], &env_refs, cwd.path());
+    let tf = Terraform::installed("1.15.5");
+
+    // Three states, two null_resources each, applied by real Terraform.
+    let paths = ["net/a.tfstate", "net/b.tfstate", "app/c.tfstate"];
+    let works: Vec<tempfile::TempDir> =
+        paths.iter().map(|_| tempfile::tempdir().unwrap()).collect();
+    for (path, work) in paths.iter().zip(&works) {
+        let backend = HttpBackend::new(&server.state_url("default", path));
+        write_main_tf(work.path(), &backend, 2, path);
+        tf.init(work.path()).expect_code(0, "init");
+        tf.apply(work.path()).expect_code(0, "apply");
+    }
+    // b and c are made to manage a's null_resource.r0 too (`terraform state push` of a crafted
+    // state): one real object in three states.
+    let shared = resource_id(&pull(&tf, works[0].path()), "r0");
+    let unique = resource_id(&pull(&tf, works[0].path()), "r1");
+    for work in &works[1..] {
+        let mut state = pull(&tf, work.path());
+        for resource in state["resources"].as_array_mut().unwrap() {
+            if resource["name"] == "r0" {
+                resource["instances"][0]["attributes"]["id"] = Value::from(shared.clone());
+            }
+        }
+        state["serial"] = Value::from(state["serial"].as_u64().unwrap() + 1);
+        let file = work.path().join("crafted.tfstate");
+        std::fs::write(&file, serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+        tf.run(work.path(), &["state", "push", "crafted.tfstate"])
+            .expect_code(0, "state push");
+    }
+
+    let expected_duplicates = serde_json::json!([{
+        "value": shared,
+        "resource_type": "null_resource",
+        "field": "id",
+        "managed_by": [
+            {"repository": "default", "path": "app/c.tfstate", "address": "null_resource.r0", "resource_type": "null_resource", "field": "id"},
+            {"repository": "default", "path": "net/a.tfstate", "address": "null_resource.r0", "resource_type": "null_resource", "field": "id"},
+            {"repository": "default", "path": "net/b.tfstate", "address": "null_resource.r0", "resource_type": "null_resource", "field": "id"},
+        ],
+    }]);
+    eventually(
+        "the duplicate report names exactly the three states",
+        || {
+            let found = json(&moto, &["duplicates"]);
+            (found == expected_duplicates).then_some(()).ok_or(format!(
+                "{found}\n--- find: {}\n--- gitstate log\n{}",
+                json(&moto, &["find", &shared]),
+                server.log()
+            ))
+        },
+    );
+    let (ok, table, _) = catalog(&moto, &["duplicates"]);
+    assert!(
+        ok && table.starts_with("IDENTIFIER") && table.lines().count() == 4,
+        "{table}"
+    );
+    // "which state manages this?"
+    assert_eq!(
+        json(&moto, &["find", &shared]),
+        expected_duplicates[0]["managed_by"]
+    );
+    let one = json(&moto, &["find", &unique]);
+    assert_eq!(one.as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(
+        (&one[0]["path"], &one[0]["address"]),
+        (
+            &Value::from("net/a.tfstate"),
+            &Value::from("null_resource.r1")
+        )
+    );
+    let (ok, none, _) = catalog(&moto, &["find", "no-such-id"]);
+    assert!(ok && none.contains("no state manages no-such-id"), "{none}");
+
+    // Each entry names the commit git holds, and the same answers come over HTTP.
+    let states = json(&moto, &["states"]);
+    for path in paths {
+        let entry = state_entry(&states, path).unwrap();
+        assert_eq!(entry["commit"], last_commit(cwd.path(), path), "{entry}");
+        assert_eq!(entry["updated_by"], terraform_who(), "{entry}");
+    }
+    let trail = json(&moto, &["audit", "default", "net/b.tfstate"]);
+    let writes: Vec<&Value> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "write")
+        .collect();
+    assert_eq!(
+        writes.last().unwrap()["commit"],
+        last_commit(cwd.path(), "net/b.tfstate")
+    );
+    let over_http = |path: &str| {
+        let (status, body) =
+            http("GET", &format!("{}{path}", server.base_url()), None, None).unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    assert_eq!(over_http("/_/catalog/duplicates"), expected_duplicates);
+    assert_eq!(
+        over_http(&format!("/_/catalog/find?identifier={shared}")),
+        expected_duplicates[0]["managed_by"]
+    );
+    assert_eq!(over_http("/_/catalog/states"), states);
+    assert_eq!(over_http("/_/catalog/audit/default/net/b.tfstate"), trail);
+
+    // Rebuild on an empty table gives the same answers.
+    moto.restart();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    assert_eq!(json(&moto, &["states"]), serde_json::json!([]));
+    let mut rebuild = std::process::Command::new(gitstate_bin());
+    rebuild
+        .args(["catalog", "rebuild", "--catalog-table", TABLE])
+        .current_dir(cwd.path())
+        .envs(moto.aws_env());
+    let out = rebuild.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("default: 3 states, 6 identifiers indexed, 0 marked deleted"),
+        "{stdout}"
+    );
+    assert_eq!(
+        comparable_states(&json(&moto, &["states"])),
+        comparable_states(&states)
+    );
+    assert_eq!(json(&moto, &["duplicates"]), expected_duplicates);
+    assert_eq!(json(&moto, &["find", &unique]), one);
+
+    // A state removed from git outside gitstate: the next rebuild marks it deleted and drops it
+    // from the index.
+    let clone = tempfile::tempdir().unwrap();
+    let bare = cwd.path().join(".gitstate/default.git");
+    git(
+        None,
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            clone.path().to_str().unwrap(),
+        ],
+    );
+    git(Some(clone.path()), &["rm", "-q", "app/c.tfstate"]);
+    git(
+        Some(clone.path()),
+        &[
+            "-c",
+            "user.name=ops",
+            "-c",
+            "user.email=ops@x",
+            "commit",
+            "-q",
+            "-m",
+            "Retire c",
+        ],
+    );
+    git(Some(clone.path()), &["push", "-q", "origin", "HEAD:main"]);
+    let out = rebuild.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("default: 2 states, 4 identifiers indexed, 1 marked deleted"),
+        "{stdout}"
+    );
+    let states = json(&moto, &["states"]);
+    assert_eq!(
+        state_entry(&states, "app/c.tfstate").unwrap()["deleted"],
+        true
+    );
+    let managed = json(&moto, &["find", &shared]);
+    assert_eq!(managed.as_array().unwrap().len(), 2, "{managed}");
+}

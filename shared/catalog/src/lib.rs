@@ -268,8 +268,11 @@ impl DynamoCatalog {
                     ("commit", facts.commit.clone()),
                 ] {
                     if let Some(value) = value {
-                        update = update.expression_attribute_values(format!(":{name}"), s(value));
-                        set.push_str(&format!(", {name} = :{name}"));
+                        // aliased: `commit` is a DynamoDB reserved word
+                        update = update
+                            .expression_attribute_names(format!("#{name}"), name)
+                            .expression_attribute_values(format!(":{name}"), s(value));
+                        set.push_str(&format!(", #{name} = :{name}"));
                     }
                 }
                 if let Some(count) = facts.resource_count {

@@ -330,3 +330,42 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     /// Identifiers (same type, attribute and value) managed by more than one state.
     async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_of_managed_resources_only() {
+        let state = br#"{"version":4,"serial":3,"lineage":"l","resources":[
+            {"mode":"managed","type":"null_resource","name":"r0","provider":"p","instances":[
+                {"schema_version":0,"attributes":{"id":"123","triggers":{"a":"b"}},"sensitive_attributes":[]}]},
+            {"module":"module.m","mode":"managed","type":"aws_s3_bucket","name":"b","instances":[
+                {"index_key":"logs","attributes":{"id":"acme-logs","arn":"arn:aws:s3:::acme-logs","tags":{"x":"y"},"name":null}}]},
+            {"mode":"data","type":"aws_ami","name":"u","instances":[{"attributes":{"id":"ami-1"}}]}
+        ]}"#;
+        let facts = StateFacts::of(state);
+        assert_eq!(facts.resource_count, Some(3));
+        let found: Vec<(String, String, String)> = facts
+            .identifiers
+            .iter()
+            .map(|i| (i.value.clone(), i.field.clone(), i.address.clone()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("123".into(), "id".into(), "null_resource.r0".into()),
+                (
+                    "acme-logs".into(),
+                    "id".into(),
+                    "module.m.aws_s3_bucket.b[\"logs\"]".into()
+                ),
+                (
+                    "arn:aws:s3:::acme-logs".into(),
+                    "arn".into(),
+                    "module.m.aws_s3_bucket.b[\"logs\"]".into()
+                ),
+            ]
+        );
+    }
+}
