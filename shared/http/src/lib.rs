@@ -8,6 +8,7 @@ mod address;
 mod error;
 mod handlers;
 mod inspect;
+mod ui;
 
 use std::sync::Arc;
 
@@ -45,6 +46,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/_/catalog/find", get(inspect::catalog_find))
         .route("/_/catalog/duplicates", get(inspect::catalog_duplicates))
+        .route("/_/ui", get(ui::index))
+        .route("/_/ui/{repo}/{*path}", get(ui::state))
         .route("/state/{*rest}", any(handlers::path_style))
         .route("/lock/{*rest}", any(handlers::path_style))
         .route("/", any(handlers::query_style))

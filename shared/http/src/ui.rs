@@ -1,0 +1,286 @@
+//! The read-only web page at `/_/ui`: server-rendered HTML, no JavaScript, no build step. The
+//! index lists every repository's states with serial, size, last writer and lock holder; a
+//! state's page lists its versions and shows what changed in the readable structure between
+//! two of them (resources and outputs added, removed or changed; never a value).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use gitstate_core::history::{StateRow, VersionInfo};
+use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
+use gitstate_core::time::{format_age, format_rfc3339};
+use gitstate_core::{BackendError, StoreError};
+
+use crate::error::ApiError;
+use crate::inspect::{limit, state_path, store_for};
+use crate::AppState;
+
+/// Text made safe for HTML element content and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A path segment or query value made safe for a URL.
+fn url_part(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC)
+        .to_string()
+        .replace("%2F", "/")
+        .replace("%2E", ".")
+        .replace("%2D", "-")
+        .replace("%5F", "_")
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
+table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}\
+th{background:#f3f3f3}td.num{text-align:right}.locked{color:#a00;font-weight:600}\
+td.when{white-space:nowrap}.added{color:#060}.removed{color:#a00}.changed{color:#a60}code{font-size:.9em}.error{color:#a00}";
+
+fn page(title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
+         <style>{STYLE}</style></head><body>\n{body}\n<p><small>gitstate {} · read-only</small></p></body></html>\n",
+        escape(title),
+        env!("CARGO_PKG_VERSION")
+    );
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
+}
+
+fn when(time: Option<i64>) -> String {
+    time.map_or("-".into(), |t| format_rfc3339(t).replace('T', " "))
+}
+
+fn states_table(repo: &str, rows: &[StateRow]) -> String {
+    if rows.is_empty() {
+        return "<p>No states yet.</p>".into();
+    }
+    let mut html = String::from(
+        "<table><thead><tr><th>State</th><th>Serial</th><th>Size (bytes)</th><th>Last writer</th>\
+         <th>Updated (UTC)</th><th>Lock</th></tr></thead><tbody>\n",
+    );
+    for row in rows {
+        let lock = match &row.lock {
+            Some(lock) => format!(
+                "<span class=\"locked\">locked by {}</span> ({}, ID <code>{}</code>{})",
+                escape(&lock.who),
+                escape(&lock.operation),
+                escape(&lock.id),
+                lock.age_seconds
+                    .map_or(String::new(), |a| format!(", {} ago", format_age(a)))
+            ),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            html,
+            "<tr><td><a href=\"/_/ui/{}/{}\">{}</a></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td>{}</td><td class=\"when\">{}</td><td>{lock}</td></tr>",
+            url_part(repo),
+            url_part(&row.path),
+            escape(&row.path),
+            row.serial.map_or("-".into(), |s| s.to_string()),
+            if row.commit.is_some() { row.size.to_string() } else { "-".into() },
+            escape(row.updated_by.as_deref().unwrap_or("-")),
+            when(row.updated_at),
+        );
+    }
+    html.push_str("</tbody></table>");
+    html
+}
+
+/// A store failure the browser should answer by asking for credentials.
+fn needs_credentials(e: &BackendError) -> bool {
+    matches!(e, BackendError::Store(StoreError::Unauthorized(_)))
+}
+
+/// `GET /_/ui`: every configured repository's states.
+pub async fn index(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let mut body = String::from("<h1>gitstate</h1>\n");
+    let names = app.registry.names();
+    if names.is_empty() {
+        body.push_str("<p>No repositories are configured.</p>");
+    }
+    for name in names {
+        let _ = writeln!(body, "<h2>Repository <code>{}</code></h2>", escape(&name));
+        let store = store_for(&app, &name, &headers)?;
+        match app.backend.states(store.as_ref()).await {
+            Ok(rows) => body.push_str(&states_table(&name, &rows)),
+            Err(e) if needs_credentials(&e) => return Err(e.into()),
+            Err(e) => {
+                let _ = write!(body, "<p class=\"error\">{}</p>", escape(&e.to_string()));
+            }
+        }
+    }
+    Ok(page("gitstate", &body))
+}
+
+fn differences(title: &str, list: &[Difference]) -> String {
+    let mut html = format!("<h3>{title}</h3>");
+    if list.is_empty() {
+        html.push_str("<p>No change.</p>");
+        return html;
+    }
+    html.push_str("<ul>");
+    for d in list {
+        let (class, word) = match d.kind {
+            ChangeKind::Added => ("added", "added"),
+            ChangeKind::Removed => ("removed", "removed"),
+            ChangeKind::Changed => ("changed", "changed"),
+        };
+        let _ = write!(
+            html,
+            "<li class=\"{class}\"><code>{}</code> {word}</li>",
+            escape(&d.name)
+        );
+    }
+    html.push_str("</ul>");
+    html
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+/// `GET /_/ui/{repo}/{path}?from=COMMIT&to=COMMIT&limit=N`: a state's versions and the
+/// structure diff between two of them (by default the newest and the one before).
+pub async fn state(
+    State(app): State<AppState>,
+    Path((repo, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let path = state_path(&path)?;
+    let limit = limit(&query)?;
+    let store = store_for(&app, &repo, &headers)?;
+    let backend = &app.backend;
+    let versions = backend.history(store.as_ref(), &path, limit).await?;
+    let mut body = format!(
+        "<p><a href=\"/_/ui\">← all states</a></p><h1><code>{}</code> in <code>{}</code></h1>\n",
+        escape(path.as_str()),
+        escape(&repo)
+    );
+    if versions.is_empty() {
+        body.push_str("<p>This state has no versions.</p>");
+        return Ok(page(path.as_str(), &body));
+    }
+    let pick = |key: &str,
+                default: Option<&VersionInfo>|
+     -> Result<Option<VersionInfo>, ApiError> {
+        match query.get(key) {
+            Some(spec) => versions
+                .iter()
+                .find(|v| v.commit.starts_with(spec.as_str()) && spec.len() >= 4)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::Message(
+                        StatusCode::NOT_FOUND,
+                        format!("{key}={spec} is not a commit among the listed versions of {path}"),
+                    )
+                }),
+            None => Ok(default.cloned()),
+        }
+    };
+    let to = pick("to", versions.first())?;
+    let from = pick(
+        "from",
+        to.as_ref()
+            .and_then(|t| versions.iter().position(|v| v.commit == t.commit))
+            .and_then(|i| versions.get(i + 1)),
+    )?;
+    let content = |version: Option<VersionInfo>| {
+        let store = store.clone();
+        let path = path.clone();
+        async move {
+            match version {
+                Some(v) if !v.deleted => {
+                    let bytes = backend
+                        .read_version(store.as_ref(), &path, &v.commit)
+                        .await?;
+                    Ok::<_, ApiError>(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+                }
+                _ => Ok(None),
+            }
+        }
+    };
+    let (old, new) = tokio::try_join!(content(from.clone()), content(to.clone()))?;
+    let diff: StructureDiff = structure_diff(old.as_ref(), new.as_ref());
+    let label = |v: &Option<VersionInfo>| match v {
+        Some(v) => format!(
+            "serial {} (<code>{}</code>)",
+            v.serial.map_or("?".into(), |s| s.to_string()),
+            short(&v.commit)
+        ),
+        None => "nothing".into(),
+    };
+    let _ = write!(
+        body,
+        "<h2>Changes from {} to {}</h2><p>{} resource instances in the newer version.</p>{}{}",
+        label(&from),
+        label(&to),
+        diff.resource_count,
+        differences("Resources", &diff.resources),
+        differences("Outputs", &diff.outputs)
+    );
+    body.push_str(
+        "<h2>Versions</h2><table><thead><tr><th>Serial</th><th>Commit</th><th>When (UTC)</th>\
+         <th>Who</th><th>Size (bytes)</th><th>Compare</th></tr></thead><tbody>\n",
+    );
+    let base = format!("/_/ui/{}/{}", url_part(&repo), url_part(path.as_str()));
+    for (i, v) in versions.iter().enumerate() {
+        let compare = match versions.get(i + 1) {
+            Some(previous) => format!(
+                "<a href=\"{base}?from={}&amp;to={}\">with the previous</a>",
+                short(&previous.commit),
+                short(&v.commit)
+            ),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            body,
+            "<tr><td class=\"num\">{}</td><td><code>{}</code></td><td class=\"when\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{compare}</td></tr>",
+            v.serial.map_or("-".into(), |s| s.to_string()),
+            short(&v.commit),
+            when(Some(v.time)),
+            escape(&v.who),
+            v.size.map_or("deleted".into(), |s| s.to_string()),
+        );
+    }
+    body.push_str("</tbody></table>");
+    Ok(page(path.as_str(), &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(url_part("envs/prod.tfstate"), "envs/prod.tfstate");
+        assert_eq!(url_part("a b?"), "a%20b%3F");
+    }
+}

@@ -1,0 +1,163 @@
+//! The web page at `/_/ui` in a real browser: Debian's Chromium, headless, loads it after real
+//! Terraform applies, takes a screenshot (kept at `$CARGO_TARGET_DIR/ui-screenshots/`), and the
+//! rendered DOM shows the states with their serial, last writer and lock holder; a state's page
+//! shows its versions and which resources changed, and never a resource's values.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gitstate_tests::*;
+
+/// A generation value that ends up in the resources' `triggers`: the page must never show it.
+const SECRET_GENERATION: &str = "trigger-value-5ecret";
+
+fn chromium() -> PathBuf {
+    which("chromium").unwrap_or_else(|| {
+        panic!("chromium is not installed (apt-get install chromium); {INSTALL_HINT}")
+    })
+}
+
+/// Runs headless Chromium on `url` with `mode` (`--dump-dom` or `--screenshot=FILE`) in a fresh
+/// profile, with the flags that keep it off the (closed) network; returns stdout.
+fn browse(url: &str, mode: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,800",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .arg(mode)
+    .arg(url)
+    .stdin(Stdio::null());
+    let out = run_captured(
+        cmd,
+        &format!("chromium {mode} {url}"),
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, Some(0), "chromium failed: {}", out.stderr);
+    out.stdout
+}
+
+fn screenshot(url: &str, name: &str) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    let _ = std::fs::remove_file(&file);
+    browse(url, &format!("--screenshot={}", file.display()));
+    let png = std::fs::read(&file).expect("chromium wrote the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(png.len() > 5_000, "a blank page? {} bytes", png.len());
+    file
+}
+
+/// The text of a DOM dump without tags, whitespace collapsed.
+fn text_of(dom: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in dom.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                text.push(' ');
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn the_web_page_in_a_real_browser_shows_states_and_the_lock_holder() {
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&[], &[], cwd.path());
+    let tf = Terraform::installed("1.15.5");
+    let mut works = Vec::new();
+    for (path, count) in [("envs/prod.tfstate", 2), ("envs/staging.tfstate", 3)] {
+        let work = tempfile::tempdir().unwrap();
+        let backend = HttpBackend::new(&server.state_url("default", path));
+        write_main_tf(work.path(), &backend, count, "g1");
+        tf.init(work.path()).expect_code(0, "init");
+        tf.apply(work.path()).expect_code(0, "apply");
+        works.push((work, backend, count));
+    }
+    // prod again: one resource more, and new trigger values
+    let (prod, backend, _) = &works[0];
+    write_main_tf(prod.path(), backend, 3, SECRET_GENERATION);
+    tf.apply(prod.path()).expect_code(0, "second apply");
+    // someone holds staging's lock
+    let holder = lock_info("ui-lock-42", "carol@ci-runner", "OperationTypeApply");
+    let staging = server.state_url("default", "envs/staging.tfstate");
+    assert_eq!(http("LOCK", &staging, Some(&holder), None).unwrap().0, 200);
+
+    let index = format!("{}/_/ui", server.base_url());
+    let shot = screenshot(&index, "index.png");
+    eprintln!("screenshot of /_/ui: {}", shot.display());
+    let text = text_of(&browse(&index, "--dump-dom"));
+    let who = terraform_who();
+    for expected in [
+        "envs/prod.tfstate",
+        "envs/staging.tfstate",
+        "locked by carol@ci-runner",
+        "ui-lock-42",
+        who.as_str(),
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} not on the page: {text}"
+        );
+    }
+    // Each row shows the serial git holds.
+    for path in ["envs/prod.tfstate", "envs/staging.tfstate"] {
+        let bytes = git_show(&cwd.path().join(".gitstate/default.git"), "main", path).unwrap();
+        let serial = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()["serial"]
+            .as_u64()
+            .unwrap();
+        let row = text.split(path).nth(1).unwrap_or_default();
+        assert!(
+            row.trim_start().starts_with(&serial.to_string()),
+            "{path}: serial {serial} expected first in its row: {row}"
+        );
+    }
+    assert_eq!(
+        text.matches("locked by").count(),
+        1,
+        "only staging is locked: {text}"
+    );
+
+    // The state's page: versions, and what changed from the first to the second apply.
+    let page = format!("{}/_/ui/default/envs/prod.tfstate", server.base_url());
+    screenshot(&page, "state.png");
+    let dom = browse(&page, "--dump-dom");
+    let text = text_of(&dom);
+    assert!(text.contains("Changes from serial"), "{text}");
+    assert!(text.contains("null_resource.r2 added"), "{text}");
+    assert!(text.contains("null_resource.r0 changed"), "{text}");
+    assert!(
+        !dom.contains(SECRET_GENERATION),
+        "a resource value is on the page: {text}"
+    );
+    let versions = git_log_subjects(
+        &cwd.path().join(".gitstate/default.git"),
+        "main",
+        "envs/prod.tfstate",
+    );
+    assert_eq!(
+        text.matches("with the previous").count(),
+        versions.len() - 1,
+        "{text}"
+    );
+}
