@@ -49,6 +49,8 @@ command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
+# Team users are configured with htpasswd's bcrypt lines; the test makes them with htpasswd.
+command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 # The web page test loads /_/ui in a real browser, headless.
 [ -x /usr/bin/chromium ] || need_pkgs+=(chromium fonts-dejavu-core)
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -263,6 +263,80 @@ fn team_mode_admits_only_configured_tokens() {
     assert!(!gitstate.log().contains(token), "the token reached the log");
 }
 
+/// Team mode with named users: the operator configures `htpasswd -nbB` lines; real Terraform
+/// sends the user's name and password; a wrong password, an unknown name or a token-less caller
+/// gets 401, and the password never reaches the log.
+#[test]
+fn team_mode_admits_configured_users() {
+    let password = "correct horse battery";
+    let line = Command::new("htpasswd")
+        .args(["-nbB", "-C", "8", "alice", password])
+        .output()
+        .expect("htpasswd (apt-get install apache2-utils)");
+    assert!(line.status.success());
+    let user = String::from_utf8(line.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned();
+    assert!(user.starts_with("alice:$2y$"), "{user}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gitstate = Gitstate::start(
+        &["--auth-mode", "team"],
+        &[("GITSTATE_USERS", &user)],
+        dir.path(),
+    );
+    let url = gitstate.state_url("default", "users.tfstate");
+    for auth in [
+        None,
+        Some(("alice", "wrong")),
+        Some(("bob", password)),
+        Some(("", password)),
+    ] {
+        let (status, body) = http("GET", &url, None, auth).expect("get");
+        assert_eq!(status, 401, "{auth:?}: {body}");
+    }
+    assert_eq!(
+        http("GET", &url, None, Some(("alice", password)))
+            .expect("get")
+            .0,
+        204
+    );
+
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().expect("tempdir");
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth("alice", "wrong"),
+        1,
+        "g1",
+    );
+    let refused = tf.init(work.path());
+    assert_ne!(refused.code, Some(0), "init with a wrong password");
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&url).with_auth("alice", password),
+        1,
+        "g1",
+    );
+    tf.run(
+        work.path(),
+        &["init", "-input=false", "-no-color", "-reconfigure"],
+    )
+    .expect_code(0, "init as alice");
+    tf.apply(work.path()).expect_code(0, "apply as alice");
+    tf.plan(work.path()).expect_code(0, "plan shows no changes");
+    let subjects = git_log_subjects(
+        &dir.path().join(".gitstate/default.git"),
+        "main",
+        "users.tfstate",
+    );
+    assert!(!subjects.is_empty(), "apply wrote no commit");
+    assert!(
+        !gitstate.log().contains(password),
+        "the password reached the log"
+    );
+}
+
 /// Team mode on Lambda-style configuration: the deployment's own git password arrives as a KMS
 /// ciphertext (`GIT_PASSWORD_KMS`, here from moto) and is decrypted once at start-up; callers
 /// present a team token. A ciphertext KMS refuses (wrong encryption context) stops the start with

@@ -16,6 +16,8 @@ pub struct Registry {
     named: HashMap<String, Arc<dyn StateStore>>,
     /// Team mode: decoded token hashes.
     tokens: Vec<[u8; 32]>,
+    /// Team mode: named users with password hashes.
+    users: crate::tokens::Users,
     /// The configured repositories (pass-through mode builds a store per request from these).
     repositories: std::collections::BTreeMap<String, RepositoryConfig>,
     allow: Vec<String>,
@@ -117,7 +119,7 @@ impl Registry {
             }
             tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
-        let tokens = match config.auth.mode {
+        let (tokens, users) = match config.auth.mode {
             AuthMode::Team => {
                 let tokens = config
                     .auth
@@ -126,18 +128,21 @@ impl Registry {
                     .map(|h| crate::tokens::parse_hash(h))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(RegistryError::BadAddress)?;
-                if tokens.is_empty() {
+                let users = crate::tokens::Users::parse(&config.auth.users)
+                    .map_err(RegistryError::BadAddress)?;
+                if tokens.is_empty() && users.is_empty() {
                     return Err(RegistryError::BadAddress(
-                        "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES)".into(),
+                        "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES) or user (auth.users, --user or GITSTATE_USERS)".into(),
                     ));
                 }
-                tokens
+                (tokens, users)
             }
-            _ => Vec::new(),
+            _ => (Vec::new(), crate::tokens::Users::default()),
         };
         Ok(Registry {
             named,
             tokens,
+            users,
             repositories,
             allow: config.allow.clone(),
             credentials,
@@ -150,25 +155,26 @@ impl Registry {
         self.config.auth.mode == AuthMode::Passthrough
     }
 
-    /// Team mode: the caller must present one of the configured tokens.
+    /// Team mode: the caller must present one of the configured tokens as its password, or the
+    /// name and password of a configured user.
     fn admit(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
         if self.config.auth.mode != AuthMode::Team {
             return Ok(());
         }
         let refused = |why: &str| {
             RegistryError::Store(gitstate_core::StoreError::Unauthorized(format!(
-                "{why}: send a team token as the backend's password"
+                "{why}: send a team token as the backend's password, or a configured user's name and password"
             )))
         };
-        let caller = caller.ok_or_else(|| refused("this deployment requires a token"))?;
-        if self
+        let caller = caller.ok_or_else(|| refused("this deployment requires credentials"))?;
+        let token = self
             .tokens
             .iter()
-            .any(|hash| crate::tokens::matches(hash, &caller.password))
-        {
+            .any(|hash| crate::tokens::matches(hash, &caller.password));
+        if token || self.users.admits(&caller.username, &caller.password) {
             Ok(())
         } else {
-            Err(refused("the token is not valid"))
+            Err(refused("the credentials are not valid"))
         }
     }
 }

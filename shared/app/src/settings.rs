@@ -59,6 +59,16 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub token_hashes: Vec<String>,
+    /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nbB NAME PASSWORD` (bcrypt) or
+    /// `sha256:<hex>` (repeatable, or comma-separated in the variable); replaces the file's
+    /// `auth.users`.
+    #[arg(
+        long = "user",
+        value_name = "NAME:HASH",
+        env = "GITSTATE_USERS",
+        value_delimiter = ','
+    )]
+    pub users: Vec<String>,
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
@@ -151,6 +161,9 @@ impl Settings {
         }
         if let Some(hashes) = given(&self.token_hashes) {
             config.auth.token_hashes = hashes;
+        }
+        if let Some(users) = given(&self.users) {
+            config.auth.users = users;
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;

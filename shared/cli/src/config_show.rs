@@ -123,9 +123,16 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
     }
     lines.push((
         format!(
-            "auth {{ mode = {}, token_hashes = {} configured }}",
+            "auth {{ mode = {}, token_hashes = {} configured, users = [{}] }}",
             quoted(&format!("{:?}", config.auth.mode).to_lowercase()),
-            config.auth.token_hashes.len()
+            config.auth.token_hashes.len(),
+            config
+                .auth
+                .users
+                .iter()
+                .map(|u| quoted(u.split(':').next().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         sources.of("auth_mode", "auth"),
     ));

@@ -71,6 +71,7 @@ enum Command {
             .help("The git repository holding the state: URL or local bare repository path (NAME=URL also accepted) [default: the configuration file's, else ./.gitstate/default.git]")),
         mut_arg("auth_mode", |a| a.hide(true)),
         mut_arg("token_hashes", |a| a.hide(true)),
+        mut_arg("users", |a| a.hide(true)),
         mut_arg("allow", |a| a.hide(true)),
     )]
     Wrap(wrap::WrapArgs),

@@ -348,6 +348,7 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
     config.auth = AuthConfig {
         mode: AuthMode::Team,
         token_hashes: vec![gitstate_app::tokens::hash_of(&token)],
+        users: Vec::new(),
     };
 
     // The address first: a busy port must stop everything before any file is written.
