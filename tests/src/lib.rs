@@ -653,17 +653,7 @@ impl Gitstate {
                 .arg(format!("127.0.0.1:{port}"))
                 .args(args)
                 .current_dir(cwd);
-            for (key, _) in std::env::vars_os() {
-                let k = key.to_string_lossy();
-                if k.starts_with("GITSTATE_")
-                    || k.starts_with("SOPS_")
-                    || k == "GIT_USERNAME"
-                    || k == "GIT_PASSWORD"
-                    || k == "GITHUB_TOKEN"
-                {
-                    cmd.env_remove(&key);
-                }
-            }
+            without_gitstate_env(&mut cmd);
             if std::env::var_os("RUST_LOG").is_none() {
                 cmd.env("RUST_LOG", "info");
             }
@@ -1139,15 +1129,11 @@ pub fn wrap_command(
     cmd
 }
 
-/// `gitstate ARGS` (an operator command: `history`, `restore`, `locks`, `unlock`, `catalog …`)
-/// run in `dir` as a user would type it: the environment is the test's minus every
-/// `GITSTATE_*`, `SOPS_*` and git credential variable, plus `env`; stdin is closed. Run it with
-/// [`run_captured`].
-pub fn gitstate_command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(gitstate_bin());
-    cmd.args(args).current_dir(dir).stdin(Stdio::null());
+/// Removes from `cmd`'s environment what would configure gitstate behind a test's back: every
+/// `GITSTATE_*` and `SOPS_*` variable and the git credential variables.
+pub fn without_gitstate_env(cmd: &mut Command) {
     for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy().to_string();
+        let k = key.to_string_lossy();
         if k.starts_with("GITSTATE_")
             || k.starts_with("SOPS_")
             || k == "GIT_USERNAME"
@@ -1157,6 +1143,16 @@ pub fn gitstate_command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Comm
             cmd.env_remove(&key);
         }
     }
+}
+
+/// `gitstate ARGS` (an operator command: `history`, `restore`, `locks`, `unlock`, `catalog …`)
+/// run in `dir` as a user would type it: the environment is the test's minus every
+/// `GITSTATE_*`, `SOPS_*` and git credential variable, plus `env`; stdin is closed. Run it with
+/// [`run_captured`].
+pub fn gitstate_command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(gitstate_bin());
+    cmd.args(args).current_dir(dir).stdin(Stdio::null());
+    without_gitstate_env(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -18,11 +18,7 @@ fn catalog(moto: &MotoServer, args: &[&str]) -> (bool, String, String) {
     cmd.arg("catalog")
         .args(args)
         .args(["--catalog-table", TABLE]);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GITSTATE_") {
-            cmd.env_remove(&key);
-        }
-    }
+    without_gitstate_env(&mut cmd);
     let out = cmd
         .envs(moto.aws_env())
         .output()
@@ -63,6 +59,16 @@ fn serial_in_git(cwd: &Path, path: &str) -> u64 {
         .unwrap()
 }
 
+/// `gitstate serve` on the embedded default in a new directory, recording in the moto catalog.
+fn serve_with_catalog(moto: &MotoServer) -> (tempfile::TempDir, Gitstate) {
+    let cwd = tempfile::tempdir().unwrap();
+    let mut env: Vec<(String, String)> = moto.aws_env();
+    env.push(("GITSTATE_CATALOG_TABLE".into(), TABLE.into()));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Gitstate::start(&[], &env_refs, cwd.path());
+    (cwd, server)
+}
+
 #[test]
 fn catalog_follows_terraform_locks_and_survives_an_outage() {
     let mut moto = MotoServer::start();
@@ -71,11 +77,7 @@ fn catalog_follows_terraform_locks_and_survives_an_outage() {
     let (ok, out, _) = catalog(&moto, &["create-table"]);
     assert!(ok && out.contains("exists"), "{out}");
 
-    let cwd = tempfile::tempdir().unwrap();
-    let mut env: Vec<(String, String)> = moto.aws_env();
-    env.push(("GITSTATE_CATALOG_TABLE".into(), TABLE.into()));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Gitstate::start(&[], &env_refs, cwd.path());
+    let (cwd, server) = serve_with_catalog(&moto);
 
     // real terraform: init, apply (3 resources), plan clean
     let tf = Terraform::installed("1.15.5");
@@ -251,11 +253,7 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     let mut moto = MotoServer::start();
     let (ok, _, err) = catalog(&moto, &["create-table"]);
     assert!(ok, "{err}");
-    let cwd = tempfile::tempdir().unwrap();
-    let mut env: Vec<(String, String)> = moto.aws_env();
-    env.push(("GITSTATE_CATALOG_TABLE".into(), TABLE.into()));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Gitstate::start(&[], &env_refs, cwd.path());
+    let (cwd, server) = serve_with_catalog(&moto);
     let tf = Terraform::installed("1.15.5");
 
     // Three states, two null_resources each, applied by real Terraform.

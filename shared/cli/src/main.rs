@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use gitstate_app::{backend_from_config, Registry, Settings};
+use gitstate_app::{Registry, Settings};
 use gitstate_core::Backend;
 use gitstate_http::{router, AppState};
 
@@ -208,19 +208,13 @@ pub(crate) fn app(
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
-    // Encryption first: an enforced configuration without a key must not create a repository.
-    let backend = backend_from_config(&config)
-        .await
-        .map_err(|e| e.to_string())?;
-    let credentials = gitstate_app::server_git_credentials()
-        .await
-        .map_err(|e| e.to_string())?;
-    let registry = Registry::from_config(&config, credentials).map_err(|e| e.to_string())?;
-    let names = registry.names();
-    let catalog = gitstate_app::catalog_from_config(&config)
-        .await
-        .map(|c| c as Arc<dyn gitstate_core::Catalog>);
-    let app = app(backend, registry, catalog);
+    let repositories = admin::Repositories::from_config(&config).await?;
+    let names = repositories.names();
+    let app = app(
+        repositories.backend,
+        repositories.registry,
+        repositories.catalog,
+    );
     // TLS material is checked before binding, so a bad file is reported before anything listens.
     let tls = match &config.tls {
         Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
