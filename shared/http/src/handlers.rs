@@ -202,6 +202,7 @@ async fn read_body(
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(length) = declared {
         if length > max as u64 {
+            discard_in_background(body);
             return Err(too_large(length.to_string()));
         }
     }
@@ -220,6 +221,31 @@ async fn read_body(
             )))
         }
     }
+}
+
+/// Most bytes of a refused body read and thrown away after the answer, and for how long.
+const DISCARD_LIMIT: u64 = 1 << 30;
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Reads and throws away a body that was refused unread (413 from its Content-Length), so the
+/// connection stays open while the client is still sending: closing a socket with unread data
+/// makes the kernel reset it, and the reset can destroy the answer before the client reads it.
+/// Nothing is kept; past [`DISCARD_LIMIT`] bytes or [`DISCARD_TIME`] the connection is dropped.
+fn discard_in_background(body: Body) {
+    use http_body_util::BodyExt;
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut discarded = 0u64;
+        let started = Instant::now();
+        while discarded <= DISCARD_LIMIT && started.elapsed() < DISCARD_TIME {
+            match tokio::time::timeout(DISCARD_TIME, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    discarded += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => break,
+            }
+        }
+    });
 }
 
 /// Checks a `Content-MD5` request header against the body, when the client sent one.
