@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gitstate_tests::{
-    bare_repo, free_port, git_log_subjects, http, refs_under, tools_dir, write_main_tf,
-    GitHttpServer, HttpBackend, Terraform,
+    bare_repo, free_port, git, git_log_subjects, git_show, gitstate_run, http, refs_under,
+    tools_dir, write_main_tf, GitHttpServer, HttpBackend, Terraform,
 };
 
 const USER: &str = "lambda-user";
@@ -89,11 +89,23 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
     std::fs::create_dir_all(&repos).expect("repos");
     let repo = bare_repo(&repos, "states");
     let server = GitHttpServer::start(&repos, USER, PASSWORD);
+    // The catalog on moto, as the SAM stack passes its table to the function.
+    let moto = gitstate_tests::crypto::MotoServer::start();
+    let aws: Vec<(String, String)> = moto.aws_env();
+    let aws_refs: Vec<(&str, &str)> = aws.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let catalog = |args: &[&str]| {
+        let mut all = vec!["catalog"];
+        all.extend_from_slice(args);
+        all.extend(["--catalog-table", "lambda-catalog"]);
+        gitstate_run(dir.path(), &all, &aws_refs)
+    };
+    catalog(&["create-table"]).expect_code(0, "catalog create-table");
+    let aws_lines: String = aws.iter().map(|(k, v)| format!("{k}=\"{v}\"\n")).collect();
     let env_file = dir.path().join("lambda.env");
     std::fs::write(
         &env_file,
         format!(
-            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nGITSTATE_MAX_STATE_BYTES=200000\nRUST_LOG=info\n",
+            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nGITSTATE_MAX_STATE_BYTES=200000\nGITSTATE_CATALOG_TABLE=lambda-catalog\n{aws_lines}RUST_LOG=info\n",
             server.url("states"),
             dir.path().join("cache").display()
         ),
@@ -154,6 +166,35 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
         refs_under(&repo, "refs/heads/locks/").is_empty(),
         "a lock was left behind"
     );
+    // The function recorded the apply in the catalog before answering (Lambda freezes it
+    // afterwards): the entry is there at once, with the serial and commit git holds.
+    let states = catalog(&["states", "--json"]);
+    states.expect_code(0, "catalog states");
+    let states: serde_json::Value = serde_json::from_str(&states.stdout).expect("json");
+    let in_git = git_show(&repo, "main", "lambda.tfstate").expect("state in git");
+    let serial =
+        serde_json::from_slice::<serde_json::Value>(&in_git).expect("state")["serial"].clone();
+    let tip = git(
+        None,
+        &[
+            &format!("--git-dir={}", repo.display()),
+            "rev-parse",
+            "main",
+        ],
+    );
+    assert_eq!(states[0]["path"], "lambda.tfstate", "{states}");
+    assert_eq!(states[0]["serial"], serial, "{states}");
+    assert_eq!(states[0]["commit"], tip.trim(), "{states}");
+    assert!(states[0]["lock"].is_null(), "{states}");
+    // In pass-through mode the catalog spans repositories the caller may not read: not served.
+    let (status, body) = http(
+        "GET",
+        &format!("{base}/_/catalog/states"),
+        None,
+        Some((USER, PASSWORD)),
+    )
+    .expect("get");
+    assert_eq!(status, 403, "{body}");
     // Over the configured maximum: 413, and the sentence says where large states go.
     let big = format!(
         r#"{{"version":4,"serial":99,"lineage":"big","outputs":{{"blob":{{"value":"{}","type":"string"}}}},"resources":[]}}"#,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use gitstate_app::{backend_from_config, Registry, Settings};
-use gitstate_http::{router, AppState};
+use gitstate_http::{router_recording_before_answering, AppState};
 
 /// Lambda's synchronous request payload limit.
 const LAMBDA_PAYLOAD_LIMIT_MB: u32 = 6;
@@ -19,6 +19,9 @@ struct Environment {
     #[command(flatten)]
     settings: Settings,
 }
+
+/// Longest an answer waits for the catalog to record its change.
+const CATALOG_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
@@ -49,10 +52,9 @@ async fn main() -> Result<(), lambda_http::Error> {
     let catalog = gitstate_app::catalog_from_config(&config)
         .await
         .map(|c| c as Arc<dyn gitstate_core::Catalog>);
-    let app = router(AppState {
-        registry: Arc::new(registry),
-        backend,
-        catalog,
-    });
+    let state = AppState::new(Arc::new(registry), backend, catalog);
+    // Lambda freezes the function once it has answered: the catalog's changes are recorded
+    // before the answer leaves (bounded), not in the background as on the server.
+    let app = router_recording_before_answering(state, CATALOG_FLUSH_LIMIT);
     lambda_http::run(app).await
 }

@@ -199,11 +199,7 @@ pub(crate) fn app(
     registry: Registry,
     catalog: Option<Arc<dyn gitstate_core::Catalog>>,
 ) -> axum::Router {
-    router(AppState {
-        registry: Arc::new(registry),
-        backend,
-        catalog,
-    })
+    router(AppState::new(Arc::new(registry), backend, catalog))
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
-use gitstate_core::{CatalogChange, CatalogEvent, LockFacts, StateFacts};
+use gitstate_core::{CatalogChange, LockFacts, StateFacts};
 use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
 use tracing::Instrument;
@@ -390,57 +390,23 @@ fn state_response(state: Bytes) -> Response {
         .into_response()
 }
 
-/// Records a successful change in the catalog, in the background: the answer does not wait for
-/// it (nor for `change`, which reads the facts), and a catalog failure is logged (with the
-/// request's id) and counted, never returned.
+/// Records a successful change in the catalog, in the background and in the order of the
+/// answers (see [`crate::recorder`]); a catalog failure is logged and counted, never returned.
 fn tell_catalog(
     app: &AppState,
     address: &Address,
     who: String,
     change: impl FnOnce() -> CatalogChange + Send + 'static,
 ) {
-    let Some(catalog) = app.catalog.clone() else {
+    let Some(recorder) = &app.recorder else {
         return;
     };
     let repository = match &address.repository {
         Repository::Named(name) => name.clone(),
         Repository::AdHoc { url, .. } => without_userinfo(url),
     };
-    let path = address.path.as_str().to_owned();
-    let at = std::time::SystemTime::now();
-    let span = tracing::Span::current();
-    tokio::spawn(tracing::Instrument::instrument(
-        async move {
-            // Reading a large state's facts is CPU work: off the runtime's threads.
-            let change = match tokio::task::spawn_blocking(change).await {
-                Ok(change) => change,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the facts for the catalog failed");
-                    return;
-                }
-            };
-            let event = CatalogEvent {
-                repository,
-                path,
-                who: if who.is_empty() {
-                    "anonymous".into()
-                } else {
-                    who
-                },
-                at,
-                change,
-            };
-            if let Err(e) = catalog.record(event).await {
-                CATALOG_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(error = %e, failures = CATALOG_FAILURES.load(std::sync::atomic::Ordering::Relaxed), "the catalog was not updated; the next write or `gitstate catalog rebuild` repairs it");
-            }
-        },
-        span,
-    ));
+    recorder.tell(repository, address.path.as_str().to_owned(), who, change);
 }
-
-/// Catalog updates that failed since the process started.
-static CATALOG_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// `url` without a `user:password@` part.
 fn without_userinfo(url: &str) -> String {

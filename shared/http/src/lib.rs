@@ -8,6 +8,7 @@ mod address;
 mod error;
 mod handlers;
 mod inspect;
+mod recorder;
 mod ui;
 
 use std::sync::Arc;
@@ -28,6 +29,36 @@ pub struct AppState {
     pub backend: Backend,
     /// The catalog told about every successful change, off the request's path (`None`: off).
     pub catalog: Option<Arc<dyn Catalog>>,
+    /// Records changes in the catalog in the order they were answered.
+    recorder: Option<Arc<recorder::Recorder>>,
+}
+
+impl AppState {
+    /// The state of a router over `registry` with `backend`'s policy, recording every change in
+    /// `catalog` when there is one.
+    pub fn new(
+        registry: Arc<dyn StoreRegistry>,
+        backend: Backend,
+        catalog: Option<Arc<dyn Catalog>>,
+    ) -> AppState {
+        let recorder = catalog
+            .clone()
+            .map(|c| Arc::new(recorder::Recorder::new(c)));
+        AppState {
+            registry,
+            backend,
+            catalog,
+            recorder,
+        }
+    }
+
+    /// Waits (at most `limit`) until the changes queued for the catalog are recorded; see
+    /// [`recorder::Recorder::flush`]. Without a catalog, returns at once.
+    pub async fn flush_catalog(&self, limit: std::time::Duration) {
+        if let Some(recorder) = &self.recorder {
+            recorder.flush(limit).await;
+        }
+    }
 }
 
 /// Builds the router: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, the query-style address on
@@ -54,4 +85,21 @@ pub fn router(state: AppState) -> Router {
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(handlers::request_context))
         .with_state(state)
+}
+
+/// [`router`] whose answers wait (at most `limit`) until the catalog has recorded their change:
+/// for runtimes that freeze the process once it has answered (Lambda), where background work
+/// would wait for the next invocation or be lost with the container.
+pub fn router_recording_before_answering(state: AppState, limit: std::time::Duration) -> Router {
+    let flushing = state.clone();
+    router(state).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let flushing = flushing.clone();
+            async move {
+                let response = next.run(request).await;
+                flushing.flush_catalog(limit).await;
+                response
+            }
+        },
+    ))
 }
