@@ -13,7 +13,7 @@ difference), one with `--catalog-table`, one without. Each state is Terraform-sh
   /_/catalog/duplicates      a scan of every indexed identifier
   /_/catalog/audit           one state's trail
 
-Usage: scripts/bench-catalog.py [--runs 30] [--states 200] [--resources 20] [--gitstate PATH]
+Usage: scripts/bench-catalog.py [--runs 30] [--states 100] [--resources 10] [--gitstate PATH]
 Needs moto (scripts/install-test-deps.sh puts it in $GITSTATE_TOOLS/moto-5.2.5). Prints markdown
 tables (median, min-max) for docs/BENCHMARKS.md.
 """
@@ -100,8 +100,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--states", type=int, default=200)
-    parser.add_argument("--resources", type=int, default=20)
+    parser.add_argument("--states", type=int, default=100)
+    parser.add_argument("--resources", type=int, default=10)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gitstate-target"))
     parser.add_argument("--gitstate", default=os.path.join(target, "release", "gitstate"))
     args = parser.parse_args()
@@ -196,7 +196,7 @@ def main():
             (f"`/_/catalog/states` ({args.states + 3} states)", "/_/catalog/states"),
             ("`/_/catalog/find?identifier=…` (one identifier)",
              f"/_/catalog/find?identifier=i-{5:08x}{3:08x}"),
-            (f"`/_/catalog/duplicates` (scan of {2 * args.resources * (args.states + 3)} identifiers)",
+            (f"`/_/catalog/duplicates` ({2 * args.resources * (args.states + 3)} identifiers indexed, none shared)",
              "/_/catalog/duplicates"),
             ("`/_/catalog/audit/default/bench.tfstate`", "/_/catalog/audit/default/bench.tfstate"),
         ]

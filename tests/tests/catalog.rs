@@ -428,4 +428,7 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     );
     let managed = json(&moto, &["find", &shared]);
     assert_eq!(managed.as_array().unwrap().len(), 2, "{managed}");
+    let remaining = json(&moto, &["duplicates"]);
+    assert_eq!(remaining[0]["managed_by"], managed, "{remaining}");
+    assert_eq!(remaining.as_array().unwrap().len(), 1, "{remaining}");
 }

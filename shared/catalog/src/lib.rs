@@ -330,12 +330,15 @@ impl DynamoCatalog {
     }
 
     /// Brings the resource index of one state in line with `identifiers`: what the state no
-    /// longer holds is deleted, what is new is put (both directions).
+    /// longer holds is deleted, what is new is put (both directions); with `check_duplicates`,
+    /// each identifier whose holders changed is read back and its `DUPS` marker set or removed
+    /// (a rebuild skips that and recomputes every marker at the end).
     async fn sync_index(
         &self,
         repository: &str,
         path: &str,
         identifiers: &[ResourceIdentifier],
+        check_duplicates: bool,
     ) -> Result<(), CatalogError> {
         let state_pk = format!("RES#{repository}#{path}");
         let indexed: std::collections::BTreeSet<ResourceIdentifier> = self
@@ -357,9 +360,15 @@ impl DynamoCatalog {
                 requests.push(WriteRequest::builder().delete_request(delete).build());
             }
         }
-        let touched: std::collections::BTreeSet<(String, String, String)> = indexed
+        // (value, type, field) → whether this state now holds it.
+        let touched: std::collections::BTreeMap<(String, String, String), bool> = indexed
             .symmetric_difference(&wanted)
-            .map(|id| (id.value.clone(), id.resource_type.clone(), id.field.clone()))
+            .map(|id| {
+                (
+                    (id.value.clone(), id.resource_type.clone(), id.field.clone()),
+                    wanted.contains(id),
+                )
+            })
             .collect();
         for new in wanted.difference(&indexed) {
             for (pk, sk) in index_keys(repository, path, new) {
@@ -380,31 +389,52 @@ impl DynamoCatalog {
         self.batch_write(requests).await?;
         // After the index is written (read back consistently, so of two states adding one
         // identifier at once, the later one sees both): mark or unmark it as a duplicate.
-        for (value, resource_type, field) in touched {
+        if !check_duplicates {
+            return Ok(());
+        }
+        for ((value, resource_type, field), held) in touched {
             let holders = self.holders(&value, &resource_type, &field).await?;
-            let key = (s(DUPS), s(format!("{value}#{resource_type}#{field}")));
-            if distinct_states(&holders) > 1 {
-                self.client
-                    .put_item()
-                    .table_name(&self.table)
-                    .item("pk", key.0)
-                    .item("sk", key.1)
-                    .item("value", s(&value))
-                    .item("resource_type", s(&resource_type))
-                    .item("field", s(&field))
-                    .send()
-                    .await
-                    .map_err(failed("PutItem"))?;
-            } else {
-                self.client
-                    .delete_item()
-                    .table_name(&self.table)
-                    .key("pk", key.0)
-                    .key("sk", key.1)
-                    .send()
-                    .await
-                    .map_err(failed("DeleteItem"))?;
+            let duplicate = distinct_states(&holders) > 1;
+            if duplicate || !held {
+                // A marker can exist only where the identifier had another holder: one this
+                // state just took needs no delete when it is alone.
+                self.mark_duplicate(&value, &resource_type, &field, duplicate)
+                    .await?;
             }
+        }
+        Ok(())
+    }
+
+    /// Puts (`duplicate`) or deletes the `DUPS` marker of an identifier.
+    async fn mark_duplicate(
+        &self,
+        value: &str,
+        resource_type: &str,
+        field: &str,
+        duplicate: bool,
+    ) -> Result<(), CatalogError> {
+        let (pk, sk) = (s(DUPS), s(format!("{value}#{resource_type}#{field}")));
+        if duplicate {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", pk)
+                .item("sk", sk)
+                .item("value", s(value))
+                .item("resource_type", s(resource_type))
+                .item("field", s(field))
+                .send()
+                .await
+                .map_err(failed("PutItem"))?;
+        } else {
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .key("pk", pk)
+                .key("sk", sk)
+                .send()
+                .await
+                .map_err(failed("DeleteItem"))?;
         }
         Ok(())
     }
@@ -551,11 +581,12 @@ impl Catalog for DynamoCatalog {
         let took = self.update_state(&event, &at).await?;
         match &event.change {
             CatalogChange::Write(facts) if took => {
-                self.sync_index(&event.repository, &event.path, &facts.identifiers)
+                self.sync_index(&event.repository, &event.path, &facts.identifiers, true)
                     .await
             }
             CatalogChange::Delete { .. } => {
-                self.sync_index(&event.repository, &event.path, &[]).await
+                self.sync_index(&event.repository, &event.path, &[], true)
+                    .await
             }
             _ => Ok(()),
         }
@@ -604,7 +635,7 @@ impl Catalog for DynamoCatalog {
                 .item("lock_created", s(lock.created));
         }
         put.send().await.map_err(failed("PutItem"))?;
-        self.sync_index(&event.repository, &event.path, &facts.identifiers)
+        self.sync_index(&event.repository, &event.path, &facts.identifiers, false)
             .await
     }
 
@@ -633,10 +664,62 @@ impl Catalog for DynamoCatalog {
                 .send()
                 .await
                 .map_err(failed("UpdateItem"))?;
-            self.sync_index(repository, &entry.path, &[]).await?;
+            self.sync_index(repository, &entry.path, &[], false).await?;
             forgotten += 1;
         }
         Ok(forgotten)
+    }
+
+    async fn rebuild_duplicates(&self) -> Result<usize, CatalogError> {
+        // A scan of every index entry, once: cheaper than asking per identifier when all of
+        // them were just rewritten.
+        let mut groups: std::collections::BTreeMap<(String, String, String), Vec<ManagedBy>> =
+            Default::default();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(pk, :id)")
+                .expression_attribute_values(":id", s("ID#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(failed("Scan"))?;
+            for item in page.items() {
+                let id = identifier_of(item);
+                groups
+                    .entry((id.value, id.resource_type, id.field))
+                    .or_default()
+                    .push(managed_by(item));
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => break,
+            }
+        }
+        let duplicates: std::collections::BTreeSet<(String, String, String)> = groups
+            .into_iter()
+            .filter(|(_, holders)| distinct_states(holders) > 1)
+            .map(|(key, _)| key)
+            .collect();
+        for marker in self.query_partition(DUPS.into()).await? {
+            let key = (
+                get_s(&marker, "value").unwrap_or_default(),
+                get_s(&marker, "resource_type").unwrap_or_default(),
+                get_s(&marker, "field").unwrap_or_default(),
+            );
+            if !duplicates.contains(&key) {
+                self.mark_duplicate(&key.0, &key.1, &key.2, false).await?;
+            }
+        }
+        for (value, resource_type, field) in &duplicates {
+            self.mark_duplicate(value, resource_type, field, true)
+                .await?;
+        }
+        Ok(duplicates.len())
     }
 
     async fn states(&self) -> Result<Vec<StateEntry>, CatalogError> {

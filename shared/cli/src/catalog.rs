@@ -164,6 +164,13 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
             present.len()
         ));
     }
+    let duplicates = catalog
+        .rebuild_duplicates()
+        .await
+        .map_err(|e| e.to_string())?;
+    summary.push_str(&format!(
+        "{duplicates} identifier(s) managed by more than one state\n"
+    ));
     Ok(summary)
 }
 

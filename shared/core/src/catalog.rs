@@ -302,8 +302,8 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     async fn record(&self, event: CatalogEvent) -> Result<(), CatalogError>;
 
     /// Rebuild: sets the entry of a state from what git holds now (unconditionally, with its
-    /// lock or none) and its resource index, without an audit event. `event.change` must be a
-    /// write.
+    /// lock or none) and its resource index, without an audit event and without updating the
+    /// duplicate report (see [`Catalog::rebuild_duplicates`]). `event.change` must be a write.
     async fn rebuild_entry(
         &self,
         event: CatalogEvent,
@@ -317,6 +317,10 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
         repository: &str,
         present: &std::collections::BTreeSet<String>,
     ) -> Result<usize, CatalogError>;
+
+    /// Rebuild, last step: recomputes which identifiers more than one state holds from the
+    /// whole index (the entries rebuilt before skip that check). Returns how many there are.
+    async fn rebuild_duplicates(&self) -> Result<usize, CatalogError>;
 
     /// Every state entry, sorted by repository and path.
     async fn states(&self) -> Result<Vec<StateEntry>, CatalogError>;
