@@ -288,23 +288,27 @@ impl RemoteStore {
             Intent::Unlock => vec![&lock_ref],
         };
         let receive_pack = ReceivePack::connect(&self.endpoint)?;
-        let state_tip = match intent {
+        let mut state_tip = match intent {
             Intent::Write => receive_pack.tip(&self.state_ref),
             Intent::Unlock => None,
         };
-        let lock_tip = receive_pack.tip(&lock_ref);
-        let present = |repo: &gix::Repository| {
-            [state_tip, lock_tip]
-                .into_iter()
-                .flatten()
-                .all(|id| repo.has_object(id))
+        let mut lock_tip = receive_pack.tip(&lock_ref);
+        let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
+            tips.into_iter().flatten().all(|id| repo.has_object(id))
         };
-        if !present(&self.cache()?.repo()) {
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             // Written by another process, or the cache is new: fetch over upload-pack (shallow),
             // keeping the session open for the push.
-            self.cache()?.refresh(&self.endpoint, &names)?;
-            if !present(&self.cache()?.repo()) {
-                // The refs moved between the two advertisements: the push would lose anyway.
+            let fresh = self.cache()?.refresh(&self.endpoint, &names)?;
+            // upload-pack's advertisement came after receive-pack's: when another writer moved
+            // the refs in between, work from the newer tips. receive-pack compares the expected
+            // old id with the ref's value when it updates it, not with what it advertised, so
+            // this push can still win where it would otherwise be sure to lose.
+            if intent == Intent::Write {
+                state_tip = fresh.get(&self.state_ref).copied();
+            }
+            lock_tip = fresh.get(&lock_ref).copied();
+            if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
                 return Err(StoreError::Stale);
             }
         }
