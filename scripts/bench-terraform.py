@@ -223,6 +223,7 @@ def main():
     tf_version = subprocess.run([tf, "version"], env=tf_env, stdout=subprocess.PIPE,
                                 check=True).stdout.decode().splitlines()[0]
 
+    load_before = os.getloadavg()
     root = tempfile.mkdtemp(prefix="gitstate-bench-tf-")
     procs, pg = [], None
     ports = {}
@@ -315,7 +316,8 @@ def main():
     print(f"{tf_version} ({tf}); runs per cell: {args.runs} (+1 warm-up); loopback; "
           f"{os.cpu_count()} cores; `terraform version` alone: "
           f"{statistics.median(startup):.2f} s ({min(startup):.2f}–{max(startup):.2f})"
-          + (f"; {pg.version}" if pg else ""))
+          + (f"; {pg.version}" if pg else "")
+          + f"; load average (1 min) {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
     print()
     print("| resources | command | backend | median (min–max) s | ratio vs local | ratio vs s3+DynamoDB |")
     print("|---|---|---|---|---|---|")
