@@ -11,6 +11,10 @@ Backends (all on loopback, all started by this script and stopped at the end):
   pg             the `pg` backend against a throwaway PostgreSQL cluster (Debian's postgresql;
                  initdb + pg_ctl in a temporary directory, as the postgres user when run as root)
   s3             the `s3` backend with DynamoDB locking (`dynamodb_table`) against moto_server
+  lambda         (optional, not in the default list) the gitstate Lambda function under
+                 `cargo lambda watch --release` (cargo-lambda from scripts/install-lambda-tools.sh),
+                 configured with the same smart-HTTP remote as gitstate-http; the first request
+                 waits for the build
 
 For each resource count (null_resource from the null provider 2.1.2, installed offline through
 TF_CLI_CONFIG_FILE's filesystem_mirror) every backend gets its own working directory, which is
@@ -30,9 +34,11 @@ PostgreSQL (`apt-get install postgresql`). Prints markdown tables for docs/BENCH
 """
 import argparse
 import glob
+import http.client
 import os
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,15 +48,18 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (lighttpd + git http-backend helpers)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = os.environ.get("GITSTATE_TOOLS", os.path.expanduser("~/.cache/gitstate-tools"))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gitstate-target"))
-ALL_BACKENDS = ["local", "gitstate", "gitstate-http", "pg", "s3"]
+ALL_BACKENDS = ["local", "gitstate", "gitstate-http", "pg", "s3", "lambda"]
+DEFAULT_BACKENDS = ["local", "gitstate", "gitstate-http", "pg", "s3"]
 LABELS = {
     "local": "local (baseline)",
     "gitstate": "gitstate serve, embedded repository",
     "gitstate-http": "gitstate serve, smart-HTTP remote",
     "pg": "pg (PostgreSQL 15)",
     "s3": "s3 + DynamoDB lock (moto)",
+    "lambda": "gitstate Lambda (cargo lambda watch), smart-HTTP remote",
 }
 COMMANDS = {
     "init": ["init", "-input=false", "-no-color"],
@@ -124,12 +133,43 @@ def aws_env(port):
                 AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
 
 
+# ------------------------------------------------------------------ cargo lambda watch
+def start_lambda(root, port, remote):
+    venv = os.path.join(TOOLS, "cargo-lambda-venv", "bin")
+    if not os.path.exists(os.path.join(venv, "cargo-lambda")):
+        raise SystemExit("cargo-lambda is missing: run scripts/install-lambda-tools.sh")
+    env_file = os.path.join(root, "lambda.env")
+    with open(env_file, "w") as f:
+        f.write(f'GITSTATE_REPOSITORY="default={remote}"\nGIT_USERNAME={bench.USER}\n'
+                f'GIT_PASSWORD={bench.PASSWORD}\nGITSTATE_CACHE_DIR="{root}/lambda-cache"\nRUST_LOG=warn\n')
+    log = open(os.path.join(root, "lambda-watch.log"), "w")
+    env = dict(os.environ, PATH=venv + os.pathsep + os.environ["PATH"])
+    proc = subprocess.Popen(["cargo", "lambda", "watch", "--release", "--ignore-changes", "-A", "127.0.0.1",
+                             "-P", str(port), "-p", "gitstate-lambda", "--env-file", env_file],
+                            cwd=ROOT, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 1800  # the first invocation builds the function
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"cargo lambda watch exited; see {root}/lambda-watch.log")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            conn.request("GET", "/lambda-url/gitstate-lambda/_/health")
+            if conn.getresponse().status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(1)
+    raise SystemExit("cargo lambda watch did not serve the function in 30 minutes")
+
+
 # ------------------------------------------------------------------ configurations
 def backend_block(backend, count, ports):
     if backend == "local":
         return ""
-    if backend in ("gitstate", "gitstate-http"):
-        url = f"http://127.0.0.1:{ports[backend]}/state/default/r{count}.tfstate"
+    if backend in ("gitstate", "gitstate-http", "lambda"):
+        prefix = "/lambda-url/gitstate-lambda" if backend == "lambda" else ""
+        url = f"http://127.0.0.1:{ports[backend]}{prefix}/state/default/r{count}.tfstate"
         return f"""  backend "http" {{
     address        = "{url}"
     lock_address   = "{url}"
@@ -202,7 +242,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--resources", default="20,200")
-    parser.add_argument("--backends", default=",".join(ALL_BACKENDS))
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                        help=f"comma-separated, of {', '.join(ALL_BACKENDS)}")
     parser.add_argument("--commands", default="init,plan,apply")
     parser.add_argument("--terraform", default=os.path.join(TOOLS, "terraform-1.15.5", "terraform"))
     parser.add_argument("--gitstate", default=os.path.join(TARGET, "release", "gitstate"))
@@ -236,13 +277,18 @@ def main():
                  "--data-dir", os.path.join(root, "data"), "--log-format", "json"],
                 env=dict(os.environ, RUST_LOG="info"), cwd=root, stdout=log, stderr=log))
             bench.wait_port(ports["gitstate"])
-        if "gitstate-http" in backends:
+        if "gitstate-http" in backends or "lambda" in backends:
             repos = os.path.join(root, "repos")
             os.makedirs(repos)
             bench.git("init", "--bare", "-q", "-b", "main", os.path.join(repos, "states.git"))
             bench.git("config", "http.receivepack", "true", cwd=os.path.join(repos, "states.git"))
             http_port = bench.free_port()
             procs.append(bench.start_lighttpd(root, repos, http_port))
+        if "lambda" in backends:
+            ports["lambda"] = bench.free_port()
+            procs.append(start_lambda(root, ports["lambda"],
+                                      f"http://127.0.0.1:{http_port}/git/states.git"))
+        if "gitstate-http" in backends:
             ports["gitstate-http"] = bench.free_port()
             log = open(os.path.join(root, "gitstate-http.log"), "w")
             procs.append(subprocess.Popen(
@@ -300,7 +346,10 @@ def main():
                           file=sys.stderr)
     finally:
         for proc in reversed(procs):
-            proc.terminate()
+            if proc.args[0] == "cargo" and os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session, never our group
+            else:
+                proc.terminate()
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
