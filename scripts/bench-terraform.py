@@ -169,7 +169,8 @@ def backend_block(backend, count, ports):
         return ""
     if backend in ("gitstate", "gitstate-http", "lambda"):
         prefix = "/lambda-url/gitstate-lambda" if backend == "lambda" else ""
-        url = f"http://127.0.0.1:{ports[backend]}{prefix}/state/default/r{count}.tfstate"
+        # gitstate-http and lambda share the remote repository: one state per backend
+        url = f"http://127.0.0.1:{ports[backend]}{prefix}/state/default/{backend}-r{count}.tfstate"
         return f"""  backend "http" {{
     address        = "{url}"
     lock_address   = "{url}"
