@@ -141,7 +141,7 @@ def start_lambda(root, port, remote):
     env_file = os.path.join(root, "lambda.env")
     with open(env_file, "w") as f:
         f.write(f'GITSTATE_REPOSITORY="default={remote}"\nGIT_USERNAME={bench.USER}\n'
-                f'GIT_PASSWORD={bench.PASSWORD}\nGITSTATE_CACHE_DIR="{root}/lambda-cache"\nRUST_LOG=warn\n')
+                f'GIT_PASSWORD={bench.PASSWORD}\nGITSTATE_CACHE_DIR="{root}/lambda-cache"\nRUST_LOG=info\n')
     log = open(os.path.join(root, "lambda-watch.log"), "w")
     env = dict(os.environ, PATH=venv + os.pathsep + os.environ["PATH"])
     proc = subprocess.Popen(["cargo", "lambda", "watch", "--release", "--ignore-changes", "-A", "127.0.0.1",
@@ -240,6 +240,16 @@ def count_requests(log_path, since):
             handled.append((event["span"]["method"], event["fields"]["status"],
                             event["fields"]["duration_ms"]))
     return handled
+
+
+def force_unlock(backend, count, ports):
+    """UNLOCK with an empty body (terraform force-unlock) on a gitstate-served state."""
+    prefix = "/lambda-url/gitstate-lambda" if backend == "lambda" else ""
+    conn = http.client.HTTPConnection("127.0.0.1", ports[backend], timeout=60)
+    conn.request("UNLOCK", f"{prefix}/state/default/{backend}-r{count}.tfstate", body=b"")
+    response = conn.getresponse()
+    response.read()
+    print(f"  force-unlock {backend}-r{count}.tfstate: {response.status}", file=sys.stderr)
 
 
 def summarize(samples):
@@ -357,6 +367,8 @@ def main():
                                 print(f"  {e}; again", file=sys.stderr)
                                 if command == "init":
                                     shutil.rmtree(os.path.join(dirs[b], ".terraform"), ignore_errors=True)
+                                else:  # the killed command may hold the lock: force-unlock
+                                    force_unlock(b, count, ports)
                         else:
                             raise SystemExit(f"terraform {command} on {b} hung 3 times")
                         if command == "apply" and "0 added, 0 changed, 0 destroyed" not in out:
