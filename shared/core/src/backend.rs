@@ -24,8 +24,7 @@ pub struct RetryPolicy {
     pub attempts: u32,
     /// How long a write keeps trying in all; past it, the write answers "busy" (503).
     pub budget: Duration,
-    /// Upper bound of the second back-off (the first retry goes at once); doubles per attempt up
-    /// to `max_delay`. Each sleep is a uniformly random fraction of the bound (full jitter), so
+    /// Upper bound of the first back-off; doubles per attempt up to `max_delay`. Each sleep is a uniformly random fraction of the bound (full jitter), so
     /// contending writers spread out.
     pub base_delay: Duration,
     /// Cap of one back-off.
@@ -34,14 +33,14 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        // A lost attempt already costs the next one a fresh advertisement and a fetch, which
-        // spaces it; long sleeps only hand the branch to whoever wrote last (measured: with 4
-        // servers on one remote, writes lost up to 39 times in a row behind a 400 ms cap).
+        // Bounded by time rather than by a count: with several servers on one remote a write
+        // lost up to 39 times in a row under bursts, and 40 attempts ended in a 503 (measured,
+        // docs/BENCHMARKS.md). Shorter back-offs were tried and made it worse (more collisions).
         RetryPolicy {
             attempts: 400,
             budget: Duration::from_secs(30),
             base_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(400),
         }
     }
 }
@@ -53,12 +52,9 @@ impl RetryPolicy {
         if attempt + 1 >= self.attempts || started.elapsed() >= self.budget {
             return false;
         }
-        if attempt == 0 {
-            return true;
-        }
         let bound = self
             .base_delay
-            .saturating_mul(1u32 << (attempt - 1).min(16))
+            .saturating_mul(1u32 << attempt.min(16))
             .min(self.max_delay);
         let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
         let pause = rand::rng().random_range(0..=nanos);
