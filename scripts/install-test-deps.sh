@@ -47,6 +47,8 @@ command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+# HTTPS git remotes are tested behind lighttpd with TLS.
+[ -e /usr/lib/lighttpd/mod_openssl.so ] || need_pkgs+=(lighttpd-mod-openssl)
 command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 # Team users are configured with htpasswd's bcrypt lines; the test makes them with htpasswd.
@@ -59,7 +61,7 @@ fi
 
 LIGHTTPD=$(command -v lighttpd 2>/dev/null || echo /usr/sbin/lighttpd)
 [ -x "$LIGHTTPD" ] || die "lighttpd not found after install"
-for mod in mod_cgi mod_auth mod_authn_file; do  # mod_alias, mod_setenv are built in (1.4.6x)
+for mod in mod_cgi mod_auth mod_authn_file mod_openssl; do  # mod_alias, mod_setenv are built in (1.4.6x)
     [ -e "/usr/lib/lighttpd/$mod.so" ] || die "lighttpd module $mod missing (/usr/lib/lighttpd/$mod.so)"
 done
 GIT_HTTP_BACKEND="$(git --exec-path)/git-http-backend"

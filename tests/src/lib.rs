@@ -337,6 +337,7 @@ pub fn git_show(git_dir: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
 pub struct GitHttpServer {
     _guard: ChildGuard,
     port: u16,
+    scheme: &'static str,
     user: String,
     password: String,
     _dir: TempDir,
@@ -346,6 +347,27 @@ impl GitHttpServer {
     /// Serves the bare repositories in `repos_dir` at `http://127.0.0.1:PORT/git/NAME.git`,
     /// readable and writable by `user`:`password` (and nobody else).
     pub fn start(repos_dir: &Path, user: &str, password: &str) -> GitHttpServer {
+        GitHttpServer::launch(repos_dir, user, password, None)
+    }
+
+    /// Like [`GitHttpServer::start`] over HTTPS (lighttpd's mod_openssl) with the certificate
+    /// chain `cert` and its key `key` (PEM files): `https://127.0.0.1:PORT/git/NAME.git`.
+    pub fn start_https(
+        repos_dir: &Path,
+        user: &str,
+        password: &str,
+        cert: &Path,
+        key: &Path,
+    ) -> GitHttpServer {
+        GitHttpServer::launch(repos_dir, user, password, Some((cert, key)))
+    }
+
+    fn launch(
+        repos_dir: &Path,
+        user: &str,
+        password: &str,
+        tls: Option<(&Path, &Path)>,
+    ) -> GitHttpServer {
         let lighttpd = require_tool("lighttpd");
         let openssl = require_tool("openssl");
         let exec_path = git(None, &["--exec-path"]).trim().to_string();
@@ -393,6 +415,14 @@ impl GitHttpServer {
             fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
         }
         let path_env = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+        let tls_conf = match tls {
+            Some((cert, key)) => format!(
+                "server.modules += (\"mod_openssl\")\nssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
+                cert.display(),
+                key.display()
+            ),
+            None => String::new(),
+        };
 
         let spawn = |port: u16| {
             let conf = dir.path().join("lighttpd.conf");
@@ -424,7 +454,7 @@ $HTTP["url"] =~ "^/git/" {{
         "PATH" => "{path_env}"
     )
 }}
-"#,
+{tls_conf}"#,
                     docroot = docroot.display(),
                     errorlog = dir.path().join("error.log").display(),
                     backend = wrapper.display(),
@@ -446,6 +476,7 @@ $HTTP["url"] =~ "^/git/" {{
         GitHttpServer {
             _guard: guard,
             port,
+            scheme: if tls.is_some() { "https" } else { "http" },
             user: user.to_string(),
             password: password.to_string(),
             _dir: dir,
@@ -456,9 +487,12 @@ $HTTP["url"] =~ "^/git/" {{
         self.port
     }
 
-    /// `http://127.0.0.1:PORT/git/NAME.git` (no credentials).
+    /// `http://127.0.0.1:PORT/git/NAME.git` (`https://` when started with TLS; no credentials).
     pub fn url(&self, repo_name: &str) -> String {
-        format!("http://127.0.0.1:{}/git/{repo_name}.git", self.port)
+        format!(
+            "{}://127.0.0.1:{}/git/{repo_name}.git",
+            self.scheme, self.port
+        )
     }
 
     /// `http://USER:PASSWORD@127.0.0.1:PORT/git/NAME.git`, for plain git in assertions.

@@ -218,3 +218,80 @@ fn bad_tls_files_stop_the_start_with_a_sentence() {
         "{stderr}"
     );
 }
+
+/// The other direction: gitstate as an HTTPS client of its git server (what every GitHub or GitLab
+/// remote is). lighttpd serves `git http-backend` over TLS with a certificate from a private CA;
+/// gitstate trusts that CA through `SSL_CERT_FILE` (the system's roots, read once per process)
+/// and real Terraform writes through it. Without the CA, the git server is refused with a
+/// sentence and nothing is written.
+#[test]
+fn gitstate_writes_to_an_https_git_server() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = from_a_ca(certs.path());
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let (user, password) = ("tls-bot", "tls-Pa55");
+    let git_server = GitHttpServer::start_https(repos.path(), user, password, &cert, &key);
+    let url = git_server.url("states");
+    assert!(url.starts_with("https://"), "{url}");
+    let repository = format!("default={url}");
+    let ca_file = ca.to_str().unwrap();
+
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(
+        &["--repository", &repository],
+        &[
+            ("GIT_USERNAME", user),
+            ("GIT_PASSWORD", password),
+            ("SSL_CERT_FILE", ca_file),
+        ],
+        cwd.path(),
+    );
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().unwrap();
+    let backend = HttpBackend::new(&server.state_url("default", "over-tls.tfstate"));
+    write_main_tf(work.path(), &backend, 2, "tls-remote");
+    tf.init(work.path()).expect_code(0, "init");
+    let applied = tf.apply(work.path());
+    if applied.code != Some(0) {
+        eprintln!("--- gitstate log\n{}", server.log());
+    }
+    applied.expect_code(0, "apply through an https git server");
+    tf.plan(work.path()).expect_code(0, "plan");
+    let subjects = git_log_subjects(&bare, "main", "over-tls.tfstate");
+    assert!(
+        subjects
+            .iter()
+            .all(|s| s.starts_with("Update over-tls.tfstate (serial ")),
+        "{subjects:?}"
+    );
+    assert!(!subjects.is_empty());
+    assert!(refs_under(&bare, "refs/heads/locks/").is_empty());
+
+    // A gitstate that does not trust the CA: refused, one sentence, nothing written.
+    let untrusting = Gitstate::start(
+        &["--repository", &repository],
+        &[
+            ("GIT_USERNAME", user),
+            ("GIT_PASSWORD", password),
+            ("SSL_CERT_FILE", cert.to_str().unwrap()), // the server's own certificate is no CA
+        ],
+        cwd.path(),
+    );
+    let state = untrusting.state_url("default", "refused.tfstate");
+    let (status, body) = http(
+        "POST",
+        &state,
+        Some(r#"{"version":4,"serial":1,"lineage":"x"}"#),
+        None,
+    )
+    .unwrap();
+    assert!([502, 503].contains(&status), "{status}: {body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("127.0.0.1"),
+        "{body}"
+    );
+    assert!(!body.contains(password));
+    assert!(git_log_subjects(&bare, "main", "refused.tfstate").is_empty());
+}

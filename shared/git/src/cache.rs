@@ -413,8 +413,7 @@ impl Cache {
             .to_connection_with_transport(transport)
             .with_credentials(|_| Ok(None));
         if is_http {
-            connection =
-                connection.with_transport_options(Box::new(http_options(endpoint.timeout)));
+            connection = connection.with_transport_options(Box::new(http_options(endpoint)));
         }
         let prepare = connection
             .prepare_fetch(
