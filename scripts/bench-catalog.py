@@ -21,33 +21,18 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import free_port, wait_http  # noqa: E402  (shared helpers)
+
 TOOLS = os.environ.get("GITSTATE_TOOLS", os.path.expanduser("~/.cache/gitstate-tools"))
 TABLE = "bench-catalog"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{url} did not answer")
 
 
 def state_body(state_index, serial, resources):

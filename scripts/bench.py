@@ -45,6 +45,20 @@ def wait_port(port, timeout=20):
     raise SystemExit(f"nothing listens on {port}")
 
 
+def wait_http(url, timeout=30):
+    """Waits until `url` answers 200 (a server's health endpoint)."""
+    import urllib.request
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer")
+
+
 def git(*args, cwd=None, env=None):
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout
