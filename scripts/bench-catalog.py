@@ -18,7 +18,6 @@ Needs moto (scripts/install-test-deps.sh puts it in $GITSTATE_TOOLS/moto-5.2.5).
 tables (median, min-max) for docs/BENCHMARKS.md.
 """
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -28,7 +27,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import free_port, wait_http  # noqa: E402  (shared helpers)
+import bench  # noqa: E402  (shared helpers)
+from bench import free_port, lock_body, wait_http  # noqa: E402
 
 TOOLS = os.environ.get("GITSTATE_TOOLS", os.path.expanduser("~/.cache/gitstate-tools"))
 TABLE = "bench-catalog"
@@ -52,23 +52,8 @@ def state_body(state_index, serial, resources):
                       indent=2).encode()
 
 
-def lock_body(lock_id):
-    return json.dumps({"ID": lock_id, "Operation": "OperationTypeApply", "Info": "",
-                       "Who": "bench@host", "Version": "1.15.5",
-                       "Created": "2026-11-22T00:00:00Z", "Path": ""}).encode()
-
-
-class Client:
-    def __init__(self, port):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-    def request(self, method, path, body=None, expect=200):
-        self.conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        response = self.conn.getresponse()
-        data = response.read()
-        if response.status != expect:
-            raise SystemExit(f"{method} {path}: {response.status} {data[:300]!r}")
-        return data
+class Client(bench.Client):
+    """bench.py's kept-alive client, timing requests."""
 
     def timed(self, method, path, body=None, expect=200):
         start = time.perf_counter()

@@ -83,7 +83,10 @@ fn protected(v: &Value) -> Vec<(String, Value)> {
 /// [`same`] over the protected leaves of two documents.
 fn same_protected(a: &Value, b: &Value) -> bool {
     let (a, b) = (protected(a), protected(b));
-    a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.0 == y.0 && same(&x.1, &y.1))
+    a.len() == b.len()
+        && a.iter()
+            .zip(&b)
+            .all(|(x, y)| x.0 == y.0 && same(&x.1, &y.1))
 }
 
 fn object() -> impl Strategy<Value = Value> {
