@@ -266,16 +266,23 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
         tf.init(work.path()).expect_code(0, "init");
         tf.apply(work.path()).expect_code(0, "apply");
     }
-    // b and c are made to manage a's null_resource.r0 too (`terraform state push` of a crafted
-    // state): one real object in three states.
-    let shared = resource_id(&pull(&tf, works[0].path()), "r0");
-    let unique = resource_id(&pull(&tf, works[0].path()), "r1");
-    for work in &works[1..] {
+    // The null provider's ids come from Go's math/rand, seeded alike in every provider process,
+    // so two states can hold the same id by chance. Every id is set explicitly instead
+    // (`terraform state push` of a crafted state): each state's r1 gets its own, and every r0
+    // gets one shared id, one real object managed by three states.
+    let shared = "i-shared-0001".to_owned();
+    let unique = "i-unique-net-a-r1".to_owned();
+    for (path, work) in paths.iter().zip(&works) {
         let mut state = pull(&tf, work.path());
         for resource in state["resources"].as_array_mut().unwrap() {
-            if resource["name"] == "r0" {
-                resource["instances"][0]["attributes"]["id"] = Value::from(shared.clone());
-            }
+            let id = match resource["name"].as_str().unwrap() {
+                "r0" => shared.clone(),
+                name => format!(
+                    "i-unique-{}-{name}",
+                    path.trim_end_matches(".tfstate").replace('/', "-")
+                ),
+            };
+            resource["instances"][0]["attributes"]["id"] = Value::from(id);
         }
         state["serial"] = Value::from(state["serial"].as_u64().unwrap() + 1);
         let file = work.path().join("crafted.tfstate");
@@ -283,6 +290,7 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
         tf.run(work.path(), &["state", "push", "crafted.tfstate"])
             .expect_code(0, "state push");
     }
+    assert_eq!(resource_id(&pull(&tf, works[0].path()), "r1"), unique);
 
     let expected_duplicates = serde_json::json!([{
         "value": shared,

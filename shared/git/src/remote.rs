@@ -69,6 +69,9 @@ pub struct RemoteStore {
     /// operation then takes the current one and keeps it to the end, sessions included).
     pinned: Option<Arc<Cache>>,
     timeout: Duration,
+    /// This store has passed a remote check of the history (with its credentials). A pass-through
+    /// deployment makes a store per request, so this is "in this request" there.
+    history_checked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Objects built in memory for one push, and the pack holding them.
@@ -88,6 +91,7 @@ impl RemoteStore {
             handle,
             pinned: None,
             timeout: config.timeout,
+            history_checked: Arc::default(),
         })
     }
 
@@ -459,6 +463,8 @@ impl RemoteStore {
     fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
         let cache = self.handle.history()?;
         let tips = cache.refresh(&self.endpoint, &[&self.state_ref])?;
+        self.history_checked
+            .store(true, std::sync::atomic::Ordering::Release);
         let tip = tips.get(&self.state_ref).copied();
         Ok((cache, tip))
     }
@@ -482,7 +488,16 @@ impl RemoteStore {
         commit: &Revision,
     ) -> Result<Option<Bytes>, StoreError> {
         let commit = parse_id(commit)?;
-        let (cache, _) = self.history_cache()?;
+        // A commit never changes: once this store has checked the remote (the history that
+        // named the commit, in the same request), a commit the history cache holds is read
+        // without asking again. Otherwise: check and fetch first.
+        let checked = self
+            .history_checked
+            .load(std::sync::atomic::Ordering::Acquire);
+        let cache = match self.handle.history()? {
+            cache if checked && cache.repo().has_object(commit) => cache,
+            _ => self.history_cache()?.0,
+        };
         crate::history::read_at(&cache.repo(), commit, path.as_str())
     }
 
