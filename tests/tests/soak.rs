@@ -1,8 +1,12 @@
-//! Soak: 16 writers × 200 writes (`GITSTATE_SOAK_WRITES` changes the 200) over 16 states of one
-//! repository on a smart-HTTP remote, through one server, while 2 lockers take and release locks
-//! on their own states and 2 readers read the writers' states. Afterwards: every write is a
-//! commit, every file is its writer's last write, no answer was a 5xx, no lock is left, and no
-//! reader ever saw a state go back. Throughput and latency percentiles are printed (not asserted).
+//! Soak: 16 writers over 16 states of one repository on a smart-HTTP remote, through one server,
+//! while 2 lockers take and release locks on their own states and 2 readers read the writers'
+//! states. Afterwards: every write is a commit, every file is its writer's last write, no answer
+//! was a 5xx, no lock is left, and no reader ever saw a state go back. Throughput and latency
+//! percentiles are printed (not asserted).
+//!
+//! Length: by default each writer keeps writing for `GITSTATE_SOAK_SECONDS` (60) and at least 5
+//! times; `GITSTATE_SOAK_WRITES=200` instead makes every writer write exactly that many times
+//! (the long soak of docs/RELIABILITY.md, about 9 minutes on 2 cores).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,10 +38,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[test]
 fn soak_sixteen_writers_with_lockers_and_readers_lose_nothing() {
-    let writes: u64 = std::env::var("GITSTATE_SOAK_WRITES")
+    let fixed_writes: Option<u64> = std::env::var("GITSTATE_SOAK_WRITES")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let seconds: u64 = std::env::var("GITSTATE_SOAK_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(60);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    // How many writes writer w made (a writer stops after a whole write, never mid-request).
+    let wrote = Arc::new(Mutex::new(vec![0u64; WRITERS]));
     let repos = tempfile::tempdir().unwrap();
     let repo = bare_repo(repos.path(), "states");
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
@@ -60,11 +70,24 @@ fn soak_sixteen_writers_with_lockers_and_readers_lose_nothing() {
 
     let mut threads = Vec::new();
     for w in 0..WRITERS {
-        let (base, problems, latencies) = (base.clone(), problems.clone(), latencies.clone());
+        let (base, problems, latencies, wrote) = (
+            base.clone(),
+            problems.clone(),
+            latencies.clone(),
+            wrote.clone(),
+        );
         threads.push(std::thread::spawn(move || {
             let http = client();
             let url = format!("{base}/state/default/soak/w{w}.tfstate");
-            for serial in 1..=writes {
+            for serial in 1.. {
+                let more = match fixed_writes {
+                    Some(n) => serial <= n,
+                    None => serial <= 5 || Instant::now() < deadline,
+                };
+                if !more {
+                    break;
+                }
+                wrote.lock().unwrap()[w] = serial;
                 let t = Instant::now();
                 match http.post(&url).body(state(w, serial)).send() {
                     Ok(r) if r.status().as_u16() == 200 => {}
@@ -173,7 +196,8 @@ fn soak_sixteen_writers_with_lockers_and_readers_lose_nothing() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    for w in 0..WRITERS {
+    let wrote = wrote.lock().unwrap().clone();
+    for (w, &writes) in wrote.iter().enumerate() {
         let path = format!("soak/w{w}.tfstate");
         assert_eq!(
             git_log_subjects(&repo, "main", &path).len() as u64,

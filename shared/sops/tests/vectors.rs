@@ -1,4 +1,4 @@
-//! Decrypts the real-sops JSON vectors of shared/sops-vectors that have an age key.
+//! Decrypts the real-sops JSON vectors of tests/vectors/ that have an age key.
 
 mod common;
 

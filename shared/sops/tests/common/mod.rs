@@ -5,15 +5,12 @@ use std::path::PathBuf;
 
 use gitstate_sops::{KeySource, Node};
 
-/// /work/shared/sops-vectors, found beside the repository.
+/// The real-sops test vectors kept in this crate (`tests/vectors/`, see its README.md).
 pub fn vectors() -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/sops-vectors"
-    ));
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors"));
     assert!(
         p.join("README.md").is_file(),
-        "sops test vectors not found at {} (the repository's parent directory must hold shared/sops-vectors)",
+        "sops test vectors not found at {} (they are part of the repository: is the checkout complete?)",
         p.display()
     );
     p
