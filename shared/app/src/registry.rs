@@ -63,6 +63,13 @@ fn open_store(
         let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
         return Ok(Arc::new(store));
     }
+    // A configuration mistake, told as one (not as a store failure).
+    gitstate_core::RepoUrl::parse(url).map_err(|e| {
+        RegistryError::BadAddress(format!(
+            "the repository URL {} cannot be used: {e}",
+            redact_url(url)
+        ))
+    })?;
     let store = RemoteStore::new(RemoteConfig {
         url: url.to_owned(),
         git_ref: repository.git_ref.clone(),

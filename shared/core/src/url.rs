@@ -227,12 +227,16 @@ impl RepoUrl {
                     "a file:// URL names no host: write file:///path/to/repository.git".into(),
                 ));
             }
+            let segments = parse_path(path)?;
+            if segments.is_empty() {
+                return Err(UrlError("a file:// URL must name a repository path".into()));
+            }
             return Ok(RepoUrl {
                 scheme,
                 userinfo: None,
                 host: None,
                 port: None,
-                segments: parse_path(path)?,
+                segments,
                 scp_like: false,
             });
         }
@@ -449,12 +453,13 @@ fn split_host_port(host_port: &str) -> Result<(&str, Option<u16>), UrlError> {
     Ok((host, port))
 }
 
-/// Decodes `/seg/seg/…` into segments (a trailing `/` is dropped).
+/// Decodes `/seg/seg/…` into segments (a trailing `/` is dropped; `/` alone, a repository at
+/// the server's root, has none).
 fn parse_path(path: &str) -> Result<Vec<String>, UrlError> {
     let path = path.strip_prefix('/').unwrap_or(path);
     let path = path.strip_suffix('/').unwrap_or(path);
     if path.is_empty() {
-        return Err(UrlError("the URL names no repository path".into()));
+        return Ok(Vec::new());
     }
     let mut segments = Vec::new();
     for raw in path.split('/') {
@@ -679,6 +684,10 @@ mod tests {
             parse("http://[::1]:8080/x").transport_url(),
             "http://[::1]:8080/x"
         );
+        // A repository at the server's root (dulwich serves one that way).
+        assert_eq!(parse("http://h:8000/").transport_url(), "http://h:8000/");
+        assert_eq!(parse("http://h:8000").transport_url(), "http://h:8000/");
+        assert!(RepoUrl::parse("file:///").is_err());
     }
 
     #[test]
@@ -727,7 +736,6 @@ mod tests {
             "http://h/git/x.git?service=x",
             "http://h/git/x.git#frag",
             "http://h/git/x .git",
-            "http://h/",
             "http://[::1%25eth0]/x",
             "ext::sh -c touch% /tmp/pwned",
             "ext::sh",
