@@ -53,7 +53,7 @@ enum RepoState {
 /// A server under test, its repository, and gitstate serving `--repository default=URL` from it.
 struct Interop {
     repo: StateRepo,
-    server: Server,
+    kind: Server,
     state: RepoState,
     /// The repository's URL on the server under test (what gitstate is given).
     url: String,
@@ -151,7 +151,7 @@ impl Interop {
                 base_commits,
                 logs,
             },
-            server,
+            kind: server,
             state,
             url,
             auth,
@@ -165,7 +165,7 @@ impl Interop {
     }
 
     fn tag(&self) -> String {
-        format!("{:?} / {:?}", self.server, self.state)
+        format!("{:?} / {:?}", self.kind, self.state)
     }
 
     /// Checks that the server advertises what this case is about; `written`: gitstate has
@@ -198,7 +198,7 @@ impl Interop {
             );
         }
         let caps: Vec<&str> = refs[0].3.split_whitespace().collect();
-        let expected: &[&str] = match self.server {
+        let expected: &[&str] = match self.kind {
             Server::Dulwich => &["atomic", "object-format=sha1", "symref=HEAD:refs/heads/master"],
             Server::JGit => &["atomic", "push-options"],
             Server::Replay { push_options } => {
@@ -220,7 +220,7 @@ impl Interop {
                 "{tag}: the server under test advertises {cap}: {text}"
             );
         }
-        if self.server == (Server::Replay { push_options: false }) && !has_main {
+        if self.kind == (Server::Replay { push_options: false }) && !has_main {
             // Issue 16's advertisement, byte for byte.
             let issue = format!(
                 "001f# service=git-receive-pack\n0000{}0000",

@@ -11,7 +11,7 @@
 //!
 //! Needs `scripts/install-test-deps.sh` and a built `gitstate` binary (see gitstate_tests docs).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gitstate_tests::*;
 
