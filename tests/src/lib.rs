@@ -703,8 +703,12 @@ impl JGitServer {
                 .arg(&repos_dir);
             ChildGuard::spawn(cmd, &dir.path().join("jgit.log"), "JGit http server")
         };
-        let (guard, port) =
-            start_on_free_port("JGit http server", Duration::from_secs(90), spawn, port_open);
+        let (guard, port) = start_on_free_port(
+            "JGit http server",
+            Duration::from_secs(90),
+            spawn,
+            port_open,
+        );
         JGitServer {
             guard,
             port,
@@ -755,7 +759,11 @@ impl ReplayAdvertisementServer {
                 .arg(&backend_url)
                 .arg("--receive-caps")
                 .arg(receive_caps);
-            ChildGuard::spawn(cmd, &dir.path().join("replay.log"), "replay_advertisement.py")
+            ChildGuard::spawn(
+                cmd,
+                &dir.path().join("replay.log"),
+                "replay_advertisement.py",
+            )
         };
         let (guard, port) = start_on_free_port(
             "replay_advertisement.py",
@@ -808,12 +816,7 @@ pub fn advertisement(repo_url: &str, service: &str, auth: Option<(&str, &str)>) 
     let resp = req.send().unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let status = resp.status().as_u16();
     let body = resp.bytes().unwrap().to_vec();
-    assert_eq!(
-        status,
-        200,
-        "GET {url}: {}",
-        String::from_utf8_lossy(&body)
-    );
+    assert_eq!(status, 200, "GET {url}: {}", String::from_utf8_lossy(&body));
     body
 }
 
@@ -1556,10 +1559,7 @@ pub fn terraform_lock_scenario(tf: &Terraform, s: &StateRepo, target: &str, styl
     const STATE: &str = "prod.tfstate";
     const OTHER_ID: &str = "other-holder";
     const OTHER_WHO: &str = "someone@else";
-    println!(
-        "Terraform {} against {target}, locks {style:?}",
-        tf.version
-    );
+    println!("Terraform {} against {target}, locks {style:?}", tf.version);
     let url = s.state_url(STATE);
     let lock_url = match style {
         LockStyle::WebDav => url.clone(),

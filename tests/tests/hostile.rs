@@ -573,7 +573,10 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     // otherwise be written), with POST and PUT, on the path-style and the query-style address.
     let q = format!(
         "/?type=git&repository={}&ref=main&state=hostile.tfstate",
-        git_server.url("states").replace(':', "%3A").replace('/', "%2F")
+        git_server
+            .url("states")
+            .replace(':', "%3A")
+            .replace('/', "%2F")
     );
     let not_objects: [(&str, &[u8]); 5] = [
         ("empty body", b""),

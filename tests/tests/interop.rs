@@ -37,7 +37,9 @@ enum Server {
     Dulwich,
     JGit,
     /// The replay proxy: issue 16's receive-pack capabilities, `push-options` added when true.
-    Replay { push_options: bool },
+    Replay {
+        push_options: bool,
+    },
 }
 
 /// What the repository looks like before gitstate writes anything. HEAD → `refs/heads/master`,
@@ -84,7 +86,10 @@ fn make_repo(dir: &Path, state: RepoState) -> (PathBuf, usize) {
             1
         }
     };
-    git(Some(&git_dir), &["symbolic-ref", "HEAD", "refs/heads/master"]);
+    git(
+        Some(&git_dir),
+        &["symbolic-ref", "HEAD", "refs/heads/master"],
+    );
     // JGit advertises push-options when this is set (git's receive-pack reads another key).
     git(Some(&git_dir), &["config", "receive.pushOptions", "true"]);
     (git_dir, base_commits)
@@ -193,13 +198,20 @@ impl Interop {
         } else {
             assert_eq!(
                 (refs[0].1.as_str(), names.as_slice()),
-                ("0000000000000000000000000000000000000000", &["capabilities^{}"][..]),
+                (
+                    "0000000000000000000000000000000000000000",
+                    &["capabilities^{}"][..]
+                ),
                 "{tag}: an empty repository advertises only capabilities^{{}}: {text}"
             );
         }
         let caps: Vec<&str> = refs[0].3.split_whitespace().collect();
         let expected: &[&str] = match self.kind {
-            Server::Dulwich => &["atomic", "object-format=sha1", "symref=HEAD:refs/heads/master"],
+            Server::Dulwich => &[
+                "atomic",
+                "object-format=sha1",
+                "symref=HEAD:refs/heads/master",
+            ],
             Server::JGit => &["atomic", "push-options"],
             Server::Replay { push_options } => {
                 assert_eq!(
@@ -211,7 +223,11 @@ impl Interop {
                     },
                     "{tag}: the replayed capabilities: {text}"
                 );
-                &["atomic", "object-format=sha1", "symref=HEAD:refs/heads/master"]
+                &[
+                    "atomic",
+                    "object-format=sha1",
+                    "symref=HEAD:refs/heads/master",
+                ]
             }
         };
         for cap in expected {
@@ -220,7 +236,12 @@ impl Interop {
                 "{tag}: the server under test advertises {cap}: {text}"
             );
         }
-        if self.kind == (Server::Replay { push_options: false }) && !has_main {
+        if self.kind
+            == (Server::Replay {
+                push_options: false,
+            })
+            && !has_main
+        {
             // Issue 16's advertisement, byte for byte.
             let issue = format!(
                 "001f# service=git-receive-pack\n0000{}0000",
@@ -293,21 +314,41 @@ fn raw_protocol(server: Server, state: RepoState) {
     let lock_ref = format!("refs/heads/locks/{STATE}");
 
     let (status, body) = status_of("GET", &url, None, &s.ctx());
-    assert_eq!(status, 204, "{tag}: GET before any write: {body}{}", s.ctx());
+    assert_eq!(
+        status,
+        204,
+        "{tag}: GET before any write: {body}{}",
+        s.ctx()
+    );
 
     let holder = lock_info(HOLDER, HOLDER_WHO, "OperationTypeApply");
     let (status, body) = status_of("LOCK", &url, Some(&holder), &s.ctx());
     assert_eq!(status, 200, "{tag}: LOCK: {body}{}", s.ctx());
-    assert_eq!(s.lock_refs(), vec![lock_ref.clone()], "{tag}: the lock is a branch{}", s.ctx());
+    assert_eq!(
+        s.lock_refs(),
+        vec![lock_ref.clone()],
+        "{tag}: the lock is a branch{}",
+        s.ctx()
+    );
     let (status, body) = status_of("LOCK", &url, Some(&holder), &s.ctx());
-    assert_eq!(status, 200, "{tag}: LOCK again by the holder: {body}{}", s.ctx());
+    assert_eq!(
+        status,
+        200,
+        "{tag}: LOCK again by the holder: {body}{}",
+        s.ctx()
+    );
     let other = lock_info("someone-else", "other@interop", "OperationTypeApply");
     let (status, body) = status_of("LOCK", &url, Some(&other), &s.ctx());
     assert_eq!(status, 423, "{tag}: LOCK by another ID: {body}{}", s.ctx());
     assert!(body.contains(HOLDER), "{tag}: 423 names the holder: {body}");
 
     let (status, body) = status_of("POST", &url, Some(&tfstate(1)), &s.ctx());
-    assert_eq!(status, 423, "{tag}: POST without the lock ID: {body}{}", s.ctx());
+    assert_eq!(
+        status,
+        423,
+        "{tag}: POST without the lock ID: {body}{}",
+        s.ctx()
+    );
     let write_url = format!("{url}?ID={HOLDER}");
     let (status, body) = status_of("POST", &write_url, Some(&tfstate(1)), &s.ctx());
     assert_eq!(status, 200, "{tag}: POST serial 1: {body}{}", s.ctx());
@@ -321,7 +362,11 @@ fn raw_protocol(server: Server, state: RepoState) {
     let commits = s.commits_on_main();
     let (status, body) = status_of("POST", &write_url, Some(&tfstate(1)), &s.ctx());
     assert_eq!(status, 200, "{tag}: replayed POST: {body}{}", s.ctx());
-    assert_eq!(s.commits_on_main(), commits, "{tag}: a replayed POST commits nothing");
+    assert_eq!(
+        s.commits_on_main(),
+        commits,
+        "{tag}: a replayed POST commits nothing"
+    );
     let (status, body) = status_of("POST", &write_url, Some(&tfstate(2)), &s.ctx());
     assert_eq!(status, 200, "{tag}: POST serial 2: {body}{}", s.ctx());
     let (status, body) = status_of("GET", &url, None, &s.ctx());
@@ -334,7 +379,12 @@ fn raw_protocol(server: Server, state: RepoState) {
 
     let (status, body) = status_of("UNLOCK", &url, Some(&holder), &s.ctx());
     assert_eq!(status, 200, "{tag}: UNLOCK: {body}{}", s.ctx());
-    assert_eq!(s.lock_refs(), Vec::<String>::new(), "{tag}: no lock left{}", s.ctx());
+    assert_eq!(
+        s.lock_refs(),
+        Vec::<String>::new(),
+        "{tag}: no lock left{}",
+        s.ctx()
+    );
 
     // What plain git sees.
     assert_eq!(
@@ -359,7 +409,11 @@ fn raw_protocol(server: Server, state: RepoState) {
     );
     let tip = git(
         None,
-        &[&format!("--git-dir={}", s.git_dir.display()), "rev-parse", "main"],
+        &[
+            &format!("--git-dir={}", s.git_dir.display()),
+            "rev-parse",
+            "main",
+        ],
     );
     let remote = ls_remote(s.remote_url.as_deref().unwrap());
     assert!(
@@ -368,7 +422,11 @@ fn raw_protocol(server: Server, state: RepoState) {
     );
     if state == RepoState::HeadToMissingBranch {
         let subjects = git_log_subjects(&s.git_dir, "main", "README.md");
-        assert_eq!(subjects, vec!["Initial commit"], "{tag}: the seed commit is kept");
+        assert_eq!(
+            subjects,
+            vec!["Initial commit"],
+            "{tag}: the seed commit is kept"
+        );
     }
     s.check_end();
 }
