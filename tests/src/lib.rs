@@ -1599,7 +1599,7 @@ pub fn terraform_lock_scenario(tf: &Terraform, s: &StateRepo, target: &str, styl
         resources, 2,
         "{tag}: state after apply has 2 resources: {body1}"
     );
-    let commits_after_apply = check_history(&s, STATE, serial1, &body1);
+    let commits_after_apply = check_history(s, STATE, serial1, &body1);
     assert_eq!(
         s.commits_on_main(),
         s.base_commits + commits_after_apply,
@@ -1763,7 +1763,7 @@ pub fn terraform_lock_scenario(tf: &Terraform, s: &StateRepo, target: &str, styl
         body2.contains("\"g2\""),
         "{tag}: the new state holds the new triggers"
     );
-    let commits_after_second = check_history(&s, STATE, serial2, &body2);
+    let commits_after_second = check_history(s, STATE, serial2, &body2);
     assert!(
         commits_after_second > commits_after_apply,
         "{tag}: the second apply committed"
