@@ -569,15 +569,19 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
             "..",
         ),
     ];
-    // Bodies that are not a JSON object, from the lock holder itself (the request that would
-    // otherwise be written), with POST and PUT, on the path-style and the query-style address.
-    let q = format!(
-        "/?type=git&repository={}&ref=main&state=hostile.tfstate",
-        git_server
-            .url("states")
-            .replace(':', "%3A")
-            .replace('/', "%2F")
-    );
+    // Bodies that are not a JSON object (issue 16: an empty POST once committed an empty file),
+    // from the lock holder itself (the request that would otherwise be written) and on a state
+    // nobody locked, with POST and PUT, on the path-style and the query-style address.
+    let query = |state: &str| {
+        format!(
+            "/?type=git&repository={}&ref=main&state={state}",
+            git_server
+                .url("states")
+                .replace(':', "%3A")
+                .replace('/', "%2F")
+        )
+    };
+    let q = query("hostile.tfstate");
     let not_objects: [(&str, &[u8]); 5] = [
         ("empty body", b""),
         ("null", b"null"),
@@ -590,6 +594,14 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
             for (style, target) in [
                 ("by the holder", format!("{p}?ID=holder")),
                 ("query-style, by the holder", format!("{q}&ID=holder")),
+                (
+                    "on an unlocked state",
+                    "/state/default/unlocked.tfstate".to_owned(),
+                ),
+                (
+                    "query-style, on an unlocked state",
+                    query("unlocked.tfstate"),
+                ),
             ] {
                 cases.push(case(
                     &format!("{what}: {method} {style}"),
@@ -646,7 +658,7 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     chunked.body = chunks;
     cases.push(chunked);
 
-    assert!(cases.len() >= 90, "{} cases", cases.len());
+    assert!(cases.len() >= 110, "{} cases", cases.len());
     let mut failures = Vec::new();
     for c in &cases {
         let (status, body) = send(port, c);
@@ -735,4 +747,9 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
         "GET on the query-style address"
     );
     assert_eq!(git_log_subjects(&repo, "main", "hostile.tfstate").len(), 1);
+    assert_eq!(
+        git_show(&repo, "main", "unlocked.tfstate"),
+        None,
+        "nothing was written for the unlocked state"
+    );
 }
