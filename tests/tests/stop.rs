@@ -2,6 +2,8 @@
 //! refused, `stop` lets a request in flight finish (its state is committed) before the server
 //! exits, and the pid file is gone afterwards.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -29,30 +31,51 @@ fn stop_waits_for_requests_in_flight() {
     assert!(!second.status.success());
     assert!(String::from_utf8_lossy(&second.stderr).contains("still runs"));
 
-    // a large write in flight when stop arrives still completes
+    // A large write in flight when stop arrives still completes. "In flight" is proven, not
+    // guessed: the request asks `Expect: 100-continue`, and the server answers `100 Continue`
+    // only once its handler reads the body; stop is sent after that, the body after stop.
     let big = format!(
         r#"{{"version":4,"serial":1,"lineage":"stop","outputs":{{}},"resources":[],"pad":"{}"}}"#,
         "x".repeat(40_000_000)
     );
-    let url = server.state_url("default", "stop.tfstate");
-    let writer = std::thread::spawn(move || http("POST", &url, Some(&big), None));
-    std::thread::sleep(Duration::from_millis(150));
-    let started = Instant::now();
-    let stop = Command::new(gitstate_bin())
-        .args(["stop", "--pid-file", &pid_arg])
-        .output()
+    let mut socket = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
+    write!(
+        socket,
+        "POST /state/default/stop.tfstate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        big.len()
+    )
+    .unwrap();
+    let interim = read_head(&mut socket);
+    assert!(
+        interim.starts_with("HTTP/1.1 100"),
+        "the server did not start reading the body: {interim}"
+    );
+    let started = Instant::now();
+    let stopper = std::thread::spawn(move || {
+        Command::new(gitstate_bin())
+            .args(["stop", "--pid-file", &pid_arg])
+            .output()
+            .unwrap()
+    });
+    // Give the signal time to arrive before the body does (if it arrives later, the test only
+    // proves less; it cannot pass wrongly).
+    std::thread::sleep(Duration::from_millis(300));
+    socket.write_all(big.as_bytes()).unwrap();
+    let mut answer = String::new();
+    socket
+        .read_to_string(&mut answer)
+        .expect("the request in flight got an answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let stop = stopper.join().unwrap();
     assert!(
         stop.status.success(),
         "{}",
         String::from_utf8_lossy(&stop.stderr)
     );
     assert!(String::from_utf8_lossy(&stop.stdout).contains("stopped"));
-    let (status, body) = writer
-        .join()
-        .unwrap()
-        .expect("the request in flight got an answer");
-    assert_eq!(status, 200, "{body}");
     assert!(started.elapsed() < Duration::from_secs(60));
     assert!(!server.running(), "the server still runs after stop");
     assert!(!pid_file.exists(), "the pid file is left behind");
@@ -65,9 +88,22 @@ fn stop_waits_for_requests_in_flight() {
 
     // stop without a server says so
     let again = Command::new(gitstate_bin())
-        .args(["stop", "--pid-file", &pid_arg])
+        .args(["stop", "--pid-file", pid_file.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("is gitstate serving with --pid-file"));
+}
+
+/// Reads one response head (up to the blank line) from `socket`.
+fn read_head(socket: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match socket.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
 }

@@ -93,9 +93,14 @@ pub struct Config {
     /// Named repositories. Empty: the embedded default.
     #[serde(default, rename = "repository")]
     pub repositories: BTreeMap<String, RepositoryConfig>,
-    /// URL patterns (`*` matches anything) allowed for query-style ad-hoc addresses.
+    /// URL patterns allowed for query-style ad-hoc addresses (see `url_policy`). Those
+    /// repositories are contacted with the caller's credential (pass-through) or with none.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// URL patterns of ad-hoc repositories that may also be contacted with the deployment's own
+    /// git credential (and are allowed): the only way an ad-hoc URL gets it.
+    #[serde(default)]
+    pub allow_with_credential: Vec<String>,
     /// Largest state accepted, in bytes.
     #[serde(default = "default_max_state_bytes")]
     pub max_state_bytes: usize,
@@ -217,6 +222,7 @@ impl Default for Config {
             cache_dir: default_cache_dir(),
             repositories: BTreeMap::new(),
             allow: Vec::new(),
+            allow_with_credential: Vec::new(),
             max_state_bytes: default_max_state_bytes(),
             git_timeout_seconds: default_git_timeout(),
             auth: AuthConfig::default(),
@@ -348,15 +354,10 @@ fn line_of(text: &str, word: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
-/// Removes a `user:password@` part from a URL so it can be shown.
+/// Removes a `user:password@` part from a URL so it can be shown (see
+/// [`gitstate_core::url::redact_in_text`]).
 pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
-            return format!("{scheme}://***@{}", &rest[at + 1..]);
-        }
-    }
-    url.to_owned()
+    gitstate_core::url::redact_in_text(url)
 }
 
 /// Git credentials from the environment: `GIT_USERNAME` + `GIT_PASSWORD`, or `GITHUB_TOKEN`

@@ -1,6 +1,7 @@
 //! The repository registry: names (and allowed ad-hoc URLs) → stores, built from [`Config`].
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
@@ -20,39 +21,30 @@ pub struct Registry {
     users: crate::tokens::Users,
     /// The configured repositories (pass-through mode builds a store per request from these).
     repositories: std::collections::BTreeMap<String, RepositoryConfig>,
-    allow: Vec<String>,
+    policy: crate::url_policy::UrlPolicy,
     credentials: Option<Credentials>,
     config: Config,
-    adhoc: Mutex<HashMap<(String, String), Arc<dyn StateStore>>>,
+    /// Stores of ad-hoc repositories (server and team modes), the most recently used kept.
+    adhoc: Mutex<lru::LruCache<AdHocKey, Arc<dyn StateStore>>>,
 }
+
+/// An ad-hoc store's identity: URL (as given to the transport), branch, and whether it holds the
+/// deployment's credential.
+type AdHocKey = (String, String, bool);
+
+/// How many ad-hoc repositories keep a store (and its cache handle) between requests.
+const ADHOC_STORES: NonZeroUsize = match NonZeroUsize::new(256) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("repositories", &self.named.keys().collect::<Vec<_>>())
-            .field("allow", &self.allow)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
-}
-
-/// True when `text` matches `pattern`, where `*` matches any run of characters.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(at) => rest = &rest[at + middle.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 /// A URL (or scp-like address) rather than a local path.
@@ -139,15 +131,18 @@ impl Registry {
             }
             _ => (Vec::new(), crate::tokens::Users::default()),
         };
+        let policy =
+            crate::url_policy::UrlPolicy::new(&config.allow, &config.allow_with_credential)
+                .map_err(RegistryError::BadAddress)?;
         Ok(Registry {
             named,
             tokens,
             users,
             repositories,
-            allow: config.allow.clone(),
+            policy,
             credentials,
             config: config.clone(),
-            adhoc: Mutex::new(HashMap::new()),
+            adhoc: Mutex::new(lru::LruCache::new(ADHOC_STORES)),
         })
     }
 
@@ -229,51 +224,58 @@ impl StoreRegistry for Registry {
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
         self.admit(caller)?;
-        crate::url_policy::check(url, &self.allow).map_err(RegistryError::NotAllowed)?;
-        let repository = RepositoryConfig {
-            url: url.to_owned(),
-            git_ref: git_ref.to_owned(),
+        let admission = self.policy.admit(url).map_err(RegistryError::NotAllowed)?;
+        let shown = admission.url.display();
+        let scheme = admission.url.scheme();
+        // Whose credential goes to the remote: the caller's (pass-through), the deployment's
+        // (only where an allow_with_credential pattern says so), or none.
+        let credentials = if self.passthrough() {
+            if !scheme.carries_basic_auth() {
+                return Err(RegistryError::NotAllowed(format!(
+                    "the repository {shown} is refused: this deployment passes the caller's basic-auth credential to the git server, which a {}:// transport cannot carry",
+                    scheme.as_str()
+                )));
+            }
+            caller.cloned()
+        } else if admission.server_credential {
+            self.credentials.clone()
+        } else if scheme == gitstate_core::url::Scheme::Ssh {
+            return Err(RegistryError::NotAllowed(format!(
+                "the repository {shown} is refused: ssh would use this deployment's own key, which only repositories matching 'allow_with_credential' get"
+            )));
+        } else {
+            None
         };
+        let open =
+            |credentials: Option<Credentials>| -> Result<Arc<dyn StateStore>, RegistryError> {
+                let store = RemoteStore::new(RemoteConfig {
+                    url: admission.url.transport_url(),
+                    git_ref: git_ref.to_owned(),
+                    credentials,
+                    cache_dir: self.config.cache_dir.clone(),
+                    timeout: self.config.git_timeout(),
+                })?
+                .with_network(admission.network);
+                Ok(Arc::new(store))
+            };
         if self.passthrough() {
-            return open_store(&repository, &self.config, caller);
+            return open(credentials);
         }
-        let key = (url.to_owned(), git_ref.to_owned());
-        let mut adhoc = self
-            .adhoc
-            .lock()
-            .map_err(|_| RegistryError::BadAddress("the registry is unavailable".into()))?;
+        let key = (
+            admission.url.transport_url(),
+            git_ref.to_owned(),
+            admission.server_credential,
+        );
+        let mut adhoc = self.adhoc.lock().map_err(|_| {
+            RegistryError::Store(gitstate_core::StoreError::Internal(
+                "the registry's store map is poisoned (a bug)".into(),
+            ))
+        })?;
         if let Some(store) = adhoc.get(&key) {
             return Ok(store.clone());
         }
-        let store = open_store(&repository, &self.config, self.credentials.as_ref())?;
-        adhoc.insert(key, store.clone());
+        let store = open(credentials)?;
+        adhoc.put(key, store.clone());
         Ok(store)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match(
-            "https://github.com/acme/*",
-            "https://github.com/acme/x.git"
-        ));
-        assert!(!glob_match(
-            "https://github.com/acme/*",
-            "https://github.com/evil/x.git"
-        ));
-        assert!(glob_match(
-            "https://*.example.com/*.git",
-            "https://a.example.com/r.git"
-        ));
-        assert!(!glob_match(
-            "https://*.example.com/*.git",
-            "https://a.example.com/r"
-        ));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
     }
 }

@@ -35,8 +35,10 @@ pub struct Settings {
     /// Branch holding the states, for --repository [default: main].
     #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF")]
     pub git_ref: Option<String>,
-    /// URL patterns (`*` matches anything) allowed for query-style ad-hoc addresses (repeatable,
-    /// or comma-separated in the variable); replaces the configuration file's `allow`.
+    /// URL patterns (`scheme://host[:port]/path`, `*` within one path segment, a last `**` for
+    /// any depth, `*.` before a host name) allowed for query-style ad-hoc addresses, contacted
+    /// with the caller's credential (pass-through) or none (repeatable, or comma-separated in the
+    /// variable); replaces the configuration file's `allow`.
     #[arg(
         long = "allow",
         value_name = "PATTERN",
@@ -44,6 +46,16 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub allow: Vec<String>,
+    /// URL patterns of ad-hoc repositories that may be contacted with this server's own git
+    /// credential (repeatable, or comma-separated in the variable); replaces the file's
+    /// `allow_with_credential`.
+    #[arg(
+        long = "allow-with-credential",
+        value_name = "PATTERN",
+        env = "GITSTATE_ALLOW_WITH_CREDENTIAL",
+        value_delimiter = ','
+    )]
+    pub allow_with_credential: Vec<String>,
     /// Whose git credential a request uses: "server" (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN),
     /// "passthrough" (the caller's basic-auth pair, for that request only) or "team" (the
     /// server's credential; callers present a token) [default: server].
@@ -155,6 +167,9 @@ impl Settings {
         }
         if let Some(allow) = given(&self.allow) {
             config.allow = allow;
+        }
+        if let Some(allow) = given(&self.allow_with_credential) {
+            config.allow_with_credential = allow;
         }
         if let Some(mode) = self.auth_mode.as_deref().filter(|m| !m.is_empty()) {
             config.auth.mode = mode.parse().map_err(ConfigError::BadValue)?;

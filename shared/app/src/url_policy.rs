@@ -1,263 +1,387 @@
-//! Which ad-hoc repository URLs a deployment will contact (query-style addresses). The `allow`
-//! list decides, and on top of it gitstate refuses what would let a caller reach inside the
-//! deployment's network (SSRF): `file://` and local paths, loopback, link-local (169.254.0.0/16,
-//! the instance metadata service), private and unique-local ranges — unless an `allow` pattern
-//! names that very host literally (no wildcard in the host).
+//! Which ad-hoc repository URLs a deployment will contact (query-style addresses), on the one
+//! URL model of [`gitstate_core::url`]: the URL and every `allow` pattern are parsed by the same
+//! parser and compared part by part (scheme, host, port, path segments), never as text.
+//!
+//! On top of the `allow` list gitstate refuses what would let a caller reach inside the
+//! deployment's network (SSRF): `file://` and local paths, `localhost`, and hosts whose address
+//! is loopback, link-local (instance metadata), private, carrier-grade NAT or reserved, unless
+//! an `allow` pattern names that very host (no wildcard). The same address rule is applied again
+//! to every address a host name resolves to when the transport connects (see
+//! [`Admission::network`]), so DNS cannot turn an allowed name into an internal address.
+//!
+//! Patterns: `scheme://host[:port]/seg/…`. The host is exact, `*` (any host) or `*.example.com`
+//! (any name below example.com); the port is exact, `*`, or absent (the scheme's default); each
+//! path segment is a glob where `*` matches within that one segment, and a last segment `**`
+//! matches any number of segments. The single pattern `*` admits every http(s), git and ssh URL.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use gitstate_core::url::{internal_host_rule, Host, RepoUrl, Scheme};
+use gitstate_core::NetworkGuard;
 
-use crate::registry::glob_match;
-
-/// The parts of a repository URL the policy looks at.
+/// One parsed `allow` pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlParts {
-    /// `https`, `http`, `git`, `ssh`, …
-    pub scheme: String,
-    /// Host name or IP literal (brackets removed for IPv6).
-    pub host: String,
-    /// Path after the authority, starting with `/` (may be empty).
-    pub path: String,
+pub struct AllowPattern {
+    /// The pattern as configured (for messages).
+    text: String,
+    kind: PatternKind,
 }
 
-/// Splits `scheme://[user[:password]@]host[:port]/path`.
-pub fn parse(url: &str) -> Option<UrlParts> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(bracketed) = host_port.strip_prefix('[') {
-        bracketed.split_once(']')?.0
-    } else {
-        host_port.split(':').next().unwrap_or_default()
-    };
-    if host.is_empty() {
-        return None;
-    }
-    Some(UrlParts {
-        scheme: scheme.to_ascii_lowercase(),
-        host: host.to_ascii_lowercase(),
-        path: path.to_owned(),
-    })
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PatternKind {
+    /// `*`: every URL of an ad-hoc scheme.
+    Everything,
+    Url {
+        scheme: Scheme,
+        host: HostPattern,
+        port: PortPattern,
+        segments: Vec<String>,
+    },
 }
 
-/// The rule an internal address breaks, for the error sentence.
-fn internal_address_rule(host: &str) -> Option<&'static str> {
-    if host == "localhost" || host.ends_with(".localhost") {
-        return Some("loopback addresses are refused");
-    }
-    let host = host.trim_end_matches('.');
-    // Resolvers (and so the git transports) also accept IPv4 in the legacy inet_aton forms:
-    // `127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`. Read them the same way.
-    let ip: IpAddr = match host.parse() {
-        Ok(ip) => ip,
-        Err(_) => IpAddr::V4(legacy_ipv4(host)?),
-    };
-    let ip = match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    };
-    match ip {
-        IpAddr::V4(v4) => v4_rule(v4),
-        IpAddr::V6(v6) => v6_rule(v6),
-    }
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    Any,
+    /// `*.example.com`: names ending in `.example.com`.
+    Below(String),
+    Exact(Host),
 }
 
-/// An IPv4 address written the way `inet_aton` reads it: 1 to 4 dot-separated parts, each
-/// decimal, octal (leading `0`) or hex (`0x`); the last part fills the remaining bytes.
-fn legacy_ipv4(host: &str) -> Option<Ipv4Addr> {
-    let parts: Vec<&str> = host.split('.').collect();
-    if parts.is_empty() || parts.len() > 4 {
-        return None;
-    }
-    let mut values = Vec::with_capacity(parts.len());
-    for part in &parts {
-        let value = if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
-            u64::from_str_radix(hex, 16).ok()?
-        } else if part.len() > 1 && part.starts_with('0') {
-            u64::from_str_radix(&part[1..], 8).ok()?
-        } else if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-            part.parse::<u64>().ok()?
-        } else {
-            return None;
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PortPattern {
+    Default,
+    Any,
+    Exact(u16),
+}
+
+impl AllowPattern {
+    /// Parses a pattern; `Err` is the sentence for the configuration error.
+    pub fn parse(text: &str) -> Result<AllowPattern, String> {
+        let bad = |why: &str| format!("allow pattern '{text}': {why}");
+        if text == "*" {
+            return Ok(AllowPattern {
+                text: text.to_owned(),
+                kind: PatternKind::Everything,
+            });
+        }
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| bad("write scheme://host/path, e.g. https://github.com/acme/*"))?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "https" => Scheme::Https,
+            "http" => Scheme::Http,
+            "git" => Scheme::Git,
+            "ssh" => Scheme::Ssh,
+            _ => {
+                return Err(bad(
+                    "only https, http, git and ssh repositories can be allowed",
+                ))
+            }
         };
-        values.push(value);
-    }
-    let (last, leading) = values.split_last()?;
-    if leading.iter().any(|v| *v > 255) {
-        return None;
-    }
-    let last_bits = 8 * (4 - leading.len() as u32);
-    if *last >= 1u64 << last_bits {
-        return None;
-    }
-    let mut address: u64 = 0;
-    for (i, v) in leading.iter().enumerate() {
-        address |= v << (24 - 8 * i as u32);
-    }
-    address |= last;
-    Some(Ipv4Addr::from(address as u32))
-}
-
-fn v4_rule(ip: Ipv4Addr) -> Option<&'static str> {
-    if ip.is_loopback() {
-        Some("loopback addresses are refused")
-    } else if ip.is_link_local() {
-        Some("link-local addresses (169.254.0.0/16, instance metadata) are refused")
-    } else if ip.is_private() {
-        Some("private network addresses are refused")
-    } else if ip.is_unspecified() || ip.is_broadcast() || ip.octets()[0] == 0 {
-        Some("unroutable addresses are refused")
-    } else if ip.octets()[0] == 100 && (64..128).contains(&ip.octets()[1]) {
-        Some("carrier-grade NAT addresses (100.64.0.0/10) are refused")
-    } else {
-        None
-    }
-}
-
-fn v6_rule(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
-    if ip.is_loopback() {
-        Some("loopback addresses are refused")
-    } else if ip.is_unspecified() {
-        Some("unroutable addresses are refused")
-    } else if first & 0xffc0 == 0xfe80 {
-        Some("link-local addresses are refused")
-    } else if first & 0xfe00 == 0xfc00 {
-        Some("private network addresses (fc00::/7) are refused")
-    } else {
-        None
-    }
-}
-
-/// True when `pattern`'s host is exactly `host` (no wildcard): the operator named it on purpose.
-fn names_host_literally(pattern: &str, host: &str) -> bool {
-    parse(pattern).is_some_and(|p| !p.host.contains('*') && p.host == host)
-}
-
-/// Checks an ad-hoc repository URL; `Err` holds the sentence for the 403.
-pub fn check(url: &str, allow: &[String]) -> Result<(), String> {
-    let shown = crate::config::redact_url(url);
-    if allow.is_empty() {
-        return Err(
-            "query-style repositories are disabled: the configuration has no 'allow' list".into(),
-        );
-    }
-    let Some(parts) = parse(url) else {
-        return Err(format!(
-            "the repository {shown} is refused: only http(s), git and ssh URLs may be used ad hoc"
-        ));
-    };
-    if !matches!(parts.scheme.as_str(), "https" | "http" | "git" | "ssh") {
-        return Err(format!(
-            "the repository {shown} is refused: only http(s), git and ssh URLs may be used ad hoc"
-        ));
-    }
-    if parts
-        .path
-        .split('/')
-        .any(|segment| segment == ".." || segment == ".")
-        || parts.path.contains("%2e")
-        || parts.path.contains("%2E")
-    {
-        return Err(format!(
-            "the repository {shown} is refused: dot segments are not allowed in its path"
-        ));
-    }
-    let matching: Vec<&String> = allow.iter().filter(|p| glob_match(p, url)).collect();
-    if matching.is_empty() {
-        return Err(format!(
-            "the repository {shown} does not match the 'allow' list"
-        ));
-    }
-    if let Some(rule) = internal_address_rule(&parts.host) {
-        if !matching
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if authority.contains('@') {
+            return Err(bad("a pattern holds no user name or password"));
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) if !port.contains(']') => (host, Some(port)),
+            _ => (authority, None),
+        };
+        let port = match port {
+            None => PortPattern::Default,
+            Some("*") => PortPattern::Any,
+            Some(p) => PortPattern::Exact(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| bad("the port is not a number"))?,
+            ),
+        };
+        let host = if host == "*" {
+            HostPattern::Any
+        } else if let Some(domain) = host.strip_prefix("*.") {
+            match Host::parse(domain).map_err(|e| bad(&e.0))? {
+                Host::Domain(name) => HostPattern::Below(name),
+                _ => return Err(bad("'*.' only goes before a host name")),
+            }
+        } else if host.contains('*') {
+            return Err(bad("a host is exact, '*', or '*.' followed by a name"));
+        } else {
+            HostPattern::Exact(Host::parse(host).map_err(|e| bad(&e.0))?)
+        };
+        let path = path.strip_suffix('/').unwrap_or(path);
+        if path.is_empty() {
+            return Err(bad("name the repositories, e.g. /acme/* or /acme/**"));
+        }
+        let segments: Vec<String> = path.split('/').map(str::to_owned).collect();
+        if let Some(s) = segments
             .iter()
-            .any(|p| names_host_literally(p, &parts.host))
+            .find(|s| s.is_empty() || *s == "." || *s == "..")
         {
-            return Err(format!(
-                "the repository {shown} is refused: {rule} unless an 'allow' pattern names the host"
-            ));
+            return Err(bad(&format!("the path segment '{s}' is not allowed")));
+        }
+        if segments[..segments.len() - 1].iter().any(|s| s == "**") {
+            return Err(bad("'**' may only be the last segment"));
+        }
+        Ok(AllowPattern {
+            text: text.to_owned(),
+            kind: PatternKind::Url {
+                scheme,
+                host,
+                port,
+                segments,
+            },
+        })
+    }
+
+    /// The pattern as configured.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn matches(&self, url: &RepoUrl) -> bool {
+        let PatternKind::Url {
+            scheme,
+            host,
+            port,
+            segments,
+        } = &self.kind
+        else {
+            return true;
+        };
+        if *scheme != url.scheme() {
+            return false;
+        }
+        let Some(url_host) = url.host() else {
+            return false;
+        };
+        let host_ok = match host {
+            HostPattern::Any => true,
+            HostPattern::Exact(h) => h == url_host,
+            HostPattern::Below(domain) => matches!(url_host,
+                Host::Domain(name) if name.len() > domain.len()
+                    && name.ends_with(domain.as_str())
+                    && name.as_bytes()[name.len() - domain.len() - 1] == b'.'),
+        };
+        let port_ok = match port {
+            PortPattern::Any => true,
+            PortPattern::Default => url.effective_port() == scheme.default_port(),
+            PortPattern::Exact(p) => url.effective_port() == Some(*p),
+        };
+        host_ok && port_ok && segments_match(segments, url.segments())
+    }
+
+    /// Whether the pattern names `host` exactly (the operator admitted that very host).
+    fn names_host(&self, host: &Host) -> bool {
+        matches!(&self.kind, PatternKind::Url { host: HostPattern::Exact(h), .. } if h == host)
+    }
+}
+
+/// Path segments against pattern segments: `*` inside a segment never crosses a `/`; a last
+/// `**` takes the rest.
+fn segments_match(pattern: &[String], path: &[String]) -> bool {
+    match (pattern.split_first(), path.split_first()) {
+        (Some((p, _)), _) if p == "**" => true,
+        (Some((p, pattern_rest)), Some((s, path_rest))) => {
+            glob_segment(p, s) && segments_match(pattern_rest, path_rest)
+        }
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// `*` matches any run of characters inside one segment.
+fn glob_segment(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
         }
     }
-    Ok(())
+    true
+}
+
+/// The deployment's policy for ad-hoc repositories.
+#[derive(Debug, Clone, Default)]
+pub struct UrlPolicy {
+    /// Contacted with the caller's credential (pass-through) or none.
+    allow: Vec<AllowPattern>,
+    /// Also contacted with the deployment's own git credential.
+    allow_with_credential: Vec<AllowPattern>,
+}
+
+/// What the policy decided for an admitted URL.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The parsed URL: exactly what the transport must be given.
+    pub url: RepoUrl,
+    /// Whether the deployment's own git credential may be sent to it.
+    pub server_credential: bool,
+    /// The address rule the transport applies to every resolved address when it connects.
+    pub network: NetworkGuard,
+}
+
+impl UrlPolicy {
+    /// Parses the configured patterns; `Err` names the bad one.
+    pub fn new(allow: &[String], allow_with_credential: &[String]) -> Result<UrlPolicy, String> {
+        let parse = |list: &[String]| {
+            list.iter()
+                .map(|p| AllowPattern::parse(p))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(UrlPolicy {
+            allow: parse(allow)?,
+            allow_with_credential: parse(allow_with_credential)?,
+        })
+    }
+
+    /// Checks an ad-hoc repository URL; `Err` holds the sentence for the 403.
+    pub fn admit(&self, raw: &str) -> Result<Admission, String> {
+        if self.allow.is_empty() && self.allow_with_credential.is_empty() {
+            return Err(
+                "query-style repositories are disabled: the configuration has no 'allow' list"
+                    .into(),
+            );
+        }
+        let url = RepoUrl::parse(raw).map_err(|e| format!("the repository is refused: {e}"))?;
+        let shown = url.display();
+        if url.has_password() || url.userinfo().is_some_and(|_| url.scheme() != Scheme::Ssh) {
+            return Err(format!(
+                "the repository {shown} is refused: an ad-hoc URL carries no user name or password; send them as the backend's username and password"
+            ));
+        }
+        if !matches!(
+            url.scheme(),
+            Scheme::Https | Scheme::Http | Scheme::Git | Scheme::Ssh
+        ) {
+            return Err(format!(
+                "the repository {shown} is refused: only http(s), git and ssh URLs may be used ad hoc"
+            ));
+        }
+        let with_credential: Vec<&AllowPattern> = self
+            .allow_with_credential
+            .iter()
+            .filter(|p| p.matches(&url))
+            .collect();
+        let matching: Vec<&AllowPattern> = self
+            .allow
+            .iter()
+            .filter(|p| p.matches(&url))
+            .chain(with_credential.iter().copied())
+            .collect();
+        if matching.is_empty() {
+            return Err(format!(
+                "the repository {shown} does not match the 'allow' list"
+            ));
+        }
+        let host = url.host().ok_or_else(|| {
+            format!("the repository {shown} is refused: only http(s), git and ssh URLs may be used ad hoc")
+        })?;
+        let named = matching.iter().any(|p| p.names_host(host));
+        if let Some(rule) = internal_host_rule(host) {
+            if !named {
+                return Err(format!(
+                    "the repository {shown} is refused: {rule} unless an 'allow' pattern names the host"
+                ));
+            }
+        }
+        Ok(Admission {
+            server_credential: !with_credential.is_empty(),
+            network: NetworkGuard {
+                refuse_internal: !named,
+                follow_redirects: false,
+            },
+            url,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn allow(patterns: &[&str]) -> Vec<String> {
-        patterns.iter().map(|p| p.to_string()).collect()
+    fn policy(patterns: &[&str]) -> UrlPolicy {
+        let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
+        UrlPolicy::new(&patterns, &[]).unwrap()
     }
 
-    #[test]
-    fn parses_urls() {
-        let p = parse("https://u:p@Example.com:8443/a/b.git").unwrap();
-        assert_eq!(
-            (p.scheme.as_str(), p.host.as_str(), p.path.as_str()),
-            ("https", "example.com", "/a/b.git")
-        );
-        assert_eq!(parse("git://[::1]:9418/x.git").unwrap().host, "::1");
-        assert!(parse("/srv/repo.git").is_none());
-        assert!(parse("https:///x").is_none());
+    fn check(url: &str, patterns: &[&str]) -> Result<Admission, String> {
+        policy(patterns).admit(url)
     }
 
     #[test]
     fn everything_allowed_still_refuses_internal_targets() {
-        let all = allow(&["*"]);
         for (url, needle) in [
             ("file:///etc/passwd", "only http(s)"),
+            ("/etc/passwd", "neither a URL"),
             ("http://127.0.0.1/x.git", "loopback"),
+            ("http://%31%32%37.0.0.1:8080/x.git", "loopback"),
+            ("http://127.1/x.git", "loopback"),
+            ("http://2130706433/x.git", "loopback"),
             ("http://localhost:8080/x.git", "loopback"),
+            ("http://LOCALHOST./x.git", "loopback"),
             ("http://[::1]/x.git", "loopback"),
             ("http://[::ffff:127.0.0.1]/x.git", "loopback"),
-            ("http://169.254.169.254/latest/meta-data/", "link-local"),
+            ("http://169.254.169.254/latest/meta-data", "link-local"),
+            ("http://[64:ff9b::a9fe:a9fe]/x.git", "link-local"),
             ("http://10.1.2.3/x.git", "private"),
             ("https://192.168.0.10/x.git", "private"),
             ("https://172.20.0.1/x.git", "private"),
             ("http://[fd00::1]/x.git", "private"),
             ("http://0.0.0.0/x.git", "unroutable"),
             ("https://github.com/acme/../evil/x.git", "dot segments"),
+            ("ext::sh -c evil", "space"),
         ] {
-            let err = check(url, &all).unwrap_err();
+            let err = check(url, &["*"]).unwrap_err();
             assert!(err.contains(needle), "{url}: {err}");
         }
-        assert!(check("https://github.com/acme/x.git", &all).is_ok());
+        let ok = check("https://github.com/acme/x.git", &["*"]).unwrap();
+        assert!(!ok.server_credential);
+        assert!(ok.network.refuse_internal);
     }
 
     #[test]
-    fn legacy_ipv4_forms_are_read_like_resolvers_read_them() {
-        for (host, ip) in [
-            ("127.1", "127.0.0.1"),
-            ("2130706433", "127.0.0.1"),
-            ("0x7f000001", "127.0.0.1"),
-            ("0177.0.0.1", "127.0.0.1"),
-            ("10.1.2", "10.1.0.2"),
-            ("169.254.43518", "169.254.169.254"),
+    fn globs_never_cross_a_segment_and_paths_are_parsed_before_matching() {
+        let team = ["http://git.example.com/git/team-*"];
+        assert!(check("http://git.example.com/git/team-a.git", &team).is_ok());
+        for url in [
+            "http://git.example.com/git/team-a.git\\..\\secret.git",
+            "http://git.example.com/git/team-a.git/..%2fsecret.git",
+            "http://git.example.com/git/team-a.git/%2e%2e/secret.git",
+            "http://git.example.com/git/team-a/secret.git",
+            "http://git.example.com/git/secret.git",
+            "http://git.example.com:8080/git/team-a.git",
+            "https://git.example.com/git/team-a.git",
+            "http://evil.com/git.example.com/git/team-a.git",
+            "http://git.example.com.evil.com/git/team-a.git",
         ] {
-            assert_eq!(legacy_ipv4(host), Some(ip.parse().unwrap()), "{host}");
-            assert!(internal_address_rule(host).is_some(), "{host}");
+            assert!(check(url, &team).is_err(), "{url} passed");
         }
-        for host in ["github.com", "1.2.3.4.5", "256.1", "0x", "1..2", "8.8.8.8x"] {
-            assert_eq!(legacy_ipv4(host), None, "{host}");
-        }
-        assert!(internal_address_rule("8.8.8.8").is_none());
-        assert!(
-            internal_address_rule("134744072").is_none(),
-            "8.8.8.8 in decimal"
-        );
+        let deep = ["https://gitlab.example.com/acme/**"];
+        assert!(check("https://gitlab.example.com/acme/a/b/c.git", &deep).is_ok());
+        assert!(check("https://gitlab.example.com/other/a.git", &deep).is_err());
+        let below = ["https://*.example.com/acme/*"];
+        assert!(check("https://git.example.com/acme/x.git", &below).is_ok());
+        assert!(check("https://a.b.example.com/acme/x.git", &below).is_ok());
+        assert!(check("https://example.com/acme/x.git", &below).is_err());
+        assert!(check("https://badexample.com/acme/x.git", &below).is_err());
     }
 
     #[test]
     fn a_literal_host_in_allow_admits_it() {
-        let literal = allow(&["git://127.0.0.1:*/states/*"]);
-        assert!(check("git://127.0.0.1:9418/states/a.git", &literal).is_ok());
-        let wildcard_host = allow(&["git://*/states/*"]);
+        let literal = ["git://127.0.0.1:*/states/*"];
+        let admitted = check("git://127.0.0.1:9418/states/a.git", &literal).unwrap();
+        assert!(!admitted.network.refuse_internal);
+        assert!(check("git://127.1:9418/states/a.git", &literal).is_ok());
+        let wildcard_host = ["git://*:*/states/*"];
         assert!(check("git://127.0.0.1:9418/states/a.git", &wildcard_host).is_err());
-        let other = allow(&["https://github.com/acme/*"]);
+        let other = ["https://github.com/acme/*"];
         let err = check("https://github.com/evil/x.git", &other).unwrap_err();
         assert!(err.contains("'allow' list"), "{err}");
         assert!(check("https://github.com/acme/x.git", &[])
@@ -266,8 +390,46 @@ mod tests {
     }
 
     #[test]
-    fn credentials_never_appear_in_refusals() {
-        let err = check("http://user:hunter2@10.0.0.1/x.git", &allow(&["*"])).unwrap_err();
+    fn userinfo_is_refused_and_never_shown() {
+        let err = check("http://user:hunter2@github.com/x.git", &["*"]).unwrap_err();
+        assert!(err.contains("no user name or password"), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
+        let err = check("http://user:hunter2@10.0.0.1/x.git", &["*"]).unwrap_err();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(check("ssh://git@github.com/acme/x.git", &["*"]).is_ok());
+    }
+
+    #[test]
+    fn only_credential_patterns_give_the_server_credential() {
+        let p = UrlPolicy::new(
+            &["https://github.com/*/*".into()],
+            &["https://github.com/acme/*".into()],
+        )
+        .unwrap();
+        assert!(
+            p.admit("https://github.com/acme/x.git")
+                .unwrap()
+                .server_credential
+        );
+        assert!(
+            !p.admit("https://github.com/other/x.git")
+                .unwrap()
+                .server_credential
+        );
+    }
+
+    #[test]
+    fn bad_patterns_are_configuration_errors() {
+        for bad in [
+            "github.com/acme/*",
+            "file:///srv/*",
+            "https://u:p@github.com/*",
+            "https://git*.example.com/x/*",
+            "https://github.com",
+            "https://github.com/**/x",
+            "https://github.com/../x",
+        ] {
+            assert!(AllowPattern::parse(bad).is_err(), "{bad}");
+        }
     }
 }

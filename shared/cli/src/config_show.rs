@@ -102,6 +102,13 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
             format!("allow = {}", list(&config.allow)),
             sources.of("allow", "allow"),
         ),
+        (
+            format!(
+                "allow_with_credential = {}",
+                list(&config.allow_with_credential)
+            ),
+            sources.of("allow_with_credential", "allow_with_credential"),
+        ),
     ];
     if config.repositories.is_empty() {
         lines.push((

@@ -73,6 +73,7 @@ enum Command {
         mut_arg("token_hashes", |a| a.hide(true)),
         mut_arg("users", |a| a.hide(true)),
         mut_arg("allow", |a| a.hide(true)),
+        mut_arg("allow_with_credential", |a| a.hide(true)),
     )]
     Wrap(wrap::WrapArgs),
     /// Inspect the configuration.

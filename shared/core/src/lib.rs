@@ -12,6 +12,7 @@ pub mod seal;
 pub mod store;
 pub mod tfstate;
 pub mod time;
+pub mod url;
 
 pub use backend::{Backend, BackendError, RetryPolicy, Written};
 pub use catalog::{
@@ -25,3 +26,4 @@ pub use store::{
     Credentials, HeldLock, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange,
     StateListing, StateStore, StoreError, StoreRegistry, Version, WriteSession,
 };
+pub use url::{NetworkGuard, RepoUrl, UrlError};

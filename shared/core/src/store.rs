@@ -80,6 +80,10 @@ pub enum StoreError {
     /// The git server refused the caller.
     #[error("the git server refused access: {0}")]
     Forbidden(String),
+    /// The deployment's policy refused the repository's address when connecting (e.g. its name
+    /// resolved to an internal address). Not worth retrying.
+    #[error("the repository's address is refused: {0}")]
+    Refused(String),
     /// Could not reach the git server, or it timed out. Worth retrying.
     #[error("the git server could not be reached: {0}")]
     Unavailable(String),

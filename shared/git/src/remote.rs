@@ -95,6 +95,13 @@ impl RemoteStore {
         })
     }
 
+    /// The same store with `network` enforced on every connection (an ad-hoc repository: its
+    /// resolved addresses checked against the policy, no redirects).
+    pub fn with_network(mut self, network: gitstate_core::NetworkGuard) -> Self {
+        self.endpoint.network = network;
+        self
+    }
+
     /// The remote URL without credentials.
     pub fn url(&self) -> &str {
         &self.endpoint.display

@@ -37,7 +37,7 @@ impl From<StoreError> for ApiError {
         let status = match &e {
             StoreError::Stale | StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StoreError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            StoreError::Forbidden(_) => StatusCode::FORBIDDEN,
+            StoreError::Forbidden(_) | StoreError::Refused(_) => StatusCode::FORBIDDEN,
             StoreError::Remote(_) => StatusCode::BAD_GATEWAY,
             StoreError::Conflict(_) => StatusCode::CONFLICT,
             StoreError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

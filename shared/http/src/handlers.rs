@@ -92,6 +92,23 @@ pub async fn request_context(request: Request, next: Next) -> Response {
     response
 }
 
+/// The answer to a request whose handler panicked (a bug: the backstop, not the fix). The panic
+/// is logged inside the request's span, so the log line carries its request id; the caller gets
+/// a 500 with one sentence and nothing of the panic's text.
+pub fn panic_answer(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    tracing::error!(panic = %message, "a request handler panicked");
+    ApiError::Message(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "gitstate hit a bug while answering this request (it is logged under the x-request-id of this answer); the request is safe to retry".into(),
+    )
+    .into_response()
+}
+
 /// `GET /_/health`.
 pub async fn health() -> Response {
     axum::Json(serde_json::json!({
@@ -403,21 +420,9 @@ fn tell_catalog(
     };
     let repository = match &address.repository {
         Repository::Named(name) => name.clone(),
-        Repository::AdHoc { url, .. } => without_userinfo(url),
+        Repository::AdHoc { url, .. } => gitstate_core::RepoUrl::parse(url)
+            .map(|u| u.display())
+            .unwrap_or_else(|_| gitstate_core::url::redact_in_text(url)),
     };
     recorder.tell(repository, address.path.as_str().to_owned(), who, change);
-}
-
-/// `url` without a `user:password@` part.
-fn without_userinfo(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let end = rest.find('/').unwrap_or(rest.len());
-            match rest[..end].rfind('@') {
-                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-                None => url.to_owned(),
-            }
-        }
-        None => url.to_owned(),
-    }
 }

@@ -83,6 +83,10 @@ pub fn router(state: AppState) -> Router {
         .route("/lock/{*rest}", any(handlers::path_style))
         .route("/", any(handlers::query_style))
         .fallback(handlers::not_found)
+        // Inside the request span: a panic is logged with the request id and answered 500.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            handlers::panic_answer,
+        ))
         .layer(axum::middleware::from_fn(handlers::request_context))
         .with_state(state)
 }
@@ -102,4 +106,59 @@ pub fn router_recording_before_answering(state: AppState, limit: std::time::Dura
             }
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use gitstate_core::{Credentials, RegistryError, StateStore};
+    use tower::ServiceExt;
+
+    /// A registry with a bug: every lookup panics.
+    struct Panicking;
+
+    impl StoreRegistry for Panicking {
+        fn named(
+            &self,
+            _: &str,
+            _: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            panic!("a bug in the registry");
+        }
+
+        fn adhoc(
+            &self,
+            _: &str,
+            _: &str,
+            _: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            panic!("a bug in the registry");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_a_500_with_a_sentence_and_a_request_id() {
+        let app = router(AppState::new(Arc::new(Panicking), Backend::default(), None));
+        let response = app
+            .oneshot(
+                Request::builder()
+                    .method("LOCK")
+                    .uri("/state/default/prod.tfstate")
+                    .body(Body::from(r#"{"ID":"x"}"#))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().contains_key("x-request-id"));
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let sentence = json["error"].as_str().unwrap();
+        assert!(sentence.contains("bug"), "{sentence}");
+        assert!(!sentence.contains("a bug in the registry"), "{sentence}");
+    }
 }

@@ -8,7 +8,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gitstate_core::{Credentials, StoreError};
+use gitstate_core::url::{redact_in_text, RepoUrl};
+use gitstate_core::{Credentials, NetworkGuard, StoreError};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
     file, http, ssh, RequestWriter, SetServiceResponse, Transport,
@@ -30,6 +31,8 @@ pub struct Endpoint {
     pub credentials: Option<Credentials>,
     /// Connect timeout, and the longest a single read or write may stall.
     pub timeout: Duration,
+    /// Which addresses may be connected to, and whether redirects are followed.
+    pub network: NetworkGuard,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -38,39 +41,59 @@ impl std::fmt::Debug for Endpoint {
             .field("url", &self.display)
             .field("credentials", &self.credentials)
             .field("timeout", &self.timeout)
+            .field("network", &self.network)
             .finish()
     }
 }
 
 impl Endpoint {
-    /// Parses `raw`; a user name and password embedded in it are moved out of the URL and used as
-    /// credentials unless `credentials` are given.
+    /// Parses `raw` with the one URL model ([`RepoUrl`]); a user name and password embedded in
+    /// it are moved out of the URL and used as credentials unless `credentials` are given.
     pub fn parse(
         raw: &str,
         credentials: Option<Credentials>,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let mut url = gix::url::parse(raw.as_bytes().as_bstr()).map_err(|_| {
-            StoreError::Internal(format!("'{}' is not a git repository URL", redact_url(raw)))
+        let url = RepoUrl::parse(raw).map_err(|e| {
+            StoreError::Internal(format!(
+                "'{}' is not a usable git repository URL: {e}",
+                redact_in_text(raw)
+            ))
         })?;
-        let embedded = match (url.user(), url.password()) {
-            (Some(user), Some(password)) => Some(Credentials {
-                username: user.to_owned(),
-                password: password.to_owned(),
-            }),
+        Self::new(&url, credentials, timeout, NetworkGuard::TRUSTED)
+    }
+
+    /// The endpoint for an already parsed URL: the transport is given exactly
+    /// [`RepoUrl::transport_url`] (normalised, no escapes, no password). An http(s) URL's own
+    /// user name and password are the credentials unless `credentials` are given.
+    pub fn new(
+        url: &RepoUrl,
+        credentials: Option<Credentials>,
+        timeout: Duration,
+        network: NetworkGuard,
+    ) -> Result<Self, StoreError> {
+        let embedded = match url.userinfo() {
+            Some(info) if url.scheme().carries_basic_auth() => {
+                info.password.as_ref().map(|password| Credentials {
+                    username: info.user.clone(),
+                    password: password.clone(),
+                })
+            }
             _ => None,
         };
-        if matches!(url.scheme, Scheme::Http | Scheme::Https) {
-            url.set_user(None);
-            url.set_password(None);
-        }
-        let credentials = credentials.or(embedded);
-        let display = redact_url(&url.to_bstring().to_str_lossy());
+        let transport_url = url.transport_url();
+        let parsed = gix::url::parse(transport_url.as_bytes().as_bstr()).map_err(|_| {
+            StoreError::Internal(format!(
+                "'{}' is not a git repository URL gix reads",
+                url.display()
+            ))
+        })?;
         Ok(Endpoint {
-            url,
-            display,
-            credentials,
+            url: parsed,
+            display: url.display(),
+            credentials: credentials.or(embedded),
             timeout,
+            network,
         })
     }
 
@@ -87,28 +110,10 @@ impl Endpoint {
     }
 }
 
-/// Replaces `user:password@` in every URL inside `text` with `***@`.
+/// Replaces `user:password@` in every URL inside `text` with `***@` (see
+/// [`gitstate_core::url::redact_in_text`]).
 pub fn redact_url(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find("://") {
-        let (head, tail) = rest.split_at(pos + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                out.push_str("***@");
-                out.push_str(&authority[at + 1..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+    redact_in_text(text)
 }
 
 /// Opens a transport to `endpoint` asking for protocol `version`. Nothing is sent yet, except
@@ -128,6 +133,14 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
             Box::new(t)
         }
         Scheme::Ssh => {
+            // ssh resolves the name itself: check what it resolves to now (the guard is on only
+            // for ad-hoc URLs, which reach ssh only when an operator's pattern gave them the
+            // deployment's key).
+            if endpoint.network.refuse_internal {
+                let host = endpoint.url.host().unwrap_or_default().to_owned();
+                let port = endpoint.url.port.unwrap_or(22);
+                guarded_addresses(endpoint, &host, port)?;
+            }
             // Git's conventions for choosing the ssh program (keys and agents are ssh's business).
             let command = std::env::var_os("GIT_SSH_COMMAND").or_else(|| std::env::var_os("GIT_SSH"));
             let options = ssh::connect::Options {
@@ -191,6 +204,7 @@ fn ssh_command_with_timeouts(
 pub fn http_options(endpoint: &Endpoint) -> http::Options {
     let timeout = endpoint.timeout;
     let https = endpoint.url.scheme == Scheme::Https;
+    let guard = endpoint.network;
     let backend = http::reqwest::Options {
         configure_client: Some(Box::new(move |builder| {
             // Every transport builds a new client, and a client left to itself loads the
@@ -202,7 +216,15 @@ pub fn http_options(endpoint: &Endpoint) -> http::Options {
             } else {
                 Vec::new()
             };
-            Ok(builder.timeout(timeout).tls_certs_only(roots).http1_only())
+            let builder = builder.timeout(timeout).tls_certs_only(roots).http1_only();
+            // Every address a name resolves to is checked when connecting, and only checked
+            // addresses are connected to: DNS cannot turn an admitted name into an internal
+            // address between the policy's check and the connection.
+            Ok(if guard.refuse_internal {
+                builder.dns_resolver(Arc::new(GuardedResolver { guard }))
+            } else {
+                builder
+            })
         })),
         configure_request: None,
     };
@@ -212,8 +234,83 @@ pub fn http_options(endpoint: &Endpoint) -> http::Options {
         low_speed_limit_bytes_per_second: 1,
         low_speed_time_seconds: timeout.as_secs().max(1),
         user_agent: Some(concat!("gitstate/", env!("CARGO_PKG_VERSION")).into()),
+        follow_redirects: if guard.follow_redirects {
+            http::options::FollowRedirects::Initial
+        } else {
+            http::options::FollowRedirects::None
+        },
         backend: Some(backend),
         ..Default::default()
+    }
+}
+
+/// A name resolved by the system, keeping only the addresses `guard` admits.
+struct GuardedResolver {
+    guard: NetworkGuard,
+}
+
+/// The error a resolver gives when every address of a name was refused (found again by
+/// [`classify`], which answers [`StoreError::Refused`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{host} resolves only to addresses the deployment refuses: {rule}")]
+struct AddressRefused {
+    host: String,
+    rule: &'static str,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let guard = self.guard;
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let (admitted, refused): (Vec<_>, Vec<_>) =
+                found.into_iter().partition(|a| guard.check(a.ip()).is_ok());
+            if admitted.is_empty() {
+                let rule = refused
+                    .first()
+                    .and_then(|a| guard.check(a.ip()).err())
+                    .unwrap_or("it has no address");
+                return Err(Box::new(AddressRefused { host, rule }) as _);
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(admitted.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The addresses of `host:port` that `endpoint`'s guard admits; an error when there are none.
+fn guarded_addresses(
+    endpoint: &Endpoint,
+    host: &str,
+    port: u16,
+) -> Result<Vec<std::net::SocketAddr>, StoreError> {
+    let found: Vec<std::net::SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| StoreError::Unavailable(format!("cannot resolve {}: {e}", endpoint.display)))?
+        .collect();
+    let mut refused = None;
+    let admitted: Vec<std::net::SocketAddr> = found
+        .into_iter()
+        .filter(|a| match endpoint.network.check(a.ip()) {
+            Ok(()) => true,
+            Err(rule) => {
+                refused = Some(rule);
+                false
+            }
+        })
+        .collect();
+    match (admitted.is_empty(), refused) {
+        (false, _) => Ok(admitted),
+        (true, Some(rule)) => Err(StoreError::Refused(format!(
+            "{} resolves only to addresses the deployment refuses: {rule}",
+            endpoint.display
+        ))),
+        (true, None) => Err(StoreError::Unavailable(format!(
+            "{} does not resolve to an address",
+            endpoint.display
+        ))),
     }
 }
 
@@ -251,16 +348,7 @@ fn connect_git(
     let unavailable = |e: std::io::Error| {
         StoreError::Unavailable(format!("cannot connect to {}: {e}", endpoint.display))
     };
-    let addr = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(unavailable)?
-        .next()
-        .ok_or_else(|| {
-            StoreError::Unavailable(format!(
-                "{} does not resolve to an address",
-                endpoint.display
-            ))
-        })?;
+    let addr = guarded_addresses(endpoint, &host, port)?[0];
     let stream = TcpStream::connect_timeout(&addr, endpoint.timeout).map_err(unavailable)?;
     // Many small pkt-line writes: without TCP_NODELAY each round trip waits for delayed ACKs.
     stream.set_nodelay(true).map_err(unavailable)?;
@@ -282,12 +370,17 @@ fn connect_git(
     ))
 }
 
-/// A transport that hides the `deepen-relative` capability of protocol v0/v1 servers.
+/// A transport that normalises what protocol v0/v1 servers advertise before gix reads it:
 ///
-/// gix echoes every advertised fetch capability in its first `want` line over v0/v1, including
-/// `deepen-relative`, which turns `deepen 1` into "one more than what you have" and, with no
-/// shallow file yet, into a full-history fetch. Protocol v2 negotiates features explicitly and is
-/// left untouched.
+/// - `deepen-relative` is hidden. gix echoes every advertised fetch capability in its first
+///   `want` line over v0/v1, including `deepen-relative`, which turns `deepen 1` into "one more
+///   than what you have" and, with no shallow file yet, into a full-history fetch.
+/// - `symref=` capabilities are dropped. gitstate names every ref it wants and never follows a
+///   symbolic ref, and gix-protocol 0.68 panics (`unreachable!` in `handshake/refs/shared.rs`)
+///   on a legal advertisement whose `symref=HEAD:refs/heads/master` has no `HEAD` ref line (an
+///   unborn HEAD, as dulwich advertises it). See docs/DECISIONS.md.
+///
+/// Protocol v2 negotiates features explicitly and is left untouched.
 pub struct ShallowSafe {
     inner: Box<dyn Transport + Send>,
     timeout: Duration,
@@ -300,14 +393,20 @@ impl ShallowSafe {
     }
 }
 
-fn without_deepen_relative(capabilities: &Capabilities) -> Option<Capabilities> {
-    if !capabilities.contains("deepen-relative") {
+/// Capabilities gitstate hides from gix over protocol v0/v1 (see [`ShallowSafe`]).
+fn hidden_v1_capability(name: &BStr) -> bool {
+    name == "deepen-relative" || name == "symref"
+}
+
+/// `capabilities` without the [hidden](hidden_v1_capability) ones; `None` when nothing is hidden.
+fn normalised_v1(capabilities: &Capabilities) -> Option<Capabilities> {
+    if !capabilities.iter().any(|c| hidden_v1_capability(c.name())) {
         return None;
     }
     let mut data = BString::from("\0");
     let mut first = true;
     for capability in capabilities.iter() {
-        if capability.name() == "deepen-relative" {
+        if hidden_v1_capability(capability.name()) {
             continue;
         }
         if !first {
@@ -353,8 +452,8 @@ impl Transport for ShallowSafe {
     ) -> Result<SetServiceResponse<'_>, client::Error> {
         let mut response = self.inner.handshake(service, extra_parameters)?;
         if matches!(response.actual_protocol, Protocol::V0 | Protocol::V1) {
-            if let Some(filtered) = without_deepen_relative(&response.capabilities) {
-                response.capabilities = filtered;
+            if let Some(normalised) = normalised_v1(&response.capabilities) {
+                response.capabilities = normalised;
             }
         }
         Ok(response)
@@ -389,6 +488,9 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         return StoreError::Unauthorized(format!("{what} {}: {how}", endpoint.display));
     }
     for e in error.iter_errors() {
+        if let Some(refused) = find_source::<AddressRefused>(e) {
+            return StoreError::Refused(refused.to_string());
+        }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             if e.is_timeout() || e.is_connect() {
                 return StoreError::Unavailable(text);
@@ -428,6 +530,20 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         ));
     }
     StoreError::Remote(text)
+}
+
+/// The first error of type `T` in `error`'s chain of sources.
+fn find_source<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// Same as [`classify`] for a bare transport error.
@@ -474,11 +590,14 @@ mod tests {
     }
 
     #[test]
-    fn filters_deepen_relative() {
-        let (caps, _) =
-            Capabilities::from_bytes(b"\0multi_ack shallow deepen-relative agent=git/2.4").unwrap();
-        let filtered = without_deepen_relative(&caps).unwrap();
+    fn filters_deepen_relative_and_symrefs() {
+        let (caps, _) = Capabilities::from_bytes(
+            b"\0multi_ack shallow deepen-relative symref=HEAD:refs/heads/master agent=git/2.4",
+        )
+        .unwrap();
+        let filtered = normalised_v1(&caps).unwrap();
         assert!(!filtered.contains("deepen-relative"));
+        assert!(!filtered.contains("symref"));
         assert!(filtered.contains("shallow"));
         assert_eq!(
             filtered.capability("agent").unwrap().value().unwrap(),
