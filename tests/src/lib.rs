@@ -591,12 +591,14 @@ impl GitDaemon {
 // ------------------------------------------------------------------------------------------------
 // Smart-HTTP servers that are not git's own (interoperability, issue 16)
 
-/// dulwich's smart-HTTP server (`python -m dulwich.web`, dulwich 1.2.21 from PyPI: upload-pack and
-/// receive-pack written in Python, no git process involved) serving one repository at
-/// `http://127.0.0.1:PORT/`, without authentication; killed on drop.
+/// dulwich's smart-HTTP server (dulwich 1.2.21 from PyPI: `dulwich.web`'s WSGI application, where
+/// upload-pack and receive-pack are written in Python, no git process involved), started by
+/// `tests/servers/dulwich_http_server.py` like `python -m dulwich.web` but serving its one
+/// repository at `http://127.0.0.1:PORT/git/NAME.git`, without authentication; killed on drop.
 pub struct DulwichServer {
     guard: ChildGuard,
     port: u16,
+    name: String,
     _dir: TempDir,
 }
 
@@ -604,14 +606,15 @@ pub struct DulwichServer {
 pub const DULWICH_VERSION: &str = "1.2.21";
 
 impl DulwichServer {
-    /// Serves the repository `git_dir` (bare or not).
-    pub fn start(git_dir: &Path) -> DulwichServer {
+    /// Serves the repository `git_dir` (bare or not) as `NAME.git`.
+    pub fn start(git_dir: &Path, name: &str) -> DulwichServer {
         let python = tools_dir().join(format!("dulwich-{DULWICH_VERSION}/bin/python"));
         assert!(
             python.is_file(),
             "dulwich {DULWICH_VERSION} is not installed ({} is missing): {INSTALL_HINT}",
             python.display()
         );
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("servers/dulwich_http_server.py");
         let git_dir = fs::canonicalize(git_dir).expect("git_dir exists");
         let dir = tempfile::Builder::new()
             .prefix("gitstate-dulwich")
@@ -619,25 +622,31 @@ impl DulwichServer {
             .unwrap();
         let spawn = |port: u16| {
             let mut cmd = Command::new(&python);
-            cmd.args(["-m", "dulwich.web", "-l", "127.0.0.1", "-p"])
+            cmd.arg(&script)
                 .arg(port.to_string())
                 .arg(&git_dir)
+                .arg(name)
                 .env("HOME", dir.path())
                 .env("PYTHONUNBUFFERED", "1");
-            ChildGuard::spawn(cmd, &dir.path().join("dulwich.log"), "dulwich web")
+            ChildGuard::spawn(cmd, &dir.path().join("dulwich.log"), "dulwich http server")
         };
-        let (guard, port) =
-            start_on_free_port("dulwich web", Duration::from_secs(30), spawn, port_open);
+        let (guard, port) = start_on_free_port(
+            "dulwich http server",
+            Duration::from_secs(30),
+            spawn,
+            port_open,
+        );
         DulwichServer {
             guard,
             port,
+            name: name.to_string(),
             _dir: dir,
         }
     }
 
-    /// `http://127.0.0.1:PORT/` (the one repository it serves).
+    /// `http://127.0.0.1:PORT/git/NAME.git`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/", self.port)
+        format!("http://127.0.0.1:{}/git/{}.git", self.port, self.name)
     }
 
     /// Its log (one line per request).

@@ -1,7 +1,8 @@
 //! Interoperability (issue 16): gitstate and real Terraform against smart-HTTP git servers that
 //! are not git's own `git http-backend` and implement the protocol themselves:
 //!
-//! - dulwich 1.2.21 (PyPI; `python -m dulwich.web`, upload-pack and receive-pack in Python): its
+//! - dulwich 1.2.21 (PyPI; `dulwich.web` as `python -m dulwich.web` runs it, at a repository path:
+//!   `tests/servers/dulwich_http_server.py`; upload-pack and receive-pack in Python): its
 //!   receive-pack advertisement is issue 16's, `symref=HEAD:…` without a `HEAD` line when HEAD is
 //!   unborn, `atomic`, `object-format=sha1`;
 //! - JGit 4.11.9 (Debian `libjgit-java`; its `GitServlet` in an embedded Jetty 9): `atomic`, and
@@ -110,7 +111,7 @@ impl Interop {
         let (mut dulwich, mut jgit, mut http, mut replay) = (None, None, None, None);
         let (url, auth, plain_git_url) = match server {
             Server::Dulwich => {
-                let d = DulwichServer::start(&git_dir);
+                let d = DulwichServer::start(&git_dir, "states");
                 let url = d.url();
                 logs.push(("dulwich log".to_string(), d.log_path()));
                 dulwich = Some(d);
