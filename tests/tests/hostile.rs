@@ -126,8 +126,8 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     let repo = bare_repo(repos.path(), "states");
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let spec = format!("default={}", git_server.url("states"));
-    // The query-style address may name this git server (a pattern naming the host literally);
-    // loopback stays refused for every other URL.
+    // The query-style address may name this git server, with the server's git credential (a
+    // pattern naming the host literally); loopback stays refused for every other URL.
     let allow_git_server = format!("http://127.0.0.1:{}/git/*", git_server.port());
     let cwd = tempfile::tempdir().unwrap();
     let server = Gitstate::start(
@@ -138,7 +138,7 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
             &MAX.to_string(),
             "--allow",
             "*",
-            "--allow",
+            "--allow-with-credential",
             &allow_git_server,
         ],
         &[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)],
