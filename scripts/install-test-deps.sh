@@ -193,7 +193,8 @@ log "moto: $MOTO_VENV/bin/moto_server"
 # ---------------------------------------------------------------- third-party git servers (interop)
 # tests/tests/interop.rs runs gitstate and real Terraform against smart-HTTP servers that are not
 # git's own http-backend and implement the protocol themselves:
-#   $TOOLS/dulwich-1.2.21/bin/python -m dulwich.web   dulwich (pure Python upload-pack/receive-pack),
+#   $TOOLS/dulwich-1.2.21/bin/python                  dulwich (pure Python upload-pack/receive-pack;
+#                                                     dulwich.web run by tests/servers/dulwich_http_server.py),
 #                                                     wheels from PyPI pinned by sha256, in a venv
 #   /usr/share/java/org.eclipse.jgit*.jar + jetty9    JGit 4.11.9's GitServlet (pure Java) in an
 #                                                     embedded Jetty 9: Debian libjgit-java,
@@ -216,7 +217,7 @@ if ! "$DULWICH_VENV/bin/python" -c "import dulwich, dulwich.web; assert dulwich.
         "$DL/typing_extensions-4.16.0-py3-none-any.whl" >&2
 fi
 "$DULWICH_VENV/bin/python" -c "import dulwich.web" 2>/dev/null || die "dulwich $DULWICH_VERSION missing in $DULWICH_VENV"
-log "dulwich: $DULWICH_VENV/bin/python -m dulwich.web"
+log "dulwich: $DULWICH_VENV/bin/python (dulwich.web)"
 
 # JGit (the implementation under test) is pinned; Jetty is only its servlet container: whatever
 # Debian's libjetty9-java is (9.4.57-1.1~deb12u1 when this was written), security updates included.
@@ -251,7 +252,7 @@ GITSTATE_TOOLS=$TOOLS
   null provider:    $NULL_BIN
   TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
   moto_server:      $MOTO_VENV/bin/moto_server
-  dulwich:          $DULWICH_VENV/bin/python -m dulwich.web ($DULWICH_VERSION)
+  dulwich:          $DULWICH_VENV/bin/python, dulwich.web ($DULWICH_VERSION)
   JGit:             /usr/share/java/org.eclipse.jgit.http.server.jar ($JGIT_VERSION, Jetty $(dpkg-query -W -f='${Version}' libjetty9-java))
   lighttpd:         $LIGHTTPD
   chromium:         /usr/bin/chromium
