@@ -106,6 +106,12 @@ impl Host {
                 if name.is_empty() || name.ends_with('.') || name.contains("..") {
                     return Err(bad());
                 }
+                if !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                {
+                    return Err(bad());
+                }
                 // `127.0.0.1.` is a name until the dot goes; read it again as an address.
                 if let Ok(url::Host::Ipv4(v4)) = url::Host::parse(&name) {
                     return Ok(Host::V4(v4));
@@ -231,6 +237,9 @@ impl RepoUrl {
             });
         }
         let (host, port) = split_host_port(host_port)?;
+        if scheme == Scheme::Ssh {
+            check_login(userinfo.as_ref())?;
+        }
         if (scheme == Scheme::Ssh || scheme == Scheme::Git)
             && userinfo.as_ref().is_some_and(|u| u.password.is_some())
         {
@@ -261,6 +270,13 @@ impl RepoUrl {
         if authority.contains('/') || authority.is_empty() || path.is_empty() {
             return Err(not_a_url());
         }
+        if path.starts_with(':') {
+            // `transport::address` runs a git remote helper (`ext::` runs a command).
+            return Err(UrlError(
+                "the repository is a git remote-helper address (transport::address), which gitstate never runs"
+                    .into(),
+            ));
+        }
         let (userinfo, host) = match authority.rsplit_once('@') {
             Some((user, host)) => (Some(parse_userinfo(user)?), host),
             None => (None, authority),
@@ -270,6 +286,7 @@ impl RepoUrl {
                 "a password in an ssh address is not used by ssh; remove it".into(),
             ));
         }
+        check_login(userinfo.as_ref())?;
         let path = path.strip_prefix('/').unwrap_or(path);
         Ok(RepoUrl {
             scheme: Scheme::Ssh,
@@ -379,6 +396,24 @@ fn parse_userinfo(info: &str) -> Result<UserInfo, UrlError> {
         user,
         password: password.map(|p| decode(p, "password")).transpose()?,
     })
+}
+
+/// An ssh login name goes into the URL the transport reads: letters, digits, `.`, `_`, `-`.
+fn check_login(userinfo: Option<&UserInfo>) -> Result<(), UrlError> {
+    match userinfo {
+        Some(u)
+            if u.user.is_empty()
+                || !u
+                    .user
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) =>
+        {
+            Err(UrlError(
+                "an ssh login name may only hold letters, digits, '.', '_' and '-'".into(),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn split_host_port(host_port: &str) -> Result<(&str, Option<u16>), UrlError> {
@@ -695,6 +730,9 @@ mod tests {
             "http://h/",
             "http://[::1%25eth0]/x",
             "ext::sh -c touch% /tmp/pwned",
+            "ext::sh",
+            "fd::3",
+            "ü::1",
             "ftp://h/x",
             "http://h:99999/x",
             "http://h:0/x",
