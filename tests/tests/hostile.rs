@@ -17,7 +17,7 @@ const STATE: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lin
 
 /// One request as raw bytes: method, target, extra header lines, body.
 struct Case {
-    name: &'static str,
+    name: String,
     method: &'static str,
     target: String,
     headers: Vec<String>,
@@ -28,7 +28,7 @@ struct Case {
 }
 
 fn case(
-    name: &'static str,
+    name: &str,
     method: &'static str,
     target: &str,
     body: &[u8],
@@ -36,7 +36,7 @@ fn case(
     says: &'static str,
 ) -> Case {
     Case {
-        name,
+        name: name.to_owned(),
         method,
         target: target.to_owned(),
         headers: Vec::new(),
@@ -126,6 +126,9 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     let repo = bare_repo(repos.path(), "states");
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let spec = format!("default={}", git_server.url("states"));
+    // The query-style address may name this git server, with the server's git credential (a
+    // pattern naming the host literally); loopback stays refused for every other URL.
+    let allow_git_server = format!("http://127.0.0.1:{}/git/*", git_server.port());
     let cwd = tempfile::tempdir().unwrap();
     let server = Gitstate::start(
         &[
@@ -135,6 +138,8 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
             &MAX.to_string(),
             "--allow",
             "*",
+            "--allow-with-credential",
+            &allow_git_server,
         ],
         &[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)],
         cwd.path(),
@@ -564,6 +569,59 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
             "..",
         ),
     ];
+    // Bodies that are not a JSON object (issue 16: an empty POST once committed an empty file),
+    // from the lock holder itself (the request that would otherwise be written) and on a state
+    // nobody locked, with POST and PUT, on the path-style and the query-style address.
+    let query = |state: &str| {
+        format!(
+            "/?type=git&repository={}&ref=main&state={state}",
+            git_server
+                .url("states")
+                .replace(':', "%3A")
+                .replace('/', "%2F")
+        )
+    };
+    let q = query("hostile.tfstate");
+    let not_objects: [(&str, &[u8]); 5] = [
+        ("empty body", b""),
+        ("null", b"null"),
+        ("number", b"42"),
+        ("string", b"\"state\""),
+        ("array", b"[]"),
+    ];
+    for (what, body) in not_objects {
+        for method in ["POST", "PUT"] {
+            for (style, target) in [
+                ("by the holder", format!("{p}?ID=holder")),
+                ("query-style, by the holder", format!("{q}&ID=holder")),
+                (
+                    "on an unlocked state",
+                    "/state/default/unlocked.tfstate".to_owned(),
+                ),
+                (
+                    "query-style, on an unlocked state",
+                    query("unlocked.tfstate"),
+                ),
+            ] {
+                cases.push(case(
+                    &format!("{what}: {method} {style}"),
+                    method,
+                    &target,
+                    body,
+                    400,
+                    "not a JSON object",
+                ));
+            }
+        }
+        cases.push(case(
+            &format!("{what}: PUT without the lock ID"),
+            "PUT",
+            p,
+            body,
+            400,
+            "not a JSON object",
+        ));
+    }
     let mut header_case = case("1 MiB header", "GET", p, b"", 431, "");
     header_case.headers.push(big_header);
     cases.push(header_case);
@@ -600,7 +658,7 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     chunked.body = chunks;
     cases.push(chunked);
 
-    assert!(cases.len() >= 40, "{} cases", cases.len());
+    assert!(cases.len() >= 110, "{} cases", cases.len());
     let mut failures = Vec::new();
     for c in &cases {
         let (status, body) = send(port, c);
@@ -680,5 +738,18 @@ fn hostile_input_gets_a_4xx_and_changes_nothing() {
     )
     .unwrap();
     assert_eq!((status, body.as_str()), (200, STATE));
+    // the query-style address reaches that same state (so its cases above were refused for
+    // their bodies, not for their address)
+    let (status, body) = http("GET", &format!("{}{q}", server.base_url()), None, None).unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, STATE),
+        "GET on the query-style address"
+    );
     assert_eq!(git_log_subjects(&repo, "main", "hostile.tfstate").len(), 1);
+    assert_eq!(
+        git_show(&repo, "main", "unlocked.tfstate"),
+        None,
+        "nothing was written for the unlocked state"
+    );
 }
