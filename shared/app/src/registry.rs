@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
+use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreRegistry};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{
@@ -60,7 +60,38 @@ fn is_url(url: &str) -> bool {
     url.contains("://") || url.starts_with("git@")
 }
 
+/// The name an ad-hoc repository goes by (what its sealed states are bound to, and what the
+/// catalog records): its URL without credentials, with the branch when it is not the default.
+pub fn adhoc_name(url: &str, git_ref: &str) -> String {
+    let mut name = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find('/').unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    };
+    if git_ref != DEFAULT_REF {
+        name.push_str("?ref=");
+        name.push_str(git_ref);
+    }
+    name
+}
+
+/// The store of `repository`, named `name` (see [`gitstate_core::StateStore::repository`]).
 fn open_store(
+    name: &str,
+    repository: &RepositoryConfig,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<Arc<dyn StateStore>, RegistryError> {
+    let store = open_unnamed_store(repository, config, credentials)?;
+    Ok(Arc::new(NamedStore::new(name, store)))
+}
+
+fn open_unnamed_store(
     repository: &RepositoryConfig,
     config: &Config,
     credentials: Option<&Credentials>,
@@ -114,7 +145,7 @@ impl Registry {
             } else {
                 named.insert(
                     name.clone(),
-                    open_store(repository, config, credentials.as_ref())?,
+                    open_store(name, repository, config, credentials.as_ref())?,
                 );
             }
             tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
@@ -214,7 +245,7 @@ impl StoreRegistry for Registry {
                 .repositories
                 .get(name)
                 .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
-            return open_store(repository, &self.config, caller);
+            return open_store(name, repository, &self.config, caller);
         }
         self.named
             .get(name)
@@ -235,7 +266,7 @@ impl StoreRegistry for Registry {
             git_ref: git_ref.to_owned(),
         };
         if self.passthrough() {
-            return open_store(&repository, &self.config, caller);
+            return open_store(&adhoc_name(url, git_ref), &repository, &self.config, caller);
         }
         let key = (url.to_owned(), git_ref.to_owned());
         let mut adhoc = self
@@ -245,7 +276,12 @@ impl StoreRegistry for Registry {
         if let Some(store) = adhoc.get(&key) {
             return Ok(store.clone());
         }
-        let store = open_store(&repository, &self.config, self.credentials.as_ref())?;
+        let store = open_store(
+            &adhoc_name(url, git_ref),
+            &repository,
+            &self.config,
+            self.credentials.as_ref(),
+        )?;
         adhoc.insert(key, store.clone());
         Ok(store)
     }

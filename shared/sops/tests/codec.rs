@@ -185,7 +185,10 @@ impl MasterKey for DownKms {
     fn wrap(&self, _: &[u8]) -> Result<gitstate_sops::KeyEntry, SopsError> {
         Err(self.down())
     }
-    fn unwrap(&self, _: &gitstate_sops::KeyEntry) -> Result<Option<Vec<u8>>, SopsError> {
+    fn unwrap(
+        &self,
+        _: &gitstate_sops::KeyEntry,
+    ) -> Result<Option<gitstate_sops::Zeroizing<Vec<u8>>>, SopsError> {
         Err(self.down())
     }
 }
