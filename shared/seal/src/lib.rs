@@ -273,8 +273,12 @@ impl SopsSealer {
     /// wrapped for the current key set with KMS contexts bound to `at`.
     pub fn seal_blocking(&self, at: &Place, plain: &[u8]) -> Result<Bytes, SealError> {
         let inner = &self.inner;
-        let top = TopKeys::scan(plain)
-            .map_err(|e| SealError::BadInput(format!("the state is not valid JSON: {e}")))?;
+        let top = TopKeys::scan(plain).map_err(|e| match e {
+            e @ SopsError::TooDeep { .. } => {
+                SealError::BadInput(format!("the state cannot be sealed: {e}"))
+            }
+            e => SealError::BadInput(format!("the state is not valid JSON: {e}")),
+        })?;
         if top.encrypted_data && !inner.enforced {
             // OpenTofu client-side encryption: already ciphertext, stored byte for byte.
             return Ok(Bytes::copy_from_slice(plain));
@@ -457,6 +461,11 @@ impl SopsSealer {
     pub fn open_blocking(&self, at: &Place, stored: &[u8]) -> Result<Option<Bytes>, SealError> {
         match TopKeys::scan(stored) {
             Ok(top) if top.sops => {}
+            Err(e @ SopsError::TooDeep { .. }) => {
+                return Err(SealError::Tampered(format!(
+                    "the stored state at {at} cannot be read: {e}"
+                )))
+            }
             _ if self.inner.enforced => {
                 return Err(SealError::NotSealedHere(format!(
                     "the stored state at {at} is not encrypted, and encryption is enforced: gitstate serves only what it sealed itself. It was written before encryption was enforced or outside gitstate; write it again (terraform state push) to have it sealed"
@@ -671,8 +680,17 @@ struct TopKeys {
 }
 
 impl TopKeys {
-    fn scan(json: &[u8]) -> Result<TopKeys, serde_json::Error> {
-        serde_json::from_slice(json)
+    fn scan(json: &[u8]) -> Result<TopKeys, SopsError> {
+        serde_json::from_slice(json).map_err(|e| {
+            // serde_json stops at 128 levels (beyond the codec's own limit)
+            if e.to_string().contains("recursion limit exceeded") {
+                SopsError::TooDeep {
+                    limit: gitstate_sops::MAX_DEPTH,
+                }
+            } else {
+                SopsError::Json(e.to_string())
+            }
+        })
     }
 }
 
