@@ -237,20 +237,28 @@ pub trait DataKeyCache: Send + Sync {
     fn put(&self, fingerprint: [u8; 32], data_key: Zeroizing<Vec<u8>>);
 }
 
-/// SHA-256 over the wrapped entries (`kind` and `enc` of each, group by group) and the threshold:
-/// the same wrapped blobs always unwrap to the same data key, so this names a data key without
-/// revealing it.
+/// SHA-256 over the wrapped entries (every field of each, group by group: `kind`, `enc`, and what
+/// the master key unwraps under, such as a KMS encryption context) and the threshold: the same
+/// entries always unwrap to the same data key, so this names a data key without revealing it.
+/// An entry whose context was edited is another entry (its key comes from the master key, which
+/// checks the context, never from a cache).
 pub fn key_fingerprint(groups: &[Vec<KeyEntry>], threshold: usize) -> [u8; 32] {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    h.update((threshold as u64).to_le_bytes());
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(&(threshold as u64).to_le_bytes());
     for group in groups {
-        h.update(b"\x01group");
+        field(b"\x01group");
         for entry in group {
-            h.update(entry.kind.as_bytes());
-            h.update(b"\x00");
-            h.update(entry.field("enc").unwrap_or("").as_bytes());
-            h.update(b"\x00");
+            field(b"\x02entry");
+            field(entry.kind.as_bytes());
+            for (name, value) in &entry.fields {
+                field(name.as_bytes());
+                field(&value.to_json());
+            }
         }
     }
     h.finalize().into()

@@ -334,3 +334,28 @@ fn deep_trees_are_refused_with_a_clear_error_not_a_stack_overflow() {
     let e = gitstate_sops::encrypt_tree(tree, &[&keys], &EncryptOptions::default()).unwrap_err();
     assert!(is_too_deep(&e), "encrypt_tree: {e}");
 }
+
+/// The key memory's fingerprint covers every field of an entry: a KMS entry whose encryption
+/// context was edited (the blob copied as is) must not find the copied blob's key in memory;
+/// only KMS, which checks the context, may unwrap it.
+#[test]
+fn key_fingerprints_cover_the_encryption_context() {
+    use gitstate_sops::{key_fingerprint, KeyEntry};
+    let entry = |path: &str| KeyEntry {
+        kind: "kms".into(),
+        fields: vec![
+            (
+                "arn".into(),
+                Node::Str("arn:aws:kms:eu-west-1:1:key/k".into()),
+            ),
+            (
+                "context".into(),
+                Node::Object(vec![("gitstate_path".into(), Node::Str(path.into()))]),
+            ),
+            ("enc".into(), Node::Str("AQIDBA==".into())),
+        ],
+    };
+    let a = key_fingerprint(&[vec![entry("a.tfstate")]], 1);
+    assert_eq!(a, key_fingerprint(&[vec![entry("a.tfstate")]], 1));
+    assert_ne!(a, key_fingerprint(&[vec![entry("c.tfstate")]], 1));
+}
