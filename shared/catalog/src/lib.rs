@@ -557,6 +557,9 @@ impl DynamoCatalog {
         let state_pk = format!("RES#{repository}#{path}");
         let mut indexed = std::collections::BTreeSet::new();
         let mut requests = Vec::new();
+        // Keys to delete; one also put in this batch is left to the put (a batch may not name
+        // a key twice: DynamoDB refuses it, moto applied the delete after the put).
+        let mut deletes: std::collections::BTreeSet<(String, String)> = Default::default();
         let mut legacy_values = Vec::new();
         for item in self.query_partition(state_pk.clone()).await? {
             match Indexed::from_item(&item) {
@@ -565,17 +568,13 @@ impl DynamoCatalog {
                 }
                 None => {
                     // The old layout kept the identifier in clear: delete it wherever it is.
-                    for (pk, sk) in legacy_keys(repository, path, &item) {
-                        requests.push(delete_request(pk, sk)?);
-                    }
+                    deletes.extend(legacy_keys(repository, path, &item));
                     legacy_values.push(item);
                 }
             }
         }
         for gone in indexed.iter().filter(|i| !wanted.contains_key(*i)) {
-            for (pk, sk) in index_item_keys(repository, path, gone) {
-                requests.push(delete_request(pk, sk)?);
-            }
+            deletes.extend(index_item_keys(repository, path, gone));
         }
         // (value hash, type, field) → whether this state now holds it.
         let mut touched: std::collections::BTreeMap<(String, String, String), bool> =
@@ -589,6 +588,7 @@ impl DynamoCatalog {
             let value_enc = keys.seal(Kind::Value, &new.value_hmac, &id.value)?;
             let address_enc = keys.seal(Kind::Address, &new.address_hmac, &id.address)?;
             for (pk, sk) in index_item_keys(repository, path, new) {
+                deletes.remove(&(pk.clone(), sk.clone()));
                 let put = PutRequest::builder()
                     .item("pk", s(pk))
                     .item("sk", s(sk))
@@ -604,6 +604,9 @@ impl DynamoCatalog {
                     .map_err(|e| CatalogError(format!("building a put request: {e}")))?;
                 requests.push(WriteRequest::builder().put_request(put).build());
             }
+        }
+        for (pk, sk) in deletes {
+            requests.push(delete_request(pk, sk)?);
         }
         self.batch_write(requests).await?;
         if !legacy_values.is_empty() {
@@ -1046,24 +1049,28 @@ impl Catalog for DynamoCatalog {
                 _ => break,
             }
         }
-        let mut requests = Vec::new();
+        let mut deletes: std::collections::BTreeSet<(String, String)> = Default::default();
         for item in &legacy {
             let (repository, path) = (
                 get_s(item, "repository").unwrap_or_default(),
                 get_s(item, "path").unwrap_or_default(),
             );
             if let (Some(pk), Some(sk)) = (get_s(item, "pk"), get_s(item, "sk")) {
-                requests.push(delete_request(pk, sk)?);
+                deletes.insert((pk, sk));
             }
-            requests.push(delete_request(
+            deletes.insert((
                 format!("RES#{repository}#{path}"),
                 format!(
                     "{}#{}",
                     get_s(item, "address").unwrap_or_default(),
                     get_s(item, "field").unwrap_or_default()
                 ),
-            )?);
+            ));
         }
+        let requests = deletes
+            .into_iter()
+            .map(|(pk, sk)| delete_request(pk, sk))
+            .collect::<Result<Vec<_>, _>>()?;
         self.batch_write(requests).await?;
         let duplicates: std::collections::BTreeMap<(String, String, String), String> = groups
             .into_iter()
