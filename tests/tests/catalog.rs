@@ -535,17 +535,17 @@ fn the_resource_index_holds_no_identifier_in_clear() {
             pk.starts_with("ID#") || pk.starts_with("RES#")
         })
         .collect();
-    assert_eq!(
-        index.len(),
-        4,
-        "two identifiers, each by state and by value: {items:?}"
-    );
     for item in &items {
         let text = item.to_string();
         for clear in [secret, applied.as_str()] {
             assert!(!text.contains(clear), "{clear} is stored in clear: {text}");
         }
     }
+    assert_eq!(
+        index.len(),
+        4,
+        "two identifiers, each by state and by value: {items:?}"
+    );
     let key_item = items
         .iter()
         .find(|i| i["pk"]["S"] == "CONFIG" && i["sk"]["S"] == "index-key")
