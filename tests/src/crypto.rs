@@ -56,6 +56,59 @@ impl MotoServer {
         ]
     }
 
+    /// Every item of a DynamoDB table (a scan, page by page), in DynamoDB's JSON form
+    /// (`{"pk": {"S": "…"}, …}`).
+    pub fn dynamodb_items(&self, table: &str) -> Vec<serde_json::Value> {
+        let mut items = Vec::new();
+        let mut start = serde_json::Value::Null;
+        loop {
+            let mut request = serde_json::json!({"TableName": table, "ConsistentRead": true});
+            if !start.is_null() {
+                request["ExclusiveStartKey"] = start.clone();
+            }
+            let page = self.call_service(
+                "dynamodb",
+                "DynamoDB_20120810.Scan",
+                "application/x-amz-json-1.0",
+                &request,
+            );
+            items.extend(page["Items"].as_array().cloned().unwrap_or_default());
+            start = page["LastEvaluatedKey"].clone();
+            if start.is_null() {
+                return items;
+            }
+        }
+    }
+
+    /// One JSON-protocol call to `service` (`X-Amz-Target: TARGET`); moto picks the service from
+    /// the credential scope and does not check signatures.
+    pub fn call_service(
+        &self,
+        service: &str,
+        target: &str,
+        content_type: &str,
+        body: &serde_json::Value,
+    ) -> serde_json::Value {
+        let resp = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(self.endpoint())
+            .header("X-Amz-Target", target)
+            .header("Content-Type", content_type)
+            .header(
+                "Authorization",
+                format!("AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/{service}/aws4_request, SignedHeaders=host, Signature=0"),
+            )
+            .body(body.to_string())
+            .send()
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let status = resp.status();
+        let text = resp.text().unwrap();
+        assert!(status.is_success(), "{target}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
     /// One JSON-protocol call (`X-Amz-Target: TARGET`); moto does not check signatures.
     pub fn call(&self, target: &str, body: &serde_json::Value) -> serde_json::Value {
         let resp = reqwest::blocking::Client::builder()

@@ -61,9 +61,18 @@ fn serial_in_git(cwd: &Path, path: &str) -> u64 {
 
 /// `gitstate serve` on the embedded default in a new directory, recording in the moto catalog.
 fn serve_with_catalog(moto: &MotoServer) -> (tempfile::TempDir, Gitstate) {
+    serve_with_catalog_and(moto, &[])
+}
+
+/// [`serve_with_catalog`] with more variables (e.g. the KMS key of the resource index).
+fn serve_with_catalog_and(
+    moto: &MotoServer,
+    more: &[(&str, &str)],
+) -> (tempfile::TempDir, Gitstate) {
     let cwd = tempfile::tempdir().unwrap();
     let mut env: Vec<(String, String)> = moto.aws_env();
     env.push(("GITSTATE_CATALOG_TABLE".into(), TABLE.into()));
+    env.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let server = Gitstate::start(&[], &env_refs, cwd.path());
     (cwd, server)
@@ -253,7 +262,9 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     let mut moto = MotoServer::start();
     let (ok, _, err) = catalog(&moto, &["create-table"]);
     assert!(ok, "{err}");
-    let (cwd, server) = serve_with_catalog(&moto);
+    // The index keeps keyed hashes under a key KMS makes (issue 15): the server needs a KMS key.
+    let index_kms = moto.create_kms_key();
+    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
     let tf = Terraform::installed("1.15.5");
 
     // Three states, two null_resources each, applied by real Terraform.
@@ -367,16 +378,19 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     assert_eq!(over_http("/_/catalog/states"), states);
     assert_eq!(over_http("/_/catalog/audit/default/net/b.tfstate"), trail);
 
-    // Rebuild on an empty table gives the same answers.
+    // Rebuild on an empty table gives the same answers. The fresh emulator has no KMS key
+    // either: the rebuild is given a new one to make the table's index key with.
     moto.restart();
     let (ok, _, err) = catalog(&moto, &["create-table"]);
     assert!(ok, "{err}");
     assert_eq!(json(&moto, &["states"]), serde_json::json!([]));
+    let index_kms = moto.create_kms_key();
     let mut rebuild = std::process::Command::new(gitstate_bin());
     rebuild
         .args(["catalog", "rebuild", "--catalog-table", TABLE])
         .current_dir(cwd.path())
-        .envs(moto.aws_env());
+        .envs(moto.aws_env())
+        .env("GITSTATE_CATALOG_KMS_ARN", &index_kms);
     let out = rebuild.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -439,4 +453,171 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     let remaining = json(&moto, &["duplicates"]);
     assert_eq!(remaining[0]["managed_by"], managed, "{remaining}");
     assert_eq!(remaining.as_array().unwrap().len(), 1, "{remaining}");
+}
+
+/// Issue 15: the catalog stores no value the state's encryption would have sealed. After a real
+/// Terraform apply (states sealed with a KMS key, which also makes the index key), no item of
+/// the DynamoDB table holds an identifier in clear, not even a `random_string`-like id that *is*
+/// the secret; `gitstate catalog find` and `/_/catalog/find` still find the state by hashing the
+/// question; a rebuild writes the same hashes. Without any KMS key, nothing is indexed and
+/// `find` says why.
+#[test]
+fn the_resource_index_holds_no_identifier_in_clear() {
+    let moto = MotoServer::start();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let arn = moto.create_kms_key();
+    // the states' own KMS key: the catalog makes its index key with it too (no catalog ARN given)
+    let (cwd, server) = serve_with_catalog_and(&moto, &[("SOPS_KMS_ARN", &arn)]);
+    let tf = Terraform::installed("1.15.5");
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&server.state_url("default", "app.tfstate")),
+        2,
+        "g1",
+    );
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(0, "apply");
+    // r0 keeps the id the provider gave it; r1 gets one that is a secret (random_string's id
+    // is its result)
+    let secret = "random-string-secret-Zq8fW2xK";
+    let mut state = pull(&tf, work.path());
+    let applied = resource_id(&state, "r0");
+    for resource in state["resources"].as_array_mut().unwrap() {
+        if resource["name"] == "r1" {
+            resource["instances"][0]["attributes"]["id"] = Value::from(secret);
+        }
+    }
+    state["serial"] = Value::from(state["serial"].as_u64().unwrap() + 1);
+    let file = work.path().join("crafted.tfstate");
+    std::fs::write(&file, serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    tf.run(work.path(), &["state", "push", "crafted.tfstate"])
+        .expect_code(0, "state push");
+    let stored = git_show(
+        &cwd.path().join(".gitstate/default.git"),
+        "main",
+        "app.tfstate",
+    )
+    .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&stored).contains(secret),
+        "the state itself is sealed"
+    );
+
+    let expected = serde_json::json!([{"repository": "default", "path": "app.tfstate", "address": "null_resource.r1", "resource_type": "null_resource", "field": "id"}]);
+    eventually("find answers by hashing the question", || {
+        let found = json(&moto, &["find", secret]);
+        (found == expected)
+            .then_some(())
+            .ok_or(format!("{found}\n{}", server.log()))
+    });
+    assert_eq!(
+        json(&moto, &["find", &applied])[0]["address"],
+        "null_resource.r0"
+    );
+    let (status, body) = http(
+        "GET",
+        &format!("{}/_/catalog/find?identifier={secret}", server.base_url()),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), expected);
+
+    // Nothing in the table holds either identifier in clear.
+    let items = moto.dynamodb_items(TABLE);
+    let index: Vec<&Value> = items
+        .iter()
+        .filter(|i| {
+            let pk = i["pk"]["S"].as_str().unwrap_or_default();
+            pk.starts_with("ID#") || pk.starts_with("RES#")
+        })
+        .collect();
+    for item in &items {
+        let text = item.to_string();
+        for clear in [secret, applied.as_str()] {
+            assert!(!text.contains(clear), "{clear} is stored in clear: {text}");
+        }
+    }
+    assert_eq!(
+        index.len(),
+        4,
+        "two identifiers, each by state and by value: {items:?}"
+    );
+    let key_item = items
+        .iter()
+        .find(|i| i["pk"]["S"] == "CONFIG" && i["sk"]["S"] == "index-key")
+        .expect("the index key is kept in the table");
+    assert_eq!(key_item["kms_arn"]["S"], arn.as_str());
+
+    // A rebuild (same table, same key) writes the same hashes.
+    let hashes = |items: &[Value]| -> std::collections::BTreeSet<(String, String, String)> {
+        items
+            .iter()
+            .filter(|i| i["value_hmac"]["S"].is_string())
+            .map(|i| {
+                let s = |k: &str| i[k]["S"].as_str().unwrap_or_default().to_owned();
+                (s("pk"), s("sk"), s("value_hmac"))
+            })
+            .collect()
+    };
+    let before = hashes(&items);
+    let out = std::process::Command::new(gitstate_bin())
+        .args(["catalog", "rebuild", "--catalog-table", TABLE])
+        .current_dir(cwd.path())
+        .envs(moto.aws_env())
+        // the operator's configuration is the server's: the states are sealed with this key
+        .env("SOPS_KMS_ARN", &arn)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hashes(&moto.dynamodb_items(TABLE)), before);
+    assert_eq!(json(&moto, &["find", secret]), expected);
+
+    // Without any KMS key there is no index key: nothing is indexed, and find says why.
+    let bare_table = "gitstate-catalog-without-key";
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(gitstate_bin());
+        cmd.arg("catalog")
+            .args(args)
+            .args(["--catalog-table", bare_table]);
+        without_gitstate_env(&mut cmd);
+        cmd.envs(moto.aws_env()).output().unwrap()
+    };
+    assert!(run(&["create-table"]).status.success());
+    let cwd2 = tempfile::tempdir().unwrap();
+    let mut env = moto.aws_env();
+    env.push(("GITSTATE_CATALOG_TABLE".into(), bare_table.into()));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let plain_server = Gitstate::start(&[], &env_refs, cwd2.path());
+    let body = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [{"mode": "managed", "type": "random_string", "name": "pw", "instances": [{"attributes": {"id": secret, "result": secret}}]}]});
+    let (status, text) = http(
+        "POST",
+        &plain_server.state_url("default", "plain.tfstate"),
+        Some(&body.to_string()),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+    eventually("the state entry is recorded", || {
+        let out = run(&["states", "--json"]);
+        let states: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        state_entry(&states, "plain.tfstate")
+            .map(|_| ())
+            .ok_or(String::from_utf8_lossy(&out.stderr).into_owned())
+    });
+    let items = moto.dynamodb_items(bare_table);
+    for item in &items {
+        assert!(!item.to_string().contains(secret), "{item}");
+    }
+    let out = run(&["find", secret]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the resource index is off"), "{stderr}");
 }

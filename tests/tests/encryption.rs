@@ -181,15 +181,16 @@ fn age_structure_mode_is_read_by_real_sops_and_diffs_show_no_secret() {
     post(&server, "app/prod.tfstate", &v1.to_string());
     assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 3);
 
-    // the next version: same data key, wrapped entries reused (no master-key call needed)
+    // the next version: a fresh data key, wrapped anew (nothing of the stored version is
+    // reused, see every_write_gets_a_fresh_data_key_and_a_planted_one_is_never_used)
     let mut v2 = state(2, SECRET_2);
     v2["resources"][0]["instances"][0]["attributes"]["id"] = json!("db-8b4c");
     post(&server, "app/prod.tfstate", &v2.to_string());
     let doc2 = stored_json(cwd.path(), "main", "app/prod.tfstate");
     let doc = stored_json(cwd.path(), "main~1", "app/prod.tfstate");
-    assert_eq!(
+    assert_ne!(
         doc2["sops"]["age"], doc["sops"]["age"],
-        "the data key was not reused"
+        "the data key was reused"
     );
     assert_eq!(
         real_sops_decrypt(
@@ -242,7 +243,11 @@ fn kms_on_moto_is_read_by_real_sops_and_an_outage_is_a_503() {
     let doc: Value = serde_json::from_slice(&raw).unwrap();
     let entry = &doc["sops"]["kms"][0];
     assert_eq!(entry["arn"], arn.as_str());
-    assert_eq!(entry["context"], json!({"team": "payments"}));
+    // the configured context, and the place the document is bound to
+    assert_eq!(
+        entry["context"],
+        json!({"team": "payments", "gitstate_repository": "default", "gitstate_path": "prod.tfstate"})
+    );
     assert!(entry["created_at"]
         .as_str()
         .is_some_and(|s| s.ends_with('Z')));
@@ -251,11 +256,12 @@ fn kms_on_moto_is_read_by_real_sops_and_an_outage_is_a_503() {
     assert_eq!(real_sops_decrypt(&raw, &moto.aws_env()).unwrap(), v1);
     assert_eq!(get_json(&server, "prod.tfstate"), v1);
 
-    // a warm write keeps the wrapped data key: the KMS entry is byte-identical
+    // every write wraps a fresh data key: one KMS Encrypt, a different blob
     let v2 = state(2, SECRET_2);
     post(&server, "prod.tfstate", &v2.to_string());
     let doc2 = stored_json(cwd.path(), "main", "prod.tfstate");
-    assert_eq!(doc2["sops"]["kms"], doc["sops"]["kms"]);
+    assert_ne!(doc2["sops"]["kms"][0]["enc"], doc["sops"]["kms"][0]["enc"]);
+    assert_eq!(doc2["sops"]["kms"][0]["context"], entry["context"]);
     assert_eq!(
         real_sops_decrypt(&stored(cwd.path(), "main", "prod.tfstate"), &moto.aws_env()).unwrap(),
         v2
@@ -638,4 +644,312 @@ fn every_mode_and_key_kind_is_read_by_real_sops() {
             assert_eq!(get_json(&server, "m.tfstate"), posted, "{mode}/{kind}");
         }
     }
+}
+
+/// The data key of a stored document, unwrapped with the age identity in `key_file`.
+fn data_key_of(doc: &[u8], key_file: &Path) -> Vec<u8> {
+    let keys = gitstate_sops::KeySource::from_age_key_file(key_file).unwrap();
+    gitstate_sops::Document::decrypt(doc, &keys)
+        .unwrap()
+        .data_key
+        .to_vec()
+}
+
+/// What someone with push access to the repository but none of the server's secrets can write:
+/// a sops document wrapped for the server's age recipient (public) under a data key they chose,
+/// naming whatever place they like.
+fn planted(
+    state: &Value,
+    recipient: &str,
+    data_key: [u8; 32],
+    place: Option<(&str, &str)>,
+) -> Vec<u8> {
+    use gitstate_sops::{AgeKey, EncryptOptions, MasterKey, Node};
+    let recipient = AgeKey::recipient(recipient).unwrap();
+    let mut extra = Vec::new();
+    if let Some((repository, path)) = place {
+        extra.push((
+            "gitstate_repository".to_owned(),
+            Node::Str(repository.into()),
+        ));
+        extra.push(("gitstate_path".to_owned(), Node::Str(path.into())));
+    }
+    gitstate_sops::encrypt(
+        state.to_string().as_bytes(),
+        &[&recipient as &dyn MasterKey],
+        &EncryptOptions {
+            data_key: Some(gitstate_sops::Zeroizing::new(data_key)),
+            extra_metadata: extra,
+            ..EncryptOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Issue 15: a data key is never reused. Two writes of one state carry different data keys
+/// (different wrapped entries; real sops opens both). A document planted in the repository under
+/// a data key its author knows (wrapped for the server's public recipient) is not the basis of
+/// the next write: that key does not open what the server writes after it.
+#[test]
+fn every_write_gets_a_fresh_data_key_and_a_planted_one_is_never_used() {
+    let cwd = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = AgeKeyPair::generate();
+    let key_file = key.write_key_file(keys.path(), "key");
+    let server = Gitstate::start(
+        &[
+            "--encryption-mode",
+            "structure",
+            "--age-recipient",
+            &key.recipient,
+        ],
+        &[("SOPS_AGE_KEY_FILE", key_file.to_str().unwrap())],
+        cwd.path(),
+    );
+    post(&server, "prod.tfstate", &state(1, SECRET).to_string());
+    post(&server, "prod.tfstate", &state(2, SECRET_2).to_string());
+    let (one, two) = (
+        stored(cwd.path(), "main~1", "prod.tfstate"),
+        stored(cwd.path(), "main", "prod.tfstate"),
+    );
+    let (doc1, doc2): (Value, Value) = (
+        serde_json::from_slice(&one).unwrap(),
+        serde_json::from_slice(&two).unwrap(),
+    );
+    assert_ne!(
+        doc1["sops"]["age"][0]["enc"], doc2["sops"]["age"][0]["enc"],
+        "two writes share a wrapped data key"
+    );
+    assert_ne!(
+        data_key_of(&one, &key_file),
+        data_key_of(&two, &key_file),
+        "two writes share a data key"
+    );
+    assert_eq!(
+        real_sops_decrypt(&one, &age_env(&key_file)).unwrap(),
+        state(1, SECRET)
+    );
+    assert_eq!(
+        real_sops_decrypt(&two, &age_env(&key_file)).unwrap(),
+        state(2, SECRET_2)
+    );
+
+    // The attacker plants serial 3 under a key they know, naming this very place.
+    let known = [0x5a; 32];
+    let plant = planted(
+        &state(3, "planted"),
+        &key.recipient,
+        known,
+        Some(("default", "prod.tfstate")),
+    );
+    assert!(
+        gitstate_sops::Document::decrypt_with_data_key(&plant, &known).is_ok(),
+        "the attacker's own key must open the planted document"
+    );
+    commit_file(cwd.path(), "prod.tfstate", &plant);
+    // Terraform writes the next version; the attacker's key must not open it.
+    let v4 = state(4, "written-after-the-plant");
+    post(&server, "prod.tfstate", &v4.to_string());
+    let after = stored(cwd.path(), "main", "prod.tfstate");
+    assert_ne!(after, plant, "the write did not land");
+    let attempt = gitstate_sops::Document::decrypt_with_data_key(&after, &known);
+    assert!(
+        attempt.is_err(),
+        "the planted data key opens the version written after it"
+    );
+    assert!(!String::from_utf8_lossy(&after).contains("written-after-the-plant"));
+    assert_ne!(data_key_of(&after, &key_file), known.to_vec());
+    let planted_doc: Value = serde_json::from_slice(&plant).unwrap();
+    let after_doc: Value = serde_json::from_slice(&after).unwrap();
+    assert_ne!(planted_doc["sops"]["age"], after_doc["sops"]["age"]);
+    assert_eq!(real_sops_decrypt(&after, &age_env(&key_file)).unwrap(), v4);
+    assert_eq!(get_json(&server, "prod.tfstate"), v4);
+}
+
+/// Issue 15: KMS documents are bound to their repository and path through the encryption
+/// context (real sops still opens them: it passes the stored context to KMS). A document copied
+/// by someone with push access to another path, or read through another repository name, is
+/// refused with a sentence naming both places, never served; editing the stored context to
+/// the new place makes KMS itself refuse the key.
+#[test]
+fn kms_documents_are_bound_to_their_repository_and_path() {
+    let moto = MotoServer::start();
+    let arn = moto.create_kms_key();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut env = moto.aws_env();
+    env.push(("SOPS_KMS_ARN".into(), arn.clone()));
+    env.push(("GITSTATE_KMS_CONTEXT".into(), "team=payments".into()));
+    let server = Gitstate::start(&["--encryption-mode", "all"], &refs(&env), cwd.path());
+    let (a, b) = (state(1, "secret-of-a"), state(1, "secret-of-b"));
+    post(&server, "a.tfstate", &a.to_string());
+    post(&server, "b.tfstate", &b.to_string());
+    let sealed_a = stored(cwd.path(), "main", "a.tfstate");
+    let doc: Value = serde_json::from_slice(&sealed_a).unwrap();
+    assert_eq!(
+        doc["sops"]["kms"][0]["context"],
+        json!({"team": "payments", "gitstate_repository": "default", "gitstate_path": "a.tfstate"})
+    );
+    assert_eq!(doc["sops"]["gitstate_repository"], "default");
+    assert_eq!(doc["sops"]["gitstate_path"], "a.tfstate");
+    assert_eq!(real_sops_decrypt(&sealed_a, &moto.aws_env()).unwrap(), a);
+
+    // copied to another path
+    commit_file(cwd.path(), "b.tfstate", &sealed_a);
+    let (status, body) =
+        http("GET", &server.state_url("default", "b.tfstate"), None, None).unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("the stored state at default/b.tfstate was sealed for default/a.tfstate"),
+        "{body}"
+    );
+    assert!(
+        body.contains(&arn),
+        "the sentence names the KMS key whose context says so: {body}"
+    );
+    assert!(!body.contains("secret-of-a"), "{body}");
+
+    // the same repository under another name: another repository as far as binding goes
+    let bare = embedded_git_dir(cwd.path());
+    let spec = format!("other={}", bare.display());
+    let other_cwd = tempfile::tempdir().unwrap();
+    let other = Gitstate::start(
+        &["--encryption-mode", "all", "--repository", &spec],
+        &refs(&env),
+        other_cwd.path(),
+    );
+    let (status, body) = http("GET", &other.state_url("other", "a.tfstate"), None, None).unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("the stored state at other/a.tfstate was sealed for default/a.tfstate"),
+        "{body}"
+    );
+    assert!(!body.contains("secret-of-a"));
+
+    // rewriting the copy's context (and metadata) to name its new place: KMS refuses the key,
+    // for gitstate as for real sops
+    let mut forged: Value = serde_json::from_slice(&sealed_a).unwrap();
+    forged["sops"]["kms"][0]["context"]["gitstate_path"] = json!("c.tfstate");
+    forged["sops"]["gitstate_path"] = json!("c.tfstate");
+    let forged = serde_json::to_vec_pretty(&forged).unwrap();
+    commit_file(cwd.path(), "c.tfstate", &forged);
+    let (status, body) =
+        http("GET", &server.state_url("default", "c.tfstate"), None, None).unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("cannot decrypt the stored state"), "{body}");
+    assert!(!body.contains("secret-of-a"));
+    assert!(real_sops_decrypt(&forged, &moto.aws_env()).is_err());
+
+    // Terraform's next full write replaces the copy, and b is b again
+    let b2 = state(2, "secret-of-b");
+    post(&server, "b.tfstate", &b2.to_string());
+    assert_eq!(get_json(&server, "b.tfstate"), b2);
+    assert_eq!(get_json(&server, "a.tfstate"), a);
+}
+
+/// Issue 15: with `enforced = true` only what this server sealed is served: plaintext, a file
+/// real sops wrote with the server's own KMS key (not bound to the place), and a document
+/// planted under the server's public age recipient are refused with the reason; a write
+/// replaces them with a sealed version; replays stay commit-free; OpenTofu's client-encrypted
+/// envelope is sealed too rather than stored as sent.
+#[test]
+fn enforced_serves_and_stores_only_what_this_server_sealed() {
+    let moto = MotoServer::start();
+    let arn = moto.create_kms_key();
+    let cwd = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let age = AgeKeyPair::generate();
+    let age_file = age.write_key_file(keys.path(), "age");
+    let mut env = moto.aws_env();
+    env.push(("SOPS_KMS_ARN".into(), arn.clone()));
+    env.push(("SOPS_AGE_RECIPIENTS".into(), age.recipient.clone()));
+    env.push((
+        "SOPS_AGE_KEY_FILE".into(),
+        age_file.to_str().unwrap().to_owned(),
+    ));
+    let server = Gitstate::start(&["--encryption-enforced"], &refs(&env), cwd.path());
+    let get = |path: &str| http("GET", &server.state_url("default", path), None, None).unwrap();
+
+    // what the server writes, it serves; a replay makes no commit
+    let own = state(1, SECRET);
+    post(&server, "own.tfstate", &own.to_string());
+    assert_eq!(get_json(&server, "own.tfstate"), own);
+    post(&server, "own.tfstate", &own.to_string());
+    assert_eq!(commits_touching(cwd.path(), "own.tfstate"), 1);
+    let sealed = stored(cwd.path(), "main", "own.tfstate");
+    assert_eq!(real_sops_decrypt(&sealed, &moto.aws_env()).unwrap(), own);
+    assert_eq!(
+        real_sops_decrypt(&sealed, &age_env(&age_file)).unwrap(),
+        own
+    );
+
+    // plaintext pushed to the repository
+    commit_file(
+        cwd.path(),
+        "plain.tfstate",
+        state(1, SECRET).to_string().as_bytes(),
+    );
+    let (status, body) = get("plain.tfstate");
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("the stored state at default/plain.tfstate is not encrypted, and encryption is enforced"),
+        "{body}"
+    );
+    assert!(!body.contains(SECRET));
+    // POSTing exactly those bytes is not a replay: the state is stored sealed
+    post(&server, "plain.tfstate", &state(1, SECRET).to_string());
+    assert_eq!(commits_touching(cwd.path(), "plain.tfstate"), 2);
+    assert!(
+        !String::from_utf8_lossy(&stored(cwd.path(), "main", "plain.tfstate")).contains(SECRET)
+    );
+    assert_eq!(get_json(&server, "plain.tfstate"), state(1, SECRET));
+
+    // a file real sops wrote with the server's KMS key: readable by sops, not sealed here
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = plain_dir.path().join("plain.json");
+    fs::write(&plain, state(1, "by-real-sops").to_string()).unwrap();
+    let out = Command::new(sops_bin())
+        .env_clear()
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .envs(moto.aws_env())
+        .args(["--disable-version-check", "encrypt", "--kms", &arn])
+        .args(["--input-type", "json", "--output-type", "json"])
+        .arg(&plain)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    commit_file(cwd.path(), "by-sops.tfstate", &out.stdout);
+    let (status, body) = get("by-sops.tfstate");
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.contains("the stored state at default/by-sops.tfstate was not sealed by this server"),
+        "{body}"
+    );
+    assert!(!body.contains("by-real-sops"));
+
+    // planted under the server's public age recipient, naming this place
+    let plant = planted(
+        &state(9, "planted"),
+        &age.recipient,
+        [7; 32],
+        Some(("default", "planted.tfstate")),
+    );
+    commit_file(cwd.path(), "planted.tfstate", &plant);
+    let (status, body) = get("planted.tfstate");
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("was not sealed by this server"), "{body}");
+    assert!(!body.contains("\"planted\""));
+
+    // OpenTofu's envelope is sealed like any state under enforcement, and served as sent
+    let envelope = json!({"serial": 7, "lineage": "tofu-lineage", "meta": {"key_provider.pbkdf2.main": "eyJzYWx0IjoiMDEyMyJ9"}, "encrypted_data": "q83vEjRWeJA=", "encryption_version": "v0"});
+    post(&server, "tofu.tfstate", &envelope.to_string());
+    let stored_envelope = stored(cwd.path(), "main", "tofu.tfstate");
+    let doc: Value = serde_json::from_slice(&stored_envelope).unwrap();
+    assert!(doc["sops"].is_object(), "stored as sent under enforcement");
+    assert!(!String::from_utf8_lossy(&stored_envelope).contains("q83vEjRWeJA="));
+    assert_eq!(get_json(&server, "tofu.tfstate"), envelope);
 }

@@ -121,7 +121,7 @@ pub struct Config {
     pub catalog: Option<CatalogConfig>,
 }
 
-/// The `catalog { dynamodb_table, audit_ttl_days }` block.
+/// The `catalog { dynamodb_table, audit_ttl_days, kms_arn }` block.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogConfig {
@@ -130,6 +130,10 @@ pub struct CatalogConfig {
     /// How long audit events are kept.
     #[serde(default = "default_audit_ttl_days")]
     pub audit_ttl_days: u64,
+    /// The KMS key that makes the resource index key when the table has none (default: the
+    /// first of `encryption.kms_arns`). Without any, the resource index stays empty.
+    #[serde(default)]
+    pub kms_arn: Option<String>,
 }
 
 fn default_audit_ttl_days() -> u64 {

@@ -35,19 +35,19 @@ pub async fn sealer_from_config(
     }
     let mut identities = Vec::new();
     if let Ok(text) = std::env::var("SOPS_AGE_KEY") {
-        identities.push(text);
+        identities.push(zeroizing(text));
     }
     let files = std::env::var_os("SOPS_AGE_KEY_FILE")
         .map(std::path::PathBuf::from)
         .into_iter()
         .chain(encryption.age_key_file.clone());
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| {
+        let text = zeroizing(std::fs::read_to_string(&file).map_err(|e| {
             ConfigError::BadValue(format!(
                 "cannot read the age key file {}: {e}",
                 file.display()
             ))
-        })?;
+        })?);
         identities.push(text);
     }
     let config = SealerConfig {
@@ -63,6 +63,7 @@ pub async fn sealer_from_config(
             .collect(),
         age_identities: identities,
         data_key_ttl: Duration::from_secs(encryption.data_key_cache_seconds),
+        enforced: encryption.enforced,
     };
     if !config.has_write_keys() {
         if encryption.enforced {
@@ -83,6 +84,11 @@ pub async fn sealer_from_config(
         "states are encrypted at rest (sops)"
     );
     Ok(sealer.map(|s| Arc::new(s) as Arc<dyn Sealer>))
+}
+
+/// Key material read from a file or the environment, zeroed when dropped.
+fn zeroizing(text: String) -> gitstate_seal::Zeroizing<String> {
+    gitstate_seal::Zeroizing::new(text)
 }
 
 /// The protocol service for `config`: limits and the sealer.
@@ -130,8 +136,20 @@ pub async fn server_git_credentials() -> Result<Option<Credentials>, ConfigError
 pub async fn catalog_from_config(config: &Config) -> Option<Arc<gitstate_catalog::DynamoCatalog>> {
     let catalog = config.catalog.as_ref()?;
     let ttl = Duration::from_secs(catalog.audit_ttl_days.saturating_mul(86_400));
-    tracing::info!(table = %catalog.dynamodb_table, "the catalog is on (DynamoDB)");
+    let index_kms_arn = catalog_index_kms_arn(config);
+    tracing::info!(table = %catalog.dynamodb_table, index_kms_arn = ?index_kms_arn, "the catalog is on (DynamoDB)");
     Some(Arc::new(
-        gitstate_catalog::DynamoCatalog::connect(&catalog.dynamodb_table, ttl).await,
+        gitstate_catalog::DynamoCatalog::connect(&catalog.dynamodb_table, ttl, index_kms_arn).await,
     ))
+}
+
+/// The KMS key that makes the catalog's resource index key: `catalog.kms_arn`, else the first
+/// key states are encrypted with.
+pub fn catalog_index_kms_arn(config: &Config) -> Option<String> {
+    config
+        .catalog
+        .as_ref()
+        .and_then(|c| c.kms_arn.clone())
+        .filter(|a| !a.is_empty())
+        .or_else(|| config.encryption.kms_arns.first().cloned())
 }

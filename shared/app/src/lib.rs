@@ -10,7 +10,8 @@ pub mod url_policy;
 
 pub use config::{AuthMode, Config, ConfigError, EncryptionConfig, RepositoryConfig, TlsConfig};
 pub use encryption::{
-    backend_from_config, catalog_from_config, sealer_from_config, server_git_credentials,
+    backend_from_config, catalog_from_config, catalog_index_kms_arn, sealer_from_config,
+    server_git_credentials,
 };
 pub use registry::Registry;
 pub use settings::Settings;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
+use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreRegistry};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{
@@ -52,7 +52,29 @@ fn is_url(url: &str) -> bool {
     url.contains("://") || url.starts_with("git@")
 }
 
+/// The name an ad-hoc repository goes by (what its sealed states are bound to, and what the
+/// catalog records): its URL without credentials, with the branch when it is not the default.
+pub fn adhoc_name(display_url: &str, git_ref: &str) -> String {
+    let mut name = display_url.to_owned();
+    if git_ref != DEFAULT_REF {
+        name.push_str("?ref=");
+        name.push_str(git_ref);
+    }
+    name
+}
+
+/// The store of `repository`, named `name` (see [`gitstate_core::StateStore::repository`]).
 fn open_store(
+    name: &str,
+    repository: &RepositoryConfig,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<Arc<dyn StateStore>, RegistryError> {
+    let store = open_unnamed_store(repository, config, credentials)?;
+    Ok(Arc::new(NamedStore::new(name, store)))
+}
+
+fn open_unnamed_store(
     repository: &RepositoryConfig,
     config: &Config,
     credentials: Option<&Credentials>,
@@ -113,7 +135,7 @@ impl Registry {
             } else {
                 named.insert(
                     name.clone(),
-                    open_store(repository, config, credentials.as_ref())?,
+                    open_store(name, repository, config, credentials.as_ref())?,
                 );
             }
             tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
@@ -216,7 +238,7 @@ impl StoreRegistry for Registry {
                 .repositories
                 .get(name)
                 .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
-            return open_store(repository, &self.config, caller);
+            return open_store(name, repository, &self.config, caller);
         }
         self.named
             .get(name)
@@ -263,7 +285,10 @@ impl StoreRegistry for Registry {
                     timeout: self.config.git_timeout(),
                 })?
                 .with_network(admission.network);
-                Ok(Arc::new(store))
+                Ok(Arc::new(NamedStore::new(
+                    adhoc_name(&shown, git_ref),
+                    Arc::new(store),
+                )))
             };
         if self.passthrough() {
             return open(credentials);

@@ -144,6 +144,11 @@ pub struct Settings {
     /// `catalog.dynamodb_table` [default: no catalog].
     #[arg(long, value_name = "TABLE", env = "GITSTATE_CATALOG_TABLE")]
     pub catalog_table: Option<String>,
+    /// KMS key that makes the catalog's resource index key (identifiers are stored as keyed
+    /// hashes under it); replaces the file's `catalog.kms_arn` [default: the first of
+    /// encryption.kms_arns; without any, nothing is indexed].
+    #[arg(long, value_name = "ARN", env = "GITSTATE_CATALOG_KMS_ARN")]
+    pub catalog_kms_arn: Option<String>,
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
     pub encryption_enforced: Option<bool>,
@@ -191,10 +196,18 @@ impl Settings {
         }
         if let Some(table) = self.catalog_table.as_deref().filter(|t| !t.is_empty()) {
             let audit_ttl_days = config.catalog.as_ref().map_or(90, |c| c.audit_ttl_days);
+            let kms_arn = config.catalog.as_ref().and_then(|c| c.kms_arn.clone());
             config.catalog = Some(crate::config::CatalogConfig {
                 dynamodb_table: table.to_owned(),
                 audit_ttl_days,
+                kms_arn,
             });
+        }
+        if let (Some(catalog), Some(arn)) = (
+            config.catalog.as_mut(),
+            self.catalog_kms_arn.as_deref().filter(|a| !a.is_empty()),
+        ) {
+            catalog.kms_arn = Some(arn.to_owned());
         }
         let encryption = &mut config.encryption;
         if let Some(mode) = self.encryption_mode.as_deref().filter(|m| !m.is_empty()) {

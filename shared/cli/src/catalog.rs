@@ -80,11 +80,12 @@ pub struct CatalogArgs {
 
 async fn open(args: &CatalogArgs) -> Result<DynamoCatalog, String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
+    let index_kms_arn = gitstate_app::catalog_index_kms_arn(&config);
     let catalog = config.catalog.ok_or_else(|| {
         "no catalog is configured: give --catalog-table, GITSTATE_CATALOG_TABLE or catalog { dynamodb_table = \"…\" }".to_owned()
     })?;
     let ttl = std::time::Duration::from_secs(catalog.audit_ttl_days.saturating_mul(86_400));
-    Ok(DynamoCatalog::connect(&catalog.dynamodb_table, ttl).await)
+    Ok(DynamoCatalog::connect(&catalog.dynamodb_table, ttl, index_kms_arn).await)
 }
 
 fn state_row(s: &StateEntry) -> Vec<String> {

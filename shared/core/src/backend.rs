@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
-use crate::seal::{SealError, Sealer};
+use crate::seal::{Place, SealError, Sealer};
 use crate::store::{Intent, LockCreate, Revision, StateChange, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
@@ -200,32 +200,34 @@ impl Backend {
         path: &StatePath,
     ) -> Result<Option<Bytes>, BackendError> {
         match (store.snapshot(path).await?.state, &self.sealer) {
-            (Some(stored), Some(sealer)) => Ok(Some(sealer.open(path, stored).await?)),
+            (Some(stored), Some(sealer)) => {
+                let at = Place::new(store.repository(), path);
+                Ok(Some(sealer.open(&at, stored).await?))
+            }
             (state, _) => Ok(state),
         }
     }
 
-    /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a sealed
-    /// document whose plaintext is the same JSON value. A replay must not make a commit.
+    /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a document
+    /// the sealer opens to the same state. A replay must not make a commit.
     async fn holds(
         &self,
-        path: &StatePath,
+        at: &Place,
         stored: &Option<Bytes>,
         content: &Option<Bytes>,
     ) -> Result<bool, BackendError> {
-        if stored == content {
-            return Ok(true);
-        }
         let (Some(stored), Some(content), Some(sealer)) = (stored, content, &self.sealer) else {
-            return Ok(false);
+            return Ok(stored == content);
         };
-        match sealer.holds(path, stored.clone(), content).await {
+        // Asked even for equal bytes: a sealer that enforces sealing does not count plaintext
+        // (or a document it did not seal) as holding anything, so the write replaces it.
+        match sealer.holds(at, stored.clone(), content).await {
             Ok(held) => Ok(held),
             Err(e @ SealError::Unavailable(_)) => Err(e.into()),
             Err(e) => {
                 // Unreadable (tampered, or no current key opens it): a full new state replaces it,
                 // sealed under a fresh data key.
-                tracing::warn!(%path, error = %e, "the stored state cannot be opened; it will be replaced");
+                tracing::warn!(path = %at.path, repository = %at.repository, error = %e, "the stored state cannot be opened; it will be replaced");
                 Ok(false)
             }
         }
@@ -319,15 +321,14 @@ impl Backend {
                     _ => return Err(BackendError::Locked(lock.clone())),
                 }
             }
-            if self.holds(path, &snapshot.state, &content).await? {
+            let at = Place::new(store.repository(), path);
+            if self.holds(&at, &snapshot.state, &content).await? {
                 return Ok(None);
             }
             let change = match (&content, &self.sealer) {
-                (Some(bytes), Some(sealer)) => StateChange::Write(
-                    sealer
-                        .seal(path, bytes.clone(), snapshot.state.as_ref())
-                        .await?,
-                ),
+                (Some(bytes), Some(sealer)) => {
+                    StateChange::Write(sealer.seal(&at, bytes.clone()).await?)
+                }
                 (Some(bytes), None) => StateChange::Write(bytes.clone()),
                 (None, _) => StateChange::Delete,
             };

@@ -165,7 +165,10 @@ impl Backend {
         commit: &Revision,
     ) -> Result<Option<Bytes>, BackendError> {
         match (store.read_version(path, commit).await?, &self.sealer) {
-            (Some(stored), Some(sealer)) => Ok(Some(sealer.open(path, stored).await?)),
+            (Some(stored), Some(sealer)) => {
+                let at = crate::seal::Place::new(store.repository(), path);
+                Ok(Some(sealer.open(&at, stored).await?))
+            }
             (stored, _) => Ok(stored),
         }
     }

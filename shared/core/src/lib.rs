@@ -21,9 +21,9 @@ pub use catalog::{
 };
 pub use lockinfo::LockInfo;
 pub use path::{PathError, StatePath};
-pub use seal::{SealError, Sealer};
+pub use seal::{Place, SealError, Sealer};
 pub use store::{
-    Credentials, HeldLock, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange,
-    StateListing, StateStore, StoreError, StoreRegistry, Version, WriteSession,
+    Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,
+    StateChange, StateListing, StateStore, StoreError, StoreRegistry, Version, WriteSession,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

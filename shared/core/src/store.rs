@@ -139,6 +139,14 @@ pub trait StateStore: Send + Sync + 'static {
             .map(|tip| (tip, snapshot.lock.unwrap_or_default())))
     }
 
+    /// The repository's name as the deployment knows it (the configured name, or the address of
+    /// an ad-hoc repository without credentials): sealed documents are bound to it (see
+    /// [`crate::seal::Place`]). The registry names every store it hands out ([`NamedStore`]);
+    /// a bare store answers `""`.
+    fn repository(&self) -> &str {
+        ""
+    }
+
     /// A lock that serializes this process's state writes to the repository. Requests in one
     /// process then never race each other for the state branch (no wasted pushes, no starved
     /// writer); compare-and-swap retries only resolve contention with other processes.
@@ -222,6 +230,93 @@ pub trait StateStore: Send + Sync + 'static {
             path: path.clone(),
             snapshot,
         }))
+    }
+}
+
+/// A store with the name its repository has in this deployment ([`StateStore::repository`]);
+/// every other call goes to the store it wraps.
+pub struct NamedStore {
+    name: String,
+    inner: Arc<dyn StateStore>,
+}
+
+impl NamedStore {
+    /// `inner`, named `name`.
+    pub fn new(name: impl Into<String>, inner: Arc<dyn StateStore>) -> NamedStore {
+        NamedStore {
+            name: name.into(),
+            inner,
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for NamedStore {
+    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        self.inner.snapshot(path).await
+    }
+
+    async fn update_state(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        self.inner.update_state(path, base, change, message).await
+    }
+
+    async fn create_lock(
+        &self,
+        path: &StatePath,
+        content: Bytes,
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        self.inner.create_lock(path, content, message).await
+    }
+
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        self.inner.read_lock(path).await
+    }
+
+    fn repository(&self) -> &str {
+        &self.name
+    }
+
+    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.inner.write_serializer()
+    }
+
+    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        self.inner.delete_lock(path, tip).await
+    }
+
+    async fn history(&self, path: &StatePath, limit: usize) -> Result<Vec<Version>, StoreError> {
+        self.inner.history(path, limit).await
+    }
+
+    async fn read_version(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        self.inner.read_version(path, commit).await
+    }
+
+    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
+        self.inner.list_states().await
+    }
+
+    async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
+        self.inner.list_locks().await
+    }
+
+    async fn begin<'a>(
+        &'a self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+        self.inner.begin(path, intent).await
     }
 }
 

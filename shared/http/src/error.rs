@@ -69,9 +69,13 @@ impl From<SealError> for ApiError {
         let status = match &e {
             SealError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             SealError::BadInput(_) => StatusCode::BAD_REQUEST,
-            SealError::NoKey(_) | SealError::Tampered(_) | SealError::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            // What is stored cannot be served: a server-side condition that no retry of the
+            // same request changes (the next full write from Terraform replaces it).
+            SealError::NoKey(_)
+            | SealError::Tampered(_)
+            | SealError::Misplaced(_)
+            | SealError::NotSealedHere(_)
+            | SealError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::Message(status, e.to_string())
     }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use aws_sdk_kms::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kms::primitives::Blob;
 use base64::Engine;
-use gitstate_sops::{now_rfc3339, KeyEntry, MasterKey, Node, SopsError};
+use gitstate_core::Place;
+use gitstate_sops::{now_rfc3339, KeyEntry, MasterKey, Node, SopsError, Zeroizing};
 
-use crate::SealConfigError;
+use crate::{SealConfigError, BOUND_PATH, BOUND_REPOSITORY};
 
 /// Timeouts for every KMS call: a KMS that does not answer turns into a 503, not a hung request.
 pub const KMS_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -75,6 +76,17 @@ impl KmsKey {
             client: aws_sdk_kms::Client::from_conf(config),
             runtime,
         })
+    }
+
+    /// This key with the binding to `at` added to its encryption context: what it wraps opens
+    /// only under a context that names `at`.
+    pub fn bound_to(&self, at: &Place) -> KmsKey {
+        let mut key = self.clone();
+        key.context
+            .insert(BOUND_REPOSITORY.to_owned(), at.repository.clone());
+        key.context
+            .insert(BOUND_PATH.to_owned(), at.path.as_str().to_owned());
+        key
     }
 
     /// `kms:ARN|k=v,…`: what identifies this key in a key set (the context is part of it, since a
@@ -212,7 +224,7 @@ impl MasterKey for KmsKey {
         })
     }
 
-    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Vec<u8>>, SopsError> {
+    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Zeroizing<Vec<u8>>>, SopsError> {
         if entry.field("arn") != Some(self.arn.as_str()) {
             return Ok(None);
         }
@@ -240,7 +252,8 @@ impl MasterKey for KmsKey {
             id: self.arn.clone(),
             reason: "Decrypt returned no plaintext".into(),
         })?;
-        Ok(Some(plain.as_ref().to_vec()))
+        // The SDK's own buffers of the response are out of reach; this copy is zeroed on drop.
+        Ok(Some(Zeroizing::new(plain.as_ref().to_vec())))
     }
 }
 

@@ -4,30 +4,50 @@
 //! - Modes: [`Mode::All`] encrypts every value; [`Mode::Structure`] keeps `version`, `serial`,
 //!   `lineage` and each resource's `mode`/`type`/`name`/`provider` readable, so `git diff` shows
 //!   which resources changed and no secret.
-//! - Rotation: reading accepts the current and the fallback keys; writing uses the current key
-//!   set. While the set is unchanged the previous version's data key and wrapped entries are
-//!   reused (a warm write calls no KMS); when it changed, a new data key is wrapped for the new
-//!   set only, so a removed key cannot open new versions.
-//! - Unwrapped data keys stay in memory for a bounded time ([`DataKeyMemory`]).
-//! - States an OpenTofu client encrypted itself (`encrypted_data`) are stored untouched.
+//! - Every write gets a fresh random data key, wrapped for the current key set. Nothing of the
+//!   stored version goes into a seal, so a document planted in the repository (with a data key
+//!   its author knows) never becomes the key of later versions.
+//! - Binding: a document is bound to its [`Place`] (repository and path). KMS entries carry it in
+//!   their encryption context (`gitstate_repository`, `gitstate_path`: KMS refuses to unwrap them
+//!   under another context, and real sops passes the stored context along), the `sops` metadata
+//!   names it too, and a document bound elsewhere is refused ([`SealError::Misplaced`]).
+//! - Enforced: only documents this server sealed are opened: the data key must come from a KMS
+//!   entry of a configured key bound to the place, or carry a seal (`gitstate_seal`, an HMAC over
+//!   place and data key with a secret derived from one of the server's age identities).
+//!   Plaintext and anything else is refused ([`SealError::NotSealedHere`]).
+//! - Rotation: reading accepts the current and the fallback keys; writing uses the current set.
+//! - Unwrapped data keys stay in memory for a bounded time ([`DataKeyMemory`]) and are zeroed
+//!   when dropped.
+//! - States an OpenTofu client encrypted itself (`encrypted_data`) are stored untouched, unless
+//!   sealing is enforced (then they are sealed like any state).
 
 mod kms;
 mod memory;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use gitstate_core::{SealError, Sealer, StatePath};
+use gitstate_core::{Place, SealError, Sealer};
 use gitstate_sops::{
-    encrypt_groups, key_fingerprint, key_groups, reusable_data_key, AgeKey, Document,
+    encrypt_groups, key_fingerprint, key_groups, reusable_data_key, AgeKey, DataKeyCache, Document,
     EncryptOptions, KeyEntry, KeySource, MasterKey, Node, Rules, SopsError,
 };
 
+pub use gitstate_sops::Zeroizing;
 pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
 pub use memory::DataKeyMemory;
+
+/// The KMS encryption-context key (and `sops` metadata field) naming the repository a document
+/// is bound to.
+pub const BOUND_REPOSITORY: &str = "gitstate_repository";
+/// The KMS encryption-context key (and `sops` metadata field) naming the path a document is
+/// bound to.
+pub const BOUND_PATH: &str = "gitstate_path";
+/// The `sops` metadata field holding the seal of a server's age identity.
+pub const SEAL_FIELD: &str = "gitstate_seal";
 
 /// The `encrypted_regex` of [`Mode::Structure`]: values under these keys are encrypted, the rest
 /// of the state (format version, serial, lineage, resource addresses and providers, output types)
@@ -76,22 +96,40 @@ impl Mode {
 pub struct SealConfigError(pub String);
 
 /// What the sealer is built from (the app maps `encryption { … }` and the sops variables here).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct SealerConfig {
     /// How much to encrypt.
     pub mode: Mode,
     /// KMS keys new versions are wrapped for (and that can read).
     pub kms_arns: Vec<String>,
-    /// Encryption context for wrapping with `kms_arns`.
+    /// Encryption context for wrapping with `kms_arns` (the binding keys are added to it).
     pub kms_context: BTreeMap<String, String>,
     /// KMS keys that may still read older versions but wrap nothing new.
     pub fallback_kms_arns: Vec<String>,
     /// age recipients new versions are wrapped for.
     pub age_recipients: Vec<String>,
     /// age identities (secret keys) for reading, e.g. from `SOPS_AGE_KEY_FILE`.
-    pub age_identities: Vec<String>,
+    pub age_identities: Vec<Zeroizing<String>>,
     /// How long an unwrapped data key is kept in memory.
     pub data_key_ttl: Duration,
+    /// Open only documents this server sealed, bound to their place; refuse plaintext.
+    pub enforced: bool,
+}
+
+impl std::fmt::Debug for SealerConfig {
+    /// Never prints identities.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealerConfig")
+            .field("mode", &self.mode)
+            .field("kms_arns", &self.kms_arns)
+            .field("kms_context", &self.kms_context)
+            .field("fallback_kms_arns", &self.fallback_kms_arns)
+            .field("age_recipients", &self.age_recipients)
+            .field("age_identities", &self.age_identities.len())
+            .field("data_key_ttl", &self.data_key_ttl)
+            .field("enforced", &self.enforced)
+            .finish()
+    }
 }
 
 impl SealerConfig {
@@ -107,13 +145,31 @@ pub struct SopsSealer {
     inner: Arc<Inner>,
 }
 
+/// A secret derived from one of the server's age identities, to seal what it writes.
+struct SealKey {
+    /// The identity's recipient (`age1…`), named in the seal.
+    recipient: String,
+    key: Zeroizing<[u8; 32]>,
+}
+
 struct Inner {
     rules: Rules,
-    write_keys: Vec<Box<dyn MasterKey>>,
-    /// Identities of `write_keys` (sorted), to tell whether a stored version's key set is current.
+    /// KMS keys new versions are wrapped for, with the configured context.
+    kms_write: Vec<KmsKey>,
+    /// age recipients new versions are wrapped for.
+    age_write: Vec<AgeKey>,
+    /// Identities of the write keys, for logs.
     write_set: Vec<String>,
+    /// Every key that reads (KMS current and fallback, age identities), with the key memory.
     read_keys: KeySource,
+    /// KMS keys (current and fallback) by ARN, to unwrap one bound entry.
+    kms_by_arn: BTreeMap<String, KmsKey>,
+    /// Seal keys of every age identity (verifying); the first whose recipient is a write
+    /// recipient seals new versions.
+    seal_keys: Vec<SealKey>,
+    sealing_with: Option<usize>,
     memory: Arc<DataKeyMemory>,
+    enforced: bool,
 }
 
 impl std::fmt::Debug for SopsSealer {
@@ -121,9 +177,13 @@ impl std::fmt::Debug for SopsSealer {
         f.debug_struct("SopsSealer")
             .field("write_keys", &self.inner.write_set)
             .field("rules", &self.inner.rules)
+            .field("enforced", &self.inner.enforced)
             .finish_non_exhaustive()
     }
 }
+
+/// What the seal of an age identity is derived for (a label, so the secret serves nothing else).
+const SEAL_KEY_PURPOSE: &[u8] = b"gitstate seal key v1";
 
 impl SopsSealer {
     /// Builds the sealer; `None` when no key wraps new versions. KMS clients are created (and the
@@ -132,6 +192,13 @@ impl SopsSealer {
         if !config.has_write_keys() {
             return Ok(None);
         }
+        for reserved in [BOUND_REPOSITORY, BOUND_PATH] {
+            if config.kms_context.contains_key(reserved) {
+                return Err(SealConfigError(format!(
+                    "the KMS encryption context key '{reserved}' is reserved: gitstate binds every document to its place with it"
+                )));
+            }
+        }
         let runtime = tokio::runtime::Handle::current();
         let sdk = if config.kms_arns.is_empty() && config.fallback_kms_arns.is_empty() {
             None
@@ -139,57 +206,80 @@ impl SopsSealer {
             Some(load_aws_config().await)
         };
         let memory = Arc::new(DataKeyMemory::new(config.data_key_ttl, 4096));
-        let mut write_keys: Vec<Box<dyn MasterKey>> = Vec::new();
+        let mut kms_write = Vec::new();
+        let mut age_write = Vec::new();
         let mut write_set = Vec::new();
+        let mut kms_by_arn = BTreeMap::new();
         let mut read_keys = KeySource::new().with_cache(memory.clone());
         if let Some(sdk) = &sdk {
             for arn in &config.kms_arns {
                 let key = KmsKey::new(arn, config.kms_context.clone(), sdk, runtime.clone())?;
                 write_set.push(KmsKey::identity(arn, &config.kms_context));
                 read_keys.push(Box::new(key.clone()));
-                write_keys.push(Box::new(key));
+                kms_by_arn.insert(arn.clone(), key.clone());
+                kms_write.push(key);
             }
             for arn in &config.fallback_kms_arns {
-                read_keys.push(Box::new(KmsKey::new(
-                    arn,
-                    BTreeMap::new(),
-                    sdk,
-                    runtime.clone(),
-                )?));
+                let key = KmsKey::new(arn, BTreeMap::new(), sdk, runtime.clone())?;
+                read_keys.push(Box::new(key.clone()));
+                kms_by_arn.entry(arn.clone()).or_insert(key);
             }
         }
+        let mut recipients = BTreeSet::new();
         for recipient in &config.age_recipients {
             let key = AgeKey::recipient(recipient.trim()).map_err(|e| {
                 SealConfigError(format!("age recipient '{recipient}' is invalid: {e}"))
             })?;
             write_set.push(format!("age:{}", key.id()));
-            write_keys.push(Box::new(key));
+            recipients.insert(key.id());
+            age_write.push(key);
         }
+        let mut seal_keys = Vec::new();
         for text in &config.age_identities {
             let keys = AgeKey::parse_identities(text)
                 .map_err(|e| SealConfigError(format!("an age identity is invalid: {e}")))?;
             for key in keys {
+                if let Some(secret) = key.derive_secret(SEAL_KEY_PURPOSE) {
+                    seal_keys.push(SealKey {
+                        recipient: key.id(),
+                        key: secret,
+                    });
+                }
                 read_keys.push(Box::new(key));
             }
         }
+        let sealing_with = seal_keys
+            .iter()
+            .position(|k| recipients.contains(&k.recipient));
         write_set.sort();
         write_set.dedup();
         Ok(Some(SopsSealer {
             inner: Arc::new(Inner {
                 rules: config.mode.rules(),
-                write_keys,
+                kms_write,
+                age_write,
                 write_set,
                 read_keys,
+                kms_by_arn,
+                seal_keys,
+                sealing_with,
                 memory,
+                enforced: config.enforced,
             }),
         }))
     }
 
-    /// Seals synchronously (KMS calls block; use from a blocking thread).
-    pub fn seal_blocking(&self, plain: &[u8], previous: Option<&[u8]>) -> Result<Bytes, SealError> {
-        let top = TopKeys::scan(plain)
-            .map_err(|e| SealError::BadInput(format!("the state is not valid JSON: {e}")))?;
-        if top.encrypted_data {
+    /// Seals synchronously (KMS calls block; use from a blocking thread): a fresh data key,
+    /// wrapped for the current key set with KMS contexts bound to `at`.
+    pub fn seal_blocking(&self, at: &Place, plain: &[u8]) -> Result<Bytes, SealError> {
+        let inner = &self.inner;
+        let top = TopKeys::scan(plain).map_err(|e| match e {
+            e @ SopsError::TooDeep { .. } => {
+                SealError::BadInput(format!("the state cannot be sealed: {e}"))
+            }
+            e => SealError::BadInput(format!("the state is not valid JSON: {e}")),
+        })?;
+        if top.encrypted_data && !inner.enforced {
             // OpenTofu client-side encryption: already ciphertext, stored byte for byte.
             return Ok(Bytes::copy_from_slice(plain));
         }
@@ -198,142 +288,231 @@ impl SopsSealer {
                 "the state has a top-level \"sops\" key; gitstate does not seal a document that is already sops-encrypted".into(),
             ));
         }
-        let inner = &self.inner;
-        let reuse = match previous {
-            Some(previous) => self.reusable(previous)?,
-            None => None,
-        };
+        let data_key = new_data_key();
+        let bound: Vec<KmsKey> = inner.kms_write.iter().map(|k| k.bound_to(at)).collect();
+        let mut keys: Vec<&dyn MasterKey> = bound.iter().map(|k| k as &dyn MasterKey).collect();
+        keys.extend(inner.age_write.iter().map(|k| k as &dyn MasterKey));
         let mut options = EncryptOptions {
             rules: inner.rules.clone(),
+            data_key: Some(data_key.clone()),
             ..EncryptOptions::default()
         };
-        let (data_key, fresh_key) = match &reuse {
-            Some(reuse) => (reuse.data_key, None),
-            None => {
-                let key = new_data_key();
-                (key, Some(key))
-            }
-        };
-        options.data_key = fresh_key;
-        options.reuse = reuse;
-        options.extra_metadata.push((
-            DIGEST_FIELD.to_owned(),
-            Node::Str(plaintext_digest(&data_key, plain)?),
-        ));
-        let keys: Vec<&dyn MasterKey> = inner.write_keys.iter().map(|k| k.as_ref()).collect();
+        options.extra_metadata.extend([
+            (
+                BOUND_REPOSITORY.to_owned(),
+                Node::Str(at.repository.clone()),
+            ),
+            (
+                BOUND_PATH.to_owned(),
+                Node::Str(at.path.as_str().to_owned()),
+            ),
+            (
+                DIGEST_FIELD.to_owned(),
+                Node::Str(plaintext_digest(data_key.as_slice(), plain)?),
+            ),
+        ]);
+        if let Some(seal) = inner.sealing_with.and_then(|i| inner.seal_keys.get(i)) {
+            options.extra_metadata.push((
+                SEAL_FIELD.to_owned(),
+                Node::Str(seal_of(seal, at, data_key.as_slice())?),
+            ));
+        }
         let sealed = encrypt_groups(plain, &[&keys], &options).map_err(seal_error)?;
-        if let Some(key) = fresh_key {
-            tracing::info!(keys = ?inner.write_set, "new data key wrapped for the current key set");
-            if let Ok((groups, threshold)) = key_groups(&sealed) {
-                use gitstate_sops::DataKeyCache;
-                inner
-                    .memory
-                    .put(key_fingerprint(&groups, threshold), key.to_vec());
+        tracing::debug!(keys = ?inner.write_set, "sealed under a fresh data key");
+        // Remember the key: by all entries (how the codec looks it up) and by each KMS entry
+        // bound here (how an enforced read looks it up).
+        if let Ok((groups, threshold)) = key_groups(&sealed) {
+            let key = Zeroizing::new(data_key.to_vec());
+            inner
+                .memory
+                .put(key_fingerprint(&groups, threshold), key.clone());
+            for entry in groups.iter().flatten().filter(|e| e.kind == "kms") {
+                inner.memory.put(entry_fingerprint(entry), key.clone());
             }
         }
         Ok(Bytes::from(sealed))
     }
 
-    /// The previous version's data key when its key set is the current one.
-    fn reusable(&self, previous: &[u8]) -> Result<Option<gitstate_sops::Reuse>, SealError> {
-        let Ok((groups, _)) = key_groups(previous) else {
-            return Ok(None);
-        };
-        let [group] = groups.as_slice() else {
-            return Ok(None);
-        };
-        let mut set: Vec<String> = group.iter().map(entry_identity).collect();
-        set.sort();
-        set.dedup();
-        if set != self.inner.write_set {
-            tracing::info!(stored = ?set, current = ?self.inner.write_set, "key set changed: a new data key will be wrapped");
-            return Ok(None);
+    /// The data key of `stored` at `at`, after the checks that decide whether it may be opened
+    /// here: a document bound to another place is refused; when sealing is enforced the key
+    /// must come from a KMS entry of a configured key bound to `at`, or the document must carry a
+    /// valid seal of one of the server's age identities.
+    fn trusted_data_key(&self, at: &Place, stored: &[u8]) -> Result<Zeroizing<Vec<u8>>, SealError> {
+        let meta = metadata_of(stored)?;
+        let (groups, _) = key_groups(stored).map_err(open_error)?;
+        check_place(at, &meta, &groups)?;
+        if !self.inner.enforced {
+            return reusable_data_key(stored, &self.inner.read_keys)
+                .map(|reuse| Zeroizing::new(reuse.data_key.to_vec()))
+                .map_err(open_error);
         }
-        match reusable_data_key(previous, &self.inner.read_keys) {
-            Ok(reuse) => Ok(Some(reuse)),
-            Err(e @ SopsError::Unavailable { .. }) => Err(SealError::Unavailable(e.to_string())),
-            Err(e) => {
-                tracing::warn!(error = %e, "the previous version's data key cannot be reused");
-                Ok(None)
+        let not_ours = |why: &str| {
+            SealError::NotSealedHere(format!(
+                "the stored state at {at} was not sealed by this server ({why}); encryption is enforced, so it is not served. Someone wrote it outside gitstate: check the repository's history, and write the state again from a trusted copy (terraform state push) to replace it"
+            ))
+        };
+        if groups.len() != 1 {
+            return Err(not_ours(
+                "it has Shamir key groups, gitstate writes one group",
+            ));
+        }
+        let mut unavailable = None;
+        for entry in groups.iter().flatten() {
+            let Some(key) = self.bound_kms_key(at, entry) else {
+                continue;
+            };
+            let fingerprint = entry_fingerprint(entry);
+            if let Some(data_key) = self.inner.memory.get(&fingerprint) {
+                return Ok(data_key);
+            }
+            match key.unwrap(entry) {
+                Ok(Some(data_key)) => {
+                    self.inner.memory.put(fingerprint, data_key.clone());
+                    return Ok(data_key);
+                }
+                Ok(None) => {}
+                Err(e @ SopsError::Unavailable { .. }) => {
+                    unavailable.get_or_insert(e);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a KMS entry bound to this place does not open");
+                }
             }
         }
+        // No KMS entry opened it: an age identity's seal must vouch for the data key.
+        match meta.get(SEAL_FIELD).and_then(Node::as_str) {
+            Some(seal) => {
+                let data_key = match reusable_data_key(stored, &self.inner.read_keys) {
+                    Ok(reuse) => Zeroizing::new(reuse.data_key.to_vec()),
+                    Err(e) => return Err(unavailable.map_or_else(|| open_error(e), unavailable_error)),
+                };
+                if self.seal_matches(seal, at, &data_key)? {
+                    return Ok(data_key);
+                }
+                Err(not_ours("its gitstate_seal does not match any of the server's age identities"))
+            }
+            None => match unavailable {
+                Some(e) => Err(unavailable_error(e)),
+                None => Err(not_ours(
+                    "no entry of the server's KMS keys is bound to this place, and it carries no seal of the server's age identities",
+                )),
+            },
+        }
+    }
+
+    /// The configured KMS key of `entry` when the entry is bound to `at`.
+    fn bound_kms_key(&self, at: &Place, entry: &KeyEntry) -> Option<&KmsKey> {
+        if entry.kind != "kms" {
+            return None;
+        }
+        let context = entry_context(entry);
+        let bound = context.get(BOUND_REPOSITORY).map(String::as_str)
+            == Some(at.repository.as_str())
+            && context.get(BOUND_PATH).map(String::as_str) == Some(at.path.as_str());
+        if !bound {
+            return None;
+        }
+        self.inner.kms_by_arn.get(entry.field("arn")?)
+    }
+
+    /// Whether `seal` (a `gitstate_seal` value) is the seal of one of the server's identities
+    /// over `at` and `data_key`.
+    fn seal_matches(&self, seal: &str, at: &Place, data_key: &[u8]) -> Result<bool, SealError> {
+        let Some((recipient, _)) = seal
+            .strip_prefix("hmac-sha256:")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            return Ok(false);
+        };
+        for key in self
+            .inner
+            .seal_keys
+            .iter()
+            .filter(|k| k.recipient == recipient)
+        {
+            if subtle_eq(seal_of(key, at, data_key)?.as_bytes(), seal.as_bytes()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether `stored` holds exactly the bytes `plain`, answered from the digest gitstate wrote
     /// into the sops metadata (keyed with the data key, so it reveals nothing without it);
     /// `None` when the document has no digest (real sops wrote it, or it is not sealed).
-    pub fn holds_blocking(&self, stored: &[u8], plain: &[u8]) -> Result<Option<bool>, SealError> {
-        let Ok(Some(raw)) = gitstate_sops::sops_member(stored) else {
-            return Ok(None);
-        };
-        let Ok(meta) = Node::parse(raw.get().as_bytes()) else {
+    pub fn holds_blocking(
+        &self,
+        at: &Place,
+        stored: &[u8],
+        plain: &[u8],
+    ) -> Result<Option<bool>, SealError> {
+        let Ok(meta) = metadata_of(stored) else {
             return Ok(None);
         };
         let Some(digest) = meta.get(DIGEST_FIELD).and_then(Node::as_str) else {
             return Ok(None);
         };
-        match reusable_data_key(stored, &self.inner.read_keys) {
-            Ok(reuse) => Ok(Some(plaintext_digest(&reuse.data_key, plain)? == digest)),
-            Err(e @ SopsError::Unavailable { .. }) => Err(SealError::Unavailable(e.to_string())),
-            Err(e) => Err(open_error(e)),
-        }
+        let data_key = self.trusted_data_key(at, stored)?;
+        Ok(Some(plaintext_digest(&data_key, plain)? == digest))
     }
 
-    /// Opens synchronously (KMS calls block; use from a blocking thread).
-    pub fn open_blocking(&self, stored: &[u8]) -> Result<Option<Bytes>, SealError> {
+    /// Opens synchronously (KMS calls block; use from a blocking thread). `None`: plaintext,
+    /// served as it is (refused when sealing is enforced).
+    pub fn open_blocking(&self, at: &Place, stored: &[u8]) -> Result<Option<Bytes>, SealError> {
         match TopKeys::scan(stored) {
             Ok(top) if top.sops => {}
+            Err(e @ SopsError::TooDeep { .. }) => {
+                return Err(SealError::Tampered(format!(
+                    "the stored state at {at} cannot be read: {e}"
+                )))
+            }
+            _ if self.inner.enforced => {
+                return Err(SealError::NotSealedHere(format!(
+                    "the stored state at {at} is not encrypted, and encryption is enforced: gitstate serves only what it sealed itself. It was written before encryption was enforced or outside gitstate; write it again (terraform state push) to have it sealed"
+                )))
+            }
             _ => return Ok(None),
         }
-        let doc = Document::decrypt(stored, &self.inner.read_keys).map_err(open_error)?;
+        let data_key = self.trusted_data_key(at, stored)?;
+        let doc = Document::decrypt_with_data_key(stored, &data_key).map_err(open_error)?;
         Ok(Some(Bytes::from(doc.tree.to_json())))
     }
 }
 
 #[async_trait]
 impl Sealer for SopsSealer {
-    async fn seal(
-        &self,
-        path: &StatePath,
-        plain: Bytes,
-        previous: Option<&Bytes>,
-    ) -> Result<Bytes, SealError> {
+    async fn seal(&self, at: &Place, plain: Bytes) -> Result<Bytes, SealError> {
         let this = self.clone();
-        let previous = previous.cloned();
-        let span = tracing::info_span!("seal", %path);
+        let at = at.clone();
+        let span = tracing::info_span!("seal", %at);
         tokio::task::spawn_blocking(move || {
             let _span = span.enter();
-            this.seal_blocking(&plain, previous.as_deref())
+            this.seal_blocking(&at, &plain)
         })
         .await
         .map_err(|e| SealError::Internal(format!("the sealing task failed: {e}")))?
     }
 
-    async fn holds(
-        &self,
-        path: &StatePath,
-        stored: Bytes,
-        plain: &Bytes,
-    ) -> Result<bool, SealError> {
+    async fn holds(&self, at: &Place, stored: Bytes, plain: &Bytes) -> Result<bool, SealError> {
         let this = self.clone();
-        let input = (stored.clone(), plain.clone());
+        let input = (at.clone(), stored.clone(), plain.clone());
         let by_digest =
-            tokio::task::spawn_blocking(move || this.holds_blocking(&input.0, &input.1))
+            tokio::task::spawn_blocking(move || this.holds_blocking(&input.0, &input.1, &input.2))
                 .await
                 .map_err(|e| SealError::Internal(format!("the comparing task failed: {e}")))??;
         match by_digest {
             Some(held) => Ok(held),
-            None => gitstate_core::seal::holds_by_opening(self, path, stored, plain).await,
+            None => gitstate_core::seal::holds_by_opening(self, at, stored, plain).await,
         }
     }
 
-    async fn open(&self, path: &StatePath, stored: Bytes) -> Result<Bytes, SealError> {
+    async fn open(&self, at: &Place, stored: Bytes) -> Result<Bytes, SealError> {
         let this = self.clone();
-        let span = tracing::info_span!("open", %path);
-        let input = stored.clone();
+        let span = tracing::info_span!("open", %at);
+        let input = (at.clone(), stored.clone());
         let opened = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
-            this.open_blocking(&input)
+            this.open_blocking(&input.0, &input.1)
         })
         .await
         .map_err(|e| SealError::Internal(format!("the opening task failed: {e}")))??;
@@ -341,27 +520,108 @@ impl Sealer for SopsSealer {
     }
 }
 
-/// `kind:id` of a stored key entry, comparable with the identities of configured write keys.
-fn entry_identity(entry: &KeyEntry) -> String {
-    if entry.kind == "kms" {
-        let context: BTreeMap<String, String> = entry
-            .fields
-            .iter()
-            .find(|(k, _)| k == "context")
-            .and_then(|(_, v)| match v {
-                Node::Object(fields) => Some(
-                    fields
-                        .iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                        .collect(),
-                ),
-                _ => None,
-            })
-            .unwrap_or_default();
-        KmsKey::identity(entry.field("arn").unwrap_or(""), &context)
-    } else {
-        format!("{}:{}", entry.kind, entry.id())
+/// The `sops` metadata of a document.
+fn metadata_of(stored: &[u8]) -> Result<Node, SealError> {
+    let raw = gitstate_sops::sops_member(stored)
+        .map_err(open_error)?
+        .ok_or_else(|| SealError::Tampered("the stored file has no \"sops\" metadata".into()))?;
+    Node::parse(raw.get().as_bytes()).map_err(open_error)
+}
+
+/// The encryption context of a KMS entry.
+fn entry_context(entry: &KeyEntry) -> BTreeMap<String, String> {
+    entry
+        .fields
+        .iter()
+        .find(|(k, _)| k == "context")
+        .and_then(|(_, v)| match v {
+            Node::Object(fields) => Some(
+                fields
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Refuses a document bound to another place than `at`: by the context of a KMS entry (which
+/// KMS itself ties to the wrapped key), or by the place the metadata names.
+fn check_place(at: &Place, meta: &Node, groups: &[Vec<KeyEntry>]) -> Result<(), SealError> {
+    let mismatch = |repository: Option<&str>, path: Option<&str>, source: &str| {
+        let here = (at.repository.as_str(), at.path.as_str());
+        let there = (repository.unwrap_or(here.0), path.unwrap_or(here.1));
+        (there != here).then(|| {
+            SealError::Misplaced(format!(
+                "the stored state at {at} was sealed for {}/{} ({source}); it was copied here from another place, and gitstate never serves one place's state at another. Restore this path's own version (gitstate history / restore) or write it again",
+                there.0, there.1
+            ))
+        })
+    };
+    for entry in groups.iter().flatten().filter(|e| e.kind == "kms") {
+        let context = entry_context(entry);
+        let source = format!(
+            "KMS encryption context of {}",
+            entry.field("arn").unwrap_or("?")
+        );
+        if let Some(e) = mismatch(
+            context.get(BOUND_REPOSITORY).map(String::as_str),
+            context.get(BOUND_PATH).map(String::as_str),
+            &source,
+        ) {
+            return Err(e);
+        }
     }
+    match mismatch(
+        meta.get(BOUND_REPOSITORY).and_then(Node::as_str),
+        meta.get(BOUND_PATH).and_then(Node::as_str),
+        "sops metadata",
+    ) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Names one wrapped entry (its kind and blob), for the key memory.
+fn entry_fingerprint(entry: &KeyEntry) -> [u8; 32] {
+    key_fingerprint(&[vec![entry.clone()]], 0)
+}
+
+/// `hmac-sha256:<recipient>:<hex>`: the seal of the identity behind `key` over the place and the
+/// data key. Only the identity's holder can make it; it vouches that this data key was chosen by
+/// the server for this place.
+fn seal_of(key: &SealKey, at: &Place, data_key: &[u8]) -> Result<String, SealError> {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.key.as_slice())
+        .map_err(|e| SealError::Internal(format!("HMAC setup failed: {e}")))?;
+    for part in [
+        b"gitstate-seal-v1".as_slice(),
+        at.repository.as_bytes(),
+        at.path.as_str().as_bytes(),
+        data_key,
+    ] {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    Ok(format!(
+        "hmac-sha256:{}:{}",
+        key.recipient,
+        hex(&mac.finalize().into_bytes())
+    ))
+}
+
+/// Compares without stopping at the first difference.
+fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unavailable_error(e: SopsError) -> SealError {
+    SealError::Unavailable(e.to_string())
 }
 
 /// The `sops` metadata field holding gitstate's plaintext digest.
@@ -369,20 +629,19 @@ pub const DIGEST_FIELD: &str = "gitstate_plaintext_hmac";
 
 /// `hmac-sha256:<hex>` of the state bytes as POSTed, keyed with the document's data key: lets a
 /// replayed POST be recognised without decrypting every value.
-fn plaintext_digest(data_key: &[u8; 32], plain: &[u8]) -> Result<String, SealError> {
+fn plaintext_digest(data_key: &[u8], plain: &[u8]) -> Result<String, SealError> {
     use hmac::Mac;
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(data_key)
         .map_err(|e| SealError::Internal(format!("HMAC setup failed: {e}")))?;
     mac.update(plain);
-    let tag = mac.finalize().into_bytes();
-    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("hmac-sha256:{hex}"))
+    Ok(format!("hmac-sha256:{}", hex(&mac.finalize().into_bytes())))
 }
 
-fn new_data_key() -> [u8; 32] {
+/// A random 32-byte data key, zeroed when dropped.
+fn new_data_key() -> Zeroizing<[u8; 32]> {
     use rand::RngCore;
-    let mut key = [0u8; 32];
-    rand::rng().fill_bytes(&mut key);
+    let mut key = Zeroizing::new([0u8; 32]);
+    rand::rng().fill_bytes(key.as_mut_slice());
     key
 }
 
@@ -390,6 +649,9 @@ fn seal_error(e: SopsError) -> SealError {
     match e {
         e @ SopsError::Unavailable { .. } => SealError::Unavailable(e.to_string()),
         SopsError::Json(m) => SealError::BadInput(format!("the state is not valid JSON: {m}")),
+        e @ SopsError::TooDeep { .. } => {
+            SealError::BadInput(format!("the state cannot be sealed: {e}"))
+        }
         e => SealError::Internal(e.to_string()),
     }
 }
@@ -405,6 +667,7 @@ fn open_error(e: SopsError) -> SealError {
         | SopsError::Json(_)
         | SopsError::NotSops(_)) => SealError::Tampered(e.to_string()),
         e @ SopsError::Key { .. } => SealError::NoKey(e.to_string()),
+        e @ SopsError::TooDeep { .. } => SealError::Tampered(e.to_string()),
         e => SealError::Internal(e.to_string()),
     }
 }
@@ -417,8 +680,17 @@ struct TopKeys {
 }
 
 impl TopKeys {
-    fn scan(json: &[u8]) -> Result<TopKeys, serde_json::Error> {
-        serde_json::from_slice(json)
+    fn scan(json: &[u8]) -> Result<TopKeys, SopsError> {
+        serde_json::from_slice(json).map_err(|e| {
+            // serde_json stops at 128 levels (beyond the codec's own limit)
+            if e.to_string().contains("recursion limit exceeded") {
+                SopsError::TooDeep {
+                    limit: gitstate_sops::MAX_DEPTH,
+                }
+            } else {
+                SopsError::Json(e.to_string())
+            }
+        })
     }
 }
 

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use gitstate_sops::DataKeyCache;
+use gitstate_sops::{DataKeyCache, Zeroizing};
 
-/// When a data key was unwrapped, and the key.
-type Remembered = (Instant, Vec<u8>);
+/// When a data key was unwrapped, and the key (zeroed when it leaves the memory).
+type Remembered = (Instant, Zeroizing<Vec<u8>>);
 
 /// A bounded, time-limited memory of data keys by fingerprint of their wrapped entries.
 pub struct DataKeyMemory {
@@ -38,7 +38,7 @@ impl DataKeyMemory {
 }
 
 impl DataKeyCache for DataKeyMemory {
-    fn get(&self, fingerprint: &[u8; 32]) -> Option<Vec<u8>> {
+    fn get(&self, fingerprint: &[u8; 32]) -> Option<Zeroizing<Vec<u8>>> {
         if self.ttl.is_zero() {
             return None;
         }
@@ -47,20 +47,19 @@ impl DataKeyCache for DataKeyMemory {
         (at.elapsed() < self.ttl).then(|| key.clone())
     }
 
-    fn put(&self, fingerprint: [u8; 32], data_key: Vec<u8>) {
+    fn put(&self, fingerprint: [u8; 32], data_key: Zeroizing<Vec<u8>>) {
         if self.ttl.is_zero() {
             return;
         }
         let Ok(mut keys) = self.keys.lock() else {
             return;
         };
+        // Expired keys leave (and are zeroed) at the next insertion, not only when full.
+        let ttl = self.ttl;
+        keys.retain(|_, (at, _)| at.elapsed() < ttl);
         if keys.len() >= self.capacity {
-            let ttl = self.ttl;
-            keys.retain(|_, (at, _)| at.elapsed() < ttl);
-            if keys.len() >= self.capacity {
-                if let Some(oldest) = keys.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k) {
-                    keys.remove(&oldest);
-                }
+            if let Some(oldest) = keys.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k) {
+                keys.remove(&oldest);
             }
         }
         keys.insert(fingerprint, (Instant::now(), data_key));
@@ -74,15 +73,15 @@ mod tests {
     #[test]
     fn keys_expire_and_capacity_is_bounded() {
         let memory = DataKeyMemory::new(Duration::from_millis(50), 2);
-        memory.put([1; 32], vec![1]);
-        memory.put([2; 32], vec![2]);
-        memory.put([3; 32], vec![3]);
+        memory.put([1; 32], Zeroizing::new(vec![1]));
+        memory.put([2; 32], Zeroizing::new(vec![2]));
+        memory.put([3; 32], Zeroizing::new(vec![3]));
         assert_eq!(memory.len(), 2);
-        assert_eq!(memory.get(&[3; 32]), Some(vec![3]));
+        assert_eq!(memory.get(&[3; 32]).as_deref(), Some(&vec![3]));
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(memory.get(&[3; 32]), None);
         let off = DataKeyMemory::new(Duration::ZERO, 2);
-        off.put([1; 32], vec![1]);
+        off.put([1; 32], Zeroizing::new(vec![1]));
         assert_eq!(off.get(&[1; 32]), None);
     }
 }

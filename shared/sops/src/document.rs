@@ -2,10 +2,11 @@
 
 use regex::Regex;
 use sha2::{Digest, Sha512};
+use zeroize::Zeroizing;
 
 use crate::cipher::{ValueCipher, ValueType};
 use crate::keys::{key_fingerprint, KeyEntry, KeySource, MasterKey};
-use crate::tree::{go_format_float, Node};
+use crate::tree::{go_format_float, json_error, Node, MAX_DEPTH};
 use crate::{shamir, SopsError};
 
 /// sops' initial MAC bytes when `mac_only_encrypted` is set.
@@ -70,14 +71,14 @@ impl CompiledRules {
 }
 
 /// Options for [`encrypt`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EncryptOptions {
     /// Which values to encrypt. Default: sops' default, `unencrypted_suffix = "_unencrypted"`.
     pub rules: Rules,
     /// Shamir threshold when more than one key group is given (default: all groups).
     pub shamir_threshold: Option<usize>,
-    /// Reuse this data key instead of generating one (rotation logic decides when).
-    pub data_key: Option<[u8; 32]>,
+    /// Use this data key instead of generating one (zeroed when dropped).
+    pub data_key: Option<Zeroizing<[u8; 32]>>,
     /// `sops.lastmodified`; default: now. Must be `YYYY-MM-DDTHH:MM:SSZ`.
     pub lastmodified: Option<String>,
     /// Indentation of the output (default one tab, like sops).
@@ -98,11 +99,25 @@ pub struct EncryptOptions {
     pub extra_metadata: Vec<(String, Node)>,
 }
 
+impl std::fmt::Debug for EncryptOptions {
+    /// Never prints the data key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncryptOptions")
+            .field("rules", &self.rules)
+            .field("shamir_threshold", &self.shamir_threshold)
+            .field("data_key", &self.data_key.as_ref().map(|_| "<redacted>"))
+            .field("lastmodified", &self.lastmodified)
+            .field("reuse", &self.reuse)
+            .field("extra_metadata", &self.extra_metadata)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A data key with its wrapped entries, to write a new version without calling master keys.
 #[derive(Clone)]
 pub struct Reuse {
-    /// The 32-byte data key.
-    pub data_key: [u8; 32],
+    /// The 32-byte data key (zeroed when dropped).
+    pub data_key: Zeroizing<[u8; 32]>,
     /// The wrapped entries, by key group (the shares' wrappings when there are several groups).
     pub key_groups: Vec<Vec<KeyEntry>>,
     /// Shamir threshold (ignored with one group).
@@ -362,25 +377,69 @@ impl<'a> Walker<'a> {
         self.hash.update(&b);
     }
 
-    /// Walks the tree in document order. `Encrypt`: hashes every leaf (plaintext) and queues
-    /// the leaves to encrypt. `Decrypt`: queues the leaves to decrypt. `Hash`: hashes every
-    /// leaf (after decryption).
-    fn walk<'t>(&mut self, node: &'t mut Node, mode: &Mode, jobs: &mut Vec<Job<'t>>) {
-        match node {
-            Node::Null => {}
-            Node::Object(fields) => {
-                for pair in fields.iter_mut() {
+    /// Walks the tree in document order, without recursion, refusing trees that nest deeper
+    /// than [`MAX_DEPTH`]. `Encrypt`: hashes every leaf (plaintext) and queues the leaves to
+    /// encrypt. `Decrypt`: queues the leaves to decrypt. `Hash`: hashes every leaf (after
+    /// decryption).
+    fn walk<'t>(
+        &mut self,
+        root: &'t mut Node,
+        mode: &Mode,
+        jobs: &mut Vec<Job<'t>>,
+    ) -> Result<(), SopsError> {
+        let mut stack: Vec<Open<'t>> = Vec::new();
+        self.enter(root, None, mode, jobs, &mut stack)?;
+        while let Some(top) = stack.last_mut() {
+            let next = match top {
+                Open::Object(fields, _) => fields.next().map(|pair| {
                     let (k, v) = (&pair.0, &mut pair.1);
-                    self.push(k);
-                    self.walk(v, mode, jobs);
-                    self.pop(k);
+                    (Some(k.as_str()), v)
+                }),
+                Open::Array(items, _) => items.next().map(|v| (None, v)),
+            };
+            match next {
+                Some((key, child)) => self.enter(child, key, mode, jobs, &mut stack)?,
+                None => {
+                    if let Some(Open::Object(_, Some(key)) | Open::Array(_, Some(key))) =
+                        stack.pop()
+                    {
+                        self.pop(key);
+                    }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// One node of [`Walker::walk`]: a container is opened on `stack` (its key is left on the
+    /// path until it is closed), a leaf is handled at once.
+    fn enter<'t>(
+        &mut self,
+        node: &'t mut Node,
+        key: Option<&'t str>,
+        mode: &Mode,
+        jobs: &mut Vec<Job<'t>>,
+        stack: &mut Vec<Open<'t>>,
+    ) -> Result<(), SopsError> {
+        if let Some(k) = key {
+            self.push(k);
+        }
+        match node {
+            Node::Object(fields) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(SopsError::TooDeep { limit: MAX_DEPTH });
+                }
+                stack.push(Open::Object(fields.iter_mut(), key));
+                return Ok(());
             }
             Node::Array(items) => {
-                for v in items.iter_mut() {
-                    self.walk(v, mode, jobs);
+                if stack.len() >= MAX_DEPTH {
+                    return Err(SopsError::TooDeep { limit: MAX_DEPTH });
                 }
+                stack.push(Open::Array(items.iter_mut(), key));
+                return Ok(());
             }
+            Node::Null => {}
             leaf => {
                 let encrypted = self.should_encrypt();
                 if !matches!(mode, Mode::Decrypt) && (!self.rules.mac_only_encrypted || encrypted) {
@@ -388,8 +447,9 @@ impl<'a> Walker<'a> {
                 }
                 let queue = encrypted
                     && match mode {
-                        Mode::Encrypt => !matches!(leaf, Node::Str(s) if s.is_empty()),
-                        Mode::Decrypt => !matches!(leaf, Node::Str(s) if s.is_empty()),
+                        Mode::Encrypt | Mode::Decrypt => {
+                            !matches!(leaf, Node::Str(s) if s.is_empty())
+                        }
                         Mode::Hash => false,
                     };
                 if queue {
@@ -398,6 +458,10 @@ impl<'a> Walker<'a> {
                 }
             }
         }
+        if let Some(k) = key {
+            self.pop(k);
+        }
+        Ok(())
     }
 
     fn intern_aad(&mut self) -> u32 {
@@ -409,6 +473,12 @@ impl<'a> Walker<'a> {
         self.aad_ids.insert(self.aad.clone(), i);
         i
     }
+}
+
+/// A container [`Walker::walk`] is inside: its remaining children, and its key in its parent.
+enum Open<'t> {
+    Object(std::slice::IterMut<'t, (String, Node)>, Option<&'t str>),
+    Array(std::slice::IterMut<'t, Node>, Option<&'t str>),
 }
 
 /// A leaf to encrypt or decrypt, with the index of its AAD in `Walker::aads`.
@@ -597,7 +667,7 @@ impl Metadata {
         }
     }
 
-    fn data_key(&self, keys: &KeySource) -> Result<Vec<u8>, SopsError> {
+    fn data_key(&self, keys: &KeySource) -> Result<Zeroizing<Vec<u8>>, SopsError> {
         let fingerprint = key_fingerprint(&self.groups, self.threshold);
         if let Some(key) = keys.cache().and_then(|c| c.get(&fingerprint)) {
             return Ok(key);
@@ -609,7 +679,7 @@ impl Metadata {
         Ok(key)
     }
 
-    fn unwrap_data_key(&self, keys: &KeySource) -> Result<Vec<u8>, SopsError> {
+    fn unwrap_data_key(&self, keys: &KeySource) -> Result<Zeroizing<Vec<u8>>, SopsError> {
         let mut tried = Vec::new();
         let mut parts = Vec::new();
         let mut unavailable = None;
@@ -662,21 +732,45 @@ impl Metadata {
 }
 
 /// A decrypted sops document.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Document {
     /// The plaintext tree, without the `sops` key, in document order.
     pub tree: Node,
-    /// The unwrapped data key (32 bytes); keep it to re-encrypt without a master-key call.
-    pub data_key: Vec<u8>,
+    /// The unwrapped data key (32 bytes, zeroed when dropped).
+    pub data_key: Zeroizing<Vec<u8>>,
     /// The document's master-key entries, by key group.
     pub key_groups: Vec<Vec<KeyEntry>>,
     /// The document's Shamir threshold (the number of groups when absent).
     pub shamir_threshold: usize,
 }
 
+impl std::fmt::Debug for Document {
+    /// Never prints the data key nor the plaintext.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Document")
+            .field("key_groups", &self.key_groups)
+            .field("shamir_threshold", &self.shamir_threshold)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Document {
     /// Decrypts a sops v3 JSON document with any key of `keys` and verifies its MAC.
     pub fn decrypt(json: &[u8], keys: &KeySource) -> Result<Document, SopsError> {
+        Document::decrypt_with(json, |meta| meta.data_key(keys))
+    }
+
+    /// Decrypts a sops v3 JSON document with a data key the caller obtained itself (e.g. from
+    /// the one master-key entry it trusts) and verifies its MAC: values encrypted with another
+    /// key fail AES-GCM authentication.
+    pub fn decrypt_with_data_key(json: &[u8], data_key: &[u8]) -> Result<Document, SopsError> {
+        Document::decrypt_with(json, |_| Ok(Zeroizing::new(data_key.to_vec())))
+    }
+
+    fn decrypt_with(
+        json: &[u8],
+        data_key: impl FnOnce(&Metadata) -> Result<Zeroizing<Vec<u8>>, SopsError>,
+    ) -> Result<Document, SopsError> {
         let Node::Object(mut fields) = Node::parse(json)? else {
             return Err(SopsError::NotSops("the top level is not an object".into()));
         };
@@ -686,16 +780,16 @@ impl Document {
             .ok_or_else(|| SopsError::NotSops("no top-level \"sops\" key".into()))?;
         let (_, meta) = fields.remove(pos);
         let meta = Metadata::parse(&meta)?;
-        let data_key = meta.data_key(keys)?;
+        let data_key = data_key(&meta)?;
         let cipher = ValueCipher::new(&data_key)?;
         let rules = CompiledRules::new(&meta.rules)?;
         let mut tree = Node::Object(fields);
         let mut w = Walker::new(&cipher, &rules);
         let mut jobs = Vec::new();
-        w.walk(&mut tree, &Mode::Decrypt, &mut jobs);
+        w.walk(&mut tree, &Mode::Decrypt, &mut jobs)?;
         run_jobs(&cipher, &w.aads, &mut jobs, &Mode::Decrypt)?;
         drop(jobs);
-        w.walk(&mut tree, &Mode::Hash, &mut Vec::new());
+        w.walk(&mut tree, &Mode::Hash, &mut Vec::new())?;
         let computed = hex_upper(&w.hash.finalize());
         let computed_float = w.hash_float.map(|h| hex_upper(&h.finalize()));
         let (stored, _) = cipher
@@ -726,7 +820,7 @@ impl Document {
             ))
         })?;
         Ok(Reuse {
-            data_key,
+            data_key: Zeroizing::new(data_key),
             key_groups: self.key_groups.clone(),
             shamir_threshold: self.shamir_threshold,
         })
@@ -770,7 +864,7 @@ pub fn sops_member(json: &[u8]) -> Result<Option<Box<serde_json::value::RawValue
     }
     serde_json::from_slice::<Top>(json)
         .map(|t| t.0)
-        .map_err(|e| SopsError::Json(e.to_string()))
+        .map_err(json_error)
 }
 
 /// The master-key entries (by key group) and Shamir threshold of a sops document, read from its
@@ -795,7 +889,7 @@ pub fn reusable_data_key(json: &[u8], keys: &KeySource) -> Result<Reuse, SopsErr
         .try_into()
         .map_err(|_| SopsError::Metadata("the data key is not 32 bytes".into()))?;
     Ok(Reuse {
-        data_key,
+        data_key: Zeroizing::new(data_key),
         key_groups: meta.groups,
         shamir_threshold: meta.threshold,
     })
@@ -875,7 +969,7 @@ pub fn encrypt_groups(
         if let Some(e) = ctx.err.take() {
             return Err(e);
         }
-        r.map_err(|e| SopsError::Json(e.to_string()))?;
+        r.map_err(json_error)?;
         if ctx.top_fields > 0 {
             ctx.out.push(',');
         }
@@ -892,32 +986,32 @@ pub fn encrypt_groups(
 fn prepare(
     groups: &[&[&dyn MasterKey]],
     options: &EncryptOptions,
-) -> Result<([u8; 32], ValueCipher, CompiledRules), SopsError> {
+) -> Result<(Zeroizing<[u8; 32]>, ValueCipher, CompiledRules), SopsError> {
     if let Some(reuse) = &options.reuse {
         if reuse.key_groups.is_empty() || reuse.key_groups.iter().any(|g| g.is_empty()) {
             return Err(SopsError::Options(
                 "reuse: every key group needs at least one wrapped entry".into(),
             ));
         }
-        let cipher = ValueCipher::new(&reuse.data_key)?;
+        let cipher = ValueCipher::new(reuse.data_key.as_slice())?;
         let rules = CompiledRules::new(&options.rules)?;
-        return Ok((reuse.data_key, cipher, rules));
+        return Ok((reuse.data_key.clone(), cipher, rules));
     }
     if groups.is_empty() || groups.iter().any(|g| g.is_empty()) {
         return Err(SopsError::Options(
             "every key group needs at least one master key".into(),
         ));
     }
-    let data_key: [u8; 32] = match options.data_key {
-        Some(k) => k,
+    let data_key: Zeroizing<[u8; 32]> = match &options.data_key {
+        Some(k) => k.clone(),
         None => {
             use rand::RngCore;
-            let mut k = [0u8; 32];
-            rand::rng().fill_bytes(&mut k);
+            let mut k = Zeroizing::new([0u8; 32]);
+            rand::rng().fill_bytes(k.as_mut_slice());
             k
         }
     };
-    let cipher = ValueCipher::new(&data_key)?;
+    let cipher = ValueCipher::new(data_key.as_slice())?;
     let rules = CompiledRules::new(&options.rules)?;
     Ok((data_key, cipher, rules))
 }
@@ -928,6 +1022,10 @@ pub fn encrypt_tree(
     groups: &[&[&dyn MasterKey]],
     options: &EncryptOptions,
 ) -> Result<Vec<u8>, SopsError> {
+    if tree.depth() > MAX_DEPTH {
+        tree.dismantle();
+        return Err(SopsError::TooDeep { limit: MAX_DEPTH });
+    }
     let Node::Object(fields) = &tree else {
         return Err(SopsError::Options(
             "sops JSON needs an object at the top level".into(),
@@ -939,7 +1037,7 @@ pub fn encrypt_tree(
     let (data_key, cipher, rules) = prepare(groups, options)?;
     let mut w = Walker::new(&cipher, &rules);
     let mut jobs = Vec::new();
-    w.walk(&mut tree, &Mode::Encrypt, &mut jobs);
+    w.walk(&mut tree, &Mode::Encrypt, &mut jobs)?;
     run_jobs(&cipher, &w.aads, &mut jobs, &Mode::Encrypt)?;
     drop(jobs);
     let meta = metadata(w, &data_key, &cipher, groups, options)?;
@@ -969,10 +1067,10 @@ fn metadata(
         Some(r) => (r.key_groups.len(), r.shamir_threshold, r.key_groups.clone()),
         None => {
             let threshold = options.shamir_threshold.unwrap_or(groups.len());
-            let parts: Vec<Vec<u8>> = if groups.len() > 1 {
+            let parts: Vec<Zeroizing<Vec<u8>>> = if groups.len() > 1 {
                 shamir::split(data_key, groups.len(), threshold)?
             } else {
-                vec![data_key.to_vec()]
+                vec![Zeroizing::new(data_key.to_vec())]
             };
             let mut all = Vec::new();
             for (group, part) in groups.iter().zip(&parts) {
@@ -1197,6 +1295,10 @@ impl<'de> serde::de::Visitor<'de> for StreamSeed<'_, '_, '_> {
             ));
             return Err(serde::de::Error::custom("top level is not an object"));
         }
+        if ctx.level >= MAX_DEPTH {
+            ctx.err = Some(SopsError::TooDeep { limit: MAX_DEPTH });
+            return Err(serde::de::Error::custom("too deep"));
+        }
         ctx.out.push('[');
         ctx.level += 1;
         let mut n = 0usize;
@@ -1222,6 +1324,10 @@ impl<'de> serde::de::Visitor<'de> for StreamSeed<'_, '_, '_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let ctx = self.0;
         let top = ctx.level == 0;
+        if ctx.level >= MAX_DEPTH {
+            ctx.err = Some(SopsError::TooDeep { limit: MAX_DEPTH });
+            return Err(serde::de::Error::custom("too deep"));
+        }
         ctx.out.push('{');
         ctx.level += 1;
         let mut key = String::new();

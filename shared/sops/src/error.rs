@@ -9,6 +9,12 @@ pub enum SopsError {
     /// The input is not valid JSON.
     #[error("invalid JSON: {0}")]
     Json(String),
+    /// Objects and arrays nest deeper than the codec walks (see [`crate::MAX_DEPTH`]).
+    #[error("the JSON nests objects and arrays more than {limit} levels deep, deeper than gitstate's sops codec accepts")]
+    TooDeep {
+        /// The limit.
+        limit: usize,
+    },
     /// The input is JSON but not a sops document (no `sops` object, wrong top-level type).
     #[error("not a sops document: {0}")]
     NotSops(String),

@@ -4,6 +4,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::str::FromStr;
 
+use zeroize::Zeroizing;
+
 use crate::tree::Node;
 use crate::SopsError;
 
@@ -56,8 +58,9 @@ pub trait MasterKey: Send + Sync {
     /// Wraps `data_key` and returns the metadata entry to store (its `kind` must be [`MasterKey::kind`]).
     fn wrap(&self, data_key: &[u8]) -> Result<KeyEntry, SopsError>;
     /// Tries to unwrap the data key from `entry` (whose `kind` equals [`MasterKey::kind`]).
-    /// `Ok(None)` means "not mine" (e.g. a recipient-only key, or another identity).
-    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Vec<u8>>, SopsError>;
+    /// `Ok(None)` means "not mine" (e.g. a recipient-only key, or another identity). The key is
+    /// zeroed when dropped.
+    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Zeroizing<Vec<u8>>>, SopsError>;
 }
 
 /// An age X25519 key: a recipient (wrap only) or an identity (wrap to its own recipient and unwrap).
@@ -148,6 +151,22 @@ impl AgeKey {
         AgeKey::parse_identities(&text)
     }
 
+    /// A 32-byte secret for `purpose`, derived from this key's identity (HMAC-SHA256 keyed with
+    /// the identity's secret text); `None` for a recipient-only key. Only the holder of the
+    /// identity can compute it, so it can authenticate what this holder wrote.
+    pub fn derive_secret(&self, purpose: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
+        use age::secrecy::ExposeSecret;
+        use hmac::Mac;
+        let identity = self.identity.as_ref()?;
+        let secret = identity.to_string();
+        let mut mac =
+            hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.expose_secret().as_bytes()).ok()?;
+        mac.update(purpose);
+        let mut out = Zeroizing::new([0u8; 32]);
+        out.copy_from_slice(&mac.finalize().into_bytes());
+        Some(out)
+    }
+
     fn err(&self, reason: String) -> SopsError {
         SopsError::Key {
             kind: "age".into(),
@@ -184,7 +203,7 @@ impl MasterKey for AgeKey {
             ],
         })
     }
-    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Vec<u8>>, SopsError> {
+    fn unwrap(&self, entry: &KeyEntry) -> Result<Option<Zeroizing<Vec<u8>>>, SopsError> {
         let Some(identity) = &self.identity else {
             return Ok(None);
         };
@@ -196,7 +215,9 @@ impl MasterKey for AgeKey {
             .map_err(|e| self.err(format!("enc of {} is not an age file: {e}", entry.id())))?;
         match dec.decrypt(std::iter::once(identity as &dyn age::Identity)) {
             Ok(mut r) => {
-                let mut key = Vec::new();
+                // room for a data key or a Shamir share, so reading does not reallocate (a
+                // reallocation would leave a copy behind)
+                let mut key = Zeroizing::new(Vec::with_capacity(128));
                 r.read_to_end(&mut key)
                     .map_err(|e| self.err(format!("reading the age payload failed: {e}")))?;
                 Ok(Some(key))
@@ -211,25 +232,33 @@ impl MasterKey for AgeKey {
 /// Entries are looked up by [`key_fingerprint`] of a document's wrapped entries.
 pub trait DataKeyCache: Send + Sync {
     /// The data key stored for `fingerprint`, if still held.
-    fn get(&self, fingerprint: &[u8; 32]) -> Option<Vec<u8>>;
+    fn get(&self, fingerprint: &[u8; 32]) -> Option<Zeroizing<Vec<u8>>>;
     /// Remembers `data_key` for `fingerprint`.
-    fn put(&self, fingerprint: [u8; 32], data_key: Vec<u8>);
+    fn put(&self, fingerprint: [u8; 32], data_key: Zeroizing<Vec<u8>>);
 }
 
-/// SHA-256 over the wrapped entries (`kind` and `enc` of each, group by group) and the threshold:
-/// the same wrapped blobs always unwrap to the same data key, so this names a data key without
-/// revealing it.
+/// SHA-256 over the wrapped entries (every field of each, group by group: `kind`, `enc`, and what
+/// the master key unwraps under, such as a KMS encryption context) and the threshold: the same
+/// entries always unwrap to the same data key, so this names a data key without revealing it.
+/// An entry whose context was edited is another entry (its key comes from the master key, which
+/// checks the context, never from a cache).
 pub fn key_fingerprint(groups: &[Vec<KeyEntry>], threshold: usize) -> [u8; 32] {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    h.update((threshold as u64).to_le_bytes());
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(&(threshold as u64).to_le_bytes());
     for group in groups {
-        h.update(b"\x01group");
+        field(b"\x01group");
         for entry in group {
-            h.update(entry.kind.as_bytes());
-            h.update(b"\x00");
-            h.update(entry.field("enc").unwrap_or("").as_bytes());
-            h.update(b"\x00");
+            field(b"\x02entry");
+            field(entry.kind.as_bytes());
+            for (name, value) in &entry.fields {
+                field(name.as_bytes());
+                field(&value.to_json());
+            }
         }
     }
     h.finalize().into()

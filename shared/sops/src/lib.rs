@@ -38,4 +38,5 @@ pub use document::{
 pub use error::SopsError;
 pub use keys::{key_fingerprint, AgeKey, DataKeyCache, KeyEntry, KeySource, MasterKey};
 pub use shamir::{combine as shamir_combine, split as shamir_split};
-pub use tree::{go_format_float, Node};
+pub use tree::{go_format_float, Node, MAX_DEPTH};
+pub use zeroize::Zeroizing;

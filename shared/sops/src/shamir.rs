@@ -1,6 +1,8 @@
 //! Shamir secret sharing over GF(2^8) as sops uses it (HashiCorp Vault's `shamir`
 //! package: each share is the y bytes followed by one x-coordinate byte).
 
+use zeroize::Zeroizing;
+
 use crate::SopsError;
 
 fn mul(a: u8, b: u8) -> u8 {
@@ -35,7 +37,8 @@ fn inv(a: u8) -> u8 {
 }
 
 /// Recombines `shares` (at least the threshold of them) into the secret.
-pub fn combine(shares: &[Vec<u8>]) -> Result<Vec<u8>, SopsError> {
+pub fn combine<S: AsRef<[u8]>>(shares: &[S]) -> Result<Zeroizing<Vec<u8>>, SopsError> {
+    let shares: Vec<&[u8]> = shares.iter().map(AsRef::as_ref).collect();
     let first = shares
         .first()
         .ok_or_else(|| SopsError::Metadata("no Shamir shares to combine".into()))?;
@@ -51,7 +54,7 @@ pub fn combine(shares: &[Vec<u8>]) -> Result<Vec<u8>, SopsError> {
             return Err(SopsError::Metadata("duplicate Shamir share".into()));
         }
     }
-    let mut secret = vec![0u8; len - 1];
+    let mut secret = Zeroizing::new(vec![0u8; len - 1]);
     for (byte, out) in secret.iter_mut().enumerate() {
         let mut acc = 0u8;
         for (i, share) in shares.iter().enumerate() {
@@ -70,7 +73,11 @@ pub fn combine(shares: &[Vec<u8>]) -> Result<Vec<u8>, SopsError> {
 }
 
 /// Splits `secret` into `parts` shares, any `threshold` of which recombine it.
-pub fn split(secret: &[u8], parts: usize, threshold: usize) -> Result<Vec<Vec<u8>>, SopsError> {
+pub fn split(
+    secret: &[u8],
+    parts: usize,
+    threshold: usize,
+) -> Result<Vec<Zeroizing<Vec<u8>>>, SopsError> {
     use rand::RngCore;
     if threshold < 2 || parts < threshold || parts > 255 {
         return Err(SopsError::Options(format!(
@@ -79,12 +86,12 @@ pub fn split(secret: &[u8], parts: usize, threshold: usize) -> Result<Vec<Vec<u8
     }
     let mut rng = rand::rng();
     // distinct non-zero x coordinates 1..=parts shuffled is not needed; 1..=parts is valid.
-    let mut shares: Vec<Vec<u8>> = (1..=parts)
-        .map(|_| Vec::with_capacity(secret.len() + 1))
+    let mut shares: Vec<Zeroizing<Vec<u8>>> = (1..=parts)
+        .map(|_| Zeroizing::new(Vec::with_capacity(secret.len() + 1)))
         .collect();
-    let mut coeffs = vec![0u8; threshold - 1];
+    let mut coeffs = Zeroizing::new(vec![0u8; threshold - 1]);
     for &s in secret {
-        rng.fill_bytes(&mut coeffs);
+        rng.fill_bytes(coeffs.as_mut_slice());
         for (idx, share) in shares.iter_mut().enumerate() {
             let x = (idx + 1) as u8;
             // Horner: s + c1 x + c2 x^2 ...
@@ -110,13 +117,13 @@ mod tests {
     fn split_combine_round_trip() {
         let secret: Vec<u8> = (0..32).collect();
         let shares = split(&secret, 3, 2).unwrap();
-        assert_eq!(combine(&shares[0..2]).unwrap(), secret);
-        assert_eq!(combine(&shares[1..3]).unwrap(), secret);
+        assert_eq!(*combine(&shares[0..2]).unwrap(), secret);
+        assert_eq!(*combine(&shares[1..3]).unwrap(), secret);
         assert_eq!(
-            combine(&[shares[0].clone(), shares[2].clone()]).unwrap(),
+            *combine(&[shares[0].clone(), shares[2].clone()]).unwrap(),
             secret
         );
-        assert_eq!(combine(&shares).unwrap(), secret);
-        assert_ne!(combine(&shares[0..1]).unwrap(), secret);
+        assert_eq!(*combine(&shares).unwrap(), secret);
+        assert_ne!(*combine(&shares[0..1]).unwrap(), secret);
     }
 }

@@ -185,7 +185,10 @@ impl MasterKey for DownKms {
     fn wrap(&self, _: &[u8]) -> Result<gitstate_sops::KeyEntry, SopsError> {
         Err(self.down())
     }
-    fn unwrap(&self, _: &gitstate_sops::KeyEntry) -> Result<Option<Vec<u8>>, SopsError> {
+    fn unwrap(
+        &self,
+        _: &gitstate_sops::KeyEntry,
+    ) -> Result<Option<gitstate_sops::Zeroizing<Vec<u8>>>, SopsError> {
         Err(self.down())
     }
 }
@@ -245,4 +248,114 @@ fn floats_needing_every_digit_survive_exactly() {
     assert_eq!(back["a"].as_f64(), Some(-3.831187280663183e183));
     assert_eq!(back["b"].as_f64(), Some(123456789012345680000.0));
     assert_eq!(back["c"][0][0].as_f64(), Some(2.2250738585072014e-308));
+}
+
+/// `{"a": [[[…]]]}` with `depth` levels of objects and arrays in all.
+fn nested(depth: usize) -> String {
+    format!(
+        "{{\"a\":{}1{}}}",
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+/// Deep JSON is refused with a sentence that says so, on every way in: parsing, streaming
+/// encryption, a stored document, and a tree built in memory (100,000 levels, which a
+/// recursive walk would not survive on a 2 MiB test thread).
+#[test]
+fn deep_trees_are_refused_with_a_clear_error_not_a_stack_overflow() {
+    let limit = gitstate_sops::MAX_DEPTH;
+    let k = AgeKey::recipient(R2).unwrap();
+    let keys = [&k as &dyn MasterKey];
+    let deep = nested(10_000);
+    let is_too_deep = |e: &SopsError| {
+        matches!(e, SopsError::TooDeep { limit: l } if *l == limit)
+            && e.to_string()
+                .contains(&format!("more than {limit} levels deep"))
+    };
+    let e = Node::parse(deep.as_bytes()).unwrap_err();
+    assert!(is_too_deep(&e), "parse: {e}");
+    let e = encrypt(deep.as_bytes(), &keys, &EncryptOptions::default()).unwrap_err();
+    assert!(is_too_deep(&e), "encrypt: {e}");
+    let e = encrypt(
+        nested(limit + 1).as_bytes(),
+        &keys,
+        &EncryptOptions::default(),
+    )
+    .unwrap_err();
+    assert!(is_too_deep(&e), "one level too deep: {e}");
+    // a planted document: deep values next to valid-looking metadata
+    let planted = format!(
+        "{{\"a\":{}1{},\"sops\":{{\"lastmodified\":\"2024-01-01T00:00:00Z\",\"mac\":\"x\",\"version\":\"3.11.0\"}}}}",
+        "[".repeat(9_999),
+        "]".repeat(9_999)
+    );
+    let e = Document::decrypt(planted.as_bytes(), &age_keys()).unwrap_err();
+    assert!(is_too_deep(&e), "decrypt: {e}");
+    // finding the metadata skips the rest without recursion (serde_json's ignore is a loop)
+    assert!(gitstate_sops::sops_member(planted.as_bytes())
+        .unwrap()
+        .is_some());
+
+    // exactly at the limit: sealed and opened again
+    let at_limit = nested(limit);
+    let identity = AgeKey::generate();
+    let sealed = encrypt(
+        at_limit.as_bytes(),
+        &[&identity as &dyn MasterKey],
+        &EncryptOptions::default(),
+    )
+    .unwrap();
+    let doc = Document::decrypt(&sealed, &KeySource::new().with(Box::new(identity))).unwrap();
+    assert_eq!(doc.tree.to_json(), at_limit.as_bytes());
+
+    // a tree built in memory, far deeper than anything parsed: written, converted, measured
+    // and refused without recursion
+    let mut tree = Node::Int(1);
+    for _ in 0..100_000 {
+        tree = Node::Array(vec![tree]);
+    }
+    assert_eq!(tree.depth(), 100_000);
+    assert_eq!(tree.to_json().len(), 200_001);
+    let value = tree.to_value();
+    let mut node = &value;
+    let mut levels = 0;
+    while let Some(inner) = node.as_array().and_then(|a| a.first()) {
+        node = inner;
+        levels += 1;
+    }
+    assert_eq!(levels, 100_000);
+    // serde_json's own Value drops recursively; take it apart level by level
+    let mut value = value;
+    while let serde_json::Value::Array(mut items) = value {
+        value = items.pop().unwrap_or(serde_json::Value::Null);
+    }
+    let tree = Node::Object(vec![("a".into(), tree)]);
+    let e = gitstate_sops::encrypt_tree(tree, &[&keys], &EncryptOptions::default()).unwrap_err();
+    assert!(is_too_deep(&e), "encrypt_tree: {e}");
+}
+
+/// The key memory's fingerprint covers every field of an entry: a KMS entry whose encryption
+/// context was edited (the blob copied as is) must not find the copied blob's key in memory;
+/// only KMS, which checks the context, may unwrap it.
+#[test]
+fn key_fingerprints_cover_the_encryption_context() {
+    use gitstate_sops::{key_fingerprint, KeyEntry};
+    let entry = |path: &str| KeyEntry {
+        kind: "kms".into(),
+        fields: vec![
+            (
+                "arn".into(),
+                Node::Str("arn:aws:kms:eu-west-1:1:key/k".into()),
+            ),
+            (
+                "context".into(),
+                Node::Object(vec![("gitstate_path".into(), Node::Str(path.into()))]),
+            ),
+            ("enc".into(), Node::Str("AQIDBA==".into())),
+        ],
+    };
+    let a = key_fingerprint(&[vec![entry("a.tfstate")]], 1);
+    assert_eq!(a, key_fingerprint(&[vec![entry("a.tfstate")]], 1));
+    assert_ne!(a, key_fingerprint(&[vec![entry("c.tfstate")]], 1));
 }

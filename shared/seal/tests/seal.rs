@@ -1,0 +1,264 @@
+//! The sealer's security rules with age keys (KMS ones run end to end on moto in the tests
+//! crate): a fresh data key for every write, documents bound to their place, and under
+//! `enforced` only what this server sealed is opened.
+
+use gitstate_core::{Place, SealError, StatePath};
+use gitstate_seal::{SealerConfig, SopsSealer, Zeroizing};
+use gitstate_sops::{encrypt, AgeKey, Document, EncryptOptions, KeySource, MasterKey};
+
+const STATE: &str = r#"{"version":4,"serial":1,"lineage":"l","outputs":{"pw":{"value":"s3cret","type":"string"}},"resources":[]}"#;
+
+fn place(repository: &str, path: &str) -> Place {
+    Place::new(repository, &StatePath::parse(path).unwrap())
+}
+
+struct Server {
+    sealer: SopsSealer,
+    identity: String,
+    recipient: String,
+}
+
+fn server(enforced: bool) -> Server {
+    let identity = {
+        // an identity file as the server reads it
+        let generated = age::x25519::Identity::generate();
+        use age::secrecy::ExposeSecret;
+        generated.to_string().expose_secret().to_owned()
+    };
+    let recipient = AgeKey::identity(&identity).unwrap().id();
+    let config = SealerConfig {
+        age_recipients: vec![recipient.clone()],
+        age_identities: vec![Zeroizing::new(identity.clone())],
+        enforced,
+        ..SealerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let sealer = runtime
+        .block_on(SopsSealer::from_config(&config))
+        .unwrap()
+        .unwrap();
+    Server {
+        sealer,
+        identity,
+        recipient,
+    }
+}
+
+impl Server {
+    fn keys(&self) -> KeySource {
+        KeySource::new().with(Box::new(AgeKey::identity(&self.identity).unwrap()))
+    }
+
+    /// What someone with push access but without the server's secrets can make: a document
+    /// wrapped for the server's (public) recipient under a data key they chose.
+    fn planted(&self, data_key: [u8; 32], extra: Vec<(String, gitstate_sops::Node)>) -> Vec<u8> {
+        let recipient = AgeKey::recipient(&self.recipient).unwrap();
+        encrypt(
+            STATE.as_bytes(),
+            &[&recipient as &dyn MasterKey],
+            &EncryptOptions {
+                data_key: Some(Zeroizing::new(data_key)),
+                extra_metadata: extra,
+                ..EncryptOptions::default()
+            },
+        )
+        .unwrap()
+    }
+}
+
+#[test]
+fn every_write_gets_a_fresh_data_key() {
+    let s = server(false);
+    let at = place("default", "prod.tfstate");
+    let one = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let two = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let (a, b) = (
+        Document::decrypt(&one, &s.keys()).unwrap(),
+        Document::decrypt(&two, &s.keys()).unwrap(),
+    );
+    assert_ne!(*a.data_key, *b.data_key, "two writes share a data key");
+    assert_ne!(
+        a.key_groups, b.key_groups,
+        "two writes share wrapped entries"
+    );
+    // both bound to their place in the metadata
+    let doc: serde_json::Value = serde_json::from_slice(&one).unwrap();
+    assert_eq!(doc["sops"]["gitstate_repository"], "default");
+    assert_eq!(doc["sops"]["gitstate_path"], "prod.tfstate");
+    assert!(doc["sops"]["gitstate_seal"]
+        .as_str()
+        .is_some_and(|v| v.starts_with(&format!("hmac-sha256:{}:", s.recipient))));
+}
+
+#[test]
+fn a_document_sealed_for_one_place_is_refused_at_another() {
+    let s = server(false);
+    let here = place("default", "a.tfstate");
+    let sealed = s.sealer.seal_blocking(&here, STATE.as_bytes()).unwrap();
+    assert!(s.sealer.open_blocking(&here, &sealed).unwrap().is_some());
+    for elsewhere in [place("default", "b.tfstate"), place("other", "a.tfstate")] {
+        let e = s.sealer.open_blocking(&elsewhere, &sealed).unwrap_err();
+        assert!(matches!(e, SealError::Misplaced(_)), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("at {elsewhere} was sealed for default/a.tfstate")),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"));
+        // nor does it count as holding anything there: a write replaces it
+        assert!(s
+            .sealer
+            .holds_blocking(&elsewhere, &sealed, STATE.as_bytes())
+            .is_err());
+    }
+}
+
+#[test]
+fn enforced_opens_only_what_this_server_sealed() {
+    let s = server(true);
+    let at = place("default", "prod.tfstate");
+    let own = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let opened = s.sealer.open_blocking(&at, &own).unwrap().unwrap();
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&opened).unwrap(),
+        serde_json::from_str::<serde_json::Value>(STATE).unwrap()
+    );
+    assert_eq!(
+        s.sealer
+            .holds_blocking(&at, &own, STATE.as_bytes())
+            .unwrap(),
+        Some(true)
+    );
+
+    // plaintext
+    let e = s.sealer.open_blocking(&at, STATE.as_bytes()).unwrap_err();
+    assert!(matches!(e, SealError::NotSealedHere(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("not encrypted, and encryption is enforced"),
+        "{e}"
+    );
+
+    // a planted document wrapped for the server's recipient: it opens with the server's key,
+    // but the server did not choose its data key
+    let planted = s.planted([9; 32], Vec::new());
+    assert!(Document::decrypt(&planted, &s.keys()).is_ok());
+    let e = s.sealer.open_blocking(&at, &planted).unwrap_err();
+    assert!(matches!(e, SealError::NotSealedHere(_)), "{e}");
+    assert!(
+        e.to_string().contains("was not sealed by this server"),
+        "{e}"
+    );
+
+    // the same with this place named and the seal of a real version copied over
+    let own_meta: serde_json::Value = serde_json::from_slice(&own).unwrap();
+    let copied_seal = own_meta["sops"]["gitstate_seal"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let planted = s.planted(
+        [9; 32],
+        vec![
+            (
+                "gitstate_repository".into(),
+                gitstate_sops::Node::Str("default".into()),
+            ),
+            (
+                "gitstate_path".into(),
+                gitstate_sops::Node::Str("prod.tfstate".into()),
+            ),
+            (
+                "gitstate_seal".into(),
+                gitstate_sops::Node::Str(copied_seal),
+            ),
+        ],
+    );
+    let e = s.sealer.open_blocking(&at, &planted).unwrap_err();
+    assert!(matches!(e, SealError::NotSealedHere(_)), "{e}");
+    // with the replay digest the author can compute, it still holds nothing here
+    let digest = {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&[9; 32]).unwrap();
+        mac.update(STATE.as_bytes());
+        let tag: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("hmac-sha256:{tag}")
+    };
+    let with_digest = s.planted(
+        [9; 32],
+        vec![(
+            "gitstate_plaintext_hmac".into(),
+            gitstate_sops::Node::Str(digest),
+        )],
+    );
+    assert!(s
+        .sealer
+        .holds_blocking(&at, &with_digest, STATE.as_bytes())
+        .is_err());
+    let lax_check = server_with(&s, false)
+        .holds_blocking(&at, &with_digest, STATE.as_bytes())
+        .unwrap();
+    assert_eq!(lax_check, Some(true), "the digest was made wrong");
+
+    // not enforced, the planted document is served (it is what sops -d shows): the rule is
+    // the enforced mode's
+    let lax = Server {
+        sealer: server_with(&s, false),
+        identity: s.identity.clone(),
+        recipient: s.recipient.clone(),
+    };
+    assert!(lax.sealer.open_blocking(&at, &planted).unwrap().is_some());
+}
+
+/// A second sealer with the same age identity.
+fn server_with(s: &Server, enforced: bool) -> SopsSealer {
+    let config = SealerConfig {
+        age_recipients: vec![s.recipient.clone()],
+        age_identities: vec![Zeroizing::new(s.identity.clone())],
+        enforced,
+        ..SealerConfig::default()
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(SopsSealer::from_config(&config))
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn a_stored_document_nested_too_deep_is_refused_with_the_reason() {
+    let s = server(false);
+    let at = place("default", "deep.tfstate");
+    // a real version with a 10,000-deep member slipped in: the key opens, the tree does not
+    let sealed = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let planted = format!(
+        "{{\"deep\":{}1{},{}",
+        "[".repeat(10_000),
+        "]".repeat(10_000),
+        &String::from_utf8(sealed.to_vec()).unwrap()[1..]
+    );
+    let e = s.sealer.open_blocking(&at, planted.as_bytes()).unwrap_err();
+    assert!(matches!(e, SealError::Tampered(_)), "{e}");
+    assert!(e.to_string().contains("more than 100 levels deep"), "{e}");
+    let e = s
+        .sealer
+        .seal_blocking(
+            &at,
+            format!(
+                "{{\"version\":4,\"x\":{}1{}}}",
+                "[".repeat(200),
+                "]".repeat(200)
+            )
+            .as_bytes(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, SealError::BadInput(_)), "{e}");
+    assert!(e.to_string().contains("more than 100 levels deep"), "{e}");
+}
