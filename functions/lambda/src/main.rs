@@ -25,6 +25,12 @@ const CATALOG_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
+    // The git cache in /tmp holds states: files readable by this user only (gix creates them
+    // with the process's umask).
+    // SAFETY: umask only swaps the process's file mode creation mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(

@@ -10,6 +10,7 @@ pub mod lockinfo;
 pub mod path;
 pub mod seal;
 pub mod store;
+pub mod text;
 pub mod tfstate;
 pub mod time;
 
@@ -19,7 +20,7 @@ pub use catalog::{
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
 pub use lockinfo::LockInfo;
-pub use path::{PathError, StatePath};
+pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange,
