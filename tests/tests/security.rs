@@ -777,7 +777,7 @@ fn caller_text_cannot_split_commit_messages_or_log_lines() {
     let repo = cwd.path().join(".gitstate/default.git");
     let url = gitstate.state_url("default", "inject.tfstate");
     let who = "x\n\nSigned-off-by: evil <evil@example.com>";
-    let id = "id\nFORGED-LOG-LINE level=ERROR";
+    let id = "id\nFORGED-LOG-LINE level=ERROR \u{1b}[2J";
     let lock = serde_json::json!({
         "ID": id,
         "Operation": "OperationTypeApply\r\nCo-authored-by: evil",
@@ -852,23 +852,23 @@ fn caller_text_cannot_split_commit_messages_or_log_lines() {
     let (status, _) = http("UNLOCK", &url, Some(&lock), None).unwrap();
     assert_eq!(status, 200);
 
-    // A basic-auth user name is a writer's name too.
+    // A basic-auth user name is a writer's name too (it cannot hold ':', so no trailer here;
+    // the line break is what matters).
     let second = STATE.replace("\"serial\":1", "\"serial\":2");
     let (status, text) = http(
         "POST",
         &url,
         Some(&second),
-        Some(("alice\nSigned-off-by: mallory", "pw")),
+        Some(("alice\n\nmallory was here", "pw")),
     )
     .unwrap();
     assert_eq!(status, 200, "{text}");
     let message = body("main");
     assert_eq!(message.trim_end().lines().count(), 1, "{message:?}");
     assert!(
-        message.contains("by alice\\nSigned-off-by: mallory"),
+        message.contains("(serial 2) by alice\\n\\nmallory was here"),
         "{message:?}"
     );
-    assert_eq!(trailers("main").trim(), "");
 
     let log = gitstate.log();
     assert!(
@@ -879,9 +879,10 @@ fn caller_text_cannot_split_commit_messages_or_log_lines() {
         log.contains("id\\nFORGED-LOG-LINE"),
         "the lock ID is logged escaped:\n{log}"
     );
+    // (The text format colours its own output; no caller's escape sequence gets through.)
     assert!(
-        !log.contains('\u{1b}'),
-        "an escape sequence reached the log"
+        !log.contains("\u{1b}[2J"),
+        "a caller's escape sequence reached the log"
     );
 }
 
