@@ -1013,3 +1013,51 @@ fn a_cache_directory_someone_else_prepared_is_refused() {
         eprintln!("not root: the foreign-owner case of this test needs root to chown");
     }
 }
+
+/// gitstate's own files are private (umask 077), but the program `gitstate wrap` runs gets its
+/// caller's umask back: Terraform's files are created as the user expects.
+#[test]
+fn wrap_gives_the_program_its_callers_umask() {
+    use std::os::unix::process::CommandExt;
+    let cwd = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let mut cmd = wrap_command(
+        cwd.path(),
+        &["--listen", &listen, "--state", "umask.tfstate"],
+        &["sh", "-c", "umask; touch made-by-the-program"],
+        &[],
+    );
+    // SAFETY: only sets the umask of the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0o027);
+            Ok(())
+        });
+    }
+    let out = run_captured(
+        cmd,
+        "gitstate wrap -- sh -c umask",
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.combined());
+    assert_eq!(out.stdout.trim(), "0027", "{}", out.combined());
+    let mode = std::fs::metadata(cwd.path().join("made-by-the-program"))
+        .unwrap()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o640, "the program's file got mode {mode:o}");
+    // gitstate's own embedded repository is private.
+    let repo = cwd.path().join(".gitstate/default.git");
+    let modes = modes_under(&repo);
+    assert!(
+        modes.iter().any(|(p, _)| p.ends_with("HEAD")),
+        "the embedded repository was not created: {modes:?}"
+    );
+    let open: Vec<String> = modes
+        .into_iter()
+        .filter(|(_, mode)| mode & 0o077 != 0)
+        .map(|(p, mode)| format!("{mode:o} {}", p.display()))
+        .collect();
+    assert!(open.is_empty(), "readable by others:\n{}", open.join("\n"));
+}
