@@ -955,8 +955,6 @@ fn the_cache_is_readable_by_its_user_only() {
     .unwrap();
     assert_eq!(status, 200);
 
-    let root_mode = std::fs::metadata(&cache).unwrap().mode() & 0o777;
-    assert_eq!(root_mode, 0o700, "the cache root is {root_mode:o}");
     let modes = modes_under(&cache);
     assert!(
         modes
@@ -970,6 +968,8 @@ fn the_cache_is_readable_by_its_user_only() {
         .map(|(p, mode)| format!("{:o} {}", mode, p.display()))
         .collect();
     assert!(open.is_empty(), "readable by others:\n{}", open.join("\n"));
+    let root_mode = std::fs::metadata(&cache).unwrap().mode() & 0o777;
+    assert_eq!(root_mode, 0o700, "the cache root is {root_mode:o}");
 }
 
 /// A cache directory another user prepared (a symbolic link, or a directory owned by someone
@@ -1060,4 +1060,47 @@ fn wrap_gives_the_program_its_callers_umask() {
         .map(|(p, mode)| format!("{mode:o} {}", p.display()))
         .collect();
     assert!(open.is_empty(), "readable by others:\n{}", open.join("\n"));
+}
+
+/// Authentication comes before the body is read: in team mode a caller without a token who
+/// announces a 1 GB state (and sends none of it) gets 401 at once, not 413 and not a wait.
+#[test]
+fn callers_are_authenticated_before_the_body_is_read() {
+    let cwd = tempfile::tempdir().unwrap();
+    let hash = format!(
+        "sha256:{}",
+        gitstate_tests::crypto::sha256_hex("body-token")
+    );
+    let gitstate = Gitstate::start(
+        &["--auth-mode", "team", "--token-hash", &hash],
+        &[],
+        cwd.path(),
+    );
+    for (method, target) in [
+        ("POST", "/state/default/big.tfstate"),
+        ("LOCK", "/state/default/big.tfstate"),
+        ("POST", "/lock/default/big.tfstate"),
+    ] {
+        let mut stream = TcpStream::connect(("127.0.0.1", gitstate.port())).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        write!(
+            stream,
+            "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{{"
+        )
+        .unwrap();
+        let mut answer = [0u8; 512];
+        let n = stream.read(&mut answer).unwrap_or(0);
+        let head = String::from_utf8_lossy(&answer[..n]);
+        assert!(
+            head.starts_with("HTTP/1.1 401"),
+            "{method} {target}: {head}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{method} {target}: the answer waited for the body"
+        );
+    }
 }

@@ -71,7 +71,7 @@ pub struct AuthConfig {
     /// Team mode: SHA-256 hashes (`sha256:<hex>`) of the tokens callers may present.
     #[serde(default)]
     pub token_hashes: Vec<String>,
-    /// Team mode: named users as `NAME:HASH` (bcrypt from `htpasswd -nbB`, or `sha256:<hex>`);
+    /// Team mode: named users as `NAME:HASH` (bcrypt from `htpasswd -nB NAME`, or `sha256:<hex>`);
     /// the caller's basic-auth user name and password must match one.
     #[serde(default)]
     pub users: Vec<String>,

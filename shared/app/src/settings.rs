@@ -59,7 +59,7 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub token_hashes: Vec<String>,
-    /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nbB NAME PASSWORD` (bcrypt) or
+    /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nB NAME` (bcrypt; it asks for the password) or
     /// `sha256:<hex>` (repeatable, or comma-separated in the variable); replaces the file's
     /// `auth.users`.
     #[arg(

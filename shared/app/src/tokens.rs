@@ -48,7 +48,7 @@ pub fn matches(hash: &[u8; 32], token: &str) -> bool {
 enum Secret {
     /// `sha256:<hex>`: for random tokens, where a fast hash is enough.
     Sha256([u8; 32]),
-    /// `$2a$`, `$2b$` or `$2y$` bcrypt (`htpasswd -nbB NAME PASSWORD`): for passwords people
+    /// `$2a$`, `$2b$` or `$2y$` bcrypt (`htpasswd -nB NAME`, which asks for the password): for passwords people
     /// choose.
     Bcrypt(String),
 }
@@ -73,7 +73,7 @@ impl Users {
         let mut users = HashMap::new();
         for entry in entries {
             let (name, hash) = entry.split_once(':').ok_or_else(|| {
-                "a team user must look like NAME:HASH, e.g. the output of `htpasswd -nbB NAME PASSWORD`".to_owned()
+                "a team user must look like NAME:HASH, e.g. the output of `htpasswd -nB NAME` (it asks for the password)".to_owned()
             })?;
             if name.is_empty() {
                 return Err("a team user has an empty name".into());
@@ -86,7 +86,7 @@ impl Users {
                 Secret::Bcrypt(hash.to_owned())
             } else {
                 return Err(format!(
-                    "user {name}: the password hash must be bcrypt ($2y$…, from `htpasswd -nbB`) or sha256:<64 hex digits>"
+                    "user {name}: the password hash must be bcrypt ($2y$…, from `htpasswd -nB`) or sha256:<64 hex digits>"
                 ));
             };
             if users.insert(name.to_owned(), secret).is_some() {
