@@ -44,15 +44,22 @@ impl RequestGuard {
     /// The guard of a server listening on `local`: the `Host` rule when `local` is a loopback
     /// address or when `allowed_hosts` names hosts.
     pub fn for_listener(local: SocketAddr, allowed_hosts: &[String]) -> RequestGuard {
-        let names: Vec<String> = allowed_hosts
-            .iter()
-            .map(|h| normalize_host(h))
-            .filter(|h| !h.is_empty())
-            .collect();
+        let names = normalize_hosts(allowed_hosts);
         if local.ip().to_canonical().is_loopback() || !names.is_empty() {
             RequestGuard { hosts: Some(names) }
         } else {
             RequestGuard::any_host()
+        }
+    }
+
+    /// The guard of an endpoint whose listener is not ours (Lambda): the `Host` rule only when
+    /// `allowed_hosts` names hosts (e.g. the Function URL's name or a custom domain).
+    pub fn for_names(allowed_hosts: &[String]) -> RequestGuard {
+        let names = normalize_hosts(allowed_hosts);
+        if names.is_empty() {
+            RequestGuard::any_host()
+        } else {
+            RequestGuard { hosts: Some(names) }
         }
     }
 
@@ -100,6 +107,14 @@ impl RequestGuard {
         }
         None
     }
+}
+
+fn normalize_hosts(hosts: &[String]) -> Vec<String> {
+    hosts
+        .iter()
+        .map(|h| normalize_host(h))
+        .filter(|h| !h.is_empty())
+        .collect()
 }
 
 /// `host` in lower case, without a port or a trailing dot; brackets of an IPv6 literal kept
@@ -291,6 +306,24 @@ mod tests {
             403
         );
         assert_eq!(RequestGuard::any_host(), RequestGuard::default());
+        assert_eq!(RequestGuard::for_names(&[]), RequestGuard::any_host());
+        let lambda = app(RequestGuard::for_names(&[
+            "abc.lambda-url.eu-west-1.on.aws".into(),
+        ]));
+        assert_eq!(
+            status(
+                &lambda,
+                "GET",
+                &[("host", "abc.lambda-url.eu-west-1.on.aws")]
+            )
+            .await
+            .0,
+            200
+        );
+        assert_eq!(
+            status(&lambda, "GET", &[("host", "evil.example")]).await.0,
+            403
+        );
     }
 
     #[tokio::test]
