@@ -71,7 +71,9 @@ def http_backend_path():
 
 def start_lighttpd(root, repos, port):
     htpasswd = os.path.join(root, "htpasswd")
-    hashed = subprocess.run(["openssl", "passwd", "-apr1", PASSWORD], check=True,
+    # The password through stdin, never argv.
+    hashed = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"], check=True,
+                            input=(PASSWORD + "\n").encode(),
                             stdout=subprocess.PIPE).stdout.decode().strip()
     with open(htpasswd, "w") as f:
         f.write(f"{USER}:{hashed}\n")

@@ -26,3 +26,7 @@ sam_bin=$(venv_tool sam "$SAM_CLI_VERSION" aws-sam-cli sam)
 SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1} \
     "$sam_bin/sam" validate --lint --template-file infra/template.yaml
 echo "lint-infra: infra/template.yaml passes sam validate --lint (SAM CLI $SAM_CLI_VERSION)"
+
+# No default of the template deploys an open endpoint (issue 15): translated by samtranslator for
+# every AuthMode, checked with conditions resolved.
+SAM_CLI_TELEMETRY=0 "$sam_bin/python" scripts/check-template-auth.py infra/template.yaml

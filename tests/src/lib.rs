@@ -386,10 +386,20 @@ impl GitHttpServer {
             .prefix("gitstate-lighttpd")
             .tempdir()
             .unwrap();
-        let hash = Command::new(&openssl)
-            .args(["passwd", "-apr1", password])
-            .output()
+        // The password goes through stdin, never argv (visible to every local user).
+        let mut hashing = Command::new(&openssl)
+            .args(["passwd", "-apr1", "-stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
             .expect("openssl passwd");
+        hashing
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("{password}\n").as_bytes())
+            .expect("write the password to openssl");
+        let hash = hashing.wait_with_output().expect("openssl passwd");
         assert!(hash.status.success(), "openssl passwd -apr1 failed");
         let htpasswd = dir.path().join("htpasswd");
         fs::write(

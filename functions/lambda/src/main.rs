@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use gitstate_app::{backend_from_config, Registry, Settings};
-use gitstate_http::{router_recording_before_answering, AppState};
+use gitstate_http::{router_recording_before_answering, AppState, RequestGuard};
 
 /// Lambda's synchronous request payload limit.
 const LAMBDA_PAYLOAD_LIMIT_MB: u32 = 6;
@@ -25,6 +25,12 @@ const CATALOG_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
+    // The git cache in /tmp holds states: files readable by this user only (gix creates them
+    // with the process's umask).
+    // SAFETY: umask only swaps the process's file mode creation mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
@@ -52,7 +58,10 @@ async fn main() -> Result<(), lambda_http::Error> {
     let catalog = gitstate_app::catalog_from_config(&config)
         .await
         .map(|c| c as Arc<dyn gitstate_core::Catalog>);
-    let state = AppState::new(Arc::new(registry), backend, catalog);
+    // No Host rule unless names are configured (GITSTATE_ALLOWED_HOSTS): the names are AWS's or
+    // a custom domain; the cross-site rules always apply.
+    let state = AppState::new(Arc::new(registry), backend, catalog)
+        .with_guard(RequestGuard::for_names(&config.allowed_hosts));
     // Lambda freezes the function once it has answered: the catalog's changes are recorded
     // before the answer leaves (bounded), not in the background as on the server.
     let app = router_recording_before_answering(state, CATALOG_FLUSH_LIMIT);

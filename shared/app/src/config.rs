@@ -71,7 +71,7 @@ pub struct AuthConfig {
     /// Team mode: SHA-256 hashes (`sha256:<hex>`) of the tokens callers may present.
     #[serde(default)]
     pub token_hashes: Vec<String>,
-    /// Team mode: named users as `NAME:HASH` (bcrypt from `htpasswd -nbB`, or `sha256:<hex>`);
+    /// Team mode: named users as `NAME:HASH` (bcrypt from `htpasswd -nB NAME`, or `sha256:<hex>`);
     /// the caller's basic-auth user name and password must match one.
     #[serde(default)]
     pub users: Vec<String>,
@@ -119,6 +119,15 @@ pub struct Config {
     /// The DynamoDB catalog; off when absent.
     #[serde(default)]
     pub catalog: Option<CatalogConfig>,
+    /// Host names (besides `localhost` and loopback addresses) a browser may use to reach a
+    /// server listening on loopback, e.g. a name in `/etc/hosts`. Any other `Host` is refused
+    /// (DNS rebinding). When set, it applies to every listener.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Let `gitstate serve` listen on a non-loopback address with auth mode "server" (callers
+    /// unauthenticated, the server's own git credential). Off: such a start is refused.
+    #[serde(default)]
+    pub insecure_no_auth_on_public_address: bool,
 }
 
 /// The `catalog { dynamodb_table, audit_ttl_days, kms_arn }` block.
@@ -233,6 +242,8 @@ impl Default for Config {
             encryption: EncryptionConfig::default(),
             tls: None,
             catalog: None,
+            allowed_hosts: Vec::new(),
+            insecure_no_auth_on_public_address: false,
         }
     }
 }

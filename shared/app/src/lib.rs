@@ -1,6 +1,7 @@
 //! gitstate's wiring, shared by the standalone server, the wrapper and the Lambda handler:
 //! the configuration model and the [`Registry`] that turns it into stores.
 
+pub mod boundary;
 pub mod config;
 pub mod encryption;
 pub mod registry;

@@ -109,6 +109,15 @@ impl Registry {
         config: &Config,
         credentials: Option<Credentials>,
     ) -> Result<Self, RegistryError> {
+        // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
+        crate::boundary::check_config(config)
+            .map_err(|e| RegistryError::BadAddress(e.to_string()))?;
+        // Pass-through holds no credential of its own: whatever the environment provides
+        // (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) is dropped here, so no request can use it.
+        let credentials = match config.auth.mode {
+            AuthMode::Passthrough => None,
+            _ => credentials,
+        };
         let mut repositories = config.repositories.clone();
         if repositories.is_empty() {
             repositories.insert(
@@ -180,17 +189,13 @@ impl Registry {
     }
 
     /// Team mode: the caller must present one of the configured tokens as its password, or the
-    /// name and password of a configured user.
+    /// name and password of a configured user. Synchronous: a bcrypt check that
+    /// [`StoreRegistry::authenticate`] did not already make runs on this thread.
     fn admit(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
         if self.config.auth.mode != AuthMode::Team {
             return Ok(());
         }
-        let refused = |why: &str| {
-            RegistryError::Store(gitstate_core::StoreError::Unauthorized(format!(
-                "{why}: send a team token as the backend's password, or a configured user's name and password"
-            )))
-        };
-        let caller = caller.ok_or_else(|| refused("this deployment requires credentials"))?;
+        let caller = caller.ok_or_else(|| team_refusal("this deployment requires credentials"))?;
         let token = self
             .tokens
             .iter()
@@ -198,9 +203,16 @@ impl Registry {
         if token || self.users.admits(&caller.username, &caller.password) {
             Ok(())
         } else {
-            Err(refused("the credentials are not valid"))
+            Err(team_refusal("the credentials are not valid"))
         }
     }
+}
+
+/// A team-mode refusal (401) saying what to send.
+fn team_refusal(why: &str) -> RegistryError {
+    RegistryError::Store(gitstate_core::StoreError::Unauthorized(format!(
+        "{why}: send a team token as the backend's password, or a configured user's name and password"
+    )))
 }
 
 impl Registry {
@@ -210,9 +222,28 @@ impl Registry {
     }
 }
 
+#[async_trait::async_trait]
 impl StoreRegistry for Registry {
     fn names(&self) -> Vec<String> {
         Registry::names(self)
+    }
+
+    /// Team mode's check, with bcrypt on a blocking thread (see [`crate::tokens::Users::verify`]);
+    /// the synchronous check in `named`/`adhoc` then answers from memory.
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        if self.config.auth.mode != AuthMode::Team {
+            return Ok(());
+        }
+        let caller = caller.ok_or_else(|| team_refusal("this deployment requires credentials"))?;
+        let token = self
+            .tokens
+            .iter()
+            .any(|hash| crate::tokens::matches(hash, &caller.password));
+        if token || self.users.verify(&caller.username, &caller.password).await {
+            Ok(())
+        } else {
+            Err(team_refusal("the credentials are not valid"))
+        }
     }
 
     fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {

@@ -71,7 +71,7 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub token_hashes: Vec<String>,
-    /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nbB NAME PASSWORD` (bcrypt) or
+    /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nB NAME` (bcrypt; it asks for the password) or
     /// `sha256:<hex>` (repeatable, or comma-separated in the variable); replaces the file's
     /// `auth.users`.
     #[arg(
@@ -152,6 +152,25 @@ pub struct Settings {
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
     pub encryption_enforced: Option<bool>,
+    /// A host name browsers may use for a server listening on loopback, besides localhost and
+    /// loopback addresses (repeatable, or comma-separated in the variable); any other Host
+    /// header is refused (DNS rebinding). Replaces the file's `allowed_hosts`.
+    #[arg(
+        long = "allowed-host",
+        value_name = "NAME",
+        env = "GITSTATE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Serve on a non-loopback address with auth mode "server": anyone who reaches the address
+    /// reads and writes every state with the server's git credential. Refused without this.
+    #[arg(
+        long,
+        env = "GITSTATE_INSECURE_NO_AUTH_ON_PUBLIC_ADDRESS",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub insecure_no_auth_on_public_address: Option<bool>,
 }
 
 impl Settings {
@@ -235,6 +254,12 @@ impl Settings {
         }
         if let Some(enforced) = self.encryption_enforced {
             encryption.enforced = enforced;
+        }
+        if let Some(hosts) = given(&self.allowed_hosts) {
+            config.allowed_hosts = hosts;
+        }
+        if let Some(insecure) = self.insecure_no_auth_on_public_address {
+            config.insecure_no_auth_on_public_address = insecure;
         }
         if let Some(repositories) = given(&self.repositories) {
             config.repositories.clear();

@@ -48,7 +48,7 @@ pub fn matches(hash: &[u8; 32], token: &str) -> bool {
 enum Secret {
     /// `sha256:<hex>`: for random tokens, where a fast hash is enough.
     Sha256([u8; 32]),
-    /// `$2a$`, `$2b$` or `$2y$` bcrypt (`htpasswd -nbB NAME PASSWORD`): for passwords people
+    /// `$2a$`, `$2b$` or `$2y$` bcrypt (`htpasswd -nB NAME`, which asks for the password): for passwords people
     /// choose.
     Bcrypt(String),
 }
@@ -73,7 +73,7 @@ impl Users {
         let mut users = HashMap::new();
         for entry in entries {
             let (name, hash) = entry.split_once(':').ok_or_else(|| {
-                "a team user must look like NAME:HASH, e.g. the output of `htpasswd -nbB NAME PASSWORD`".to_owned()
+                "a team user must look like NAME:HASH, e.g. the output of `htpasswd -nB NAME` (it asks for the password)".to_owned()
             })?;
             if name.is_empty() {
                 return Err("a team user has an empty name".into());
@@ -86,7 +86,7 @@ impl Users {
                 Secret::Bcrypt(hash.to_owned())
             } else {
                 return Err(format!(
-                    "user {name}: the password hash must be bcrypt ($2y$…, from `htpasswd -nbB`) or sha256:<64 hex digits>"
+                    "user {name}: the password hash must be bcrypt ($2y$…, from `htpasswd -nB`) or sha256:<64 hex digits>"
                 ));
             };
             if users.insert(name.to_owned(), secret).is_some() {
@@ -104,38 +104,20 @@ impl Users {
         self.users.is_empty()
     }
 
-    /// Whether `name` is a configured user whose password is `password`.
+    /// Whether `name` is a configured user whose password is `password`. A bcrypt check runs on
+    /// this thread: async code calls [`Users::verify`] instead, which runs it on a blocking
+    /// thread; once that succeeded, this answers from memory.
     pub fn admits(&self, name: &str, password: &str) -> bool {
         match self.users.get(name) {
             Some(Secret::Sha256(hash)) => matches(hash, password),
             Some(Secret::Bcrypt(hash)) => {
-                let key: [u8; 32] = Sha256::new()
-                    .chain_update(name.as_bytes())
-                    .chain_update([0])
-                    .chain_update(password.as_bytes())
-                    .chain_update([0])
-                    .chain_update(hash.as_bytes())
-                    .finalize()
-                    .into();
-                if let Ok(verified) = self.verified.lock() {
-                    if verified
-                        .get(&key)
-                        .is_some_and(|at| at.elapsed() < VERIFIED_FOR)
-                    {
-                        return true;
-                    }
+                let key = remembered_key(name, password, hash);
+                if self.remembered(&key) {
+                    return true;
                 }
                 let ok = bcrypt::verify(password, hash).unwrap_or(false);
                 if ok {
-                    if let Ok(mut verified) = self.verified.lock() {
-                        if verified.len() >= VERIFIED_MAX {
-                            verified.retain(|_, at| at.elapsed() < VERIFIED_FOR);
-                            if verified.len() >= VERIFIED_MAX {
-                                verified.clear();
-                            }
-                        }
-                        verified.insert(key, Instant::now());
-                    }
+                    self.remember(key);
                 }
                 ok
             }
@@ -146,6 +128,68 @@ impl Users {
             }
         }
     }
+
+    /// [`Users::admits`] for async code: bcrypt (slow on purpose, tens of milliseconds) runs
+    /// with `tokio::task::spawn_blocking`, never on the async worker threads, so a flood of
+    /// wrong passwords cannot stall the requests of everyone else.
+    pub async fn verify(&self, name: &str, password: &str) -> bool {
+        let hash = match self.users.get(name) {
+            Some(Secret::Sha256(hash)) => return matches(hash, password),
+            Some(Secret::Bcrypt(hash)) => hash.clone(),
+            None => UNKNOWN_USER_HASH.to_owned(),
+        };
+        let known = self.users.contains_key(name);
+        let key = remembered_key(name, password, &hash);
+        if known && self.remembered(&key) {
+            return true;
+        }
+        let password = zeroize::Zeroizing::new(password.to_owned());
+        let checked = tokio::task::spawn_blocking(move || {
+            bcrypt::verify(password.as_str(), &hash).unwrap_or(false)
+        })
+        .await
+        .unwrap_or(false);
+        let ok = known && checked;
+        if ok {
+            self.remember(key);
+        }
+        ok
+    }
+
+    fn remembered(&self, key: &[u8; 32]) -> bool {
+        self.verified
+            .lock()
+            .map(|verified| {
+                verified
+                    .get(key)
+                    .is_some_and(|at| at.elapsed() < VERIFIED_FOR)
+            })
+            .unwrap_or(false)
+    }
+
+    fn remember(&self, key: [u8; 32]) {
+        if let Ok(mut verified) = self.verified.lock() {
+            if verified.len() >= VERIFIED_MAX {
+                verified.retain(|_, at| at.elapsed() < VERIFIED_FOR);
+                if verified.len() >= VERIFIED_MAX {
+                    verified.clear();
+                }
+            }
+            verified.insert(key, Instant::now());
+        }
+    }
+}
+
+/// The memory key of a successful bcrypt check: SHA-256 of name, password and hash.
+fn remembered_key(name: &str, password: &str, hash: &str) -> [u8; 32] {
+    Sha256::new()
+        .chain_update(name.as_bytes())
+        .chain_update([0])
+        .chain_update(password.as_bytes())
+        .chain_update([0])
+        .chain_update(hash.as_bytes())
+        .finalize()
+        .into()
 }
 
 /// A bcrypt hash (cost 10) no password matches in practice; verified for unknown names.
@@ -189,6 +233,60 @@ mod tests {
         assert!(Users::parse(&[format!("a:{bcrypt_hash}"), format!("a:{bcrypt_hash}")]).is_err());
         // Unknown names cost a real bcrypt check too.
         assert!(matches!(bcrypt::verify("x", UNKNOWN_USER_HASH), Ok(false)));
+    }
+
+    /// bcrypt runs on a blocking thread: on a runtime with a single worker thread, a ticker keeps
+    /// ticking while a slow check (cost 10: tens of milliseconds optimised, about a second in a debug build) is under way. Run on the
+    /// worker, the check would hold it and the ticker would not tick at all.
+    #[test]
+    fn bcrypt_runs_off_the_async_workers() {
+        let slow = bcrypt::hash("correct horse", 10).unwrap();
+        let users = std::sync::Arc::new(Users::parse(&[format!("alice:{slow}")]).unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (ticks, ok, wrong) = runtime.block_on(async {
+            let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = ticks.clone();
+            let ticker = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            tokio::task::yield_now().await;
+            let wrong = users.verify("alice", "wrong").await;
+            let during = ticks.load(std::sync::atomic::Ordering::Relaxed);
+            let ok = users.verify("alice", "correct horse").await;
+            ticker.abort();
+            (during, ok, wrong)
+        });
+        assert!(ok, "the right password was refused");
+        assert!(!wrong, "a wrong password was admitted");
+        assert!(
+            ticks >= 3,
+            "the async worker was blocked during bcrypt (the ticker ticked {ticks} times)"
+        );
+        // Remembered now: the synchronous check answers from memory.
+        assert!(users.admits("alice", "correct horse"));
+    }
+
+    #[test]
+    fn verify_refuses_unknown_names_after_a_real_check() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let users =
+            Users::parse(&[format!("alice:{hash}"), format!("ci:{}", hash_of("tok"))]).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            assert!(users.verify("alice", "pw").await);
+            assert!(!users.verify("bob", "pw").await);
+            assert!(!users.verify("alice", "nope").await);
+            assert!(users.verify("ci", "tok").await);
+            assert!(!users.verify("ci", "nope").await);
+        });
     }
 
     fn hex(bytes: &[u8]) -> String {

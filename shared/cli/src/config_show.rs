@@ -109,6 +109,20 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
             ),
             sources.of("allow_with_credential", "allow_with_credential"),
         ),
+        (
+            format!("allowed_hosts = {}", list(&config.allowed_hosts)),
+            sources.of("allowed_hosts", "allowed_hosts"),
+        ),
+        (
+            format!(
+                "insecure_no_auth_on_public_address = {}",
+                config.insecure_no_auth_on_public_address
+            ),
+            sources.of(
+                "insecure_no_auth_on_public_address",
+                "insecure_no_auth_on_public_address",
+            ),
+        ),
     ];
     if config.repositories.is_empty() {
         lines.push((

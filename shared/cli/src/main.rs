@@ -5,6 +5,7 @@
 mod admin;
 mod catalog;
 mod config_show;
+mod logfields;
 mod output;
 mod pidfile;
 mod tls;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gitstate_app::{Registry, Settings};
 use gitstate_core::Backend;
-use gitstate_http::{router, AppState};
+use gitstate_http::{router, AppState, RequestGuard};
 
 /// Terraform/OpenTofu remote state in git, with locking.
 #[derive(Parser, Debug)]
@@ -74,6 +75,7 @@ enum Command {
         mut_arg("users", |a| a.hide(true)),
         mut_arg("allow", |a| a.hide(true)),
         mut_arg("allow_with_credential", |a| a.hide(true)),
+        mut_arg("insecure_no_auth_on_public_address", |a| a.hide(true)),
     )]
     Wrap(wrap::WrapArgs),
     /// Inspect the configuration.
@@ -165,9 +167,10 @@ fn init_logging(format: &str, default_level: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if format == "json" {
+        // JSON strings escape every control character already.
         builder.json().init();
     } else {
-        builder.init();
+        builder.fmt_fields(logfields::escaping_fields()).init();
     }
 }
 
@@ -194,24 +197,29 @@ async fn shutdown_signal() {
 }
 
 /// The router both `serve` and `wrap` serve: `backend` (limits, sealer) over `registry`, telling
-/// `catalog` about every change when there is one.
+/// `catalog` about every change when there is one, behind the browser rules of `guard`.
 pub(crate) fn app(
     backend: Backend,
     registry: Registry,
     catalog: Option<Arc<dyn gitstate_core::Catalog>>,
+    guard: RequestGuard,
 ) -> axum::Router {
-    router(AppState::new(Arc::new(registry), backend, catalog))
+    router(AppState::new(Arc::new(registry), backend, catalog).with_guard(guard))
+}
+
+/// Files this process creates are readable by its user only (umask 077): the git cache under
+/// `$GITSTATE_CACHE_DIR` and the embedded repository hold states, which hold secrets, and gix
+/// creates its files and directories with the process's umask. Returns the previous umask, for
+/// programs this process starts (`wrap` gives Terraform its caller's umask back).
+pub(crate) fn restrict_umask() -> libc::mode_t {
+    // SAFETY: umask only swaps the process's file mode creation mask; it cannot fail.
+    unsafe { libc::umask(0o077) }
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
     let repositories = admin::Repositories::from_config(&config).await?;
     let names = repositories.names();
-    let app = app(
-        repositories.backend,
-        repositories.registry,
-        repositories.catalog,
-    );
     // TLS material is checked before binding, so a bad file is reported before anything listens.
     let tls = match &config.tls {
         Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
@@ -223,6 +231,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    // No open server on a public address: refused before the first connection is accepted.
+    gitstate_app::boundary::check_listen(&config, local).map_err(|e| e.to_string())?;
+    let app = app(
+        repositories.backend,
+        repositories.registry,
+        repositories.catalog,
+        RequestGuard::for_listener(local, &config.allowed_hosts),
+    );
     let _pid_file = match &args.pid_file {
         Some(path) => Some(pidfile::PidFile::create(path)?),
         None => None,
@@ -267,6 +283,8 @@ fn finish(command: &str, result: Result<String, String>) -> ExitCode {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Before any thread or file: the cache and the embedded repository are this user's only.
+    let inherited_umask = restrict_umask();
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -319,7 +337,7 @@ async fn main() -> ExitCode {
         Command::Wrap(args) => {
             // Quiet by default: the program's output is what the user reads.
             init_logging(&args.log_format, "warn");
-            match wrap::run(args).await {
+            match wrap::run(args, inherited_umask).await {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => {
                     eprintln!("gitstate wrap: {}", e.message);

@@ -256,8 +256,8 @@ impl Drop for BackendFile {
 }
 
 /// A token for this run: 32 random bytes from the kernel, hex-encoded.
-fn run_token() -> Result<String, WrapError> {
-    let mut bytes = [0u8; 32];
+fn run_token() -> Result<zeroize::Zeroizing<String>, WrapError> {
+    let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
     let mut filled = 0;
     while filled < bytes.len() {
         // SAFETY: writes at most the remaining length into the buffer.
@@ -275,7 +275,12 @@ fn run_token() -> Result<String, WrapError> {
         }
         filled += n as usize;
     }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    let mut token = zeroize::Zeroizing::new(String::with_capacity(64));
+    for b in bytes.iter() {
+        use std::fmt::Write;
+        let _ = write!(token, "{b:02x}");
+    }
+    Ok(token)
 }
 
 /// The host:port Terraform should use for `local` (a wildcard listen address means loopback).
@@ -321,8 +326,9 @@ fn forward(pid: Option<u32>, sig: libc::c_int) {
     }
 }
 
-/// Runs `gitstate wrap`; returns the exit code.
-pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
+/// Runs `gitstate wrap`; returns the exit code. The program runs with `umask` (the caller's
+/// umask; gitstate's own files use 077).
+pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapError> {
     if args.command.is_empty() {
         return Err(WrapError::new(
             "no program given; usage: gitstate wrap --state PATH -- terraform init",
@@ -374,7 +380,12 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
     let catalog = gitstate_app::catalog_from_config(&config)
         .await
         .map(|c| c as std::sync::Arc<dyn gitstate_core::Catalog>);
-    let app = crate::app(backend, registry, catalog);
+    let app = crate::app(
+        backend,
+        registry,
+        catalog,
+        gitstate_http::RequestGuard::for_listener(local, &config.allowed_hosts),
+    );
 
     let state_url = format!(
         "http://{}/state/{repository}/{}",
@@ -428,7 +439,15 @@ pub async fn run(mut args: WrapArgs) -> Result<u8, WrapError> {
     command
         .args(&args.command[1..])
         .env("TF_HTTP_USERNAME", user)
-        .env("TF_HTTP_PASSWORD", &token);
+        .env("TF_HTTP_PASSWORD", token.as_str());
+    // SAFETY: between fork and exec the child only resets its umask (async-signal-safe), so
+    // Terraform creates its files as its caller expects, not with gitstate's 077.
+    unsafe {
+        command.pre_exec(move || {
+            libc::umask(umask);
+            Ok(())
+        });
+    }
     let early = tokio::select! {
         biased;
         _ = interrupt.recv() => Some(libc::SIGINT),

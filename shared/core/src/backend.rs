@@ -13,6 +13,7 @@ use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
 use crate::seal::{Place, SealError, Sealer};
 use crate::store::{Intent, LockCreate, Revision, StateChange, StateStore, StoreError};
+use crate::text::escape_controls;
 
 /// Default largest accepted state, in bytes.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
@@ -309,13 +310,14 @@ impl Backend {
                 Err(e) => return Err(e.into()),
             };
             let snapshot = session.snapshot();
-            let mut who = caller.display().to_owned();
+            // The writer's name goes into the commit message: escaped, so it stays one line.
+            let mut who = escape_controls(caller.display()).into_owned();
             if let Some(lock) = &snapshot.lock {
                 let holder = serde_json::from_slice::<LockInfo>(lock).ok();
                 match (&holder, lock_id) {
                     (Some(h), Some(id)) if !h.id.is_empty() && h.id == id => {
                         if !h.who.is_empty() {
-                            who = h.who.clone();
+                            who = escape_controls(&h.who).into_owned();
                         }
                     }
                     _ => return Err(BackendError::Locked(lock.clone())),
@@ -378,10 +380,16 @@ impl Backend {
         } else {
             &info.who
         };
-        let message = format!("Lock {path}: {} by {who} ({})", info.operation, info.id);
+        // Every caller-chosen field is escaped: the subject stays one line, no trailer can be added.
+        let message = format!(
+            "Lock {path}: {} by {} ({})",
+            escape_controls(&info.operation),
+            escape_controls(who),
+            escape_controls(&info.id)
+        );
         match store.create_lock(path, body, &message).await? {
             LockCreate::Created => {
-                tracing::info!(%path, lock_id = %info.id, "lock acquired");
+                tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
                 Ok(())
             }
             LockCreate::Held { content, .. } => {

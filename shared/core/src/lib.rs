@@ -10,6 +10,7 @@ pub mod lockinfo;
 pub mod path;
 pub mod seal;
 pub mod store;
+pub mod text;
 pub mod tfstate;
 pub mod time;
 pub mod url;
@@ -20,7 +21,7 @@ pub use catalog::{
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
 pub use lockinfo::LockInfo;
-pub use path::{PathError, StatePath};
+pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,

@@ -97,6 +97,140 @@ impl fmt::Display for StatePath {
     }
 }
 
+/// Longest accepted branch name (the `ref` of a repository), in bytes: a ref is a file name on
+/// many git servers, and file names stop at 255 bytes.
+pub const MAX_REF_LEN: usize = 255;
+
+/// A validated branch name: the `ref` holding the states (`main`), as configured or given by
+/// `ref=` on a query-style address. The state branch is `refs/heads/{name}`.
+///
+/// The rules are git's (`git check-ref-format --branch`), so that a name can never be read as
+/// an option, a refspec, a revision expression or a path outside `refs/heads/`: no `..`, no
+/// ASCII control character, space, `~ ^ : ? * [ \`, no leading `-` or `/`, no `//`, no
+/// component starting with `.` or ending with `.lock`, not ending with `/` or `.`, no `@{`, not
+/// `@`, at most [`MAX_REF_LEN`] bytes. Two rules are gitstate's own: the name is the short one
+/// (`main`, not `refs/heads/main`), and it is outside `locks/`, where the lock branches live.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BranchName(String);
+
+/// Why a branch name was refused; each message names the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    /// Empty.
+    #[error("the ref is empty; name a branch, e.g. main")]
+    Empty,
+    /// Over [`MAX_REF_LEN`].
+    #[error("the ref is {0} bytes long; at most 255 bytes are allowed")]
+    TooLong(usize),
+    /// Starts with `-` (it would read as an option).
+    #[error("the ref starts with '-', which git branch names forbid")]
+    LeadingDash,
+    /// An ASCII control character, space, or one of `~ ^ : ? * [ \`.
+    #[error("the ref contains {0}, which git ref names forbid (no control characters, space, '~', '^', ':', '?', '*', '[' or '\\')")]
+    BadCharacter(String),
+    /// `..` anywhere.
+    #[error("the ref contains '..', which git ref names forbid")]
+    DoubleDot,
+    /// `@{` anywhere.
+    #[error("the ref contains '@{{', which git ref names forbid")]
+    AtBrace,
+    /// Exactly `@`.
+    #[error("the ref is '@', which git ref names forbid")]
+    At,
+    /// A leading or trailing `/`, or `//`.
+    #[error("the ref has an empty component (leading, trailing or doubled '/'), which git ref names forbid")]
+    EmptyComponent,
+    /// A component starting with `.`.
+    #[error("a component of the ref starts with '.', which git ref names forbid")]
+    DotComponent,
+    /// A component ending with `.lock`.
+    #[error("a component of the ref ends with '.lock', which git ref names forbid")]
+    LockSuffix,
+    /// Ends with `.`.
+    #[error("the ref ends with '.', which git ref names forbid")]
+    TrailingDot,
+    /// `HEAD`, which git refuses as a branch name.
+    #[error("the ref is 'HEAD', which git refuses as a branch name")]
+    Head,
+    /// A full ref name (`refs/heads/main`) where the branch name is expected.
+    #[error("the ref starts with 'refs/'; give the branch name only (main, not refs/heads/main)")]
+    FullRef,
+    /// Inside `locks/`, gitstate's lock branches.
+    #[error(
+        "the ref is inside 'locks/', where gitstate keeps its lock branches; choose another branch"
+    )]
+    LockNamespace,
+}
+
+impl BranchName {
+    /// Validates `raw` against the ref rules (see [`BranchName`]).
+    pub fn parse(raw: &str) -> Result<Self, RefError> {
+        if raw.is_empty() {
+            return Err(RefError::Empty);
+        }
+        if raw.len() > MAX_REF_LEN {
+            return Err(RefError::TooLong(raw.len()));
+        }
+        if let Some(c) = raw.chars().find(|c| {
+            c.is_ascii_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\')
+        }) {
+            let shown = if c.is_ascii_control() || c == ' ' {
+                format!("the character U+{:04X}", c as u32)
+            } else {
+                format!("the character '{c}'")
+            };
+            return Err(RefError::BadCharacter(shown));
+        }
+        if raw.starts_with('-') {
+            return Err(RefError::LeadingDash);
+        }
+        if raw == "@" {
+            return Err(RefError::At);
+        }
+        if raw.contains("..") {
+            return Err(RefError::DoubleDot);
+        }
+        if raw.contains("@{") {
+            return Err(RefError::AtBrace);
+        }
+        for component in raw.split('/') {
+            if component.is_empty() {
+                return Err(RefError::EmptyComponent);
+            }
+            if component.starts_with('.') {
+                return Err(RefError::DotComponent);
+            }
+            if component.ends_with(".lock") {
+                return Err(RefError::LockSuffix);
+            }
+        }
+        if raw.ends_with('.') {
+            return Err(RefError::TrailingDot);
+        }
+        if raw == "HEAD" {
+            return Err(RefError::Head);
+        }
+        if raw.starts_with("refs/") {
+            return Err(RefError::FullRef);
+        }
+        if raw == "locks" || raw.starts_with("locks/") {
+            return Err(RefError::LockNamespace);
+        }
+        Ok(BranchName(raw.to_owned()))
+    }
+
+    /// The branch name (`main`).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BranchName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +271,81 @@ mod tests {
             PathError::TooLong(513)
         );
         assert!(StatePath::parse(&"a".repeat(512)).is_ok());
+    }
+
+    #[test]
+    fn branch_names_follow_check_ref_format() {
+        for ok in [
+            "main",
+            "states",
+            "team/a",
+            "release-1.2",
+            "a.b",
+            "x@y",
+            "ünïcode",
+            "a-",
+        ] {
+            assert_eq!(BranchName::parse(ok).unwrap().as_str(), ok);
+        }
+        let cases: &[(&str, RefError)] = &[
+            ("", RefError::Empty),
+            ("--upload-pack=x", RefError::LeadingDash),
+            ("-b", RefError::LeadingDash),
+            ("a..b", RefError::DoubleDot),
+            ("refs/heads/../../HEAD", RefError::DoubleDot),
+            (
+                "main:refs/heads/x",
+                RefError::BadCharacter("the character ':'".into()),
+            ),
+            ("a b", RefError::BadCharacter("the character U+0020".into())),
+            (
+                "a\nb",
+                RefError::BadCharacter("the character U+000A".into()),
+            ),
+            (
+                "a\tb",
+                RefError::BadCharacter("the character U+0009".into()),
+            ),
+            (
+                "a\u{7f}",
+                RefError::BadCharacter("the character U+007F".into()),
+            ),
+            ("a~1", RefError::BadCharacter("the character '~'".into())),
+            ("a^", RefError::BadCharacter("the character '^'".into())),
+            ("a?", RefError::BadCharacter("the character '?'".into())),
+            ("a*", RefError::BadCharacter("the character '*'".into())),
+            ("a[0]", RefError::BadCharacter("the character '['".into())),
+            ("a\\b", RefError::BadCharacter("the character '\\'".into())),
+            ("/main", RefError::EmptyComponent),
+            ("main/", RefError::EmptyComponent),
+            ("a//b", RefError::EmptyComponent),
+            (".hidden", RefError::DotComponent),
+            ("a/.b", RefError::DotComponent),
+            ("main.lock", RefError::LockSuffix),
+            ("a.lock/b", RefError::LockSuffix),
+            ("main.", RefError::TrailingDot),
+            ("a@{1}", RefError::AtBrace),
+            ("@", RefError::At),
+            ("HEAD", RefError::Head),
+            ("refs/heads/main", RefError::FullRef),
+            ("locks", RefError::LockNamespace),
+            ("locks/prod.tfstate", RefError::LockNamespace),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(BranchName::parse(raw).unwrap_err(), *want, "{raw:?}");
+        }
+        assert!(BranchName::parse(&"a".repeat(255)).is_ok());
+        assert_eq!(
+            BranchName::parse(&"a".repeat(256)).unwrap_err(),
+            RefError::TooLong(256)
+        );
+        // Every message names its rule.
+        for (raw, _) in cases {
+            let message = BranchName::parse(raw).unwrap_err().to_string();
+            assert!(
+                message.starts_with("the ref") || message.starts_with("a component"),
+                "{message}"
+            );
+        }
     }
 }

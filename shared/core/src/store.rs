@@ -13,13 +13,23 @@ use crate::path::StatePath;
 /// A commit id (hex) as the store reported it.
 pub type Revision = String;
 
-/// A git credential (basic-auth pair or token). `Debug` never shows the secret.
+/// A git credential (basic-auth pair or token). `Debug` never shows the secret, and both parts
+/// are overwritten with zeros when the value is dropped (copies a `String` left behind when it
+/// grew are out of reach; the values are built once and never grown).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     /// User name (for tokens, anything the server accepts, e.g. `x-access-token`).
     pub username: String,
     /// Password or token.
     pub password: String,
+}
+
+impl Drop for Credentials {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.username.zeroize();
+        self.password.zeroize();
+    }
 }
 
 impl fmt::Debug for Credentials {
@@ -441,7 +451,17 @@ pub enum RegistryError {
 
 /// Maps repository names (and allowed ad-hoc URLs) to stores, per request so that a store can use
 /// the caller's credentials.
+#[async_trait]
 pub trait StoreRegistry: Send + Sync + 'static {
+    /// Checks `caller`'s credentials where the deployment checks them itself (team mode), before
+    /// a request opens anything. The HTTP layer awaits it first; slow checks (bcrypt) run off the
+    /// async worker threads here. `named` and `adhoc` check again (cheaply, from memory), so a
+    /// caller that skips this is still refused.
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        let _ = caller;
+        Ok(())
+    }
+
     /// The configured repository `name`.
     fn named(
         &self,

@@ -2,7 +2,7 @@
 //! `PROPTEST_CASES=200000 cargo test -p gitstate-core --test fuzz`). No input may panic, and
 //! every accepted state path obeys DESIGN §3.
 
-use gitstate_core::{LockInfo, StatePath};
+use gitstate_core::{BranchName, LockInfo, StatePath};
 use proptest::prelude::*;
 
 proptest! {
@@ -42,6 +42,21 @@ proptest! {
             for segment in s.split('/') {
                 prop_assert!(!segment.is_empty() && !segment.starts_with('.'), "{s:?}");
                 prop_assert!(!segment.ends_with(".lock"), "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn accepted_branch_names_obey_check_ref_format(raw in "[a-z./@{}:~^?*\\[ -]{0,24}|.{0,24}") {
+        if let Ok(name) = BranchName::parse(&raw) {
+            let s = name.as_str();
+            prop_assert!(!s.is_empty() && s.len() <= 255);
+            prop_assert!(!s.chars().any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c)), "{s:?}");
+            prop_assert!(!s.starts_with('-') && !s.ends_with('.') && s != "@", "{s:?}");
+            prop_assert!(!s.contains("..") && !s.contains("@{"), "{s:?}");
+            for component in s.split('/') {
+                prop_assert!(!component.is_empty() && !component.starts_with('.'), "{s:?}");
+                prop_assert!(!component.ends_with(".lock"), "{s:?}");
             }
         }
     }

@@ -132,6 +132,7 @@ impl CacheHandle {
         if let Some(handle) = handles.get(&key) {
             return Ok(handle.clone());
         }
+        secure_cache_root(cache_dir)?;
         remove_abandoned_generations(cache_dir, &name);
         let state_writes: Arc<tokio::sync::Mutex<()>> = Default::default();
         let first = Cache::create(
@@ -228,6 +229,48 @@ impl CacheHandle {
     }
 }
 
+/// Makes the cache root private, since what it holds are plaintext states: created with mode
+/// 0700 when missing; an existing one must be a directory (not a symbolic link) owned by this
+/// process's user, and is set to 0700. Another local user could otherwise read the states, or
+/// prepare the directory (under /tmp, anyone can) to read or plant them.
+pub fn secure_cache_root(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let refuse = |why: String| {
+        StoreError::Internal(format!(
+            "the cache directory {} {why}; choose another with --cache-dir or GITSTATE_CACHE_DIR",
+            dir.display()
+        ))
+    };
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(refuse(format!("cannot be created: {e}"))),
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(refuse(
+            "is a symbolic link or not a directory, which another user may have put there".into(),
+        ));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(refuse(format!(
+            "belongs to user id {}, not to this process's user ({me}), so that user could read the states cached there",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| refuse(format!("cannot be made private (mode 0700): {e}")))?;
+    }
+    Ok(())
+}
+
 /// `<name>-<pid>-<generation>.git` (`name` ends in `.git`).
 fn generation_dir_name(name: &str, generation: u64) -> String {
     let stem = name.strip_suffix(".git").unwrap_or(name);
@@ -316,9 +359,19 @@ impl Cache {
             gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
         } else {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Internal(format!("cannot create the cache {}: {e}", dir.display()))
-            })?;
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| {
+                        StoreError::Internal(format!(
+                            "cannot create the cache {}: {e}",
+                            dir.display()
+                        ))
+                    })?;
+            }
             gix::ThreadSafeRepository::init_opts(
                 dir,
                 gix::create::Kind::Bare,

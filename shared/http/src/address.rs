@@ -1,7 +1,7 @@
 //! Which state a request is about: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, or the
 //! terraform-backend-git query-style address `/?type=git&repository=URL&ref=REF&state=PATH`.
 
-use gitstate_core::StatePath;
+use gitstate_core::{BranchName, StatePath};
 use percent_encoding::percent_decode_str;
 
 use crate::error::ApiError;
@@ -15,8 +15,8 @@ pub enum Repository {
     AdHoc {
         /// Repository URL.
         url: String,
-        /// Branch holding the states.
-        git_ref: String,
+        /// Branch holding the states, checked against git's ref-name rules.
+        git_ref: BranchName,
     },
 }
 
@@ -106,10 +106,17 @@ impl Address {
         let state = get("state")
             .ok_or_else(|| ApiError::bad_request("the query-style address has no 'state'"))?;
         let path = StatePath::parse(state).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        // The ref reaches git as a branch name: git's own rules, before anything is opened.
+        let git_ref = match pairs.iter().find(|(k, _)| k == "ref") {
+            Some((_, raw)) if !raw.is_empty() => {
+                BranchName::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
+            _ => BranchName::parse("main").map_err(|e| ApiError::bad_request(e.to_string()))?,
+        };
         Ok(Address {
             repository: Repository::AdHoc {
                 url: url.to_owned(),
-                git_ref: get("ref").unwrap_or("main").to_owned(),
+                git_ref,
             },
             path,
             lock_id: param(&pairs, "ID"),
@@ -144,12 +151,40 @@ mod tests {
             a.repository,
             Repository::AdHoc {
                 url: "https://example.com/a.git".into(),
-                git_ref: "states".into()
+                git_ref: BranchName::parse("states").unwrap()
             }
         );
         assert_eq!(a.path.as_str(), "x/y.json");
         assert_eq!(a.lock_id.as_deref(), Some("7"));
         assert!(Address::from_query(Some("type=s3&state=x")).is_err());
+        let main = Address::from_query(Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"))
+            .unwrap();
+        assert!(
+            matches!(&main.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "main")
+        );
         assert!(Address::from_query(None).is_err());
+    }
+
+    #[test]
+    fn refs_are_checked_with_gits_rules() {
+        for (bad, rule) in [
+            ("--upload-pack%3Dx", "starts with '-'"),
+            ("a..b", "'..'"),
+            ("main%3Arefs%2Fheads%2Fx", "':'"),
+            ("refs%2Fheads%2F..%2F..%2FHEAD", "'..'"),
+            ("a%0Ab", "U+000A"),
+            ("a%20b", "U+0020"),
+            ("main.lock", ".lock"),
+            ("%40", "'@'"),
+        ] {
+            let query = format!("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x&ref={bad}");
+            let err = Address::from_query(Some(&query)).unwrap_err();
+            let (status, message) = match err {
+                ApiError::Message(status, message) => (status, message),
+                other => panic!("{bad}: {other:?}"),
+            };
+            assert_eq!(status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
+            assert!(message.contains(rule), "{bad}: {message}");
+        }
     }
 }

@@ -189,8 +189,14 @@ pub(crate) fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, Api
     else {
         return Err(unauthorized());
     };
-    let decoded = BASE64.decode(encoded.trim()).map_err(|_| unauthorized())?;
-    let decoded = String::from_utf8(decoded).map_err(|_| unauthorized())?;
+    // The decoded pair is a secret: every copy is zeroed when dropped.
+    let decoded =
+        zeroize::Zeroizing::new(BASE64.decode(encoded.trim()).map_err(|_| unauthorized())?);
+    let decoded = zeroize::Zeroizing::new(
+        std::str::from_utf8(&decoded)
+            .map_err(|_| unauthorized())?
+            .to_owned(),
+    );
     let (username, password) = decoded.split_once(':').ok_or_else(unauthorized)?;
     Ok(Some(Credentials {
         username: username.to_owned(),
@@ -279,6 +285,17 @@ fn check_content_md5(headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The caller's basic-auth pair, checked by the registry where the deployment checks callers
+/// itself (team mode; bcrypt off the async workers). Nothing is opened or read before this.
+pub(crate) async fn authenticated_caller(
+    app: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<Credentials>, ApiError> {
+    let credentials = basic_auth(headers)?;
+    app.registry.authenticate(credentials.as_ref()).await?;
+    Ok(credentials)
+}
+
 async fn dispatch(
     app: &AppState,
     address: Address,
@@ -286,16 +303,20 @@ async fn dispatch(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let credentials = basic_auth(headers)?;
+    let credentials = authenticated_caller(app, headers).await?;
     let store = match &address.repository {
         Repository::Named(name) => app.registry.named(name, credentials.as_ref())?,
         Repository::AdHoc { url, git_ref } => {
-            app.registry.adhoc(url, git_ref, credentials.as_ref())?
+            app.registry
+                .adhoc(url, git_ref.as_str(), credentials.as_ref())?
         }
     };
     let store: &dyn StateStore = store.as_ref();
     let caller = Caller {
-        name: credentials.map(|c| c.username).unwrap_or_default(),
+        name: credentials
+            .as_ref()
+            .map(|c| c.username.clone())
+            .unwrap_or_default(),
     };
     let backend = &app.backend;
     let path = &address.path;

@@ -11,19 +11,19 @@ use gitstate_core::history::{LockListing, StateRow, VersionInfo, DEFAULT_HISTORY
 use gitstate_core::{AuditEntry, Catalog, Duplicate, ManagedBy, StateEntry, StatePath, StateStore};
 
 use crate::error::ApiError;
-use crate::handlers::basic_auth;
+use crate::handlers::authenticated_caller;
 use crate::AppState;
 
 /// Most versions one history request lists.
 const MAX_HISTORY_LIMIT: usize = 10_000;
 
 /// The store of the configured repository `repo`, opened with the caller's credentials.
-pub(crate) fn store_for(
+pub(crate) async fn store_for(
     app: &AppState,
     repo: &str,
     headers: &HeaderMap,
 ) -> Result<Arc<dyn StateStore>, ApiError> {
-    let credentials = basic_auth(headers)?;
+    let credentials = authenticated_caller(app, headers).await?;
     Ok(app.registry.named(repo, credentials.as_ref())?)
 }
 
@@ -51,7 +51,7 @@ pub async fn states(
     Path(repo): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<StateRow>>, ApiError> {
-    let store = store_for(&app, &repo, &headers)?;
+    let store = store_for(&app, &repo, &headers).await?;
     Ok(Json(app.backend.states(store.as_ref()).await?))
 }
 
@@ -64,7 +64,7 @@ pub async fn history(
 ) -> Result<Json<Vec<VersionInfo>>, ApiError> {
     let path = state_path(&path)?;
     let limit = limit(&query)?;
-    let store = store_for(&app, &repo, &headers)?;
+    let store = store_for(&app, &repo, &headers).await?;
     Ok(Json(
         app.backend.history(store.as_ref(), &path, limit).await?,
     ))
@@ -76,13 +76,13 @@ pub async fn locks(
     Path(repo): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<LockListing>>, ApiError> {
-    let store = store_for(&app, &repo, &headers)?;
+    let store = store_for(&app, &repo, &headers).await?;
     Ok(Json(app.backend.locks(store.as_ref()).await?))
 }
 
 /// The catalog, when one is configured and the caller may read across repositories.
-fn catalog(app: &AppState, headers: &HeaderMap) -> Result<Arc<dyn Catalog>, ApiError> {
-    let credentials = basic_auth(headers)?;
+async fn catalog(app: &AppState, headers: &HeaderMap) -> Result<Arc<dyn Catalog>, ApiError> {
+    let credentials = authenticated_caller(app, headers).await?;
     app.registry.admit_operator(credentials.as_ref())?;
     app.catalog.clone().ok_or_else(|| {
         ApiError::Message(
@@ -97,7 +97,7 @@ pub async fn catalog_states(
     State(app): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<StateEntry>>, ApiError> {
-    Ok(Json(catalog(&app, &headers)?.states().await?))
+    Ok(Json(catalog(&app, &headers).await?.states().await?))
 }
 
 /// `GET /_/catalog/audit/{repo}/{path}`: one state's audit trail, oldest first.
@@ -108,7 +108,10 @@ pub async fn catalog_audit(
 ) -> Result<Json<Vec<AuditEntry>>, ApiError> {
     let path = state_path(&path)?;
     Ok(Json(
-        catalog(&app, &headers)?.audit(&repo, path.as_str()).await?,
+        catalog(&app, &headers)
+            .await?
+            .audit(&repo, path.as_str())
+            .await?,
     ))
 }
 
@@ -126,7 +129,7 @@ pub async fn catalog_find(
                 "give the identifier to look for: /_/catalog/find?identifier=VALUE",
             )
         })?;
-    Ok(Json(catalog(&app, &headers)?.find(identifier).await?))
+    Ok(Json(catalog(&app, &headers).await?.find(identifier).await?))
 }
 
 /// `GET /_/catalog/duplicates`: identifiers managed by more than one state.
@@ -134,5 +137,5 @@ pub async fn catalog_duplicates(
     State(app): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<Duplicate>>, ApiError> {
-    Ok(Json(catalog(&app, &headers)?.duplicates().await?))
+    Ok(Json(catalog(&app, &headers).await?.duplicates().await?))
 }

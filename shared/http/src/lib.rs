@@ -6,6 +6,7 @@
 
 mod address;
 mod error;
+mod guard;
 mod handlers;
 mod inspect;
 mod recorder;
@@ -19,6 +20,7 @@ use gitstate_core::{Backend, Catalog, StoreRegistry};
 
 pub use address::Address;
 pub use error::ApiError;
+pub use guard::RequestGuard;
 
 /// What every request handler shares.
 #[derive(Clone)]
@@ -31,6 +33,8 @@ pub struct AppState {
     pub catalog: Option<Arc<dyn Catalog>>,
     /// Records changes in the catalog in the order they were answered.
     recorder: Option<Arc<recorder::Recorder>>,
+    /// The browser rules every request passes first (Host on loopback, cross-site changes).
+    guard: Arc<RequestGuard>,
 }
 
 impl AppState {
@@ -49,7 +53,15 @@ impl AppState {
             backend,
             catalog,
             recorder,
+            guard: Arc::new(RequestGuard::any_host()),
         }
+    }
+
+    /// The same state with `guard`'s browser rules (by default: any `Host`, cross-site changes
+    /// refused). A server on a loopback address passes [`RequestGuard::for_listener`].
+    pub fn with_guard(mut self, guard: RequestGuard) -> AppState {
+        self.guard = Arc::new(guard);
+        self
     }
 
     /// Waits (at most `limit`) until the changes queued for the catalog are recorded; see
@@ -86,6 +98,10 @@ pub fn router(state: AppState) -> Router {
         // Inside the request span: a panic is logged with the request id and answered 500.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             handlers::panic_answer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.guard.clone(),
+            guard::guard,
         ))
         .layer(axum::middleware::from_fn(handlers::request_context))
         .with_state(state)

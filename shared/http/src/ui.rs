@@ -122,7 +122,7 @@ pub async fn index(State(app): State<AppState>, headers: HeaderMap) -> Result<Re
     }
     for name in names {
         let _ = writeln!(body, "<h2>Repository <code>{}</code></h2>", escape(&name));
-        let store = store_for(&app, &name, &headers)?;
+        let store = store_for(&app, &name, &headers).await?;
         match app.backend.states(store.as_ref()).await {
             Ok(rows) => body.push_str(&states_table(&name, &rows)),
             Err(e) if needs_credentials(&e) => return Err(e.into()),
@@ -171,7 +171,7 @@ pub async fn state(
 ) -> Result<Response, ApiError> {
     let path = state_path(&path)?;
     let limit = limit(&query)?;
-    let store = store_for(&app, &repo, &headers)?;
+    let store = store_for(&app, &repo, &headers).await?;
     let backend = &app.backend;
     let versions = backend.history(store.as_ref(), &path, limit).await?;
     let mut body = format!(
