@@ -415,8 +415,10 @@ fn bad_refs_get_400_naming_the_rule_and_write_nothing() {
     let remote = remote();
     let cwd = tempfile::tempdir().unwrap();
     let allow = format!("http://127.0.0.1:{}/git/*", remote.server.port());
+    // The git server wants the deployment's credential, which an ad-hoc URL gets only through
+    // an allow_with_credential pattern.
     let gitstate = Gitstate::start(
-        &["--allow", &allow],
+        &["--allow-with-credential", &allow],
         &[("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)],
         cwd.path(),
     );
