@@ -167,9 +167,20 @@ pub struct RepoUrl {
     host: Option<Host>,
     port: Option<u16>,
     segments: Vec<String>,
-    /// Written `[user@]host:path` (ssh): serialised back the same way, since the path is
-    /// relative to the login directory there.
-    scp_like: bool,
+    /// How the address was written; an scp-like one is serialised back the same way, since its
+    /// path may be relative to the login directory there.
+    form: Form,
+}
+
+/// The written form of a repository address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `scheme://host/path`.
+    Hierarchical,
+    /// `[user@]host:path`: the path is relative to the login directory.
+    ScpRelative,
+    /// `[user@]host:/path`: an absolute path on the server.
+    ScpAbsolute,
 }
 
 /// Characters a path segment may hold once decoded: RFC 3986 unreserved characters, and `@`,
@@ -237,7 +248,7 @@ impl RepoUrl {
                 host: None,
                 port: None,
                 segments,
-                scp_like: false,
+                form: Form::Hierarchical,
             });
         }
         let (host, port) = split_host_port(host_port)?;
@@ -258,7 +269,7 @@ impl RepoUrl {
             host: Some(Host::parse(host)?),
             port,
             segments: parse_path(path)?,
-            scp_like: false,
+            form: Form::Hierarchical,
         })
     }
 
@@ -291,14 +302,23 @@ impl RepoUrl {
             ));
         }
         check_login(userinfo.as_ref())?;
-        let path = path.strip_prefix('/').unwrap_or(path);
+        let (form, path) = match path.strip_prefix('/') {
+            Some(absolute) => (Form::ScpAbsolute, absolute),
+            None => (Form::ScpRelative, path),
+        };
+        let segments = parse_path(&format!("/{path}"))?;
+        if segments.is_empty() {
+            return Err(UrlError(
+                "the ssh address names no repository (nothing after 'host:')".into(),
+            ));
+        }
         Ok(RepoUrl {
             scheme: Scheme::Ssh,
             userinfo,
             host: Some(Host::parse(host)?),
             port: None,
-            segments: parse_path(&format!("/{path}"))?,
-            scp_like: true,
+            segments,
+            form,
         })
     }
 
@@ -365,8 +385,10 @@ impl RepoUrl {
         let Some(host) = &self.host else {
             return format!("file:///{path}");
         };
-        if self.scp_like {
-            return format!("{user}{host}:{path}");
+        match self.form {
+            Form::ScpRelative => return format!("{user}{host}:{path}"),
+            Form::ScpAbsolute => return format!("{user}{host}:/{path}"),
+            Form::Hierarchical => {}
         }
         let port = self.port.map(|p| format!(":{p}")).unwrap_or_default();
         format!("{}://{user}{host}{port}/{path}", self.scheme.as_str())
@@ -673,6 +695,12 @@ mod tests {
         let u = parse("git@github.com:acme/states.git");
         assert_eq!(u.scheme(), Scheme::Ssh);
         assert_eq!(u.transport_url(), "git@github.com:acme/states.git");
+        // An absolute scp-like path stays absolute (relative ones are under the login's home).
+        assert_eq!(parse("git@h:/srv/x.git").transport_url(), "git@h:/srv/x.git");
+        assert_ne!(parse("git@h:/srv/x.git"), parse("git@h:srv/x.git"));
+        for nothing in ["h:/", "git@h:/", "ü:/"] {
+            assert!(RepoUrl::parse(nothing).is_err(), "{nothing}");
+        }
         let u = parse("ssh://git@host:2222/srv/x.git");
         assert_eq!(u.transport_url(), "ssh://git@host:2222/srv/x.git");
         assert_eq!(parse("git://h/x.git/").transport_url(), "git://h/x.git");

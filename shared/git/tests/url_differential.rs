@@ -52,6 +52,14 @@ fn agree(raw: &str) -> Result<(), String> {
         ));
     }
     let path = gix.path.to_str_lossy();
+    if let Some((_, written)) = raw.split_once(':').filter(|_| !raw.contains("://")) {
+        // scp-like: `host:/abs` is absolute, `host:rel` relative to the login's home.
+        if written.starts_with('/') != path.starts_with('/') {
+            return Err(format!(
+                "{raw:?}: gix reads the path {path:?}, which is not as absolute as written"
+            ));
+        }
+    }
     let path = path.trim_start_matches('/').trim_end_matches('/');
     if path != url.segments().join("/") {
         return Err(format!(
@@ -71,6 +79,7 @@ fn known_tricky_urls_agree() {
         "git://h:9418/a/b.git",
         "ssh://git@h:2222/srv/x.git",
         "git@github.com:acme/x.git",
+        "git@github.com:/srv/x.git",
         "https://bücher.example/x",
         "https://h/acme/st%61tes.git",
         "https://u:p%40ss@h/x.git",
