@@ -816,6 +816,57 @@ impl ReplayAdvertisementServer {
     }
 }
 
+/// `tests/servers/hostile_git_daemon.py`: a git:// server whose every answer breaks a limit
+/// (`drip`, `flood`, `pack-flood`; see the script). Listens on 127.0.0.1; killed on drop.
+pub struct HostileGitDaemon {
+    guard: ChildGuard,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl HostileGitDaemon {
+    pub fn start(mode: &str) -> HostileGitDaemon {
+        let python = require_tool("python3");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("servers/hostile_git_daemon.py");
+        let dir = tempfile::Builder::new()
+            .prefix("gitstate-hostile")
+            .tempdir()
+            .unwrap();
+        let spawn = |port: u16| {
+            let mut cmd = Command::new(&python);
+            cmd.arg(&script)
+                .args(["--port", &port.to_string(), "--mode", mode]);
+            ChildGuard::spawn(cmd, &dir.path().join("hostile.log"), "hostile_git_daemon.py")
+        };
+        let (guard, port) = start_on_free_port(
+            "hostile_git_daemon.py",
+            Duration::from_secs(30),
+            spawn,
+            port_open,
+        );
+        HostileGitDaemon {
+            guard,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// `git://127.0.0.1:PORT/x.git`.
+    pub fn url(&self) -> String {
+        format!("git://127.0.0.1:{}/x.git", self.port)
+    }
+
+    /// The `closed MODE after N bytes` lines: one per connection the client gave up on.
+    pub fn closed(&self) -> Vec<String> {
+        self.guard
+            .log_text()
+            .lines()
+            .filter(|l| l.starts_with("closed "))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 /// `GET URL/info/refs?service=SERVICE` as a v0 client sends it (no `Git-Protocol` header), with an
 /// optional basic-auth pair: the raw advertisement, panicking unless it is a 200.
 pub fn advertisement(repo_url: &str, service: &str, auth: Option<(&str, &str)>) -> Vec<u8> {

@@ -1106,3 +1106,74 @@ fn callers_are_authenticated_before_the_body_is_read() {
         );
     }
 }
+
+/// Bytes of the files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => bytes_under(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// A malicious git remote cannot hold a worker, memory or the cache's disk (docs/SECURITY.md):
+/// an answer dripped a byte at a time, never stalling long enough for a socket timeout, ends at
+/// the git timeout (503); an advertisement or a pack that never stops ends at the size limit
+/// (502, naming `max_answer_bytes`). In each case gitstate hangs up (the server sees the
+/// connection closed: no thread is left reading it), keeps serving, and the cache holds no more
+/// than the limit.
+#[test]
+fn a_hostile_git_remote_cannot_hold_a_worker_or_fill_the_disk() {
+    const LIMIT: u64 = 1024 * 1024;
+    for (mode, status, says) in [
+        ("drip", 503, "within 2 s"),
+        ("flood", 502, "max_answer_bytes"),
+        ("pack-flood", 502, "max_answer_bytes"),
+    ] {
+        let daemon = HostileGitDaemon::start(mode);
+        let cwd = TempDir::new().unwrap();
+        let hcl = cwd.path().join("gitstate.hcl");
+        std::fs::write(
+            &hcl,
+            format!(
+                "git_timeout_seconds = 2\nmax_answer_bytes = {LIMIT}\nrepository \"hostile\" {{\n  url = \"{}\"\n}}\n",
+                daemon.url()
+            ),
+        )
+        .unwrap();
+        let gitstate = Gitstate::start(&["--config", hcl.to_str().unwrap()], &[], cwd.path());
+        let (code, body) = http(
+            "GET",
+            &gitstate.state_url("hostile", "a.tfstate"),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(code, status, "{mode}: {body}\n{}", gitstate.log());
+        assert!(body.contains(says), "{mode}: {body}");
+        // gitstate gives up on the connection itself: the server sees it closed.
+        let mut waited = 0;
+        while daemon.closed().is_empty() && waited < 300 {
+            std::thread::sleep(Duration::from_millis(100));
+            waited += 1;
+        }
+        assert!(
+            !daemon.closed().is_empty(),
+            "{mode}: gitstate left the connection open, still reading the answer"
+        );
+        let (health, _) = http("GET", &format!("{}/_/health", gitstate.base_url()), None, None)
+            .unwrap();
+        assert_eq!(health, 200, "{mode}");
+        let cached = bytes_under(&gitstate.cache_dir);
+        assert!(
+            cached < 4 * LIMIT,
+            "{mode}: the cache holds {cached} bytes after an answer limited to {LIMIT}"
+        );
+    }
+}

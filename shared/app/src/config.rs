@@ -104,6 +104,10 @@ pub struct Config {
     /// Largest state accepted, in bytes.
     #[serde(default = "default_max_state_bytes")]
     pub max_state_bytes: usize,
+    /// Largest answer a git server may give to one request (a pack, an advertisement at most
+    /// 64 MiB), in bytes; a larger one is refused with a 502 and fills no disk.
+    #[serde(default = "default_max_answer_bytes")]
+    pub max_answer_bytes: u64,
     /// Timeout of one git network operation, in seconds.
     #[serde(default = "default_git_timeout")]
     pub git_timeout_seconds: u64,
@@ -223,6 +227,9 @@ fn default_cache_dir() -> PathBuf {
 fn default_max_state_bytes() -> usize {
     gitstate_core::backend::DEFAULT_MAX_STATE_BYTES
 }
+fn default_max_answer_bytes() -> u64 {
+    gitstate_git::DEFAULT_MAX_ANSWER_BYTES
+}
 fn default_git_timeout() -> u64 {
     30
 }
@@ -237,6 +244,7 @@ impl Default for Config {
             allow: Vec::new(),
             allow_with_credential: Vec::new(),
             max_state_bytes: default_max_state_bytes(),
+            max_answer_bytes: default_max_answer_bytes(),
             git_timeout_seconds: default_git_timeout(),
             auth: AuthConfig::default(),
             encryption: EncryptionConfig::default(),

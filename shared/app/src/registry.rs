@@ -98,7 +98,8 @@ fn open_unnamed_store(
         credentials: credentials.cloned(),
         cache_dir: config.cache_dir.clone(),
         timeout: config.git_timeout(),
-    })?;
+    })?
+    .with_answer_limit(config.max_answer_bytes);
     Ok(Arc::new(store))
 }
 
@@ -315,7 +316,8 @@ impl StoreRegistry for Registry {
                     cache_dir: self.config.cache_dir.clone(),
                     timeout: self.config.git_timeout(),
                 })?
-                .with_network(admission.network);
+                .with_network(admission.network)
+                .with_answer_limit(self.config.max_answer_bytes);
                 Ok(Arc::new(NamedStore::new(
                     adhoc_name(&shown, git_ref),
                     Arc::new(store),

@@ -84,6 +84,9 @@ pub struct Settings {
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
+    /// Largest answer accepted from a git server (a pack), in bytes [default: 2147483648].
+    #[arg(long, env = "GITSTATE_MAX_ANSWER_BYTES")]
+    pub max_answer_bytes: Option<u64>,
     /// Encryption at rest: "all" values or only secrets, keeping the "structure" readable
     /// [default: all].
     #[arg(long, env = "GITSTATE_ENCRYPTION_MODE")]
@@ -206,6 +209,9 @@ impl Settings {
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
+        }
+        if let Some(max) = self.max_answer_bytes {
+            config.max_answer_bytes = max;
         }
         if let (Some(cert_file), Some(key_file)) = (&self.tls_cert, &self.tls_key) {
             config.tls = Some(TlsConfig {

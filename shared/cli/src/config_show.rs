@@ -95,6 +95,10 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
             sources.of("max_state_bytes", "max_state_bytes"),
         ),
         (
+            format!("max_answer_bytes = {}", config.max_answer_bytes),
+            sources.of("max_answer_bytes", "max_answer_bytes"),
+        ),
+        (
             format!("git_timeout_seconds = {}", config.git_timeout_seconds),
             sources.of("git_timeout_seconds", "git_timeout_seconds"),
         ),

@@ -121,17 +121,38 @@ impl std::fmt::Debug for CacheHandle {
 impl CacheHandle {
     /// The process-wide cache of `url` under `cache_dir`, created on first use (which also
     /// removes generations left by processes that no longer run).
+    ///
+    /// A new cache is created outside the process-wide registry's lock (only requests for the
+    /// same remote wait for it), and the registry keeps at most [`MAX_IDLE_HANDLES`] remotes no
+    /// request uses: pass-through callers can name many repositories, and each cache is a
+    /// directory on disk. A dropped handle's directories are removed.
     pub fn for_url(cache_dir: &Path, url: &str) -> Result<Arc<CacheHandle>, StoreError> {
-        static HANDLES: OnceLock<Mutex<HashMap<PathBuf, Arc<CacheHandle>>>> = OnceLock::new();
+        type Slot = Arc<Mutex<Option<Arc<CacheHandle>>>>;
+        static HANDLES: OnceLock<Mutex<HashMap<PathBuf, Slot>>> = OnceLock::new();
         let name = cache_name(url);
         let key = cache_dir.join(&name);
-        let mut handles = HANDLES
-            .get_or_init(Default::default)
+        let slot = {
+            let mut handles = HANDLES
+                .get_or_init(Default::default)
+                .lock()
+                .map_err(|_| StoreError::Internal("the cache registry is poisoned".into()))?;
+            if !handles.contains_key(&key) && handles.len() >= MAX_IDLE_HANDLES {
+                drop_idle_handles(&mut handles);
+            }
+            handles.entry(key).or_default().clone()
+        };
+        let mut slot = slot
             .lock()
             .map_err(|_| StoreError::Internal("the cache registry is poisoned".into()))?;
-        if let Some(handle) = handles.get(&key) {
+        if let Some(handle) = slot.as_ref() {
             return Ok(handle.clone());
         }
+        let handle = Arc::new(CacheHandle::create(cache_dir, name)?);
+        *slot = Some(handle.clone());
+        Ok(handle)
+    }
+
+    fn create(cache_dir: &Path, name: String) -> Result<CacheHandle, StoreError> {
         secure_cache_root(cache_dir)?;
         remove_abandoned_generations(cache_dir, &name);
         let state_writes: Arc<tokio::sync::Mutex<()>> = Default::default();
@@ -140,7 +161,7 @@ impl CacheHandle {
             state_writes.clone(),
             true,
         )?;
-        let handle = Arc::new(CacheHandle {
+        Ok(CacheHandle {
             cache_dir: cache_dir.to_owned(),
             name,
             current: RwLock::new(Arc::new(first)),
@@ -148,9 +169,20 @@ impl CacheHandle {
             budget: CacheBudget::from_env(),
             state_writes,
             history: Mutex::new(None),
-        });
-        handles.insert(key, handle.clone());
-        Ok(handle)
+        })
+    }
+
+    /// Marks every generation of this handle retired, so that each is removed from disk when
+    /// its last user lets go.
+    fn retire_all(&self) {
+        if let Ok(current) = self.current.read() {
+            current.retired.store(true, Ordering::Release);
+        }
+        if let Ok(history) = self.history.lock() {
+            if let Some(cache) = history.as_ref() {
+                cache.retired.store(true, Ordering::Release);
+            }
+        }
     }
 
     /// The generation new work should use. A request keeps the one it got until it finishes.
@@ -227,6 +259,30 @@ impl CacheHandle {
             }
         }
     }
+}
+
+/// How many remotes' caches no request uses a process keeps (see [`CacheHandle::for_url`]).
+pub const MAX_IDLE_HANDLES: usize = 64;
+
+/// Removes from `handles` every remote no request or store holds (only the registry does, and
+/// nobody waits for it), retiring its generations so their directories go with it.
+fn drop_idle_handles(handles: &mut HashMap<PathBuf, Arc<Mutex<Option<Arc<CacheHandle>>>>>) {
+    handles.retain(|_, slot| {
+        if Arc::strong_count(slot) > 1 {
+            return true; // someone is creating or fetching it right now
+        }
+        let Ok(guard) = slot.lock() else {
+            return true;
+        };
+        match guard.as_ref() {
+            Some(handle) if Arc::strong_count(handle) == 1 => {
+                handle.retire_all();
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    });
 }
 
 /// Makes the cache root private, since what it holds are plaintext states: created with mode
@@ -637,4 +693,37 @@ fn ref_matches(pattern: &str, name: &gix::bstr::BStr) -> bool {
 /// Where the cache keeps its copy of the remote ref `name`.
 fn tracking_ref(name: &str) -> String {
     format!("refs/cache/{}", name.strip_prefix("refs/").unwrap_or(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+    }
+
+    #[test]
+    fn idle_remotes_are_dropped_with_their_directories() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("cache");
+        let held: Vec<Arc<CacheHandle>> = (0..3)
+            .map(|i| CacheHandle::for_url(&dir, &format!("https://held.example/{i}.git")).unwrap())
+            .collect();
+        for i in 0..MAX_IDLE_HANDLES * 3 {
+            CacheHandle::for_url(&dir, &format!("https://idle.example/{i}.git")).unwrap();
+        }
+        let kept = entries(&dir);
+        assert!(
+            kept <= MAX_IDLE_HANDLES + held.len(),
+            "{kept} cache directories for {} idle and {} held remotes",
+            MAX_IDLE_HANDLES * 3,
+            held.len()
+        );
+        for (i, handle) in held.iter().enumerate() {
+            let again = CacheHandle::for_url(&dir, &format!("https://held.example/{i}.git")).unwrap();
+            assert!(Arc::ptr_eq(handle, &again), "a remote in use was dropped");
+            assert!(handle.current().unwrap().dir().join("HEAD").exists());
+        }
+    }
 }

@@ -121,6 +121,7 @@ pub mod plumbing;
 pub mod remote;
 
 pub use local::LocalStore;
+pub use plumbing::limits::DEFAULT_MAX_ANSWER_BYTES;
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
 
 /// Where lock branches live: `refs/heads/locks/{path}`.

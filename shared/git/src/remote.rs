@@ -102,6 +102,13 @@ impl RemoteStore {
         self
     }
 
+    /// The same store accepting answers of at most `max_bytes` from the remote (see
+    /// [`crate::plumbing::limits`]).
+    pub fn with_answer_limit(mut self, max_bytes: u64) -> Self {
+        self.endpoint.limits.max_bytes = max_bytes;
+        self
+    }
+
     /// The remote URL without credentials.
     pub fn url(&self) -> &str {
         &self.endpoint.display
@@ -145,7 +152,8 @@ impl RemoteStore {
                 self.handle.retire_if_spent(&cache);
                 result
             }
-            // The blocking task finishes on its own (its sockets have timeouts too); a push
+            // The blocking task finishes on its own (every answer it reads must come within the
+            // timeout, see plumbing::limits; ssh is bounded by ssh's own keep-alives); a push
             // still in flight is atomic on the server, so the remote is either unchanged or
             // fully updated.
             Err(_) => Err(StoreError::Unavailable(format!(

@@ -12,13 +12,18 @@ use gitstate_core::url::{redact_in_text, RepoUrl};
 use gitstate_core::{Credentials, NetworkGuard, StoreError};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
-    file, http, ssh, RequestWriter, SetServiceResponse, Transport,
+    file, http, ssh, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse,
+    Transport,
 };
 use gix::protocol::transport::client::{
     self as client, Capabilities, MessageKind, TransportWithoutIO, WriteMode,
 };
 use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
+
+use super::limits::{
+    AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES,
+};
 
 /// Where a remote is and how to talk to it. The URL never carries credentials.
 #[derive(Clone)]
@@ -33,6 +38,8 @@ pub struct Endpoint {
     pub timeout: Duration,
     /// Which addresses may be connected to, and whether redirects are followed.
     pub network: NetworkGuard,
+    /// How much and how long the remote may send per answer.
+    pub limits: AnswerLimits,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -42,6 +49,7 @@ impl std::fmt::Debug for Endpoint {
             .field("credentials", &self.credentials)
             .field("timeout", &self.timeout)
             .field("network", &self.network)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -94,6 +102,10 @@ impl Endpoint {
             credentials: credentials.or(embedded),
             timeout,
             network,
+            limits: AnswerLimits {
+                max_bytes: DEFAULT_MAX_ANSWER_BYTES,
+                within: timeout,
+            },
         })
     }
 
@@ -171,6 +183,7 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
     Ok(ShallowSafe {
         inner: transport,
         timeout: endpoint.timeout,
+        limits: endpoint.limits,
     })
 }
 
@@ -338,7 +351,8 @@ fn native_roots() -> &'static [reqwest::Certificate] {
 fn connect_git(
     endpoint: &Endpoint,
     version: Protocol,
-) -> Result<client::git::blocking_io::Connection<TcpStream, TcpStream>, StoreError> {
+) -> Result<client::git::blocking_io::Connection<Paced<TcpStream>, Paced<TcpStream>>, StoreError>
+{
     let host = endpoint
         .url
         .host()
@@ -359,9 +373,12 @@ fn connect_git(
         .set_write_timeout(Some(endpoint.timeout))
         .map_err(unavailable)?;
     let reader = stream.try_clone().map_err(unavailable)?;
+    // The read timeout bounds one stall; the pace bounds a whole answer (a server dripping a
+    // byte just before each timeout never stalls).
+    let pace = Pace::new(endpoint.limits.within);
     Ok(client::git::blocking_io::Connection::new(
-        reader,
-        stream,
+        pace.reader(reader),
+        pace.writer(stream),
         version,
         endpoint.url.path.clone(),
         Some((host, endpoint.url.port)),
@@ -381,9 +398,13 @@ fn connect_git(
 ///   unborn HEAD, as dulwich advertises it). See docs/DECISIONS.md.
 ///
 /// Protocol v2 negotiates features explicitly and is left untouched.
+///
+/// Every answer (the advertisement, and the answer to each request) is read through a
+/// [`Limited`] reader: within the timeout and the endpoint's size limits.
 pub struct ShallowSafe {
     inner: Box<dyn Transport + Send>,
     timeout: Duration,
+    limits: AnswerLimits,
 }
 
 impl ShallowSafe {
@@ -450,7 +471,11 @@ impl Transport for ShallowSafe {
         service: Service,
         extra_parameters: &'a [(&'a str, Option<&'a str>)],
     ) -> Result<SetServiceResponse<'_>, client::Error> {
+        let limits = self.limits.for_advertisement();
         let mut response = self.inner.handshake(service, extra_parameters)?;
+        response.refs = response.refs.take().map(|refs| {
+            Box::new(Limited::new(refs, limits)) as Box<dyn ReadlineBufRead + '_>
+        });
         if matches!(response.actual_protocol, Protocol::V0 | Protocol::V1) {
             if let Some(normalised) = normalised_v1(&response.capabilities) {
                 response.capabilities = normalised;
@@ -465,7 +490,20 @@ impl Transport for ShallowSafe {
         on_into_read: MessageKind,
         trace: bool,
     ) -> Result<RequestWriter<'_>, client::Error> {
-        self.inner.request(write_mode, on_into_read, trace)
+        let limits = self.limits;
+        let (writer, reader) = self
+            .inner
+            .request(write_mode, on_into_read.clone(), trace)?
+            .into_parts();
+        let reader: Box<dyn ExtendedBufRead<'_> + Unpin + '_> =
+            Box::new(Limited::new(reader, limits));
+        Ok(RequestWriter::new_from_bufread(
+            writer,
+            reader,
+            write_mode,
+            on_into_read,
+            trace,
+        ))
     }
 }
 
@@ -503,6 +541,18 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
             }
         }
         if let Some(e) = e.downcast_ref::<std::io::Error>() {
+            match e.get_ref().and_then(|inner| inner.downcast_ref::<AnswerRefused>()) {
+                Some(refused @ AnswerRefused::TooLarge { .. }) => {
+                    return StoreError::Remote(format!("{what} {}: {refused}", endpoint.display))
+                }
+                Some(refused @ AnswerRefused::TooSlow { .. }) => {
+                    return StoreError::Unavailable(format!(
+                        "{what} {}: {refused}",
+                        endpoint.display
+                    ))
+                }
+                None => {}
+            }
             use std::io::ErrorKind::*;
             if matches!(
                 e.kind(),
