@@ -66,6 +66,40 @@ pub fn split(mut buf: &[u8]) -> Result<Vec<Packet<'_>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes split into packets or fail with a sentence; never a panic.
+        #[test]
+        fn any_bytes_split_or_fail(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = split(&bytes);
+        }
+
+        /// Length-prefixed garbage (the shape a server sends) too.
+        #[test]
+        fn framed_garbage_splits_or_fails(
+            parts in proptest::collection::vec((0usize..70, proptest::collection::vec(any::<u8>(), 0..64)), 0..8)
+        ) {
+            let mut buf = Vec::new();
+            for (len, data) in parts {
+                buf.extend_from_slice(format!("{len:04x}").as_bytes());
+                buf.extend_from_slice(&data);
+            }
+            let _ = split(&buf);
+        }
+
+        /// What `encode` writes, `split` reads back.
+        #[test]
+        fn encoded_lines_split_back(lines in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..8)) {
+            let mut buf = Vec::new();
+            for line in &lines {
+                encode(line, &mut buf).unwrap();
+            }
+            let packets = split(&buf).unwrap();
+            let expected: Vec<Packet<'_>> = lines.iter().map(|l| Packet::Data(l)).collect();
+            prop_assert_eq!(packets, expected);
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -76,6 +76,13 @@ const CAS_REASONS: &[&str] = &[
     "is at ",
 ];
 
+/// The most a push report (with the server's side-band messages) may hold: a push updates at
+/// most a few refs, so anything near this is not a report.
+const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
+/// The most lines a push report without side-band may have.
+const MAX_REPORT_LINES: usize = 10_000;
+
 /// True when `reason` (from `ng`) means the ref was not at the expected id.
 pub fn is_cas_failure(reason: &str) -> bool {
     let reason = reason.to_ascii_lowercase();
@@ -209,8 +216,20 @@ impl ReceivePack {
                 break;
             };
             if !side_band {
+                if plain_lines.len() > MAX_REPORT_LINES {
+                    return Err(StoreError::Remote(format!(
+                        "{} sent a push report of more than {MAX_REPORT_LINES} lines",
+                        endpoint.display
+                    )));
+                }
                 plain_lines.push(data.to_vec());
                 continue;
+            }
+            if report_bytes.len() + messages.len() > MAX_REPORT_BYTES {
+                return Err(StoreError::Remote(format!(
+                    "{} sent a push report of more than {MAX_REPORT_BYTES} bytes",
+                    endpoint.display
+                )));
             }
             match data.split_first() {
                 Some((1, rest)) => report_bytes.extend_from_slice(rest),
@@ -285,6 +304,32 @@ fn parse_report(lines: &[Vec<u8>], messages: String) -> Result<Report, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a (malicious) server reports, parsing gives a report or an error, and a ref
+        /// it does not name `ok` is never taken as pushed.
+        #[test]
+        fn any_report_parses_or_fails_and_never_invents_success(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    Just(b"unpack ok\n".to_vec()),
+                    Just(b"ok refs/heads/other\n".to_vec()),
+                    Just(b"ng refs/heads/main\n".to_vec()),
+                    Just(b"ng refs/heads/main is at 1 but expected 2\n".to_vec()),
+                    proptest::collection::vec(any::<u8>(), 0..40),
+                ],
+                0..8,
+            )
+        ) {
+            if let Ok(report) = parse_report(&lines, String::new()) {
+                let named_ok = lines.iter().skip(1).any(|l| l.trim_ascii_end() == b"ok refs/heads/main");
+                if !named_ok {
+                    prop_assert_ne!(report.result("refs/heads/main"), RefResult::Ok);
+                }
+            }
+        }
+    }
 
     #[test]
     fn parses_reports() {
