@@ -836,7 +836,11 @@ impl HostileGitDaemon {
             let mut cmd = Command::new(&python);
             cmd.arg(&script)
                 .args(["--port", &port.to_string(), "--mode", mode]);
-            ChildGuard::spawn(cmd, &dir.path().join("hostile.log"), "hostile_git_daemon.py")
+            ChildGuard::spawn(
+                cmd,
+                &dir.path().join("hostile.log"),
+                "hostile_git_daemon.py",
+            )
         };
         let (guard, port) = start_on_free_port(
             "hostile_git_daemon.py",

@@ -564,6 +564,24 @@ fn the_resource_index_holds_no_identifier_in_clear() {
             .collect()
     };
     let before = hashes(&items);
+    // A rebuild by an operator without the states' key stops at the first sealed state, saying
+    // why, and changes nothing (it used to index the sealed document as an empty state, which
+    // emptied the index).
+    let out = std::process::Command::new(gitstate_bin())
+        .args(["catalog", "rebuild", "--catalog-table", TABLE])
+        .current_dir(cwd.path())
+        .envs(moto.aws_env())
+        .env_remove("SOPS_KMS_ARN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a rebuild without the key succeeded");
+    assert!(
+        err.contains("app.tfstate") && err.contains("encrypted"),
+        "{err}"
+    );
+    assert_eq!(hashes(&moto.dynamodb_items(TABLE)), before);
+    assert_eq!(json(&moto, &["find", secret]), expected);
     let out = std::process::Command::new(gitstate_bin())
         .args(["catalog", "rebuild", "--catalog-table", TABLE])
         .current_dir(cwd.path())

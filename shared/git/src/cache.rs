@@ -721,7 +721,8 @@ mod tests {
             held.len()
         );
         for (i, handle) in held.iter().enumerate() {
-            let again = CacheHandle::for_url(&dir, &format!("https://held.example/{i}.git")).unwrap();
+            let again =
+                CacheHandle::for_url(&dir, &format!("https://held.example/{i}.git")).unwrap();
             assert!(Arc::ptr_eq(handle, &again), "a remote in use was dropped");
             assert!(handle.current().unwrap().dir().join("HEAD").exists());
         }

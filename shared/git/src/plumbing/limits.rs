@@ -11,7 +11,9 @@ use std::io::{self, BufRead, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gix::protocol::transport::client::blocking_io::{ExtendedBufRead, HandleProgress, ReadlineBufRead};
+use gix::protocol::transport::client::blocking_io::{
+    ExtendedBufRead, HandleProgress, ReadlineBufRead,
+};
 use gix::protocol::transport::client::{Error as ClientError, MessageKind};
 use gix::protocol::transport::Protocol;
 
@@ -122,7 +124,11 @@ impl Pace {
     }
 
     fn check(&self) -> io::Result<()> {
-        let last = self.last_write.lock().map(|l| *l).unwrap_or_else(|_| Instant::now());
+        let last = self
+            .last_write
+            .lock()
+            .map(|l| *l)
+            .unwrap_or_else(|_| Instant::now());
         if last.elapsed() >= self.within {
             return Err(too_slow(self.within));
         }
@@ -195,7 +201,9 @@ impl<R: BufRead> BufRead for Limited<R> {
 impl<R: ReadlineBufRead> ReadlineBufRead for Limited<R> {
     fn readline(
         &mut self,
-    ) -> Option<io::Result<gix::error::Result<gix::protocol::transport::packetline::PacketLineRef<'_>>>> {
+    ) -> Option<
+        io::Result<gix::error::Result<gix::protocol::transport::packetline::PacketLineRef<'_>>>,
+    > {
         if let Err(e) = self.check() {
             return Some(Err(e));
         }
@@ -259,7 +267,11 @@ mod tests {
         let mut out = Vec::new();
         let e = r.read_to_end(&mut out).unwrap_err();
         assert!(out.len() <= 10);
-        let why = e.get_ref().unwrap().downcast_ref::<AnswerRefused>().unwrap();
+        let why = e
+            .get_ref()
+            .unwrap()
+            .downcast_ref::<AnswerRefused>()
+            .unwrap();
         assert!(matches!(why, AnswerRefused::TooLarge { limit: 4 }), "{why}");
         assert!(e.to_string().contains("passed 4 bytes"), "{e}");
     }
@@ -296,7 +308,10 @@ mod tests {
         let mut reader = pace.reader(Drip);
         let mut writer = pace.writer(Vec::new());
         let mut out = Vec::new();
-        let e = (&mut reader).take(1_000_000).read_to_end(&mut out).unwrap_err();
+        let e = (&mut reader)
+            .take(1_000_000)
+            .read_to_end(&mut out)
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         // A write (the next request) gives the other side a fresh `within`.
         writer.write_all(b"want").unwrap();

@@ -12,8 +12,7 @@ use gitstate_core::url::{redact_in_text, RepoUrl};
 use gitstate_core::{Credentials, NetworkGuard, StoreError};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
-    file, http, ssh, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse,
-    Transport,
+    file, http, ssh, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse, Transport,
 };
 use gix::protocol::transport::client::{
     self as client, Capabilities, MessageKind, TransportWithoutIO, WriteMode,
@@ -21,9 +20,7 @@ use gix::protocol::transport::client::{
 use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
 
-use super::limits::{
-    AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES,
-};
+use super::limits::{AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES};
 
 /// Where a remote is and how to talk to it. The URL never carries credentials.
 #[derive(Clone)]
@@ -351,8 +348,7 @@ fn native_roots() -> &'static [reqwest::Certificate] {
 fn connect_git(
     endpoint: &Endpoint,
     version: Protocol,
-) -> Result<client::git::blocking_io::Connection<Paced<TcpStream>, Paced<TcpStream>>, StoreError>
-{
+) -> Result<client::git::blocking_io::Connection<Paced<TcpStream>, Paced<TcpStream>>, StoreError> {
     let host = endpoint
         .url
         .host()
@@ -473,9 +469,10 @@ impl Transport for ShallowSafe {
     ) -> Result<SetServiceResponse<'_>, client::Error> {
         let limits = self.limits.for_advertisement();
         let mut response = self.inner.handshake(service, extra_parameters)?;
-        response.refs = response.refs.take().map(|refs| {
-            Box::new(Limited::new(refs, limits)) as Box<dyn ReadlineBufRead + '_>
-        });
+        response.refs = response
+            .refs
+            .take()
+            .map(|refs| Box::new(Limited::new(refs, limits)) as Box<dyn ReadlineBufRead + '_>);
         if matches!(response.actual_protocol, Protocol::V0 | Protocol::V1) {
             if let Some(normalised) = normalised_v1(&response.capabilities) {
                 response.capabilities = normalised;
@@ -541,7 +538,10 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
             }
         }
         if let Some(e) = e.downcast_ref::<std::io::Error>() {
-            match e.get_ref().and_then(|inner| inner.downcast_ref::<AnswerRefused>()) {
+            match e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<AnswerRefused>())
+            {
                 Some(refused @ AnswerRefused::TooLarge { .. }) => {
                     return StoreError::Remote(format!("{what} {}: {refused}", endpoint.display))
                 }
