@@ -490,7 +490,7 @@ impl Transport for ShallowSafe {
         let limits = self.limits;
         let (writer, reader) = self
             .inner
-            .request(write_mode, on_into_read.clone(), trace)?
+            .request(write_mode, on_into_read, trace)?
             .into_parts();
         let reader: Box<dyn ExtendedBufRead<'_> + Unpin + '_> =
             Box::new(Limited::new(reader, limits));
