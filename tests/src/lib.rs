@@ -601,6 +601,33 @@ impl GitDaemon {
 // ------------------------------------------------------------------------------------------------
 // Smart-HTTP servers that are not git's own (interoperability, issue 16)
 
+/// Starts `tests/servers/SCRIPT` with `python` on a free port of 127.0.0.1 (`args(port)` are its
+/// arguments), with `HOME` and its log in a new temporary directory; ready once the port accepts
+/// connections (30 s at most).
+fn start_script_server(
+    python: &Path,
+    script: &str,
+    args: impl Fn(u16) -> Vec<std::ffi::OsString>,
+) -> (ChildGuard, u16, TempDir) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("servers")
+        .join(script);
+    let dir = tempfile::Builder::new()
+        .prefix("gitstate-script-server")
+        .tempdir()
+        .unwrap();
+    let spawn = |port: u16| {
+        let mut cmd = Command::new(python);
+        cmd.arg(&path)
+            .args(args(port))
+            .env("HOME", dir.path())
+            .env("PYTHONUNBUFFERED", "1");
+        ChildGuard::spawn(cmd, &dir.path().join("server.log"), script)
+    };
+    let (guard, port) = start_on_free_port(script, Duration::from_secs(30), spawn, port_open);
+    (guard, port, dir)
+}
+
 /// dulwich's smart-HTTP server (dulwich 1.2.21 from PyPI: `dulwich.web`'s WSGI application, where
 /// upload-pack and receive-pack are written in Python, no git process involved), started by
 /// `tests/servers/dulwich_http_server.py` like `python -m dulwich.web` but serving its one
@@ -624,28 +651,14 @@ impl DulwichServer {
             "dulwich {DULWICH_VERSION} is not installed ({} is missing): {INSTALL_HINT}",
             python.display()
         );
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("servers/dulwich_http_server.py");
         let git_dir = fs::canonicalize(git_dir).expect("git_dir exists");
-        let dir = tempfile::Builder::new()
-            .prefix("gitstate-dulwich")
-            .tempdir()
-            .unwrap();
-        let spawn = |port: u16| {
-            let mut cmd = Command::new(&python);
-            cmd.arg(&script)
-                .arg(port.to_string())
-                .arg(&git_dir)
-                .arg(name)
-                .env("HOME", dir.path())
-                .env("PYTHONUNBUFFERED", "1");
-            ChildGuard::spawn(cmd, &dir.path().join("dulwich.log"), "dulwich http server")
-        };
-        let (guard, port) = start_on_free_port(
-            "dulwich http server",
-            Duration::from_secs(30),
-            spawn,
-            port_open,
-        );
+        let (guard, port, dir) = start_script_server(&python, "dulwich_http_server.py", |port| {
+            vec![
+                port.to_string().into(),
+                git_dir.clone().into_os_string(),
+                name.into(),
+            ]
+        });
         DulwichServer {
             guard,
             port,
@@ -763,33 +776,19 @@ impl ReplayAdvertisementServer {
     /// In front of `backend`, advertising `receive_caps` for receive-pack.
     pub fn start(backend: &GitHttpServer, receive_caps: &str) -> ReplayAdvertisementServer {
         let python = require_tool("python3");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("servers/replay_advertisement.py");
-        let dir = tempfile::Builder::new()
-            .prefix("gitstate-replay")
-            .tempdir()
-            .unwrap();
         let backend_url = format!("http://127.0.0.1:{}", backend.port());
-        let spawn = |port: u16| {
-            let mut cmd = Command::new(&python);
-            cmd.arg(&script)
-                .arg("--port")
-                .arg(port.to_string())
-                .arg("--backend")
-                .arg(&backend_url)
-                .arg("--receive-caps")
-                .arg(receive_caps);
-            ChildGuard::spawn(
-                cmd,
-                &dir.path().join("replay.log"),
-                "replay_advertisement.py",
-            )
-        };
-        let (guard, port) = start_on_free_port(
-            "replay_advertisement.py",
-            Duration::from_secs(30),
-            spawn,
-            port_open,
-        );
+        let (guard, port, dir) = start_script_server(&python, "replay_advertisement.py", |port| {
+            [
+                "--port",
+                &port.to_string(),
+                "--backend",
+                &backend_url,
+                "--receive-caps",
+                receive_caps,
+            ]
+            .map(std::ffi::OsString::from)
+            .to_vec()
+        });
         ReplayAdvertisementServer {
             guard,
             port,
@@ -827,27 +826,11 @@ pub struct HostileGitDaemon {
 impl HostileGitDaemon {
     pub fn start(mode: &str) -> HostileGitDaemon {
         let python = require_tool("python3");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("servers/hostile_git_daemon.py");
-        let dir = tempfile::Builder::new()
-            .prefix("gitstate-hostile")
-            .tempdir()
-            .unwrap();
-        let spawn = |port: u16| {
-            let mut cmd = Command::new(&python);
-            cmd.arg(&script)
-                .args(["--port", &port.to_string(), "--mode", mode]);
-            ChildGuard::spawn(
-                cmd,
-                &dir.path().join("hostile.log"),
-                "hostile_git_daemon.py",
-            )
-        };
-        let (guard, port) = start_on_free_port(
-            "hostile_git_daemon.py",
-            Duration::from_secs(30),
-            spawn,
-            port_open,
-        );
+        let (guard, port, dir) = start_script_server(&python, "hostile_git_daemon.py", |port| {
+            ["--port", &port.to_string(), "--mode", mode]
+                .map(std::ffi::OsString::from)
+                .to_vec()
+        });
         HostileGitDaemon {
             guard,
             port,

@@ -249,6 +249,17 @@ impl<'a, R: ExtendedBufRead<'a>> ExtendedBufRead<'a> for Limited<R> {
 mod tests {
     use super::*;
 
+    /// A reader that always has one more byte, 5 ms later.
+    struct Drip;
+
+    impl Read for Drip {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(Duration::from_millis(5));
+            buf[0] = b'x';
+            Ok(1)
+        }
+    }
+
     fn limits(max_bytes: u64, within: Duration) -> AnswerLimits {
         AnswerLimits { max_bytes, within }
     }
@@ -278,15 +289,7 @@ mod tests {
 
     #[test]
     fn a_late_answer_is_refused_even_when_bytes_keep_coming() {
-        // A reader that always has one more byte: a drip never stalls, so only a deadline ends it.
-        struct Drip;
-        impl Read for Drip {
-            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                std::thread::sleep(Duration::from_millis(5));
-                buf[0] = b'x';
-                Ok(1)
-            }
-        }
+        // A drip never stalls, so only a deadline ends it.
         let mut r = Limited::new(Drip, limits(u64::MAX, Duration::from_millis(50)));
         let mut out = Vec::new();
         let e = r.read_to_end(&mut out).unwrap_err();
@@ -296,14 +299,6 @@ mod tests {
 
     #[test]
     fn a_stream_answer_must_come_within_the_pace_of_the_last_write() {
-        struct Drip;
-        impl Read for Drip {
-            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                std::thread::sleep(Duration::from_millis(5));
-                buf[0] = b'x';
-                Ok(1)
-            }
-        }
         let pace = Pace::new(Duration::from_millis(50));
         let mut reader = pace.reader(Drip);
         let mut writer = pace.writer(Vec::new());
