@@ -84,6 +84,10 @@ pub struct Settings {
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     pub max_state_bytes: Option<usize>,
+    /// How long a write may wait for its turn and retry before it is answered 503 with nothing
+    /// written, in seconds [default: 30].
+    #[arg(long, env = "GITSTATE_WRITE_BUDGET_SECONDS")]
+    pub write_budget_seconds: Option<u64>,
     /// Encryption at rest: "all" values or only secrets, keeping the "structure" readable
     /// [default: all].
     #[arg(long, env = "GITSTATE_ENCRYPTION_MODE")]
@@ -206,6 +210,9 @@ impl Settings {
         }
         if let Some(max) = self.max_state_bytes {
             config.max_state_bytes = max;
+        }
+        if let Some(budget) = self.write_budget_seconds {
+            config.write_budget_seconds = budget;
         }
         if let (Some(cert_file), Some(key_file)) = (&self.tls_cert, &self.tls_key) {
             config.tls = Some(TlsConfig {

@@ -491,6 +491,10 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        if tips.values().all(|id| self.repo().has_object(id)) {
+            // Another request's fetch brought them while this one waited for the lock.
+            return Ok(Some(tips));
+        }
         let prepare = if self.shallow {
             let depth = std::num::NonZeroU32::MIN;
             prepare.with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth))
@@ -572,7 +576,7 @@ impl Cache {
 }
 
 /// `objects` ordered so that each comes after every object of the set it references: blobs, then
-/// trees children-first, then commits (a commit's parent is never in the same push).
+/// trees children-first, then commits parents-first (a batch pushes a chain of commits).
 fn in_dependency_order(
     objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
 ) -> Vec<(ObjectId, gix::objs::Kind, &[u8])> {
@@ -608,10 +612,37 @@ fn in_dependency_order(
     for id in trees.keys() {
         place(*id, &trees, &mut placed, &mut ordered);
     }
+    let commits: HashMap<ObjectId, &[u8]> = objects
+        .iter()
+        .filter(|(_, kind, _)| *kind == Kind::Commit)
+        .map(|(id, _, data)| (*id, data.as_slice()))
+        .collect();
+    fn place_commit<'a>(
+        id: ObjectId,
+        commits: &HashMap<ObjectId, &'a [u8]>,
+        placed: &mut std::collections::HashSet<ObjectId>,
+        ordered: &mut Vec<(ObjectId, gix::objs::Kind, &'a [u8])>,
+    ) {
+        let Some(data) = commits.get(&id) else { return };
+        if !placed.insert(id) {
+            return;
+        }
+        if let Ok(commit) = gix::objs::CommitRef::from_bytes(data, gix::hash::Kind::Sha1) {
+            for parent in commit.parents() {
+                place_commit(parent, commits, placed, ordered);
+            }
+        }
+        ordered.push((id, gix::objs::Kind::Commit, data));
+    }
+    let mut commit_ids: Vec<ObjectId> = commits.keys().copied().collect();
+    commit_ids.sort();
+    for id in commit_ids {
+        place_commit(id, &commits, &mut placed, &mut ordered);
+    }
     ordered.extend(
         objects
             .iter()
-            .filter(|(_, kind, _)| !matches!(kind, Kind::Blob | Kind::Tree))
+            .filter(|(_, kind, _)| !matches!(kind, Kind::Blob | Kind::Tree | Kind::Commit))
             .map(|(id, kind, data)| (*id, *kind, data.as_slice())),
     );
     ordered
