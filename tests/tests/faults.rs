@@ -297,9 +297,15 @@ fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
         .map(|w| server.state_url("default", &format!("b/w{w}.tfstate")))
         .collect();
     for url in &urls {
-        assert_eq!(http("POST", url, Some(&state(1, 20_000)), None).unwrap().0, 200);
+        assert_eq!(
+            http("POST", url, Some(&state(1, 20_000)), None).unwrap().0,
+            200
+        );
     }
-    for (round, fault) in [Fault::CutUpload(300), Fault::DropReport].into_iter().enumerate() {
+    for (round, fault) in [Fault::CutUpload(300), Fault::DropReport]
+        .into_iter()
+        .enumerate()
+    {
         let serial = round as u64 + 2;
         let before: Vec<usize> = (0..WRITERS)
             .map(|w| git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len())
@@ -318,7 +324,10 @@ fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         proxy.set(Fault::None);
-        assert!(proxy.faulted.load(Ordering::SeqCst) > faulted_before, "{fault:?}: no fault");
+        assert!(
+            proxy.faulted.load(Ordering::SeqCst) > faulted_before,
+            "{fault:?}: no fault"
+        );
         for (w, (status, text)) in answers.iter().enumerate() {
             assert!(
                 *status == 502 || *status == 503,
@@ -334,13 +343,22 @@ fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
                     "{fault:?}: writer {w}: a state nobody sent, or a commit without its state"
                 );
             } else {
-                assert_eq!(now, state(serial - 1, 20_000).into_bytes(), "{fault:?}: writer {w}");
+                assert_eq!(
+                    now,
+                    state(serial - 1, 20_000).into_bytes(),
+                    "{fault:?}: writer {w}"
+                );
                 assert_eq!(after, before[w], "{fault:?}: a cut upload must not land");
             }
         }
         // Retries (as Terraform's) converge: the new state, one commit per write.
         for (w, url) in urls.iter().enumerate() {
-            assert_eq!(http("POST", url, Some(&state(serial, 20_000)), None).unwrap().0, 200);
+            assert_eq!(
+                http("POST", url, Some(&state(serial, 20_000)), None)
+                    .unwrap()
+                    .0,
+                200
+            );
             assert_eq!(
                 git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len(),
                 before[w] + 1,

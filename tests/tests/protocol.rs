@@ -570,11 +570,17 @@ fn two_processes_lose_nothing(kind: Kind) {
 /// nothing was written and that Terraform retries; the remote is unchanged.
 fn a_write_out_of_time_is_a_503_and_writes_nothing(kind: Kind) {
     let s = Server::start(kind, &[]);
-    assert_eq!(s.send("POST", "/state/default/t.tfstate", Some(STATE_1)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/t.tfstate", Some(STATE_1))
+            .status(),
+        200
+    );
     let before = s.git(&["rev-parse", "main"]);
     let commits = commit_count(&s);
     let mut launch = s.launch.clone();
-    launch.0.extend(["--write-budget-seconds".to_owned(), "0".to_owned()]);
+    launch
+        .0
+        .extend(["--write-budget-seconds".to_owned(), "0".to_owned()]);
     let hurried = start_gitstate(&launch);
     let response = Client::new()
         .post(format!("{}/state/default/t.tfstate", hurried.base_url()))
@@ -583,16 +589,27 @@ fn a_write_out_of_time_is_a_503_and_writes_nothing(kind: Kind) {
         .send()
         .expect("request");
     assert_eq!(response.status().as_u16(), 503);
-    assert!(response.headers().get("retry-after").is_some(), "Retry-After");
+    assert!(
+        response.headers().get("retry-after").is_some(),
+        "Retry-After"
+    );
     let sentence = error_of(response);
     assert!(sentence.contains("nothing was written"), "{sentence}");
     assert!(sentence.contains("Terraform retries"), "{sentence}");
     assert!(sentence.contains("retry_max"), "{sentence}");
-    assert_eq!(s.git(&["rev-parse", "main"]), before, "the remote is unchanged");
+    assert_eq!(
+        s.git(&["rev-parse", "main"]),
+        before,
+        "the remote is unchanged"
+    );
     assert_eq!(commit_count(&s), commits);
     assert!(lock_refs(&s).is_empty());
     // The same write with time to spare is made.
-    assert_eq!(s.send("POST", "/state/default/t.tfstate", Some(STATE_2)).status(), 200);
+    assert_eq!(
+        s.send("POST", "/state/default/t.tfstate", Some(STATE_2))
+            .status(),
+        200
+    );
     assert_eq!(commit_count(&s), commits + 1);
 }
 

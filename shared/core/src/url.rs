@@ -696,7 +696,10 @@ mod tests {
         assert_eq!(u.scheme(), Scheme::Ssh);
         assert_eq!(u.transport_url(), "git@github.com:acme/states.git");
         // An absolute scp-like path stays absolute (relative ones are under the login's home).
-        assert_eq!(parse("git@h:/srv/x.git").transport_url(), "git@h:/srv/x.git");
+        assert_eq!(
+            parse("git@h:/srv/x.git").transport_url(),
+            "git@h:/srv/x.git"
+        );
         assert_ne!(parse("git@h:/srv/x.git"), parse("git@h:srv/x.git"));
         for nothing in ["h:/", "git@h:/", "ü:/"] {
             assert!(RepoUrl::parse(nothing).is_err(), "{nothing}");

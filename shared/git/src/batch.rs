@@ -76,6 +76,9 @@ struct Queue {
     session: Option<ReceivePack>,
 }
 
+/// Writes taken for one push, and the session to push over (when one is at hand).
+type Batch = (Vec<Waiting>, Option<ReceivePack>);
+
 /// The queue of one remote branch and credential in this process.
 pub(crate) struct WriteQueue {
     queue: Mutex<Queue>,
@@ -153,15 +156,15 @@ impl WriteQueue {
                     .instrument(tracing::info_span!("write_batch")),
             );
         }
-        answer.await.map_err(|_| {
-            StoreError::Internal("the write queue stopped without answering".into())
-        })?
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("the write queue stopped without answering".into()))?
     }
 
     /// Takes the next batch: oldest first, at most [`MAX_BATCH_WRITES`] and
     /// [`MAX_BATCH_BYTES`]. Writes past their deadline are answered busy, writes whose request
     /// is gone are dropped. `None` (and the driver stops) when nothing waits.
-    fn next_batch(&self) -> Result<Option<(Vec<Waiting>, Option<ReceivePack>)>, StoreError> {
+    fn next_batch(&self) -> Result<Option<Batch>, StoreError> {
         let mut queue = self.lock()?;
         let now = Instant::now();
         let mut kept = Vec::new();

@@ -64,7 +64,10 @@ async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
     }
     let answers = futures_join(sessions.into_iter().map(|(i, session)| async move {
         let body = format!("{{\"serial\":{}}}", i + 2);
-        let message = format!("Update team/w{i:02}.tfstate (serial {}) by writer-{i}", i + 2);
+        let message = format!(
+            "Update team/w{i:02}.tfstate (serial {}) by writer-{i}",
+            i + 2
+        );
         (i, session.update_state(write(&body), &message).await)
     }))
     .await;
@@ -96,7 +99,9 @@ async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
     // A chain of N commits on the old tip, nothing else.
     let new_commits = git(&bare, &["rev-list", "--count", "main", "^main@{1}"]);
     assert_eq!(new_commits.trim(), N.to_string());
-    assert!(answers.iter().any(|(_, a)| a.as_deref() == Ok(tip.as_str())));
+    assert!(answers
+        .iter()
+        .any(|(_, a)| a.as_deref() == Ok(tip.as_str())));
     git(&bare, &["fsck", "--strict", "--no-dangling"]);
 }
 
@@ -119,7 +124,10 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
         .await
         .unwrap();
     // Read, then another process changes that state: its condition (the file it read) fails.
-    let changed = s.begin(&sp("changed.tfstate"), Intent::Write).await.unwrap();
+    let changed = s
+        .begin(&sp("changed.tfstate"), Intent::Write)
+        .await
+        .unwrap();
     // Read unlocked, then someone takes its lock: its condition (the lock it read) fails.
     let locked = s.begin(&sp("locked.tfstate"), Intent::Write).await.unwrap();
     let ok_b = s.begin(&sp("b.tfstate"), Intent::Write).await.unwrap();
@@ -132,7 +140,11 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
     .await;
     assert_eq!(
         other
-            .create_lock(&sp("locked.tfstate"), Bytes::from_static(b"{\"ID\":\"x\"}"), "Lock")
+            .create_lock(
+                &sp("locked.tfstate"),
+                Bytes::from_static(b"{\"ID\":\"x\"}"),
+                "Lock"
+            )
             .await,
         Ok(LockCreate::Created)
     );
@@ -140,7 +152,10 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
     let (a, c, ch, l, b) = (
         ok_a.update_state(write("{\"a\":1}"), "Update a.tfstate by t"),
         conflict.update_state(write("{\"x\":1}"), "Update file.tfstate/x.tfstate by t"),
-        changed.update_state(write("{\"serial\":2}"), "Update changed.tfstate (serial 2) by t"),
+        changed.update_state(
+            write("{\"serial\":2}"),
+            "Update changed.tfstate (serial 2) by t",
+        ),
         locked.update_state(write("{\"l\":1}"), "Update locked.tfstate by t"),
         ok_b.update_state(write("{\"b\":1}"), "Update b.tfstate by t"),
     );
@@ -163,11 +178,11 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
         git(&bare, &["show", "main:changed.tfstate"]),
         "{\"serial\":7}"
     );
-    assert!(!common::git_ok(&bare, &["cat-file", "-e", "main:locked.tfstate"]));
-    assert_eq!(
-        git(&bare, &["show", "main:file.tfstate"]),
-        "{\"serial\":1}"
-    );
+    assert!(!common::git_ok(
+        &bare,
+        &["cat-file", "-e", "main:locked.tfstate"]
+    ));
+    assert_eq!(git(&bare, &["show", "main:file.tfstate"]), "{\"serial\":1}");
     let subjects = git(&bare, &["log", "--format=%s", "main"]);
     assert_eq!(
         subjects
@@ -180,13 +195,19 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
     );
 
     // The stale one, read again (what the protocol does), goes through.
-    let again = s.begin(&sp("changed.tfstate"), Intent::Write).await.unwrap();
+    let again = s
+        .begin(&sp("changed.tfstate"), Intent::Write)
+        .await
+        .unwrap();
     assert_eq!(
         again.snapshot().state.as_deref(),
         Some(&b"{\"serial\":7}"[..])
     );
     again
-        .update_state(write("{\"serial\":8}"), "Update changed.tfstate (serial 8) by t")
+        .update_state(
+            write("{\"serial\":8}"),
+            "Update changed.tfstate (serial 8) by t",
+        )
         .await
         .expect("the re-read write is made");
     git(&bare, &["fsck", "--strict", "--no-dangling"]);
@@ -203,7 +224,10 @@ async fn a_write_whose_deadline_passed_is_not_pushed_and_the_others_are() {
     common::write_retrying(&s, &sp("seed.tfstate"), b"{}", "Seed").await;
     let tip_before = git(&bare, &["rev-parse", "main"]);
 
-    let on_time = s.begin(&sp("on-time.tfstate"), Intent::Write).await.unwrap();
+    let on_time = s
+        .begin(&sp("on-time.tfstate"), Intent::Write)
+        .await
+        .unwrap();
     let mut late = s.begin(&sp("late.tfstate"), Intent::Write).await.unwrap();
     let now = std::time::Instant::now();
     late.set_budget(WriteBudget {
@@ -216,9 +240,19 @@ async fn a_write_whose_deadline_passed_is_not_pushed_and_the_others_are() {
     );
     assert!(matches!(busy, Err(StoreError::Busy(_))), "{busy:?}");
     let made = made.expect("the write on time is made");
-    let log = git(&bare, &["log", "--format=%H %s", &format!("{}..main", tip_before.trim())]);
+    let log = git(
+        &bare,
+        &[
+            "log",
+            "--format=%H %s",
+            &format!("{}..main", tip_before.trim()),
+        ],
+    );
     assert_eq!(log.trim(), format!("{made} Update on-time.tfstate by t"));
-    assert!(!common::git_ok(&bare, &["cat-file", "-e", "main:late.tfstate"]));
+    assert!(!common::git_ok(
+        &bare,
+        &["cat-file", "-e", "main:late.tfstate"]
+    ));
 }
 
 /// Polls all futures together on the current task (no spawning), keeping their order.
