@@ -29,8 +29,10 @@ pub const MAX_BATCH_WRITES: usize = 64;
 pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// First back-off bound after a lost compare-and-swap; doubles per loss in a row.
 const BACK_OFF_BASE: Duration = Duration::from_millis(10);
-/// Cap of one back-off.
-const BACK_OFF_MAX: Duration = Duration::from_millis(400);
+/// Cap of one back-off after a loss (the age-based yield below does the rest).
+const BACK_OFF_MAX: Duration = Duration::from_millis(50);
+/// First guess of how long a push attempt takes, before one was measured.
+const FIRST_ATTEMPT_ESTIMATE: Duration = Duration::from_millis(250);
 
 /// One state write waiting for a push: what it changes and what it read.
 #[derive(Debug)]
@@ -74,6 +76,13 @@ struct Queue {
     next_seq: u64,
     /// The receive-pack session of the write that started the driver (used for its first push).
     session: Option<ReceivePack>,
+    /// The last attempt lost, or built on a tip another process had pushed: other processes
+    /// write to this branch now.
+    contended: bool,
+    /// The tip this process pushed last.
+    own_tip: Option<ObjectId>,
+    /// How long a push attempt takes here (moving average).
+    estimate: Option<Duration>,
 }
 
 /// Writes taken for one push, and the session to push over (when one is at hand).
@@ -207,10 +216,52 @@ impl WriteQueue {
         Ok(())
     }
 
+    /// Fairness across processes (DESIGN §9.3): while other processes write to the branch, a
+    /// batch whose oldest write is young waits a random part of two attempts' time less that
+    /// write's age before it tries. Old writes go at once; the process that just pushed (its
+    /// waiting writes arrived after its push) lets the others, whose writes waited longer, go
+    /// first. Nothing waits when this process writes alone.
+    fn courtesy(&self) -> Result<Duration, StoreError> {
+        use rand::Rng;
+        let queue = self.lock()?;
+        if !queue.contended {
+            return Ok(Duration::ZERO);
+        }
+        let Some(oldest) = queue.waiting.iter().map(|w| w.write.since).min() else {
+            return Ok(Duration::ZERO);
+        };
+        let estimate = queue.estimate.unwrap_or(FIRST_ATTEMPT_ESTIMATE);
+        let window = estimate.saturating_mul(2).saturating_sub(oldest.elapsed());
+        let nanos = window.as_nanos().min(u64::MAX as u128) as u64;
+        Ok(Duration::from_nanos(rand::rng().random_range(0..=nanos)))
+    }
+
+    /// Records what an attempt saw: whether others write to the branch, and its duration.
+    fn observe(&self, contended: bool, own_tip: Option<ObjectId>, took: Duration) {
+        if let Ok(mut queue) = self.lock() {
+            queue.contended = contended;
+            if own_tip.is_some() {
+                queue.own_tip = own_tip;
+            }
+            queue.estimate = Some(match queue.estimate {
+                Some(estimate) => (estimate.saturating_mul(3) + took) / 4,
+                None => took,
+            });
+        }
+    }
+
     /// Drives batches until nothing waits.
     async fn drive(self: Arc<Self>, store: RemoteStore) {
         let mut losses = 0u32;
         loop {
+            match self.courtesy() {
+                Ok(pause) if !pause.is_zero() => tokio::time::sleep(pause).await,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "the write queue failed");
+                    return;
+                }
+            }
             let (batch, session) = match self.next_batch() {
                 Ok(Some(next)) => next,
                 Ok(None) => return,
@@ -225,6 +276,7 @@ impl WriteQueue {
                 .unzip();
             let count = writes.len();
             let started = Instant::now();
+            let own_tip = self.lock().ok().and_then(|q| q.own_tip);
             let outcome = store
                 .run(move |store| {
                     let results = push_batch(&store, session, &writes);
@@ -244,8 +296,10 @@ impl WriteQueue {
                         let _ = reply.send(Err(e.clone()));
                     }
                 }
-                Ok((_, Ok(Attempt::Pushed(results)))) => {
+                Ok((_, Ok(Attempt::Pushed { results, base, tip }))) => {
                     losses = 0;
+                    let others_pushed = own_tip.is_some() && base != own_tip;
+                    self.observe(others_pushed, tip, started.elapsed());
                     tracing::info!(
                         writes = count,
                         committed = results.iter().filter(|r| r.is_ok()).count(),
@@ -258,6 +312,7 @@ impl WriteQueue {
                 }
                 Ok((writes, Ok(Attempt::Lost(failed)))) => {
                     losses += 1;
+                    self.observe(true, None, started.elapsed());
                     tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
                     let mut back = Vec::new();
                     for ((write, (seq, reply)), failure) in
@@ -302,8 +357,15 @@ fn busy(write: &QueuedWrite) -> StoreError {
 /// What one push attempt did.
 pub(crate) enum Attempt {
     /// The push was accepted (or nothing was left to push): per write, its commit or why it was
-    /// not made.
-    Pushed(Vec<Result<Revision, StoreError>>),
+    /// not made; the tip it was built on, and the new tip (`None`: nothing was pushed).
+    Pushed {
+        /// Per write.
+        results: Vec<Result<Revision, StoreError>>,
+        /// The branch tip the batch was built on.
+        base: Option<ObjectId>,
+        /// The tip pushed.
+        tip: Option<ObjectId>,
+    },
     /// The branch moved: nothing was written. Per write, `Some(error)` when it failed on its
     /// own (answered now), `None` when it goes back into the queue.
     Lost(Vec<Option<StoreError>>),
@@ -371,7 +433,11 @@ fn push_batch(
         }
     }
     let Some(new_tip) = chain.filter(|_| !commits.is_empty()) else {
-        return Ok(Attempt::Pushed(results));
+        return Ok(Attempt::Pushed {
+            results,
+            base: tip,
+            tip: None,
+        });
     };
     let objects = store.pack_objects(repo, &commits)?;
     let update = RefUpdate {
@@ -391,5 +457,9 @@ fn push_batch(
         ));
     }
     cache.record_pushed(&objects, &state_ref, Some(new_tip))?;
-    Ok(Attempt::Pushed(results))
+    Ok(Attempt::Pushed {
+        results,
+        base: tip,
+        tip: Some(new_tip),
+    })
 }
