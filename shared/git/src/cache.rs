@@ -32,9 +32,6 @@ pub struct Cache {
     /// Held while fetching or recording pushed objects: gix's shallow file and tracking refs
     /// are updated under lock files that would make a concurrent second fetch fail.
     write_lock: Mutex<()>,
-    /// Serializes this process's state writes to the remote (see
-    /// `StateStore::write_serializer`); shared by every generation of the remote.
-    state_writes: Arc<tokio::sync::Mutex<()>>,
     /// Packs received by fetches into this generation.
     packs: AtomicUsize,
     /// Pushes recorded into this generation (each adds a few loose objects).
@@ -103,7 +100,6 @@ pub struct CacheHandle {
     current: RwLock<Arc<Cache>>,
     next_generation: AtomicU64,
     budget: CacheBudget,
-    state_writes: Arc<tokio::sync::Mutex<()>>,
     /// The full-history cache (history, listings), made on first use; replaced like a
     /// generation when it outgrows the budget.
     history: Mutex<Option<Arc<Cache>>>,
@@ -134,19 +130,13 @@ impl CacheHandle {
         }
         secure_cache_root(cache_dir)?;
         remove_abandoned_generations(cache_dir, &name);
-        let state_writes: Arc<tokio::sync::Mutex<()>> = Default::default();
-        let first = Cache::create(
-            &cache_dir.join(generation_dir_name(&name, 0)),
-            state_writes.clone(),
-            true,
-        )?;
+        let first = Cache::create(&cache_dir.join(generation_dir_name(&name, 0)), true)?;
         let handle = Arc::new(CacheHandle {
             cache_dir: cache_dir.to_owned(),
             name,
             current: RwLock::new(Arc::new(first)),
             next_generation: AtomicU64::new(1),
             budget: CacheBudget::from_env(),
-            state_writes,
             history: Mutex::new(None),
         });
         handles.insert(key, handle.clone());
@@ -159,11 +149,6 @@ impl CacheHandle {
             .read()
             .map(|c| c.clone())
             .map_err(|_| StoreError::Internal("the cache handle is poisoned".into()))
-    }
-
-    /// The lock serializing this process's state writes to this remote.
-    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
-        self.state_writes.clone()
     }
 
     /// The full-history cache of this remote (not shallow): what history and listings read. It
@@ -186,7 +171,7 @@ impl CacheHandle {
             "{stem}-{}-history{generation}.git",
             std::process::id()
         ));
-        let cache = Arc::new(Cache::create(&dir, self.state_writes.clone(), false)?);
+        let cache = Arc::new(Cache::create(&dir, false)?);
         *slot = Some(cache.clone());
         Ok(cache)
     }
@@ -210,7 +195,7 @@ impl CacheHandle {
             .cache_dir
             .join(generation_dir_name(&self.name, generation));
         let started = std::time::Instant::now();
-        match Cache::create(&dir, self.state_writes.clone(), true) {
+        match Cache::create(&dir, true) {
             Ok(fresh) => {
                 used.retired.store(true, Ordering::Release);
                 *current = Arc::new(fresh);
@@ -350,11 +335,7 @@ pub fn cache_name(url: &str) -> String {
 
 impl Cache {
     /// Creates (or opens, when it exists) the generation directory `dir`.
-    fn create(
-        dir: &Path,
-        state_writes: Arc<tokio::sync::Mutex<()>>,
-        shallow: bool,
-    ) -> Result<Cache, StoreError> {
+    fn create(dir: &Path, shallow: bool) -> Result<Cache, StoreError> {
         let repo = if dir.join("HEAD").exists() {
             gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
@@ -384,7 +365,6 @@ impl Cache {
             repo,
             dir: dir.to_owned(),
             write_lock: Mutex::new(()),
-            state_writes,
             packs: AtomicUsize::new(0),
             recorded: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
@@ -395,11 +375,6 @@ impl Cache {
     /// A thread-local handle on the cache repository.
     pub fn repo(&self) -> gix::Repository {
         self.repo.to_thread_local()
-    }
-
-    /// The lock serializing this process's state writes to this remote.
-    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
-        self.state_writes.clone()
     }
 
     /// Where the cache lives.
