@@ -284,6 +284,91 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
     );
 }
 
+/// Several writers of one process whose pushes are cut (their writes go in batches, DESIGN
+/// §9.2): every write is answered 5xx, and each state on the remote is its old or its new
+/// version, whole (a batch lands entirely or not at all); retries converge with one commit per
+/// write.
+#[test]
+fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
+    let setup = Setup::start();
+    let (repo, proxy, server) = (setup.repo.as_path(), &setup.proxy, &setup.server);
+    const WRITERS: usize = 6;
+    let urls: Vec<String> = (0..WRITERS)
+        .map(|w| server.state_url("default", &format!("b/w{w}.tfstate")))
+        .collect();
+    for url in &urls {
+        assert_eq!(
+            http("POST", url, Some(&state(1, 20_000)), None).unwrap().0,
+            200
+        );
+    }
+    for (round, fault) in [Fault::CutUpload(300), Fault::DropReport]
+        .into_iter()
+        .enumerate()
+    {
+        let serial = round as u64 + 2;
+        let before: Vec<usize> = (0..WRITERS)
+            .map(|w| git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len())
+            .collect();
+        let faulted_before = proxy.faulted.load(Ordering::SeqCst);
+        proxy.set(fault);
+        let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = urls
+                .iter()
+                .map(|url| {
+                    scope.spawn(move || {
+                        http("POST", url, Some(&state(serial, 20_000)), None).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        proxy.set(Fault::None);
+        assert!(
+            proxy.faulted.load(Ordering::SeqCst) > faulted_before,
+            "{fault:?}: no fault"
+        );
+        for (w, (status, text)) in answers.iter().enumerate() {
+            assert!(
+                *status == 502 || *status == 503,
+                "{fault:?}: writer {w}: {status} {text}\n{}",
+                server.log()
+            );
+            let now = git_show(repo, "main", &format!("b/w{w}.tfstate")).unwrap();
+            let after = git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len();
+            if fault == Fault::DropReport {
+                assert!(
+                    (now == state(serial - 1, 20_000).into_bytes() && after == before[w])
+                        || (now == state(serial, 20_000).into_bytes() && after == before[w] + 1),
+                    "{fault:?}: writer {w}: a state nobody sent, or a commit without its state"
+                );
+            } else {
+                assert_eq!(
+                    now,
+                    state(serial - 1, 20_000).into_bytes(),
+                    "{fault:?}: writer {w}"
+                );
+                assert_eq!(after, before[w], "{fault:?}: a cut upload must not land");
+            }
+        }
+        // Retries (as Terraform's) converge: the new state, one commit per write.
+        for (w, url) in urls.iter().enumerate() {
+            assert_eq!(
+                http("POST", url, Some(&state(serial, 20_000)), None)
+                    .unwrap()
+                    .0,
+                200
+            );
+            assert_eq!(
+                git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len(),
+                before[w] + 1,
+                "{fault:?}: writer {w}: one commit for the write"
+            );
+        }
+        git(Some(repo), &["fsck", "--no-progress"]);
+    }
+}
+
 /// A fetch cut in the middle (after someone else moved the branch): 502/503, nothing cached that
 /// is wrong, and the next read serves the new state.
 #[test]

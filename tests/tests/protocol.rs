@@ -565,6 +565,54 @@ fn two_processes_lose_nothing(kind: Kind) {
     write_concurrently(&s, &[s.gitstate.base_url(), other.base_url()], 6, 10, "p");
 }
 
+/// A write whose time runs out (here a write budget of 0 s, as a Lambda invocation with less
+/// time left than its margin would have) is a 503 with `Retry-After` and a sentence saying that
+/// nothing was written and that Terraform retries; the remote is unchanged.
+fn a_write_out_of_time_is_a_503_and_writes_nothing(kind: Kind) {
+    let s = Server::start(kind, &[]);
+    assert_eq!(
+        s.send("POST", "/state/default/t.tfstate", Some(STATE_1))
+            .status(),
+        200
+    );
+    let before = s.git(&["rev-parse", "main"]);
+    let commits = commit_count(&s);
+    let mut launch = s.launch.clone();
+    launch
+        .0
+        .extend(["--write-budget-seconds".to_owned(), "0".to_owned()]);
+    let hurried = start_gitstate(&launch);
+    let response = Client::new()
+        .post(format!("{}/state/default/t.tfstate", hurried.base_url()))
+        .header("Content-Type", "application/json")
+        .body(STATE_2)
+        .send()
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(
+        response.headers().get("retry-after").is_some(),
+        "Retry-After"
+    );
+    let sentence = error_of(response);
+    assert!(sentence.contains("nothing was written"), "{sentence}");
+    assert!(sentence.contains("Terraform retries"), "{sentence}");
+    assert!(sentence.contains("retry_max"), "{sentence}");
+    assert_eq!(
+        s.git(&["rev-parse", "main"]),
+        before,
+        "the remote is unchanged"
+    );
+    assert_eq!(commit_count(&s), commits);
+    assert!(lock_refs(&s).is_empty());
+    // The same write with time to spare is made.
+    assert_eq!(
+        s.send("POST", "/state/default/t.tfstate", Some(STATE_2))
+            .status(),
+        200
+    );
+    assert_eq!(commit_count(&s), commits + 1);
+}
+
 /// Runs each scenario against each kind of repository.
 macro_rules! for_each_kind {
     ($($scenario:ident),* $(,)?) => {
@@ -582,6 +630,7 @@ for_each_kind!(
     concurrent_writers_lose_nothing,
     concurrent_lockers_exactly_one_wins,
     two_processes_lose_nothing,
+    a_write_out_of_time_is_a_503_and_writes_nothing,
 );
 
 /// `gitstate serve --config gitstate.hcl`: named repositories from the file, and the

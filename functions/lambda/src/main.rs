@@ -20,6 +20,10 @@ struct Environment {
     settings: Settings,
 }
 
+/// What a write leaves of the invocation's remaining time for its answer: past the Lambda
+/// deadline minus this, a write is answered 503 (nothing written) instead of being cut off.
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Longest an answer waits for the catalog to record its change.
 const CATALOG_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -65,5 +69,14 @@ async fn main() -> Result<(), lambda_http::Error> {
     // Lambda freezes the function once it has answered: the catalog's changes are recorded
     // before the answer leaves (bounded), not in the background as on the server.
     let app = router_recording_before_answering(state, CATALOG_FLUSH_LIMIT);
+    let app = gitstate_http::with_request_deadline(
+        app,
+        |extensions| {
+            extensions
+                .get::<lambda_http::Context>()
+                .map(|context| context.deadline())
+        },
+        DEADLINE_MARGIN,
+    );
     lambda_http::run(app).await
 }

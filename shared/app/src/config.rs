@@ -111,6 +111,10 @@ pub struct Config {
     /// Timeout of one git network operation, in seconds.
     #[serde(default = "default_git_timeout")]
     pub git_timeout_seconds: u64,
+    /// How long a write may wait for its turn and retry, in seconds, before it is answered 503
+    /// with nothing written (DESIGN §9.3); on Lambda the invocation's deadline also bounds it.
+    #[serde(default = "default_write_budget")]
+    pub write_budget_seconds: u64,
     /// Authentication.
     #[serde(default)]
     pub auth: AuthConfig,
@@ -233,6 +237,9 @@ fn default_max_answer_bytes() -> u64 {
 fn default_git_timeout() -> u64 {
     30
 }
+fn default_write_budget() -> u64 {
+    gitstate_core::RetryPolicy::default().budget.as_secs()
+}
 
 impl Default for Config {
     fn default() -> Self {
@@ -246,6 +253,7 @@ impl Default for Config {
             max_state_bytes: default_max_state_bytes(),
             max_answer_bytes: default_max_answer_bytes(),
             git_timeout_seconds: default_git_timeout(),
+            write_budget_seconds: default_write_budget(),
             auth: AuthConfig::default(),
             encryption: EncryptionConfig::default(),
             tls: None,

@@ -93,11 +93,13 @@ fn zeroizing(text: String) -> gitstate_seal::Zeroizing<String> {
 
 /// The protocol service for `config`: limits and the sealer.
 pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError> {
-    Ok(Backend {
+    let mut backend = Backend {
         max_state_bytes: config.max_state_bytes,
         sealer: sealer_from_config(&config.encryption).await?,
         ..Backend::default()
-    })
+    };
+    backend.retry.budget = std::time::Duration::from_secs(config.write_budget_seconds);
+    Ok(backend)
 }
 
 /// The deployment's own git credential: `GIT_PASSWORD_KMS` (a KMS `CiphertextBlob`, base64;

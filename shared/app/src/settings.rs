@@ -87,6 +87,10 @@ pub struct Settings {
     /// Largest answer accepted from a git server (a pack), in bytes [default: 2147483648].
     #[arg(long, env = "GITSTATE_MAX_ANSWER_BYTES")]
     pub max_answer_bytes: Option<u64>,
+    /// How long a write may wait for its turn and retry before it is answered 503 with nothing
+    /// written, in seconds [default: 30].
+    #[arg(long, env = "GITSTATE_WRITE_BUDGET_SECONDS")]
+    pub write_budget_seconds: Option<u64>,
     /// Encryption at rest: "all" values or only secrets, keeping the "structure" readable
     /// [default: all].
     #[arg(long, env = "GITSTATE_ENCRYPTION_MODE")]
@@ -212,6 +216,9 @@ impl Settings {
         }
         if let Some(max) = self.max_answer_bytes {
             config.max_answer_bytes = max;
+        }
+        if let Some(budget) = self.write_budget_seconds {
+            config.write_budget_seconds = budget;
         }
         if let (Some(cert_file), Some(key_file)) = (&self.tls_cert, &self.tls_key) {
             config.tls = Some(TlsConfig {

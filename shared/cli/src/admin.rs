@@ -194,7 +194,10 @@ pub async fn restore(args: RestoreArgs) -> Result<String, String> {
     let path = parse_path(&args.path)?;
     let repositories = Repositories::open(&args.settings).await?;
     let store = repositories.store(&args.repository)?;
-    let caller = Caller { name: operator() };
+    let caller = Caller {
+        name: operator(),
+        deadline: None,
+    };
     let restored = repositories
         .backend
         .restore(

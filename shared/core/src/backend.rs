@@ -2,7 +2,7 @@
 //! lock checks, idempotent replays, force-unlock, and the contention retry loop for writes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::Rng;
@@ -12,7 +12,9 @@ use serde::Deserialize;
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
 use crate::seal::{Place, SealError, Sealer};
-use crate::store::{Intent, LockCreate, Revision, StateChange, StateStore, StoreError};
+use crate::store::{
+    Intent, LockCreate, Revision, StateChange, StateStore, StoreError, WriteBudget,
+};
 use crate::text::escape_controls;
 
 /// Default largest accepted state, in bytes.
@@ -47,10 +49,10 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Sleeps before attempt `attempt + 1`; `false` when the budget (counted from `started`)
-    /// leaves no room for another attempt.
-    async fn back_off(&self, attempt: u32, started: std::time::Instant) -> bool {
-        if attempt + 1 >= self.attempts || started.elapsed() >= self.budget {
+    /// Sleeps before attempt `attempt + 1`; `false` when the attempts are spent or the pause
+    /// would reach `deadline`.
+    async fn back_off(&self, attempt: u32, deadline: Instant) -> bool {
+        if attempt + 1 >= self.attempts || Instant::now() >= deadline {
             return false;
         }
         let bound = self
@@ -58,9 +60,18 @@ impl RetryPolicy {
             .saturating_mul(1u32 << attempt.min(16))
             .min(self.max_delay);
         let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
-        let pause = rand::rng().random_range(0..=nanos);
-        tokio::time::sleep(Duration::from_nanos(pause)).await;
-        started.elapsed() < self.budget
+        let pause = Duration::from_nanos(rand::rng().random_range(0..=nanos));
+        if Instant::now() + pause >= deadline {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        true
+    }
+
+    /// The deadline of a write that starts now: its budget, or `limit` when that comes first.
+    fn deadline(&self, started: Instant, limit: Option<Instant>) -> Instant {
+        let own = started + self.budget;
+        limit.map_or(own, |limit| limit.min(own))
     }
 }
 
@@ -86,9 +97,17 @@ pub enum BackendError {
     /// What was asked for does not exist (404), e.g. a version that is not in the history.
     #[error("{0}")]
     NotFound(String),
-    /// Writers kept moving the state branch; gave up after this many attempts (503).
-    #[error("the repository is busy: other writers moved the state branch {0} times in a row while writing; retry later")]
-    Busy(u32),
+    /// The write's time ran out (its retry budget, or the request's deadline) before it could be
+    /// made; nothing was written (503 with `Retry-After`).
+    #[error("the repository is busy: {why}; nothing was written (after {attempts} attempt(s) in {:.1} s), and Terraform retries this 503 by itself (retry_max of the http backend), or run the command again", *waited_ms as f64 / 1000.0)]
+    Busy {
+        /// What ran out.
+        why: String,
+        /// Attempts made (reads of the branch).
+        attempts: u32,
+        /// Milliseconds since the request started writing.
+        waited_ms: u64,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -181,6 +200,9 @@ pub struct Written {
 pub struct Caller {
     /// A name for commit messages: the basic-auth user, or empty.
     pub name: String,
+    /// When the request must be answered by (on Lambda: the invocation's deadline minus a
+    /// margin); a write gives up at the earlier of this and its retry budget (DESIGN §9.3).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Caller {
@@ -292,19 +314,20 @@ impl Backend {
         caller: &Caller,
         message: impl Fn(&str) -> String,
     ) -> Result<Option<Written>, BackendError> {
+        let started = Instant::now();
+        let deadline = self.retry.deadline(started, caller.deadline);
         let serializer = store.write_serializer();
         let _serialized = match &serializer {
             Some(mutex) => Some(mutex.lock().await),
             None => None,
         };
-        let started = std::time::Instant::now();
         let mut attempt = 0;
         loop {
             // One session: the read and the compare-and-swap push share one remote check.
-            let session = match store.begin(path, Intent::Write).await {
+            let mut session = match store.begin(path, Intent::Write).await {
                 Ok(session) => session,
                 Err(StoreError::Stale) => {
-                    self.retry_or_busy(&mut attempt, started).await?;
+                    self.retry_or_busy(&mut attempt, started, deadline).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -334,6 +357,17 @@ impl Backend {
                 (Some(bytes), None) => StateChange::Write(bytes.clone()),
                 (None, _) => StateChange::Delete,
             };
+            if Instant::now() >= deadline {
+                return Err(busy_error(
+                    "this write's time ran out before it could be pushed",
+                    attempt + 1,
+                    started,
+                ));
+            }
+            session.set_budget(WriteBudget {
+                since: started,
+                deadline,
+            });
             match session.update_state(change, &message(&who)).await {
                 Ok(revision) => {
                     tracing::info!(%path, %revision, attempt, "state written");
@@ -343,9 +377,10 @@ impl Backend {
                     }));
                 }
                 Err(StoreError::Stale) => {
-                    tracing::debug!(%path, attempt, "state branch moved; rebuilding on the new tip");
-                    self.retry_or_busy(&mut attempt, started).await?;
+                    tracing::debug!(%path, attempt, "the state, its lock or the branch moved; reading again");
+                    self.retry_or_busy(&mut attempt, started, deadline).await?;
                 }
+                Err(StoreError::Busy(why)) => return Err(busy_error(&why, attempt + 1, started)),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -356,13 +391,18 @@ impl Backend {
     async fn retry_or_busy(
         &self,
         attempt: &mut u32,
-        started: std::time::Instant,
+        started: Instant,
+        deadline: Instant,
     ) -> Result<(), BackendError> {
-        if self.retry.back_off(*attempt, started).await {
+        if self.retry.back_off(*attempt, deadline).await {
             *attempt += 1;
             Ok(())
         } else {
-            Err(BackendError::Busy(*attempt + 1))
+            Err(busy_error(
+                "other writers kept moving the state branch until this write's time ran out",
+                *attempt + 1,
+                started,
+            ))
         }
     }
 
@@ -417,13 +457,14 @@ impl Backend {
             Some(LockInfo::parse(&body)?)
         };
         let force = requested.as_ref().is_none_or(LockInfo::is_id_only);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        let deadline = self.retry.deadline(started, None);
         let mut attempt = 0;
         loop {
             let session = match store.begin(path, Intent::Unlock).await {
                 Ok(session) => session,
                 Err(StoreError::Stale) => {
-                    self.retry_or_busy(&mut attempt, started).await?;
+                    self.retry_or_busy(&mut attempt, started, deadline).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -442,10 +483,21 @@ impl Backend {
                     tracing::info!(%path, force, "lock released");
                     return Ok(());
                 }
-                Err(StoreError::Stale) => self.retry_or_busy(&mut attempt, started).await?,
+                Err(StoreError::Stale) => {
+                    self.retry_or_busy(&mut attempt, started, deadline).await?
+                }
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// The 503 of a write whose time ran out (nothing was written).
+fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
+    BackendError::Busy {
+        why: why.to_owned(),
+        attempts,
+        waited_ms: started.elapsed().as_millis().min(u64::MAX as u128) as u64,
     }
 }
 

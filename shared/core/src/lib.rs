@@ -25,6 +25,7 @@ pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,
-    StateChange, StateListing, StateStore, StoreError, StoreRegistry, Version, WriteSession,
+    StateChange, StateListing, StateStore, StoreError, StoreRegistry, Version, WriteBudget,
+    WriteSession,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

@@ -106,6 +106,10 @@ pub enum StoreError {
     /// A bug or a broken local cache.
     #[error("internal error in the state store: {0}")]
     Internal(String),
+    /// The write's deadline passed before it could be pushed; nothing was written. Worth
+    /// retrying.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// The port the protocol layer writes against.
@@ -377,12 +381,33 @@ pub enum Intent {
     Unlock,
 }
 
+/// When a write request started and until when it may wait for its turn (DESIGN §9.3). A store
+/// that queues writes serves the oldest first and does not push a write whose deadline has
+/// passed (it answers [`StoreError::Busy`] instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBudget {
+    /// When the request started writing (its first attempt).
+    pub since: std::time::Instant,
+    /// Past this instant the write is not made any more.
+    pub deadline: std::time::Instant,
+}
+
 /// One read followed by at most one compare-and-swap ref update whose expected old value is what
 /// was read. Dropping it without a write changes nothing.
+///
+/// A store may relax "expected old value" to the write's own conditions (DESIGN §9.1: the file
+/// and the lock branch it read are unchanged), so that writes to other files in between do not
+/// make it stale.
 #[async_trait]
 pub trait WriteSession: Send {
     /// What was read when the session began.
     fn snapshot(&self) -> &Snapshot;
+
+    /// The request's [`WriteBudget`], before [`WriteSession::update_state`]. The default
+    /// ignores it (the protocol layer checks the deadline itself before writing).
+    fn set_budget(&mut self, budget: WriteBudget) {
+        let _ = budget;
+    }
 
     /// [`StateStore::update_state`] with `base` = the state tip that was read.
     async fn update_state(

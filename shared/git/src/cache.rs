@@ -32,9 +32,6 @@ pub struct Cache {
     /// Held while fetching or recording pushed objects: gix's shallow file and tracking refs
     /// are updated under lock files that would make a concurrent second fetch fail.
     write_lock: Mutex<()>,
-    /// Serializes this process's state writes to the remote (see
-    /// `StateStore::write_serializer`); shared by every generation of the remote.
-    state_writes: Arc<tokio::sync::Mutex<()>>,
     /// Packs received by fetches into this generation.
     packs: AtomicUsize,
     /// Pushes recorded into this generation (each adds a few loose objects).
@@ -103,7 +100,6 @@ pub struct CacheHandle {
     current: RwLock<Arc<Cache>>,
     next_generation: AtomicU64,
     budget: CacheBudget,
-    state_writes: Arc<tokio::sync::Mutex<()>>,
     /// The full-history cache (history, listings), made on first use; replaced like a
     /// generation when it outgrows the budget.
     history: Mutex<Option<Arc<Cache>>>,
@@ -155,19 +151,13 @@ impl CacheHandle {
     fn create(cache_dir: &Path, name: String) -> Result<CacheHandle, StoreError> {
         secure_cache_root(cache_dir)?;
         remove_abandoned_generations(cache_dir, &name);
-        let state_writes: Arc<tokio::sync::Mutex<()>> = Default::default();
-        let first = Cache::create(
-            &cache_dir.join(generation_dir_name(&name, 0)),
-            state_writes.clone(),
-            true,
-        )?;
+        let first = Cache::create(&cache_dir.join(generation_dir_name(&name, 0)), true)?;
         Ok(CacheHandle {
             cache_dir: cache_dir.to_owned(),
             name,
             current: RwLock::new(Arc::new(first)),
             next_generation: AtomicU64::new(1),
             budget: CacheBudget::from_env(),
-            state_writes,
             history: Mutex::new(None),
         })
     }
@@ -193,11 +183,6 @@ impl CacheHandle {
             .map_err(|_| StoreError::Internal("the cache handle is poisoned".into()))
     }
 
-    /// The lock serializing this process's state writes to this remote.
-    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
-        self.state_writes.clone()
-    }
-
     /// The full-history cache of this remote (not shallow): what history and listings read. It
     /// is made on first use and, like a generation, replaced by an empty one once it has taken
     /// more fetches than the budget allows (the next fetch then brings the history again).
@@ -218,7 +203,7 @@ impl CacheHandle {
             "{stem}-{}-history{generation}.git",
             std::process::id()
         ));
-        let cache = Arc::new(Cache::create(&dir, self.state_writes.clone(), false)?);
+        let cache = Arc::new(Cache::create(&dir, false)?);
         *slot = Some(cache.clone());
         Ok(cache)
     }
@@ -242,7 +227,7 @@ impl CacheHandle {
             .cache_dir
             .join(generation_dir_name(&self.name, generation));
         let started = std::time::Instant::now();
-        match Cache::create(&dir, self.state_writes.clone(), true) {
+        match Cache::create(&dir, true) {
             Ok(fresh) => {
                 used.retired.store(true, Ordering::Release);
                 *current = Arc::new(fresh);
@@ -406,11 +391,7 @@ pub fn cache_name(url: &str) -> String {
 
 impl Cache {
     /// Creates (or opens, when it exists) the generation directory `dir`.
-    fn create(
-        dir: &Path,
-        state_writes: Arc<tokio::sync::Mutex<()>>,
-        shallow: bool,
-    ) -> Result<Cache, StoreError> {
+    fn create(dir: &Path, shallow: bool) -> Result<Cache, StoreError> {
         let repo = if dir.join("HEAD").exists() {
             gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
@@ -440,7 +421,6 @@ impl Cache {
             repo,
             dir: dir.to_owned(),
             write_lock: Mutex::new(()),
-            state_writes,
             packs: AtomicUsize::new(0),
             recorded: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
@@ -451,11 +431,6 @@ impl Cache {
     /// A thread-local handle on the cache repository.
     pub fn repo(&self) -> gix::Repository {
         self.repo.to_thread_local()
-    }
-
-    /// The lock serializing this process's state writes to this remote.
-    pub fn state_writes(&self) -> Arc<tokio::sync::Mutex<()>> {
-        self.state_writes.clone()
     }
 
     /// Where the cache lives.
@@ -547,6 +522,10 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        if tips.values().all(|id| self.repo().has_object(id)) {
+            // Another request's fetch brought them while this one waited for the lock.
+            return Ok(Some(tips));
+        }
         let prepare = if self.shallow {
             let depth = std::num::NonZeroU32::MIN;
             prepare.with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth))
@@ -628,7 +607,7 @@ impl Cache {
 }
 
 /// `objects` ordered so that each comes after every object of the set it references: blobs, then
-/// trees children-first, then commits (a commit's parent is never in the same push).
+/// trees children-first, then commits parents-first (a batch pushes a chain of commits).
 fn in_dependency_order(
     objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
 ) -> Vec<(ObjectId, gix::objs::Kind, &[u8])> {
@@ -664,10 +643,37 @@ fn in_dependency_order(
     for id in trees.keys() {
         place(*id, &trees, &mut placed, &mut ordered);
     }
+    let commits: HashMap<ObjectId, &[u8]> = objects
+        .iter()
+        .filter(|(_, kind, _)| *kind == Kind::Commit)
+        .map(|(id, _, data)| (*id, data.as_slice()))
+        .collect();
+    fn place_commit<'a>(
+        id: ObjectId,
+        commits: &HashMap<ObjectId, &'a [u8]>,
+        placed: &mut std::collections::HashSet<ObjectId>,
+        ordered: &mut Vec<(ObjectId, gix::objs::Kind, &'a [u8])>,
+    ) {
+        let Some(data) = commits.get(&id) else { return };
+        if !placed.insert(id) {
+            return;
+        }
+        if let Ok(commit) = gix::objs::CommitRef::from_bytes(data, gix::hash::Kind::Sha1) {
+            for parent in commit.parents() {
+                place_commit(parent, commits, placed, ordered);
+            }
+        }
+        ordered.push((id, gix::objs::Kind::Commit, data));
+    }
+    let mut commit_ids: Vec<ObjectId> = commits.keys().copied().collect();
+    commit_ids.sort();
+    for id in commit_ids {
+        place_commit(id, &commits, &mut placed, &mut ordered);
+    }
     ordered.extend(
         objects
             .iter()
-            .filter(|(_, kind, _)| !matches!(kind, Kind::Blob | Kind::Tree))
+            .filter(|(_, kind, _)| !matches!(kind, Kind::Blob | Kind::Tree | Kind::Commit))
             .map(|(id, kind, data)| (*id, *kind, data.as_slice())),
     );
     ordered

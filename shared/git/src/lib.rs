@@ -113,6 +113,7 @@ macro_rules! state_store_via_blocking {
     };
 }
 
+pub mod batch;
 pub mod cache;
 pub mod history;
 pub mod local;

@@ -156,6 +156,24 @@ pub fn lock_commit(
     write_commit(repo, tree, None, message)
 }
 
+/// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when
+/// there is none.
+pub fn entry_id(
+    repo: &gix::Repository,
+    commit: ObjectId,
+    path: &str,
+) -> Result<Option<ObjectId>, StoreError> {
+    let tree = repo
+        .find_commit(commit)
+        .map_err(internal("reading a commit"))?
+        .tree()
+        .map_err(internal("reading a tree"))?;
+    Ok(tree
+        .lookup_entry_by_path(path)
+        .map_err(internal("looking up a path"))?
+        .map(|entry| entry.object_id()))
+}
+
 /// The blob at `path` in `commit`, or `None` when the path holds no file.
 pub fn read_file(
     repo: &gix::Repository,

@@ -16,13 +16,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use gitstate_core::{
     Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
-    WriteSession,
+    WriteBudget, WriteSession,
 };
 use gix::objs::Kind;
 use gix::ObjectId;
 
+use crate::batch::{QueuedWrite, WriteQueue};
 use crate::cache::{Cache, CacheHandle};
-use crate::objects::{internal, lock_commit, parse_id, read_file, state_commit};
+use crate::objects::{entry_id, internal, lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::pack::write_pack;
 use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate};
 use crate::plumbing::transport::Endpoint;
@@ -133,7 +134,32 @@ impl RemoteStore {
         })
     }
 
-    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    /// See [`RemoteStore::cache`]; for the write batches.
+    pub(crate) fn pinned_cache(&self) -> Result<&Arc<Cache>, StoreError> {
+        self.cache()
+    }
+
+    /// The remote.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The state branch's full ref name.
+    pub(crate) fn state_ref(&self) -> &str {
+        &self.state_ref
+    }
+
+    /// The same store, not bound to a cache generation (each operation takes the current one):
+    /// what a long-lived task, such as a write batch driver, works with.
+    pub(crate) fn unpinned(&self) -> RemoteStore {
+        RemoteStore {
+            pinned: None,
+            ..self.clone()
+        }
+    }
+
+    /// Runs blocking git work on a cache generation, bounded by the store timeout.
+    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
@@ -213,13 +239,25 @@ impl RemoteStore {
         file: &str,
         make: impl FnOnce(&gix::Repository) -> Result<ObjectId, StoreError>,
     ) -> Result<Outgoing, StoreError> {
-        let mut repo = self.cache()?.repo().with_object_memory();
+        let repo = self.cache()?.repo().with_object_memory();
         let commit = make(&repo)?;
-        let mut objects: Vec<(ObjectId, Kind, Vec<u8>)> = Vec::new();
-        let mut path_ids = vec![commit];
-        {
+        let objects = self.pack_objects(repo, &[(commit, file)])?;
+        Ok(Outgoing { commit, objects })
+    }
+
+    /// The objects a push of `commits` (each with the file it changed) must carry: every object
+    /// `repo` holds in memory (built for the push), plus each commit's tree and every object on
+    /// its changed path, in case the cache still holds an object the remote has since dropped.
+    pub(crate) fn pack_objects(
+        &self,
+        mut repo: gix::Repository,
+        commits: &[(ObjectId, &str)],
+    ) -> Result<Vec<(ObjectId, Kind, Vec<u8>)>, StoreError> {
+        let mut path_ids = Vec::new();
+        for (commit, file) in commits {
+            path_ids.push(*commit);
             let c = repo
-                .find_commit(commit)
+                .find_commit(*commit)
                 .map_err(internal("reading the new commit"))?;
             let tree = c.tree().map_err(internal("reading the new tree"))?;
             path_ids.push(tree.id);
@@ -235,11 +273,15 @@ impl RemoteStore {
             }
         }
         let memory = repo.objects.take_object_memory().unwrap_or_default();
+        let mut objects: Vec<(ObjectId, Kind, Vec<u8>)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (id, (kind, data)) in memory.iter() {
-            objects.push((*id, *kind, data.clone()));
+            if seen.insert(*id) {
+                objects.push((*id, *kind, data.clone()));
+            }
         }
         for id in path_ids {
-            if objects.iter().any(|(o, _, _)| *o == id) {
+            if !seen.insert(id) {
                 continue;
             }
             let object = repo
@@ -247,7 +289,22 @@ impl RemoteStore {
                 .map_err(internal("reading an object for the pack"))?;
             objects.push((id, object.kind, object.data.clone()));
         }
-        Ok(Outgoing { commit, objects })
+        Ok(objects)
+    }
+
+    /// Pushes one ref update with a pack of `objects`; `Ok(false)` when it lost a
+    /// compare-and-swap.
+    pub(crate) fn push_objects(
+        &self,
+        session: ReceivePack,
+        update: RefUpdate,
+        objects: &[(ObjectId, Kind, Vec<u8>)],
+    ) -> Result<bool, StoreError> {
+        let outgoing = Outgoing {
+            commit: update.new,
+            objects: objects.to_vec(),
+        };
+        self.push_one(session, update, Some(&outgoing))
     }
 
     /// Pushes one ref update; `Ok(true)` when accepted, `Ok(false)` when the server refused it
@@ -340,14 +397,19 @@ impl RemoteStore {
                 None => None,
             },
         };
+        let base_file = match state_tip {
+            Some(tip) => entry_id(&self.cache()?.repo(), tip, path.as_str())?,
+            None => None,
+        };
         Ok(RemoteSession {
             store: self.clone(),
             path: path.clone(),
             intent,
-            state_tip,
+            base_file,
             lock_tip,
             snapshot,
             receive_pack,
+            budget: None,
         })
     }
 
@@ -537,10 +599,12 @@ pub struct RemoteSession {
     store: RemoteStore,
     path: StatePath,
     intent: Intent,
-    state_tip: Option<ObjectId>,
+    /// The entry at `path` on `state_tip`: a write's condition (DESIGN §9.1).
+    base_file: Option<ObjectId>,
     lock_tip: Option<ObjectId>,
     snapshot: Snapshot,
     receive_pack: ReceivePack,
+    budget: Option<WriteBudget>,
 }
 
 #[async_trait::async_trait]
@@ -549,6 +613,13 @@ impl WriteSession for RemoteSession {
         &self.snapshot
     }
 
+    fn set_budget(&mut self, budget: WriteBudget) {
+        self.budget = Some(budget);
+    }
+
+    /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
+    /// batch, as its own commit, once its own conditions (the file and the lock it read are
+    /// unchanged) hold on the branch tip.
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
@@ -560,19 +631,24 @@ impl WriteSession for RemoteSession {
             ));
         }
         let this = *self;
-        let store = this.store.clone();
-        let message = message.to_owned();
-        store
-            .run(move |store| {
-                store.push_state(
-                    this.receive_pack,
-                    &this.path,
-                    this.state_tip,
-                    &change,
-                    &message,
-                )
-            })
-            .await
+        let store = this.store.unpinned();
+        let queue = WriteQueue::of(
+            &format!("{:p}", Arc::as_ptr(&store.handle)),
+            &store.state_ref,
+            store.endpoint.credentials.as_ref(),
+        )?;
+        let write = QueuedWrite {
+            path: this.path,
+            base_file: this.base_file,
+            lock_tip: this.lock_tip,
+            change,
+            message: message.to_owned(),
+            since: this
+                .budget
+                .map_or_else(std::time::Instant::now, |b| b.since),
+            deadline: this.budget.map(|b| b.deadline),
+        };
+        queue.submit(&store, write, this.receive_pack).await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
@@ -587,7 +663,8 @@ impl WriteSession for RemoteSession {
     }
 }
 
-crate::state_store_via_blocking!(RemoteStore, |store| Some(store.handle.state_writes()), {
+// No per-process write serializer: concurrent writes share pushes through the write queue.
+crate::state_store_via_blocking!(RemoteStore, |_store| None, {
     async fn begin<'a>(
         &'a self,
         path: &StatePath,

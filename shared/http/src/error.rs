@@ -35,7 +35,9 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let status = match &e {
-            StoreError::Stale | StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Stale | StoreError::Unavailable(_) | StoreError::Busy(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             StoreError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             StoreError::Forbidden(_) | StoreError::Refused(_) => StatusCode::FORBIDDEN,
             StoreError::Remote(_) => StatusCode::BAD_GATEWAY,
@@ -55,7 +57,7 @@ impl From<BackendError> for ApiError {
             e @ BackendError::TooLarge { .. } => {
                 ApiError::Message(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
             }
-            e @ BackendError::Busy(_) => {
+            e @ BackendError::Busy { .. } => {
                 ApiError::Message(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             }
             BackendError::Store(e) => e.into(),

@@ -7,6 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
@@ -136,9 +137,11 @@ pub async fn path_style(
     State(app): State<AppState>,
     method: Method,
     uri: Uri,
+    deadline: Option<Extension<RequestDeadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let deadline = deadline.map(|Extension(d)| d.0);
     let path = uri.path();
     let (rest, operation) = match path.strip_prefix("/lock/") {
         Some(rest) => (rest, Operation::on_lock_alias(&method)?),
@@ -148,7 +151,7 @@ pub async fn path_style(
         ),
     };
     let address = Address::from_path(rest, uri.query())?;
-    dispatch(&app, address, operation, &headers, body).await
+    dispatch(&app, address, operation, deadline, &headers, body).await
 }
 
 /// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).
@@ -156,9 +159,11 @@ pub async fn query_style(
     State(app): State<AppState>,
     method: Method,
     uri: Uri,
+    deadline: Option<Extension<RequestDeadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let deadline = deadline.map(|Extension(d)| d.0);
     if uri.query().is_none() && method == Method::GET {
         return Ok(axum::Json(serde_json::json!({
             "service": "gitstate",
@@ -168,7 +173,8 @@ pub async fn query_style(
         .into_response());
     }
     let address = Address::from_query(uri.query())?;
-    dispatch(&app, address, Operation::on_state(&method)?, &headers, body).await
+    let operation = Operation::on_state(&method)?;
+    dispatch(&app, address, operation, deadline, &headers, body).await
 }
 
 /// The caller's basic-auth pair, if it sent one.
@@ -296,10 +302,16 @@ pub(crate) async fn authenticated_caller(
     Ok(credentials)
 }
 
+/// When a request must be answered by, as a request extension: the Lambda entrypoint sets it
+/// from the invocation's deadline minus a margin (DESIGN §9.3); writes give up (503) before it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestDeadline(pub std::time::Instant);
+
 async fn dispatch(
     app: &AppState,
     address: Address,
     operation: Operation,
+    deadline: Option<std::time::Instant>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -317,6 +329,7 @@ async fn dispatch(
             .as_ref()
             .map(|c| c.username.clone())
             .unwrap_or_default(),
+        deadline,
     };
     let backend = &app.backend;
     let path = &address.path;

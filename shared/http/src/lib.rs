@@ -21,6 +21,7 @@ use gitstate_core::{Backend, Catalog, StoreRegistry};
 pub use address::Address;
 pub use error::ApiError;
 pub use guard::RequestGuard;
+pub use handlers::RequestDeadline;
 
 /// What every request handler shares.
 #[derive(Clone)]
@@ -119,6 +120,33 @@ pub fn router_recording_before_answering(state: AppState, limit: std::time::Dura
                 let response = next.run(request).await;
                 flushing.flush_catalog(limit).await;
                 response
+            }
+        },
+    ))
+}
+
+/// `router` with a [`RequestDeadline`] on every request whose extensions yield an end time
+/// (`end`), minus `margin`: on Lambda the invocation's deadline, so a write answers 503 before
+/// the function is stopped (DESIGN §9.3).
+pub fn with_request_deadline<F>(router: Router, end: F, margin: std::time::Duration) -> Router
+where
+    F: Fn(&axum::http::Extensions) -> Option<std::time::SystemTime> + Clone + Send + Sync + 'static,
+{
+    router.layer(axum::middleware::from_fn(
+        move |mut request: axum::extract::Request, next: axum::middleware::Next| {
+            let end = end.clone();
+            async move {
+                // An end already past on arrival is no real deadline (an emulator without one
+                // reports 0): ignored, the write budget alone applies then.
+                let left = end(request.extensions())
+                    .and_then(|end| end.duration_since(std::time::SystemTime::now()).ok());
+                if let Some(left) = left {
+                    let left = left.saturating_sub(margin);
+                    request
+                        .extensions_mut()
+                        .insert(RequestDeadline(std::time::Instant::now() + left));
+                }
+                next.run(request).await
             }
         },
     ))
