@@ -109,10 +109,15 @@ impl WriteQueue {
             .get_or_init(Default::default)
             .lock()
             .map_err(|_| StoreError::Internal("the write queue registry is poisoned".into()))?;
+        // Queues no write holds any more go, and with them remotes left without any: the
+        // registry holds only what is in use (pass-through callers can name many remotes).
+        queues.retain(|_, slot| {
+            slot.retain(|(_, queue)| queue.strong_count() > 0);
+            !slot.is_empty()
+        });
         let slot = queues
             .entry((remote.to_owned(), state_ref.to_owned()))
             .or_default();
-        slot.retain(|(_, queue)| queue.strong_count() > 0);
         if let Some(queue) = slot
             .iter()
             .find(|(owner, _)| owner.as_ref() == credentials)

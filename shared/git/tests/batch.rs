@@ -45,14 +45,26 @@ fn repository(dir: &Path, daemon_url: &dyn Fn(&str) -> String) -> (std::path::Pa
     (bare, daemon_url("states"))
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
+/// A git daemon serving [`repository`], a store on it with its own cache, and one state written
+/// (`seed.tfstate`). The directories and the daemon live as long as the first two values.
+async fn seeded() -> (
+    (tempfile::TempDir, tempfile::TempDir),
+    GitDaemon,
+    std::path::PathBuf,
+    RemoteStore,
+) {
     let repos = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let daemon = GitDaemon::start(repos.path());
     let (bare, url) = repository(repos.path(), &|n| daemon.url(n));
     let s = store(&url, cache.path());
     common::write_retrying(&s, &sp("seed.tfstate"), b"{}", "Seed").await;
+    ((repos, cache), daemon, bare, s)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
+    let (_dirs, _daemon, bare, s) = seeded().await;
     let updates_before = ref_updates(&bare);
 
     const N: usize = 12;
@@ -216,12 +228,7 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
 #[tokio::test(flavor = "current_thread")]
 async fn a_write_whose_deadline_passed_is_not_pushed_and_the_others_are() {
     use gitstate_core::WriteBudget;
-    let repos = tempfile::tempdir().unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let daemon = GitDaemon::start(repos.path());
-    let (bare, url) = repository(repos.path(), &|n| daemon.url(n));
-    let s = store(&url, cache.path());
-    common::write_retrying(&s, &sp("seed.tfstate"), b"{}", "Seed").await;
+    let (_dirs, _daemon, bare, s) = seeded().await;
     let tip_before = git(&bare, &["rev-parse", "main"]);
 
     let on_time = s
