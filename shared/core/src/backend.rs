@@ -502,31 +502,4 @@ fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn state_validation() {
-        assert!(validate_state(br#"{"version":4,"serial":3,"lineage":"x"}"#).is_ok());
-        assert_eq!(
-            validate_state(br#"{"version":4,"serial":3}"#)
-                .unwrap()
-                .serial,
-            Some(3)
-        );
-        assert!(validate_state(br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"x","encryption_version":"v0"}"#).is_ok());
-        for bad in [
-            &b"[]"[..],
-            b"",
-            b"null",
-            b"{\"a\":1}",
-            b"{\"version\":4",
-            b"{\"version\":\"4\"}",
-        ] {
-            assert!(
-                matches!(validate_state(bad), Err(BackendError::BadRequest(_))),
-                "{bad:?}"
-            );
-        }
-    }
-}
+mod tests;

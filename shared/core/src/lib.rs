@@ -5,6 +5,8 @@
 
 pub mod backend;
 pub mod catalog;
+#[cfg(any(test, feature = "fakes"))]
+pub mod fakes;
 pub mod history;
 pub mod lockinfo;
 pub mod path;

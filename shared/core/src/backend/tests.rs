@@ -1,0 +1,534 @@
+//! The protocol rules of [`Backend`], each against the in-memory fakes of the ports
+//! ([`crate::fakes`]): what a Terraform client sees (the answer) and what the repository holds
+//! afterwards (the commits).
+
+use std::time::Duration;
+
+use super::*;
+use crate::fakes::{MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
+
+const P: &str = "team/app.tfstate";
+
+fn path() -> StatePath {
+    StatePath::parse(P).expect("a valid path")
+}
+
+fn state(serial: u64) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"version":4,"serial":{serial},"lineage":"l-1","outputs":{{}},"resources":[]}}"#
+    ))
+}
+
+fn lock_info(id: &str, who: &str) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"ID":"{id}","Operation":"OperationTypeApply","Info":"","Who":"{who}","Version":"1.11.4","Created":"2026-11-23T10:00:00Z","Path":""}}"#
+    ))
+}
+
+/// Fast retries, so the contention tests take milliseconds.
+fn backend() -> Backend {
+    Backend {
+        retry: RetryPolicy {
+            attempts: 400,
+            budget: Duration::from_secs(5),
+            base_delay: Duration::from_micros(100),
+            max_delay: Duration::from_millis(1),
+        },
+        ..Backend::default()
+    }
+}
+
+fn sealing(sealer: Arc<MemorySealer>) -> Backend {
+    Backend {
+        sealer: Some(sealer),
+        ..backend()
+    }
+}
+
+fn alice() -> Caller {
+    Caller {
+        name: "alice".into(),
+        deadline: None,
+    }
+}
+
+#[test]
+fn state_validation() {
+    assert!(validate_state(br#"{"version":4,"serial":3,"lineage":"x"}"#).is_ok());
+    assert_eq!(
+        validate_state(br#"{"version":4,"serial":3}"#)
+            .unwrap()
+            .serial,
+        Some(3)
+    );
+    assert!(validate_state(
+        br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"x","encryption_version":"v0"}"#
+    )
+    .is_ok());
+    for bad in [
+        &b"[]"[..],
+        b"",
+        b"null",
+        b"{\"a\":1}",
+        b"{\"version\":4",
+        b"{\"version\":\"4\"}",
+    ] {
+        assert!(
+            matches!(validate_state(bad), Err(BackendError::BadRequest(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn get_answers_what_was_posted_and_nothing_before() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    assert_eq!(b.get(&*store, &path()).await, Ok(None));
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post");
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+}
+
+#[tokio::test]
+async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
+    let store = MemoryStore::named("r");
+    let written = backend()
+        .post(&*store, &path(), state(7), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    let commits = store.commits_of(P);
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0].id, written.commit);
+    assert_eq!(
+        commits[0].message,
+        format!("Update {P} (serial 7) by alice")
+    );
+    assert_eq!(commits[0].content, Some(state(7)));
+    let anonymous = backend()
+        .post(&*store, &path(), state(8), None, &Caller::default())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(anonymous.who, "anonymous");
+}
+
+#[tokio::test]
+async fn a_replayed_post_or_delete_makes_no_commit() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post");
+    assert_eq!(
+        b.post(&*store, &path(), state(1), None, &alice()).await,
+        Ok(None),
+        "the same body again (a client retry) is a success without a commit"
+    );
+    b.delete(&*store, &path(), None, &alice())
+        .await
+        .expect("delete")
+        .expect("a commit");
+    assert_eq!(b.delete(&*store, &path(), None, &alice()).await, Ok(None));
+    let messages: Vec<_> = store.commits_of(P).into_iter().map(|c| c.message).collect();
+    assert_eq!(
+        messages,
+        [
+            format!("Update {P} (serial 1) by alice"),
+            format!("Delete {P} by alice")
+        ]
+    );
+    assert_eq!(store.file(P), None);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_refused_and_write_nothing() {
+    let store = MemoryStore::named("r");
+    let small = Backend {
+        max_state_bytes: 16,
+        size_advice: Some("use the standalone server".into()),
+        ..backend()
+    };
+    match small.post(&*store, &path(), state(1), None, &alice()).await {
+        Err(e @ BackendError::TooLarge { .. }) => {
+            assert!(
+                e.to_string().ends_with("; use the standalone server"),
+                "{e}"
+            )
+        }
+        other => panic!("expected 413, got {other:?}"),
+    }
+    for body in ["", "[]", r#"{"serial":1}"#, "{\"version\":4"] {
+        assert!(
+            matches!(
+                backend()
+                    .post(&*store, &path(), Bytes::from(body), None, &alice())
+                    .await,
+                Err(BackendError::BadRequest(_))
+            ),
+            "{body:?}"
+        );
+    }
+    assert!(store.commits().is_empty());
+    assert_eq!(
+        store.attempts(),
+        0,
+        "nothing reached the store's write path"
+    );
+}
+
+#[tokio::test]
+async fn a_locked_state_is_written_only_with_the_holders_id() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    for wrong in [None, Some("id-2"), Some("")] {
+        assert_eq!(
+            b.post(&*store, &path(), state(1), wrong, &alice()).await,
+            Err(BackendError::Locked(lock_info("id-1", "bob@ci"))),
+            "lock id {wrong:?}: 423 with the holder's LockInfo as stored"
+        );
+        assert_eq!(
+            b.delete(&*store, &path(), wrong, &alice()).await,
+            Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
+        );
+    }
+    assert!(store.commits().is_empty());
+    let written = b
+        .post(&*store, &path(), state(1), Some("id-1"), &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(written.who, "bob@ci", "the commit names the lock holder");
+    assert_eq!(
+        store.commits_of(P)[0].message,
+        format!("Update {P} (serial 1) by bob@ci")
+    );
+}
+
+#[tokio::test]
+async fn a_lock_file_that_is_not_lockinfo_blocks_every_writer() {
+    let store = MemoryStore::named("r");
+    store.plant_lock(P, b"locked by hand");
+    assert_eq!(
+        backend()
+            .post(&*store, &path(), state(1), Some("anything"), &alice())
+            .await,
+        Err(BackendError::Locked(Bytes::from("locked by hand")))
+    );
+    assert!(store.commits().is_empty());
+}
+
+#[tokio::test]
+async fn locking_is_idempotent_for_the_holder_and_reports_it_to_others() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("the holder locking again (a client retry) succeeds");
+    assert_eq!(
+        b.lock(&*store, &path(), lock_info("id-2", "eve@laptop"))
+            .await,
+        Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
+    );
+    assert_eq!(store.lock_file(P), Some(lock_info("id-1", "bob@ci")));
+    assert!(matches!(
+        b.lock(&*store, &path(), Bytes::from(r#"{"Who":"x"}"#))
+            .await,
+        Err(BackendError::BadRequest(_))
+    ));
+}
+
+#[tokio::test]
+async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.lock(
+        &*store,
+        &path(),
+        lock_info("id\\n1", "bob\\nSigned-off-by: mallory"),
+    )
+    .await
+    .expect("lock");
+    let message = store.lock_message(P).expect("a lock commit");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert!(message.starts_with(&format!("Lock {P}: OperationTypeApply by bob")));
+    let written = b
+        .post(&*store, &path(), state(1), Some("id\n1"), &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert!(!written.who.contains('\n'), "{:?}", written.who);
+    assert!(!store.commits_of(P)[0].message.contains('\n'));
+}
+
+#[tokio::test]
+async fn unlock_needs_the_holders_id_unless_forced() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("unlocking what is not locked succeeds");
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    assert_eq!(
+        b.unlock(&*store, &path(), lock_info("id-2", "eve@laptop"))
+            .await,
+        Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
+    );
+    assert!(store.lock_file(P).is_some());
+    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("the holder unlocks");
+    assert_eq!(store.lock_file(P), None);
+
+    // terraform force-unlock: an empty body; OpenTofu: LockInfo with only the ID.
+    for force in [
+        Bytes::new(),
+        Bytes::from(" \n"),
+        Bytes::from(r#"{"ID":"id-9"}"#),
+    ] {
+        b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+            .await
+            .expect("lock");
+        b.unlock(&*store, &path(), force.clone())
+            .await
+            .unwrap_or_else(|e| panic!("force-unlock with {force:?}: {e}"));
+        assert_eq!(store.lock_file(P), None, "{force:?}");
+    }
+    assert!(matches!(
+        b.unlock(&*store, &path(), Bytes::from("not json")).await,
+        Err(BackendError::BadRequest(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_write_that_loses_the_compare_and_swap_reads_again_and_commits_once() {
+    let store = MemoryStore::named("r");
+    store.lose_next(5);
+    let written = backend()
+        .post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("the write retries past the lost compare-and-swaps")
+        .expect("a commit");
+    assert_eq!(store.attempts(), 6);
+    let mine = store.commits_of(P);
+    assert_eq!(
+        mine.len(),
+        1,
+        "one commit of this write, however many tries"
+    );
+    assert_eq!(mine[0].id, written.commit);
+    assert_eq!(
+        store.commits_of("other-writer.tfstate").len(),
+        5,
+        "the other writers' commits are kept"
+    );
+}
+
+#[tokio::test]
+async fn a_write_rereads_the_lock_after_losing_the_compare_and_swap() {
+    // Another client takes the lock while this write retries: the retry must see it.
+    struct LockOnSecondRead {
+        inner: Arc<MemoryStore>,
+        reads: std::sync::atomic::AtomicU32,
+    }
+    #[async_trait::async_trait]
+    impl StateStore for LockOnSecondRead {
+        async fn snapshot(&self, path: &StatePath) -> Result<crate::Snapshot, StoreError> {
+            if self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                self.inner
+                    .plant_lock(path.as_str(), &lock_info("id-2", "eve@laptop"));
+            }
+            self.inner.snapshot(path).await
+        }
+        async fn update_state(
+            &self,
+            path: &StatePath,
+            base: Option<&Revision>,
+            change: StateChange,
+            message: &str,
+        ) -> Result<Revision, StoreError> {
+            self.inner.update_state(path, base, change, message).await
+        }
+        async fn create_lock(
+            &self,
+            path: &StatePath,
+            content: Bytes,
+            message: &str,
+        ) -> Result<LockCreate, StoreError> {
+            self.inner.create_lock(path, content, message).await
+        }
+        async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+            self.inner.delete_lock(path, tip).await
+        }
+    }
+    let inner = MemoryStore::named("r");
+    inner.lose_next(1);
+    let store = LockOnSecondRead {
+        inner: inner.clone(),
+        reads: Default::default(),
+    };
+    assert_eq!(
+        backend()
+            .post(&store, &path(), state(1), None, &alice())
+            .await,
+        Err(BackendError::Locked(lock_info("id-2", "eve@laptop")))
+    );
+    assert!(inner.commits_of(P).is_empty());
+}
+
+#[tokio::test]
+async fn a_write_that_keeps_losing_is_a_busy_answer_and_writes_nothing() {
+    let store = MemoryStore::named("r");
+    store.lose_next(u32::MAX);
+    let b = Backend {
+        retry: RetryPolicy {
+            budget: Duration::from_millis(50),
+            ..backend().retry
+        },
+        ..backend()
+    };
+    match b.post(&*store, &path(), state(1), None, &alice()).await {
+        Err(e @ BackendError::Busy { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("nothing was written"), "{text}");
+            assert!(text.contains("Terraform retries this 503"), "{text}");
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert!(store.commits_of(P).is_empty());
+    assert!(store.attempts() > 1, "it retried before giving up");
+}
+
+#[tokio::test]
+async fn a_write_past_the_requests_deadline_is_not_made() {
+    let store = MemoryStore::named("r");
+    let late = Caller {
+        name: "alice".into(),
+        deadline: Some(Instant::now()),
+    };
+    assert!(matches!(
+        backend()
+            .post(&*store, &path(), state(1), None, &late)
+            .await,
+        Err(BackendError::Busy { .. })
+    ));
+    assert!(store.commits().is_empty());
+    assert_eq!(store.attempts(), 0);
+}
+
+#[tokio::test]
+async fn unlock_retries_when_the_lock_branch_moves_under_it() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    store.lose_next(3);
+    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("unlock after retries");
+    assert_eq!(store.lock_file(P), None);
+    assert_eq!(store.attempts(), 4);
+}
+
+#[tokio::test]
+async fn sealed_states_are_stored_sealed_and_served_open() {
+    let store = MemoryStore::named("r");
+    let sealer = MemorySealer::new();
+    let b = sealing(sealer.clone());
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post");
+    let stored = store.file(P).expect("stored");
+    assert!(stored.starts_with(FAKE_SEAL_PREFIX.as_bytes()));
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+    assert_eq!(
+        b.post(&*store, &path(), state(1), None, &alice()).await,
+        Ok(None),
+        "a replay under sealing makes no commit"
+    );
+    assert_eq!(sealer.seals(), 1, "and seals nothing");
+    b.post(&*store, &path(), state(2), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(store.commits_of(P).len(), 2);
+}
+
+#[tokio::test]
+async fn a_state_sealed_for_another_place_is_never_served_and_is_replaced_by_a_write() {
+    let store = MemoryStore::named("r");
+    let sealer = MemorySealer::new();
+    let b = sealing(sealer.clone());
+    let elsewhere = sealer
+        .seal(
+            &Place::new("r", &StatePath::parse("other.tfstate").expect("path")),
+            state(1),
+        )
+        .await
+        .expect("seal");
+    store.plant(P, &elsewhere);
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::Misplaced(_)))
+    ));
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post")
+        .expect("the copied document is replaced, not taken as a replay");
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+}
+
+#[tokio::test]
+async fn enforced_sealing_replaces_plaintext_and_never_serves_it() {
+    let store = MemoryStore::named("r");
+    store.plant(P, &state(1));
+    let b = sealing(MemorySealer::enforced());
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::NotSealedHere(_)))
+    ));
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post")
+        .expect("plaintext equal to the body is not a replay: it gets sealed");
+    assert!(store
+        .file(P)
+        .expect("stored")
+        .starts_with(FAKE_SEAL_PREFIX.as_bytes()));
+}
+
+#[tokio::test]
+async fn a_key_service_outage_is_an_error_and_writes_nothing() {
+    let store = MemoryStore::named("r");
+    let sealer = MemorySealer::new();
+    let b = sealing(sealer.clone());
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post");
+    sealer.set_outage(true);
+    for result in [
+        b.post(&*store, &path(), state(2), None, &alice()).await,
+        b.post(&*store, &path(), state(1), None, &alice()).await,
+    ] {
+        assert!(
+            matches!(result, Err(BackendError::Seal(SealError::Unavailable(_)))),
+            "{result:?}"
+        );
+    }
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::Unavailable(_)))
+    ));
+    assert_eq!(store.commits_of(P).len(), 1);
+}
