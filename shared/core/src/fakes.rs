@@ -1,4 +1,4 @@
-//! In-memory fakes of the ports ([`StateStore`], [`Sealer`]), so that the protocol rules in
+//! In-memory fakes of the ports ([`StateStore`], [`Sealer`], [`StoreRegistry`]), so that the protocol rules in
 //! [`crate::Backend`] and the HTTP layer can be tested without git or a key service.
 //!
 //! They keep the rules the ports state (every mutation is compare-and-swap; a seal is bound to its
@@ -16,7 +16,8 @@ use bytes::Bytes;
 use crate::path::StatePath;
 use crate::seal::{Place, SealError, Sealer};
 use crate::store::{
-    HeldLock, LockCreate, Revision, Snapshot, StateChange, StateListing, StateStore, StoreError,
+    Credentials, HeldLock, LockCreate, RegistryError, Revision, Snapshot, StateChange,
+    StateListing, StateStore, StoreError, StoreRegistry,
 };
 
 /// One commit the fake store made on its state branch.
@@ -370,6 +371,58 @@ impl Sealer for MemorySealer {
             )));
         }
         Ok(Bytes::copy_from_slice(state))
+    }
+}
+
+/// A [`StoreRegistry`] of named [`MemoryStore`]s that admits every caller and refuses every
+/// ad-hoc address (a deployment without an `allow` list).
+#[derive(Debug, Default)]
+pub struct MemoryRegistry {
+    stores: BTreeMap<String, Arc<MemoryStore>>,
+}
+
+impl MemoryRegistry {
+    /// A registry of one store per name.
+    pub fn with(names: &[&str]) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry {
+            stores: names
+                .iter()
+                .map(|name| ((*name).to_owned(), MemoryStore::named(name)))
+                .collect(),
+        })
+    }
+
+    /// The store named `name`.
+    pub fn store(&self, name: &str) -> Option<Arc<MemoryStore>> {
+        self.stores.get(name).cloned()
+    }
+}
+
+impl StoreRegistry for MemoryRegistry {
+    fn named(
+        &self,
+        name: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        match self.stores.get(name) {
+            Some(store) => Ok(store.clone()),
+            None => Err(RegistryError::UnknownRepository(name.to_owned())),
+        }
+    }
+
+    fn adhoc(
+        &self,
+        _url: &str,
+        _git_ref: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        Err(RegistryError::NotAllowed(
+            "this deployment allows no ad-hoc repository addresses".into(),
+        ))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.stores.keys().cloned().collect()
     }
 }
 
