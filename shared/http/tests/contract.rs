@@ -269,3 +269,59 @@ async fn a_write_that_keeps_losing_is_a_503_with_retry_after_and_writes_nothing(
     );
     assert!(store.commits_of("team/app.tfstate").is_empty());
 }
+
+#[tokio::test]
+async fn every_answered_change_reaches_the_catalog_in_order_and_its_outage_fails_nothing() {
+    use gitstate_core::fakes::MemoryCatalog;
+    use gitstate_core::CatalogChange;
+
+    let registry = MemoryRegistry::with(&["default"]);
+    let catalog = MemoryCatalog::new();
+    let state_of_app = AppState::new(registry, Backend::default(), Some(catalog.clone()));
+    let app = router(state_of_app.clone());
+
+    send(&app, "LOCK", ADDRESS, lock_info("one")).await;
+    send(&app, "POST", &format!("{ADDRESS}?ID=one"), state(1)).await;
+    send(&app, "POST", &format!("{ADDRESS}?ID=one"), state(2)).await;
+    send(&app, "UNLOCK", ADDRESS, lock_info("one")).await;
+    send(&app, "LOCK", ADDRESS, lock_info("two")).await;
+    send(&app, "UNLOCK", ADDRESS, "").await;
+    state_of_app.flush_catalog(Duration::from_secs(5)).await;
+
+    let seen: Vec<String> = catalog
+        .events()
+        .iter()
+        .map(|e| match &e.change {
+            CatalogChange::Write(f) => format!("write {:?} by {}", f.serial, e.who),
+            CatalogChange::Delete { .. } => "delete".into(),
+            CatalogChange::Lock(f) => format!("lock {}", f.id),
+            CatalogChange::Unlock { force } => format!("unlock force={force}"),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "lock one",
+            "write Some(1) by one@host",
+            "write Some(2) by one@host",
+            "unlock force=false",
+            "lock two",
+            "unlock force=true",
+        ]
+    );
+    assert!(catalog
+        .events()
+        .iter()
+        .all(|e| e.repository == "default" && e.path == "team/app.tfstate"));
+
+    catalog.set_outage(true);
+    assert_eq!(
+        send(&app, "POST", ADDRESS, state(3)).await.status,
+        StatusCode::OK,
+        "a catalog that cannot record never fails the request"
+    );
+    state_of_app.flush_catalog(Duration::from_secs(5)).await;
+    catalog.set_outage(false);
+    let read = send(&app, "GET", ADDRESS, "").await;
+    assert_eq!(read.body, Bytes::from(state(3)));
+}
