@@ -242,6 +242,8 @@ fn team_mode_admits_only_configured_tokens() {
         let (status, body) = http("GET", &url, None, auth).expect("get");
         assert_eq!(status, 401, "{auth:?}: {body}");
         assert!(body.contains("token"), "{body}");
+        // gitstate refused, not the git server: the sentence must not send the caller there.
+        assert!(!body.contains("git server"), "{body}");
     }
     let (status, _) = http("GET", &url, None, Some(("ci", token))).expect("get");
     assert_eq!(status, 204);

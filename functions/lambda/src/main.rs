@@ -4,14 +4,9 @@
 //! and is read once per container; the git object cache lives in /tmp and is reused by warm
 //! invocations.
 
-use std::sync::Arc;
-
 use clap::Parser;
-use gitstate_app::{backend_from_config, Registry, Settings};
-use gitstate_http::{router_recording_before_answering, AppState, RequestGuard};
-
-/// Lambda's synchronous request payload limit.
-const LAMBDA_PAYLOAD_LIMIT_MB: u32 = 6;
+use gitstate_app::{Deployment, Runtime, Settings};
+use gitstate_http::{router_recording_before_answering, RequestGuard};
 
 /// The Lambda reads only its environment.
 #[derive(Parser, Debug)]
@@ -44,28 +39,15 @@ async fn main() -> Result<(), lambda_http::Error> {
         .with_current_span(true)
         .without_time()
         .init();
-    let environment = Environment::parse_from(["gitstate-lambda"]);
-    let config = environment.settings.resolve()?;
-    if config.repositories.is_empty() {
-        return Err("no repository is configured: set GITSTATE_REPOSITORY=NAME=URL (a Lambda has no disk for the embedded default)".into());
-    }
-    // Init work once per container: AWS clients for KMS are built here, not per request.
-    let mut backend = backend_from_config(&config).await?;
-    backend.size_advice = Some(format!(
-        "a Lambda request carries at most {LAMBDA_PAYLOAD_LIMIT_MB} MB, so states this large need the standalone server (gitstate serve); see README, \"On AWS Lambda\""
-    ));
-    // Team mode's own git credential may arrive KMS-encrypted (GIT_PASSWORD_KMS): decrypted here,
-    // once per container.
-    let credentials = gitstate_app::server_git_credentials().await?;
-    let registry = Registry::from_config(&config, credentials)?;
-    tracing::info!(repositories = ?registry.names(), "gitstate Lambda initialised");
-    let catalog = gitstate_app::catalog_from_config(&config)
-        .await
-        .map(|c| c as Arc<dyn gitstate_core::Catalog>);
+    let config = Environment::parse_from(["gitstate-lambda"])
+        .settings
+        .resolve()?;
+    // Init work once per container (KMS clients, the decrypted git credential), not per request.
+    let deployment = Deployment::build(&config, Runtime::Lambda).await?;
+    tracing::info!(repositories = ?deployment.registry.names(), "gitstate Lambda initialised");
     // No Host rule unless names are configured (GITSTATE_ALLOWED_HOSTS): the names are AWS's or
     // a custom domain; the cross-site rules always apply.
-    let state = AppState::new(Arc::new(registry), backend, catalog)
-        .with_guard(RequestGuard::for_names(&config.allowed_hosts));
+    let state = deployment.app_state(RequestGuard::for_names(&config.allowed_hosts));
     // Lambda freezes the function once it has answered: the catalog's changes are recorded
     // before the answer leaves (bounded), not in the background as on the server.
     let app = router_recording_before_answering(state, CATALOG_FLUSH_LIMIT);

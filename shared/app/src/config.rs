@@ -288,6 +288,22 @@ pub enum ConfigError {
     BadValue(String),
 }
 
+/// Reads `KEY=VALUE` pairs (an encryption context) into a map; `what` names where they came
+/// from in the error.
+pub fn key_value_pairs<'a>(
+    pairs: impl IntoIterator<Item = &'a str>,
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
+    let mut map = std::collections::BTreeMap::new();
+    for pair in pairs.into_iter().filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            ConfigError::BadValue(format!("{what} expects KEY=VALUE pairs, got '{pair}'"))
+        })?;
+        map.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(map)
+}
+
 impl Config {
     /// Reads `gitstate.hcl`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {

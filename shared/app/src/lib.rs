@@ -1,18 +1,24 @@
-//! gitstate's wiring, shared by the standalone server, the wrapper and the Lambda handler:
-//! the configuration model and the [`Registry`] that turns it into stores.
+//! gitstate's wiring, shared by the standalone server, the wrapper and the Lambda handler: the
+//! configuration model, and [`Deployment::build`], the one place that turns it into what they
+//! serve (the caller check in [`access`], the stores in [`stores`], sealing, the catalog).
 
+pub mod access;
 pub mod boundary;
+pub mod catalog;
 pub mod config;
-pub mod encryption;
+pub mod credentials;
 pub mod registry;
+pub mod sealing;
 pub mod settings;
+pub mod setup;
+pub mod stores;
 pub mod tokens;
 pub mod url_policy;
 
+pub use catalog::{catalog_from_config, catalog_index_kms_arn};
 pub use config::{AuthMode, Config, ConfigError, EncryptionConfig, RepositoryConfig, TlsConfig};
-pub use encryption::{
-    backend_from_config, catalog_from_config, catalog_index_kms_arn, sealer_from_config,
-    server_git_credentials,
-};
+pub use credentials::server_git_credentials;
 pub use registry::Registry;
+pub use sealing::{backend_from_config, sealer_from_config};
 pub use settings::Settings;
+pub use setup::{Deployment, Runtime, SetupError};

@@ -1,259 +1,54 @@
-//! The repository registry: names (and allowed ad-hoc URLs) → stores, built from [`Config`].
+//! The [`StoreRegistry`] the HTTP layer asks: the caller check ([`Access`]) in front of the
+//! repositories ([`Stores`]), both built from [`Config`].
 
-use std::collections::HashMap;
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreRegistry};
-use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
+use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
 
-use crate::config::{
-    redact_url, AuthMode, Config, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
-};
+use crate::access::Access;
+use crate::config::{Config, ConfigError};
+use crate::stores::Stores;
 
-/// Builds and keeps one store per repository, so caches and connections are reused.
+pub use crate::stores::adhoc_name;
+
+/// The caller check and the stores of one deployment.
+#[derive(Debug)]
 pub struct Registry {
-    /// Stores built once with the deployment's credential (server mode).
-    named: HashMap<String, Arc<dyn StateStore>>,
-    /// Team mode: decoded token hashes.
-    tokens: Vec<[u8; 32]>,
-    /// Team mode: named users with password hashes.
-    users: crate::tokens::Users,
-    /// The configured repositories (pass-through mode builds a store per request from these).
-    repositories: std::collections::BTreeMap<String, RepositoryConfig>,
-    policy: crate::url_policy::UrlPolicy,
-    credentials: Option<Credentials>,
-    config: Config,
-    /// Stores of ad-hoc repositories (server and team modes), the most recently used kept.
-    adhoc: Mutex<lru::LruCache<AdHocKey, Arc<dyn StateStore>>>,
-}
-
-/// An ad-hoc store's identity: URL (as given to the transport), branch, and whether it holds the
-/// deployment's credential.
-type AdHocKey = (String, String, bool);
-
-/// How many ad-hoc repositories keep a store (and its cache handle) between requests.
-const ADHOC_STORES: NonZeroUsize = match NonZeroUsize::new(256) {
-    Some(n) => n,
-    None => NonZeroUsize::MIN,
-};
-
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry")
-            .field("repositories", &self.named.keys().collect::<Vec<_>>())
-            .field("policy", &self.policy)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A URL (or scp-like address) rather than a local path.
-fn is_url(url: &str) -> bool {
-    url.contains("://") || url.starts_with("git@")
-}
-
-/// The name an ad-hoc repository goes by (what its sealed states are bound to, and what the
-/// catalog records): its URL without credentials, with the branch when it is not the default.
-pub fn adhoc_name(display_url: &str, git_ref: &str) -> String {
-    let mut name = display_url.to_owned();
-    if git_ref != DEFAULT_REF {
-        name.push_str("?ref=");
-        name.push_str(git_ref);
-    }
-    name
-}
-
-/// The store of `repository`, named `name` (see [`gitstate_core::StateStore::repository`]).
-fn open_store(
-    name: &str,
-    repository: &RepositoryConfig,
-    config: &Config,
-    credentials: Option<&Credentials>,
-) -> Result<Arc<dyn StateStore>, RegistryError> {
-    let store = open_unnamed_store(repository, config, credentials)?;
-    Ok(Arc::new(NamedStore::new(name, store)))
-}
-
-fn open_unnamed_store(
-    repository: &RepositoryConfig,
-    config: &Config,
-    credentials: Option<&Credentials>,
-) -> Result<Arc<dyn StateStore>, RegistryError> {
-    let url = repository.url.as_str();
-    if !is_url(url) {
-        // A plain path is a bare repository on this machine: written directly, no git binary.
-        let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
-        return Ok(Arc::new(store));
-    }
-    // A configuration mistake, told as one (not as a store failure).
-    gitstate_core::RepoUrl::parse(url).map_err(|e| {
-        RegistryError::BadAddress(format!(
-            "the repository URL {} cannot be used: {e}",
-            redact_url(url)
-        ))
-    })?;
-    let store = RemoteStore::new(RemoteConfig {
-        url: url.to_owned(),
-        git_ref: repository.git_ref.clone(),
-        credentials: credentials.cloned(),
-        cache_dir: config.cache_dir.clone(),
-        timeout: config.git_timeout(),
-    })?
-    .with_answer_limit(config.max_answer_bytes);
-    Ok(Arc::new(store))
+    access: Access,
+    stores: Stores,
 }
 
 impl Registry {
-    /// Opens every configured repository; with none configured, the embedded default at
-    /// `{data_dir}/default.git`.
+    /// Checks the configuration's start-time rules, then opens every configured repository
+    /// (with none configured, the embedded default at `{data_dir}/default.git`) with
+    /// `credentials`, the deployment's own git credential (dropped in pass-through mode).
     pub fn from_config(
         config: &Config,
         credentials: Option<Credentials>,
-    ) -> Result<Self, RegistryError> {
-        // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
-        crate::boundary::check_config(config)
-            .map_err(|e| RegistryError::BadAddress(e.to_string()))?;
-        // Pass-through holds no credential of its own: whatever the environment provides
-        // (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) is dropped here, so no request can use it.
-        let credentials = match config.auth.mode {
-            AuthMode::Passthrough => None,
-            _ => credentials,
-        };
-        let mut repositories = config.repositories.clone();
-        if repositories.is_empty() {
-            repositories.insert(
-                DEFAULT_REPOSITORY.to_owned(),
-                RepositoryConfig {
-                    url: config
-                        .data_dir
-                        .join("default.git")
-                        .to_string_lossy()
-                        .into_owned(),
-                    git_ref: DEFAULT_REF.to_owned(),
-                },
-            );
-        }
-        let passthrough = config.auth.mode == AuthMode::Passthrough;
-        let mut named = HashMap::new();
-        for (name, repository) in &repositories {
-            if passthrough {
-                if !is_url(&repository.url) {
-                    return Err(RegistryError::BadAddress(format!(
-                        "repository '{name}' is a local path, which pass-through authentication cannot protect; configure a remote URL or use auth mode \"server\""
-                    )));
-                }
-            } else {
-                named.insert(
-                    name.clone(),
-                    open_store(name, repository, config, credentials.as_ref())?,
-                );
-            }
-            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
-        }
-        let (tokens, users) = match config.auth.mode {
-            AuthMode::Team => {
-                let tokens = config
-                    .auth
-                    .token_hashes
-                    .iter()
-                    .map(|h| crate::tokens::parse_hash(h))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(RegistryError::BadAddress)?;
-                let users = crate::tokens::Users::parse(&config.auth.users)
-                    .map_err(RegistryError::BadAddress)?;
-                if tokens.is_empty() && users.is_empty() {
-                    return Err(RegistryError::BadAddress(
-                        "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES) or user (auth.users, --user or GITSTATE_USERS)".into(),
-                    ));
-                }
-                (tokens, users)
-            }
-            _ => (Vec::new(), crate::tokens::Users::default()),
-        };
-        let policy =
-            crate::url_policy::UrlPolicy::new(&config.allow, &config.allow_with_credential)
-                .map_err(RegistryError::BadAddress)?;
-        Ok(Registry {
-            named,
-            tokens,
-            users,
-            repositories,
-            policy,
-            credentials,
-            config: config.clone(),
-            adhoc: Mutex::new(lru::LruCache::new(ADHOC_STORES)),
-        })
+    ) -> Result<Self, ConfigError> {
+        let access = Access::from_config(&config.auth)?;
+        let stores = Stores::from_config(config, credentials)?;
+        Ok(Registry { access, stores })
     }
 
-    fn passthrough(&self) -> bool {
-        self.config.auth.mode == AuthMode::Passthrough
-    }
-
-    /// Team mode: the caller must present one of the configured tokens as its password, or the
-    /// name and password of a configured user. Synchronous: a bcrypt check that
-    /// [`StoreRegistry::authenticate`] did not already make runs on this thread.
-    fn admit(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
-        if self.config.auth.mode != AuthMode::Team {
-            return Ok(());
-        }
-        let caller = caller.ok_or_else(|| team_refusal("this deployment requires credentials"))?;
-        let token = self
-            .tokens
-            .iter()
-            .any(|hash| crate::tokens::matches(hash, &caller.password));
-        if token || self.users.admits(&caller.username, &caller.password) {
-            Ok(())
-        } else {
-            Err(team_refusal("the credentials are not valid"))
-        }
-    }
-}
-
-/// A team-mode refusal (401) saying what to send.
-fn team_refusal(why: &str) -> RegistryError {
-    RegistryError::Store(gitstate_core::StoreError::Unauthorized(format!(
-        "{why}: send a team token as the backend's password, or a configured user's name and password"
-    )))
-}
-
-impl Registry {
-    /// The configured repository names.
+    /// The configured repository names, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.repositories.keys().cloned().collect()
+        self.stores.names()
     }
 }
 
 #[async_trait::async_trait]
 impl StoreRegistry for Registry {
     fn names(&self) -> Vec<String> {
-        Registry::names(self)
+        self.stores.names()
     }
 
-    /// Team mode's check, with bcrypt on a blocking thread (see [`crate::tokens::Users::verify`]);
-    /// the synchronous check in `named`/`adhoc` then answers from memory.
     async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
-        if self.config.auth.mode != AuthMode::Team {
-            return Ok(());
-        }
-        let caller = caller.ok_or_else(|| team_refusal("this deployment requires credentials"))?;
-        let token = self
-            .tokens
-            .iter()
-            .any(|hash| crate::tokens::matches(hash, &caller.password));
-        if token || self.users.verify(&caller.username, &caller.password).await {
-            Ok(())
-        } else {
-            Err(team_refusal("the credentials are not valid"))
-        }
+        self.access.authenticate(caller).await
     }
 
     fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
-        if self.passthrough() {
-            return Err(RegistryError::NotAllowed(
-                "this deployment passes each caller's credentials to the git server, which decides per repository; what spans repositories (the catalog, the repository list) is not served here: query the catalog with `gitstate catalog` and AWS credentials".into(),
-            ));
-        }
-        self.admit(caller)
+        self.access.admit_operator(caller)
     }
 
     fn named(
@@ -261,21 +56,9 @@ impl StoreRegistry for Registry {
         name: &str,
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
-        self.admit(caller)?;
-        if self.passthrough() {
-            // A store per request, holding only this caller's credential (the object cache
-            // behind it is shared, but every request first asks the remote with its own
-            // credential, and nothing is served unless the remote accepted it).
-            let repository = self
-                .repositories
-                .get(name)
-                .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
-            return open_store(name, repository, &self.config, caller);
-        }
-        self.named
-            .get(name)
-            .cloned()
-            .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))
+        // Checked again (from memory) so that no path to a store skips the caller check.
+        self.access.admit(caller)?;
+        self.stores.named(name, caller)
     }
 
     fn adhoc(
@@ -284,63 +67,7 @@ impl StoreRegistry for Registry {
         git_ref: &str,
         caller: Option<&Credentials>,
     ) -> Result<Arc<dyn StateStore>, RegistryError> {
-        self.admit(caller)?;
-        let admission = self.policy.admit(url).map_err(RegistryError::NotAllowed)?;
-        let shown = admission.url.display();
-        let scheme = admission.url.scheme();
-        // Whose credential goes to the remote: the caller's (pass-through), the deployment's
-        // (only where an allow_with_credential pattern says so), or none.
-        let credentials = if self.passthrough() {
-            if !scheme.carries_basic_auth() {
-                return Err(RegistryError::NotAllowed(format!(
-                    "the repository {shown} is refused: this deployment passes the caller's basic-auth credential to the git server, which a {}:// transport cannot carry",
-                    scheme.as_str()
-                )));
-            }
-            caller.cloned()
-        } else if admission.server_credential {
-            self.credentials.clone()
-        } else if scheme == gitstate_core::url::Scheme::Ssh {
-            return Err(RegistryError::NotAllowed(format!(
-                "the repository {shown} is refused: ssh would use this deployment's own key, which only repositories matching 'allow_with_credential' get"
-            )));
-        } else {
-            None
-        };
-        let open =
-            |credentials: Option<Credentials>| -> Result<Arc<dyn StateStore>, RegistryError> {
-                let store = RemoteStore::new(RemoteConfig {
-                    url: admission.url.transport_url(),
-                    git_ref: git_ref.to_owned(),
-                    credentials,
-                    cache_dir: self.config.cache_dir.clone(),
-                    timeout: self.config.git_timeout(),
-                })?
-                .with_network(admission.network)
-                .with_answer_limit(self.config.max_answer_bytes);
-                Ok(Arc::new(NamedStore::new(
-                    adhoc_name(&shown, git_ref),
-                    Arc::new(store),
-                )))
-            };
-        if self.passthrough() {
-            return open(credentials);
-        }
-        let key = (
-            admission.url.transport_url(),
-            git_ref.to_owned(),
-            admission.server_credential,
-        );
-        let mut adhoc = self.adhoc.lock().map_err(|_| {
-            RegistryError::Store(gitstate_core::StoreError::Internal(
-                "the registry's store map is poisoned (a bug)".into(),
-            ))
-        })?;
-        if let Some(store) = adhoc.get(&key) {
-            return Ok(store.clone());
-        }
-        let store = open(credentials)?;
-        adhoc.put(key, store.clone());
-        Ok(store)
+        self.access.admit(caller)?;
+        self.stores.adhoc(url, git_ref, caller)
     }
 }

@@ -249,15 +249,8 @@ impl Settings {
             encryption.kms_arns = arns;
         }
         if let Some(pairs) = given(&self.kms_context) {
-            encryption.kms_context.clear();
-            for pair in pairs {
-                let (key, value) = pair.split_once('=').ok_or_else(|| {
-                    ConfigError::BadValue(format!("--kms-context expects KEY=VALUE, got '{pair}'"))
-                })?;
-                encryption
-                    .kms_context
-                    .insert(key.to_owned(), value.to_owned());
-            }
+            encryption.kms_context =
+                crate::config::key_value_pairs(pairs.iter().map(String::as_str), "--kms-context")?;
         }
         if let Some(arns) = given(&self.fallback_kms_arns) {
             encryption.fallback_kms_arns = arns;

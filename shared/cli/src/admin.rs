@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use clap::Args;
-use gitstate_app::{backend_from_config, AuthMode, Config, Registry, Settings};
+use gitstate_app::{Config, Deployment, Registry, Runtime, Settings};
 use gitstate_core::backend::Caller;
 use gitstate_core::history::DEFAULT_HISTORY_LIMIT;
 use gitstate_core::time::{format_age, format_rfc3339};
@@ -22,35 +22,27 @@ use crate::output::{json, table};
 /// them; always with the operator's own credentials, whatever `auth.mode` the server uses.
 pub(crate) struct Repositories {
     pub backend: Backend,
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     pub catalog: Option<Arc<dyn Catalog>>,
 }
 
 impl Repositories {
     /// Opens what `settings` configures, with the operator's credentials.
     pub async fn open(settings: &Settings) -> Result<Repositories, String> {
-        let mut config = settings.resolve().map_err(|e| e.to_string())?;
-        config.auth.mode = AuthMode::Server;
+        let config = settings.resolve().map_err(|e| e.to_string())?;
         Repositories::from_config(&config).await
     }
 
-    /// What `config` configures, as `serve` serves it. Encryption comes first: an enforced
-    /// configuration without a key must not create a repository.
+    /// What `config` configures, as `serve` builds it (see [`Deployment::build`]), with the
+    /// operator's credentials.
     pub async fn from_config(config: &Config) -> Result<Repositories, String> {
-        let backend = backend_from_config(config)
+        let deployment = Deployment::build(config, Runtime::Admin)
             .await
             .map_err(|e| e.to_string())?;
-        let credentials = gitstate_app::server_git_credentials()
-            .await
-            .map_err(|e| e.to_string())?;
-        let registry = Registry::from_config(config, credentials).map_err(|e| e.to_string())?;
-        let catalog = gitstate_app::catalog_from_config(config)
-            .await
-            .map(|c| c as Arc<dyn Catalog>);
         Ok(Repositories {
-            backend,
-            registry,
-            catalog,
+            backend: deployment.backend,
+            registry: deployment.registry,
+            catalog: deployment.catalog,
         })
     }
 

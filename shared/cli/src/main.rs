@@ -12,12 +12,10 @@ mod tls;
 mod wrap;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use gitstate_app::{Registry, Settings};
-use gitstate_core::Backend;
-use gitstate_http::{router, AppState, RequestGuard};
+use gitstate_app::{Deployment, Runtime, Settings};
+use gitstate_http::{router, RequestGuard};
 
 /// Terraform/OpenTofu remote state in git, with locking.
 #[derive(Parser, Debug)]
@@ -196,17 +194,6 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing requests in flight");
 }
 
-/// The router both `serve` and `wrap` serve: `backend` (limits, sealer) over `registry`, telling
-/// `catalog` about every change when there is one, behind the browser rules of `guard`.
-pub(crate) fn app(
-    backend: Backend,
-    registry: Registry,
-    catalog: Option<Arc<dyn gitstate_core::Catalog>>,
-    guard: RequestGuard,
-) -> axum::Router {
-    router(AppState::new(Arc::new(registry), backend, catalog).with_guard(guard))
-}
-
 /// Files this process creates are readable by its user only (umask 077): the git cache under
 /// `$GITSTATE_CACHE_DIR` and the embedded repository hold states, which hold secrets, and gix
 /// creates its files and directories with the process's umask. Returns the previous umask, for
@@ -218,8 +205,10 @@ pub(crate) fn restrict_umask() -> libc::mode_t {
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.settings.resolve().map_err(|e| e.to_string())?;
-    let repositories = admin::Repositories::from_config(&config).await?;
-    let names = repositories.names();
+    let deployment = Deployment::build(&config, Runtime::Server)
+        .await
+        .map_err(|e| e.to_string())?;
+    let names = deployment.registry.names();
     // TLS material is checked before binding, so a bad file is reported before anything listens.
     let tls = match &config.tls {
         Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
@@ -233,12 +222,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
     // No open server on a public address: refused before the first connection is accepted.
     gitstate_app::boundary::check_listen(&config, local).map_err(|e| e.to_string())?;
-    let app = app(
-        repositories.backend,
-        repositories.registry,
-        repositories.catalog,
-        RequestGuard::for_listener(local, &config.allowed_hosts),
-    );
+    let app =
+        router(deployment.app_state(RequestGuard::for_listener(local, &config.allowed_hosts)));
     let _pid_file = match &args.pid_file {
         Some(path) => Some(pidfile::PidFile::create(path)?),
         None => None,

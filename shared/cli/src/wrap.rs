@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gitstate_app::config::{redact_url, AuthConfig, DEFAULT_REPOSITORY};
-use gitstate_app::{AuthMode, Config, Registry, Settings};
+use gitstate_app::{AuthMode, Config, Settings};
 use gitstate_core::StatePath;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -369,23 +369,12 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
         .map_err(|e| WrapError::new(format!("cannot listen on {local}: {e}")))?;
 
     // Encryption at rest applies in wrap mode too (and an enforced one without a key stops here).
-    let backend = gitstate_app::backend_from_config(&config)
+    let deployment = gitstate_app::Deployment::build(&config, gitstate_app::Runtime::Wrap)
         .await
         .map_err(|e| WrapError::new(e.to_string()))?;
-    let credentials = gitstate_app::server_git_credentials()
-        .await
-        .map_err(|e| WrapError::new(e.to_string()))?;
-    let registry =
-        Registry::from_config(&config, credentials).map_err(|e| WrapError::new(e.to_string()))?;
-    let catalog = gitstate_app::catalog_from_config(&config)
-        .await
-        .map(|c| c as std::sync::Arc<dyn gitstate_core::Catalog>);
-    let app = crate::app(
-        backend,
-        registry,
-        catalog,
+    let app = gitstate_http::router(deployment.app_state(
         gitstate_http::RequestGuard::for_listener(local, &config.allowed_hosts),
-    );
+    ));
 
     let state_url = format!(
         "http://{}/state/{repository}/{}",

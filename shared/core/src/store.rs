@@ -463,6 +463,10 @@ pub enum RegistryError {
     /// No repository of that name is configured.
     #[error("no repository named '{0}' is configured")]
     UnknownRepository(String),
+    /// The deployment itself (not the git server) did not accept the caller's credentials
+    /// (401); the sentence says what to send.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// An ad-hoc repository URL that the deployment does not allow.
     #[error("{0}")]
     NotAllowed(String),

@@ -97,6 +97,7 @@ impl From<RegistryError> for ApiError {
             RegistryError::UnknownRepository(_) => {
                 ApiError::Message(StatusCode::NOT_FOUND, e.to_string())
             }
+            RegistryError::Unauthenticated(m) => ApiError::Message(StatusCode::UNAUTHORIZED, m),
             RegistryError::NotAllowed(m) => ApiError::Message(StatusCode::FORBIDDEN, m),
             RegistryError::BadAddress(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
             RegistryError::Store(e) => e.into(),

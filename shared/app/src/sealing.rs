@@ -1,4 +1,5 @@
-//! From the `encryption { … }` configuration to the sealer the protocol layer uses.
+//! From the `encryption { … }` configuration to the sealer the protocol layer uses, and the
+//! protocol service ([`Backend`]) that carries it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,9 +7,7 @@ use std::time::Duration;
 use gitstate_core::{Backend, Sealer};
 use gitstate_seal::{Mode, SealerConfig, SopsSealer};
 
-use gitstate_core::Credentials;
-
-use crate::config::{git_credentials_from_env, Config, ConfigError, EncryptionConfig};
+use crate::config::{Config, ConfigError, EncryptionConfig};
 
 /// The sealer for `encryption`, or `None` when no key is configured (plaintext storage). Age
 /// identities for reading come from `SOPS_AGE_KEY` and `SOPS_AGE_KEY_FILE` (sops' conventions)
@@ -100,58 +99,4 @@ pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError
     };
     backend.retry.budget = std::time::Duration::from_secs(config.write_budget_seconds);
     Ok(backend)
-}
-
-/// The deployment's own git credential: `GIT_PASSWORD_KMS` (a KMS `CiphertextBlob`, base64;
-/// decrypted once here, with `GIT_PASSWORD_KMS_CONTEXT` = `k=v,…` as encryption context when
-/// set) with `GIT_USERNAME`, else what [`git_credentials_from_env`] finds.
-pub async fn server_git_credentials() -> Result<Option<Credentials>, ConfigError> {
-    let Some(ciphertext) = std::env::var("GIT_PASSWORD_KMS")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    else {
-        return git_credentials_from_env();
-    };
-    let mut context = std::collections::BTreeMap::new();
-    if let Ok(pairs) = std::env::var("GIT_PASSWORD_KMS_CONTEXT") {
-        for pair in pairs.split(',').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').ok_or_else(|| {
-                ConfigError::BadValue(format!(
-                    "GIT_PASSWORD_KMS_CONTEXT expects KEY=VALUE pairs, got '{pair}'"
-                ))
-            })?;
-            context.insert(key.to_owned(), value.to_owned());
-        }
-    }
-    let password = gitstate_seal::decrypt_secret(&ciphertext, &context)
-        .await
-        .map_err(|e| ConfigError::BadValue(format!("GIT_PASSWORD_KMS: {e}")))?;
-    let username = std::env::var("GIT_USERNAME")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "git".to_owned());
-    tracing::info!(%username, "git credential decrypted with KMS");
-    Ok(Some(Credentials { username, password }))
-}
-
-/// The catalog for `config.catalog`, or `None` when no table is configured.
-pub async fn catalog_from_config(config: &Config) -> Option<Arc<gitstate_catalog::DynamoCatalog>> {
-    let catalog = config.catalog.as_ref()?;
-    let ttl = Duration::from_secs(catalog.audit_ttl_days.saturating_mul(86_400));
-    let index_kms_arn = catalog_index_kms_arn(config);
-    tracing::info!(table = %catalog.dynamodb_table, index_kms_arn = ?index_kms_arn, "the catalog is on (DynamoDB)");
-    Some(Arc::new(
-        gitstate_catalog::DynamoCatalog::connect(&catalog.dynamodb_table, ttl, index_kms_arn).await,
-    ))
-}
-
-/// The KMS key that makes the catalog's resource index key: `catalog.kms_arn`, else the first
-/// key states are encrypted with.
-pub fn catalog_index_kms_arn(config: &Config) -> Option<String> {
-    config
-        .catalog
-        .as_ref()
-        .and_then(|c| c.kms_arn.clone())
-        .filter(|a| !a.is_empty())
-        .or_else(|| config.encryption.kms_arns.first().cloned())
 }

@@ -1,0 +1,163 @@
+//! The one place that assembles a deployment from its [`Config`]: `gitstate serve`, `gitstate
+//! wrap`, the operator commands and the Lambda handler all call [`Deployment::build`], and only
+//! translate its result to their runtime (a listener, a child process, `lambda_http`).
+//!
+//! The order is part of the contract:
+//! 1. the runtime's own rules (a Lambda has no disk for the embedded default; operator commands
+//!    use the operator's credentials whatever `auth.mode` says);
+//! 2. **encryption first**: an enforced configuration without a key stops here, before any
+//!    repository (the embedded default included) is created or any remote is contacted;
+//! 3. the deployment's own git credential (possibly KMS-encrypted, decrypted once);
+//! 4. the registry: the start-time security rules (refs, pass-through URLs, team tokens), then
+//!    every configured repository is opened;
+//! 5. the catalog (optional; its failures never fail a request).
+
+use std::sync::Arc;
+
+use gitstate_core::{Backend, Catalog};
+use gitstate_http::{AppState, RequestGuard};
+
+use crate::config::{AuthMode, Config, ConfigError};
+use crate::registry::Registry;
+
+/// Lambda's synchronous request payload limit, in MB.
+pub const LAMBDA_PAYLOAD_LIMIT_MB: u32 = 6;
+
+/// Where the deployment runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// `gitstate serve`.
+    Server,
+    /// `gitstate wrap … -- terraform …`.
+    Wrap,
+    /// The Lambda handler.
+    Lambda,
+    /// Operator commands (`history`, `restore`, `locks`, `unlock`, `catalog`), in-process with
+    /// the operator's own git credentials.
+    Admin,
+}
+
+/// Why a deployment could not be assembled. Start-up errors only: request errors are
+/// [`gitstate_core::RegistryError`] and [`gitstate_core::BackendError`].
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A value of the configuration is refused (the sentence names it).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A Lambda with no repository configured.
+    #[error("no repository is configured: set GITSTATE_REPOSITORY=NAME=URL (a Lambda has no disk for the embedded default)")]
+    NoRepository,
+}
+
+/// What a runtime serves: the protocol service, the repositories and the catalog.
+pub struct Deployment {
+    /// The configuration it was built from (after the runtime's rules).
+    pub config: Config,
+    /// The protocol service (limits, sealer, retry budget).
+    pub backend: Backend,
+    /// Callers and repositories.
+    pub registry: Arc<Registry>,
+    /// The catalog, when one is configured.
+    pub catalog: Option<Arc<dyn Catalog>>,
+}
+
+impl Deployment {
+    /// Assembles the deployment `config` describes for `runtime`, in the order the module
+    /// documentation gives.
+    pub async fn build(config: &Config, runtime: Runtime) -> Result<Deployment, SetupError> {
+        let mut config = config.clone();
+        match runtime {
+            Runtime::Admin => config.auth.mode = AuthMode::Server,
+            Runtime::Lambda if config.repositories.is_empty() => {
+                return Err(SetupError::NoRepository)
+            }
+            _ => {}
+        }
+        let mut backend = crate::sealing::backend_from_config(&config).await?;
+        if runtime == Runtime::Lambda {
+            backend.size_advice = Some(format!(
+                "a Lambda request carries at most {LAMBDA_PAYLOAD_LIMIT_MB} MB, so states this large need the standalone server (gitstate serve); see README, \"On AWS Lambda\""
+            ));
+        }
+        let credentials = crate::credentials::server_git_credentials().await?;
+        let registry = Arc::new(Registry::from_config(&config, credentials)?);
+        let catalog = crate::catalog::catalog_from_config(&config)
+            .await
+            .map(|c| c as Arc<dyn Catalog>);
+        Ok(Deployment {
+            config,
+            backend,
+            registry,
+            catalog,
+        })
+    }
+
+    /// The state of the HTTP router serving this deployment behind `guard`'s browser rules.
+    pub fn app_state(&self, guard: RequestGuard) -> AppState {
+        AppState::new(
+            self.registry.clone(),
+            self.backend.clone(),
+            self.catalog.clone(),
+        )
+        .with_guard(guard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_in(dir: &std::path::Path) -> Config {
+        Config {
+            data_dir: dir.join("data"),
+            cache_dir: dir.join("cache"),
+            ..Config::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn encryption_is_checked_before_any_repository_is_created() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut config = config_in(dir.path());
+        config.encryption.enforced = true;
+        let refused = Deployment::build(&config, Runtime::Server).await;
+        assert!(
+            matches!(&refused, Err(SetupError::Config(e)) if e.to_string().contains("no key is configured")),
+            "{:?}",
+            refused.err()
+        );
+        assert!(
+            !config.data_dir.join("default.git").exists(),
+            "the embedded default must not be created by a deployment that does not start"
+        );
+        config.encryption.enforced = false;
+        let deployment = Deployment::build(&config, Runtime::Server)
+            .await
+            .expect("the embedded default");
+        assert_eq!(deployment.registry.names(), ["default"]);
+        assert!(config.data_dir.join("default.git").exists());
+    }
+
+    #[tokio::test]
+    async fn a_lambda_needs_a_configured_repository() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let refused = Deployment::build(&config_in(dir.path()), Runtime::Lambda).await;
+        assert!(matches!(refused, Err(SetupError::NoRepository)));
+        assert!(!dir.path().join("data").exists());
+    }
+
+    #[tokio::test]
+    async fn operator_commands_use_the_operators_credentials_whatever_the_auth_mode() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut config = config_in(dir.path());
+        config.auth.mode = AuthMode::Team;
+        assert!(
+            Deployment::build(&config, Runtime::Server).await.is_err(),
+            "team mode without a token does not serve"
+        );
+        let admin = Deployment::build(&config, Runtime::Admin)
+            .await
+            .expect("operator commands do not need a team token");
+        assert_eq!(admin.config.auth.mode, AuthMode::Server);
+    }
+}

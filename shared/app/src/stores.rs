@@ -1,0 +1,264 @@
+//! Repository names and ad-hoc URLs → stores (no caller check here: see [`crate::access`]).
+//! Stores are built once and kept, so caches and connections are reused; pass-through builds one
+//! per request, holding only that caller's credential.
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore};
+use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
+
+use crate::config::{
+    redact_url, AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
+};
+use crate::url_policy::UrlPolicy;
+
+/// The deployment's repositories.
+pub struct Stores {
+    /// Stores built once with the deployment's credential (server and team modes).
+    named: HashMap<String, Arc<dyn StateStore>>,
+    /// The configured repositories (pass-through mode builds a store per request from these).
+    repositories: BTreeMap<String, RepositoryConfig>,
+    policy: UrlPolicy,
+    credentials: Option<Credentials>,
+    passthrough: bool,
+    config: Config,
+    /// Stores of ad-hoc repositories (server and team modes), the most recently used kept.
+    adhoc: Mutex<lru::LruCache<AdHocKey, Arc<dyn StateStore>>>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field(
+                "repositories",
+                &self.repositories.keys().collect::<Vec<_>>(),
+            )
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An ad-hoc store's identity: URL (as given to the transport), branch, and whether it holds the
+/// deployment's credential.
+type AdHocKey = (String, String, bool);
+
+/// How many ad-hoc repositories keep a store (and its cache handle) between requests.
+const ADHOC_STORES: NonZeroUsize = match NonZeroUsize::new(256) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+
+/// A URL (or scp-like address) rather than a local path.
+fn is_url(url: &str) -> bool {
+    url.contains("://") || url.starts_with("git@")
+}
+
+/// The name an ad-hoc repository goes by (what its sealed states are bound to, and what the
+/// catalog records): its URL without credentials, with the branch when it is not the default.
+pub fn adhoc_name(display_url: &str, git_ref: &str) -> String {
+    let mut name = display_url.to_owned();
+    if git_ref != DEFAULT_REF {
+        name.push_str("?ref=");
+        name.push_str(git_ref);
+    }
+    name
+}
+
+/// The store of `repository`, named `name` (see [`gitstate_core::StateStore::repository`]).
+fn open_store(
+    name: &str,
+    repository: &RepositoryConfig,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<Arc<dyn StateStore>, RegistryError> {
+    let store = open_unnamed_store(repository, config, credentials)?;
+    Ok(Arc::new(NamedStore::new(name, store)))
+}
+
+fn open_unnamed_store(
+    repository: &RepositoryConfig,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<Arc<dyn StateStore>, RegistryError> {
+    let url = repository.url.as_str();
+    if !is_url(url) {
+        // A plain path is a bare repository on this machine: written directly, no git binary.
+        let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
+        return Ok(Arc::new(store));
+    }
+    // A configuration mistake, told as one (not as a store failure).
+    gitstate_core::RepoUrl::parse(url).map_err(|e| {
+        RegistryError::BadAddress(format!(
+            "the repository URL {} cannot be used: {e}",
+            redact_url(url)
+        ))
+    })?;
+    let store = RemoteStore::new(RemoteConfig {
+        url: url.to_owned(),
+        git_ref: repository.git_ref.clone(),
+        credentials: credentials.cloned(),
+        cache_dir: config.cache_dir.clone(),
+        timeout: config.git_timeout(),
+    })?
+    .with_answer_limit(config.max_answer_bytes);
+    Ok(Arc::new(store))
+}
+
+impl Stores {
+    /// Opens every configured repository; with none configured, the embedded default at
+    /// `{data_dir}/default.git`.
+    pub fn from_config(
+        config: &Config,
+        credentials: Option<Credentials>,
+    ) -> Result<Self, ConfigError> {
+        // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
+        crate::boundary::check_config(config).map_err(|e| ConfigError::BadValue(e.to_string()))?;
+        // Pass-through holds no credential of its own: whatever the environment provides
+        // (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) is dropped here, so no request can use it.
+        let credentials = match config.auth.mode {
+            AuthMode::Passthrough => None,
+            _ => credentials,
+        };
+        let mut repositories = config.repositories.clone();
+        if repositories.is_empty() {
+            repositories.insert(
+                DEFAULT_REPOSITORY.to_owned(),
+                RepositoryConfig {
+                    url: config
+                        .data_dir
+                        .join("default.git")
+                        .to_string_lossy()
+                        .into_owned(),
+                    git_ref: DEFAULT_REF.to_owned(),
+                },
+            );
+        }
+        let passthrough = config.auth.mode == AuthMode::Passthrough;
+        let mut named = HashMap::new();
+        for (name, repository) in &repositories {
+            if passthrough {
+                if !is_url(&repository.url) {
+                    return Err(ConfigError::BadValue(format!(
+                        "repository '{name}' is a local path, which pass-through authentication cannot protect; configure a remote URL or use auth mode \"server\""
+                    )));
+                }
+            } else {
+                named.insert(
+                    name.clone(),
+                    open_store(name, repository, config, credentials.as_ref())
+                        .map_err(|e| ConfigError::BadValue(e.to_string()))?,
+                );
+            }
+            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
+        }
+        let policy = UrlPolicy::new(&config.allow, &config.allow_with_credential)
+            .map_err(ConfigError::BadValue)?;
+        Ok(Stores {
+            named,
+            repositories,
+            policy,
+            credentials,
+            passthrough,
+            config: config.clone(),
+            adhoc: Mutex::new(lru::LruCache::new(ADHOC_STORES)),
+        })
+    }
+
+    /// The configured repository names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.repositories.keys().cloned().collect()
+    }
+
+    /// The configured repository `name`; in pass-through mode, a store holding `caller`'s
+    /// credential.
+    pub fn named(
+        &self,
+        name: &str,
+        caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        if self.passthrough {
+            // A store per request, holding only this caller's credential (the object cache
+            // behind it is shared, but every request first asks the remote with its own
+            // credential, and nothing is served unless the remote accepted it).
+            let repository = self
+                .repositories
+                .get(name)
+                .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
+            return open_store(name, repository, &self.config, caller);
+        }
+        self.named
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))
+    }
+
+    /// An ad-hoc repository, if the `allow` list permits it, with the credential the policy
+    /// gives it: the caller's (pass-through), the deployment's (an `allow_with_credential`
+    /// match), or none.
+    pub fn adhoc(
+        &self,
+        url: &str,
+        git_ref: &str,
+        caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        let admission = self.policy.admit(url).map_err(RegistryError::NotAllowed)?;
+        let shown = admission.url.display();
+        let scheme = admission.url.scheme();
+        // Whose credential goes to the remote: the caller's (pass-through), the deployment's
+        // (only where an allow_with_credential pattern says so), or none.
+        let credentials = if self.passthrough {
+            if !scheme.carries_basic_auth() {
+                return Err(RegistryError::NotAllowed(format!(
+                    "the repository {shown} is refused: this deployment passes the caller's basic-auth credential to the git server, which a {}:// transport cannot carry",
+                    scheme.as_str()
+                )));
+            }
+            caller.cloned()
+        } else if admission.server_credential {
+            self.credentials.clone()
+        } else if scheme == gitstate_core::url::Scheme::Ssh {
+            return Err(RegistryError::NotAllowed(format!(
+                "the repository {shown} is refused: ssh would use this deployment's own key, which only repositories matching 'allow_with_credential' get"
+            )));
+        } else {
+            None
+        };
+        let open =
+            |credentials: Option<Credentials>| -> Result<Arc<dyn StateStore>, RegistryError> {
+                let store = RemoteStore::new(RemoteConfig {
+                    url: admission.url.transport_url(),
+                    git_ref: git_ref.to_owned(),
+                    credentials,
+                    cache_dir: self.config.cache_dir.clone(),
+                    timeout: self.config.git_timeout(),
+                })?
+                .with_network(admission.network)
+                .with_answer_limit(self.config.max_answer_bytes);
+                Ok(Arc::new(NamedStore::new(
+                    adhoc_name(&shown, git_ref),
+                    Arc::new(store),
+                )))
+            };
+        if self.passthrough {
+            return open(credentials);
+        }
+        let key = (
+            admission.url.transport_url(),
+            git_ref.to_owned(),
+            admission.server_credential,
+        );
+        let mut adhoc = self.adhoc.lock().map_err(|_| {
+            RegistryError::Store(gitstate_core::StoreError::Internal(
+                "the registry's store map is poisoned (a bug)".into(),
+            ))
+        })?;
+        if let Some(store) = adhoc.get(&key) {
+            return Ok(store.clone());
+        }
+        let store = open(credentials)?;
+        adhoc.put(key, store.clone());
+        Ok(store)
+    }
+}
