@@ -60,6 +60,8 @@ pub struct MemoryStore {
     lose: AtomicU32,
     /// Compare-and-swaps attempted (state and lock deletions).
     attempts: AtomicU32,
+    /// The LockInfo the simulated concurrent writer also takes the state's lock with.
+    rival_lock: Mutex<Option<Bytes>>,
 }
 
 impl MemoryStore {
@@ -87,6 +89,17 @@ impl MemoryStore {
     /// by the same holder), as a concurrent process would.
     pub fn lose_next(&self, n: u32) {
         self.lose.store(n, Ordering::SeqCst);
+    }
+
+    /// Like [`MemoryStore::lose_next`], and the winner also takes the state's lock with
+    /// `lock_info` (another client ran `terraform apply` in between).
+    pub fn lose_next_to_a_locker(&self, n: u32, lock_info: &[u8]) {
+        *self
+            .rival_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Some(Bytes::copy_from_slice(lock_info));
+        self.lose_next(n);
     }
 
     /// How many compare-and-swaps were attempted.
@@ -206,6 +219,14 @@ impl StateStore for MemoryStore {
     ) -> Result<Revision, StoreError> {
         if self.loses_this_one() {
             self.move_branch();
+            let rival = self
+                .rival_lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone();
+            if let Some(lock_info) = rival {
+                self.plant_lock(path.as_str(), &lock_info);
+            }
         }
         let id = self.new_id();
         let mut repo = self.repo();

@@ -45,6 +45,22 @@ fn sealing(sealer: Arc<MemorySealer>) -> Backend {
     }
 }
 
+/// An empty store, a sealer, and a backend sealing with it.
+fn sealing_store() -> (Arc<MemoryStore>, Arc<MemorySealer>, Backend) {
+    let sealer = MemorySealer::new();
+    (MemoryStore::named("r"), sealer.clone(), sealing(sealer))
+}
+
+/// A store whose state is locked by `id-1` (bob@ci), and the backend that locked it.
+async fn locked_by_bob() -> (Arc<MemoryStore>, Backend) {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    (store, b)
+}
+
 fn alice() -> Caller {
     Caller {
         name: "alice".into(),
@@ -181,11 +197,7 @@ async fn bad_bodies_are_refused_and_write_nothing() {
 
 #[tokio::test]
 async fn a_locked_state_is_written_only_with_the_holders_id() {
-    let store = MemoryStore::named("r");
-    let b = backend();
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
-        .await
-        .expect("lock");
+    let (store, b) = locked_by_bob().await;
     for wrong in [None, Some("id-2"), Some("")] {
         assert_eq!(
             b.post(&*store, &path(), state(1), wrong, &alice()).await,
@@ -225,11 +237,7 @@ async fn a_lock_file_that_is_not_lockinfo_blocks_every_writer() {
 
 #[tokio::test]
 async fn locking_is_idempotent_for_the_holder_and_reports_it_to_others() {
-    let store = MemoryStore::named("r");
-    let b = backend();
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
-        .await
-        .expect("lock");
+    let (store, b) = locked_by_bob().await;
     b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
         .await
         .expect("the holder locking again (a client retry) succeeds");
@@ -337,53 +345,15 @@ async fn a_write_that_loses_the_compare_and_swap_reads_again_and_commits_once() 
 #[tokio::test]
 async fn a_write_rereads_the_lock_after_losing_the_compare_and_swap() {
     // Another client takes the lock while this write retries: the retry must see it.
-    struct LockOnSecondRead {
-        inner: Arc<MemoryStore>,
-        reads: std::sync::atomic::AtomicU32,
-    }
-    #[async_trait::async_trait]
-    impl StateStore for LockOnSecondRead {
-        async fn snapshot(&self, path: &StatePath) -> Result<crate::Snapshot, StoreError> {
-            if self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-                self.inner
-                    .plant_lock(path.as_str(), &lock_info("id-2", "eve@laptop"));
-            }
-            self.inner.snapshot(path).await
-        }
-        async fn update_state(
-            &self,
-            path: &StatePath,
-            base: Option<&Revision>,
-            change: StateChange,
-            message: &str,
-        ) -> Result<Revision, StoreError> {
-            self.inner.update_state(path, base, change, message).await
-        }
-        async fn create_lock(
-            &self,
-            path: &StatePath,
-            content: Bytes,
-            message: &str,
-        ) -> Result<LockCreate, StoreError> {
-            self.inner.create_lock(path, content, message).await
-        }
-        async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
-            self.inner.delete_lock(path, tip).await
-        }
-    }
-    let inner = MemoryStore::named("r");
-    inner.lose_next(1);
-    let store = LockOnSecondRead {
-        inner: inner.clone(),
-        reads: Default::default(),
-    };
+    let store = MemoryStore::named("r");
+    store.lose_next_to_a_locker(1, &lock_info("id-2", "eve@laptop"));
     assert_eq!(
         backend()
-            .post(&store, &path(), state(1), None, &alice())
+            .post(&*store, &path(), state(1), None, &alice())
             .await,
         Err(BackendError::Locked(lock_info("id-2", "eve@laptop")))
     );
-    assert!(inner.commits_of(P).is_empty());
+    assert!(store.commits_of(P).is_empty());
 }
 
 #[tokio::test]
@@ -428,11 +398,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
 
 #[tokio::test]
 async fn unlock_retries_when_the_lock_branch_moves_under_it() {
-    let store = MemoryStore::named("r");
-    let b = backend();
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
-        .await
-        .expect("lock");
+    let (store, b) = locked_by_bob().await;
     store.lose_next(3);
     b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
         .await
@@ -443,9 +409,7 @@ async fn unlock_retries_when_the_lock_branch_moves_under_it() {
 
 #[tokio::test]
 async fn sealed_states_are_stored_sealed_and_served_open() {
-    let store = MemoryStore::named("r");
-    let sealer = MemorySealer::new();
-    let b = sealing(sealer.clone());
+    let (store, sealer, b) = sealing_store();
     b.post(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
@@ -467,9 +431,7 @@ async fn sealed_states_are_stored_sealed_and_served_open() {
 
 #[tokio::test]
 async fn a_state_sealed_for_another_place_is_never_served_and_is_replaced_by_a_write() {
-    let store = MemoryStore::named("r");
-    let sealer = MemorySealer::new();
-    let b = sealing(sealer.clone());
+    let (store, sealer, b) = sealing_store();
     let elsewhere = sealer
         .seal(
             &Place::new("r", &StatePath::parse("other.tfstate").expect("path")),
@@ -510,9 +472,7 @@ async fn enforced_sealing_replaces_plaintext_and_never_serves_it() {
 
 #[tokio::test]
 async fn a_key_service_outage_is_an_error_and_writes_nothing() {
-    let store = MemoryStore::named("r");
-    let sealer = MemorySealer::new();
-    let b = sealing(sealer.clone());
+    let (store, sealer, b) = sealing_store();
     b.post(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
