@@ -56,6 +56,14 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` for the current time (UTC).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format_rfc3339(i64::try_from(secs).unwrap_or(i64::MAX))
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).
 pub fn format_rfc3339(secs: i64) -> String {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
