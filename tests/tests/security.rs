@@ -1184,3 +1184,66 @@ fn a_hostile_git_remote_cannot_hold_a_worker_or_fill_the_disk() {
         );
     }
 }
+
+/// The peak resident memory of process `pid` (`VmHWM` in `/proc/PID/status`), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status:\n{status}"));
+    kib * 1024
+}
+
+/// A zip bomb from a malicious git remote is refused, not inflated (docs/SECURITY.md): a valid
+/// pack whose blob inflates to 256 MiB of zeros (256 KiB on the wire) gets a 502 naming the
+/// setting the object limit comes from (`max_state_bytes`: 1 MiB here, so the limit is
+/// 4 MiB + 64 MiB), the server's peak memory stays far below the blob's size, and it keeps
+/// serving other repositories.
+#[test]
+fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
+    const BOMB: u64 = 256 * 1024 * 1024;
+    let daemon = HostileGitDaemon::start("zip-bomb");
+    let cwd = TempDir::new().unwrap();
+    let hcl = cwd.path().join("gitstate.hcl");
+    let plain = cwd.path().join("plain.git");
+    std::fs::write(
+        &hcl,
+        format!(
+            "git_timeout_seconds = 60\nmax_state_bytes = 1048576\nrepository \"hostile\" {{\n  url = \"{}\"\n}}\nrepository \"plain\" {{\n  url = \"{}\"\n}}\n",
+            daemon.url(),
+            plain.display()
+        ),
+    )
+    .unwrap();
+    let mut gitstate = Gitstate::start(&["--config", hcl.to_str().unwrap()], &[], cwd.path());
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("hostile", "a.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(code, 502, "{body}\n{}", gitstate.log());
+    assert!(body.contains("max_state_bytes"), "{body}");
+    assert_eq!(
+        body.trim_end().matches(". ").count(),
+        0,
+        "one sentence: {body}"
+    );
+    let peak = peak_memory(gitstate.pid());
+    eprintln!("zip bomb refused: {body}; the server's peak memory: {peak} bytes");
+    assert!(
+        peak < BOMB / 2,
+        "the server's peak memory is {peak} bytes after a blob of {BOMB} bytes was refused"
+    );
+    // The server still serves: another repository takes a write and reads it back.
+    let state = r#"{"version":4,"serial":1,"lineage":"zip","outputs":{},"resources":[]}"#;
+    let url = gitstate.state_url("plain", "ok.tfstate");
+    let (code, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!((code, body.as_str()), (200, state));
+    assert!(gitstate.running());
+}
