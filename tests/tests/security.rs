@@ -1247,3 +1247,93 @@ fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
     assert_eq!((code, body.as_str()), (200, state));
     assert!(gitstate.running());
 }
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`): (pid, command name).
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            if let Ok(child) = stat[..open].trim().parse::<u32>() {
+                found.push((child, stat[open + 1..close].to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// An ssh server that accepts gitstate's key, keeps the session alive (it answers ssh's
+/// keep-alives) and never sends a byte (the key's forced command reads and discards its input)
+/// cannot hold a worker or an ssh process (docs/SECURITY.md): the GET is a 503 at the git
+/// timeout, the ssh program and the shell running `GIT_SSH_COMMAND` are gone, and the server
+/// keeps serving.
+#[test]
+fn a_silent_ssh_server_gets_a_503_and_leaves_no_ssh_behind() {
+    let keys = TempDir::new().unwrap();
+    let key = keys.path().join("key");
+    ssh_keygen(&key);
+    let public = std::fs::read_to_string(keys.path().join("key.pub")).unwrap();
+    let sshd = Sshd::start(&format!("command=\"cat >/dev/null\",no-pty {public}"));
+    let cwd = TempDir::new().unwrap();
+    let hcl = cwd.path().join("gitstate.hcl");
+    let plain = cwd.path().join("plain.git");
+    std::fs::write(
+        &hcl,
+        format!(
+            "git_timeout_seconds = 3\nrepository \"silent\" {{\n  url = \"ssh://root@127.0.0.1:{}/srv/states.git\"\n}}\nrepository \"plain\" {{\n  url = \"{}\"\n}}\n",
+            sshd.port(),
+            plain.display()
+        ),
+    )
+    .unwrap();
+    let ssh = format!(
+        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+        key.display()
+    );
+    let mut gitstate = Gitstate::start(
+        &["--config", hcl.to_str().unwrap()],
+        &[("GIT_SSH_COMMAND", &ssh)],
+        cwd.path(),
+    );
+    let started = std::time::Instant::now();
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("silent", "a.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    let took = started.elapsed();
+    eprintln!("silent ssh server: {code} {body} after {took:?}");
+    assert_eq!(code, 503, "{body}\n{}\n{}", gitstate.log(), sshd.log());
+    assert!(body.contains("within 3 s"), "{body}");
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    // ssh (and the shell running GIT_SSH_COMMAND) was stopped: gitstate has no child left.
+    let mut left = children_of(gitstate.pid());
+    for _ in 0..20 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        left = children_of(gitstate.pid());
+    }
+    assert!(left.is_empty(), "gitstate still runs {left:?}");
+    // The server still serves.
+    let state = r#"{"version":4,"serial":1,"lineage":"ssh","outputs":{},"resources":[]}"#;
+    let url = gitstate.state_url("plain", "ok.tfstate");
+    let (code, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!((code, body.as_str()), (200, state));
+    assert!(gitstate.running());
+}
