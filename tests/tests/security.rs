@@ -1199,7 +1199,7 @@ fn peak_memory(pid: u32) -> u64 {
 /// A zip bomb from a malicious git remote is refused, not inflated (docs/SECURITY.md): a valid
 /// pack whose blob inflates to 256 MiB of zeros (256 KiB on the wire) gets a 502 naming the
 /// setting the object limit comes from (`max_state_bytes`: 1 MiB here, so the limit is
-/// 4 MiB + 64 MiB), the server's peak memory stays far below the blob's size, and it keeps
+/// 6 MiB + 64 MiB), the server's peak memory stays far below the blob's size, and it keeps
 /// serving other repositories.
 #[test]
 fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {

@@ -25,18 +25,20 @@ pub const MAX_ADVERTISEMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// The default limit of one answer (a pack): 2 GiB, four times the default largest state.
 pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
-/// The headroom [`object_limit`] adds to four times the largest state: trees, commits, and the
+/// The headroom [`object_limit`] adds to six times the largest state: trees, commits, and the
 /// bookkeeping gix allocates from a pack's object count (its delta tree), for any state size.
 pub const OBJECT_LIMIT_HEADROOM: u64 = 64 * 1024 * 1024;
 
 /// The most one object a git server sends may inflate to in memory (gix's
 /// `gitoxide.objects.allocLimit`, which bounds every single allocation driven by object data:
 /// inflating a pack entry or resolving a delta, on receive and on read) for a deployment whose
-/// largest state is `max_state_bytes`: four times it (a sealed document is larger than the
-/// state it holds) plus [`OBJECT_LIMIT_HEADROOM`]. 2,112 MiB with the default 512 MiB.
+/// largest state is `max_state_bytes`: six times it (a sealed document is larger than the
+/// state it holds: measured 2.9 times for a state as Terraform writes it, 4.8 times for one
+/// written compactly, every value encrypted) plus [`OBJECT_LIMIT_HEADROOM`]. 3,136 MiB with the
+/// default 512 MiB.
 pub fn object_limit(max_state_bytes: u64) -> u64 {
     max_state_bytes
-        .saturating_mul(4)
+        .saturating_mul(6)
         .saturating_add(OBJECT_LIMIT_HEADROOM)
 }
 

@@ -580,7 +580,7 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
     if error.is_resource_exhausted() {
         // gix refused to inflate an object beyond `gitoxide.objects.allocLimit` (a zip bomb).
         return StoreError::Remote(format!(
-            "{what} {}: the git server sent an object that inflates to more than {} bytes, the most this deployment holds in memory (4 × max_state_bytes + 64 MiB)",
+            "{what} {}: the git server sent an object that inflates to more than {} bytes, the most this deployment holds in memory (6 × max_state_bytes + 64 MiB)",
             endpoint.display,
             super::limits::max_object_bytes()
         ));
