@@ -304,6 +304,13 @@ mod tests {
     }
 
     #[test]
+    fn the_object_limit_is_six_states_and_headroom() {
+        assert_eq!(object_limit(1024 * 1024), 70 * 1024 * 1024);
+        assert_eq!(object_limit(512 * 1024 * 1024), 3136 * 1024 * 1024);
+        assert_eq!(object_limit(u64::MAX), u64::MAX);
+    }
+
+    #[test]
     fn an_answer_within_the_limits_reads_whole() {
         let mut r = Limited::new(&b"0123456789"[..], limits(10, Duration::from_secs(5)));
         let mut out = Vec::new();
