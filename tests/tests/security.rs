@@ -1185,6 +1185,20 @@ fn a_hostile_git_remote_cannot_hold_a_worker_or_fill_the_disk() {
     }
 }
 
+/// The files under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => files_under(&e.path()),
+            _ => vec![e.path()],
+        })
+        .collect()
+}
+
 /// The peak resident memory of process `pid` (`VmHWM` in `/proc/PID/status`), in bytes.
 fn peak_memory(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -1238,6 +1252,15 @@ fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
         peak < BOMB / 2,
         "the server's peak memory is {peak} bytes after a blob of {BOMB} bytes was refused"
     );
+    // Nothing of the refused pack is kept in the cache.
+    let kept = files_under(&gitstate.cache_dir)
+        .into_iter()
+        .filter(|f| {
+            let name = f.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(".pack") || name.contains("tmp")
+        })
+        .collect::<Vec<_>>();
+    assert!(kept.is_empty(), "the cache kept {kept:?}");
     // The server still serves: another repository takes a write and reads it back.
     let state = r#"{"version":4,"serial":1,"lineage":"zip","outputs":{},"resources":[]}"#;
     let url = gitstate.state_url("plain", "ok.tfstate");
