@@ -142,6 +142,29 @@ async fn ssh_conformance() {
         matches!(err, StoreError::Unauthorized(_) | StoreError::Forbidden(_)),
         "{err:?}"
     );
+
+    // git's other convention: `GIT_SSH` names a program (here a wrapper script), which gets the
+    // port as OpenSSH does once it accepts `-G`.
+    let wrapper = dir.path().join("ssh-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
+            client_key.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::env::remove_var("GIT_SSH_COMMAND");
+    std::env::set_var("GIT_SSH", &wrapper);
+    let s = store(format!("ssh://root@127.0.0.1:{port}{}", bare.display()));
+    let snapshot = s.snapshot(&sp("team/a/prod.tfstate")).await;
+    std::env::remove_var("GIT_SSH");
+    assert!(snapshot.unwrap().state.is_some());
 }
 
 /// The processes whose parent is `pid` (`/proc/*/stat`), with their command names.
