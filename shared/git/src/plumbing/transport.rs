@@ -578,9 +578,10 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         }
     }
     if error.is_resource_exhausted() {
-        // gix refused to inflate an object beyond `gitoxide.objects.allocLimit` (a zip bomb).
+        // gix refused an allocation beyond `gitoxide.objects.allocLimit`: an object inflating
+        // to more (a zip bomb), or a pack announcing more objects than its index could hold.
         return StoreError::Remote(format!(
-            "{what} {}: the git server sent an object that inflates to more than {} bytes, the most this deployment holds in memory (6 × max_state_bytes + 64 MiB)",
+            "{what} {}: the git server sent a pack with an object (or an object count) that would take more than {} bytes of memory, the most this deployment allows (6 × max_state_bytes + 64 MiB)",
             endpoint.display,
             super::limits::max_object_bytes()
         ));
