@@ -855,6 +855,76 @@ impl HostileGitDaemon {
     }
 }
 
+/// A throwaway OpenSSH server on 127.0.0.1 (`/usr/sbin/sshd -D`, from openssh-server, installed
+/// by scripts/install-test-deps.sh) that accepts the keys of `authorized_keys` for any user;
+/// killed on drop.
+pub struct Sshd {
+    guard: ChildGuard,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Sshd {
+    /// Starts sshd with `authorized_keys` (its text, options like `command="..."` included).
+    pub fn start(authorized_keys: &str) -> Sshd {
+        let sshd = require_tool("sshd");
+        let dir = tempfile::Builder::new()
+            .prefix("gitstate-sshd")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir_all("/run/sshd").ok();
+        let host_key = dir.path().join("host_key");
+        ssh_keygen(&host_key);
+        let authorized = dir.path().join("authorized_keys");
+        std::fs::write(&authorized, authorized_keys).unwrap();
+        let spawn = |port: u16| {
+            let config = dir.path().join("sshd_config");
+            std::fs::write(
+                &config,
+                format!(
+                    "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+                     StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                     UsePAM no\nPermitRootLogin prohibit-password\nAcceptEnv GIT_PROTOCOL\n\
+                     PidFile {}\n",
+                    host_key.display(),
+                    authorized.display(),
+                    dir.path().join("sshd.pid").display()
+                ),
+            )
+            .unwrap();
+            let mut cmd = Command::new(&sshd);
+            cmd.args(["-D", "-e", "-f"]).arg(&config);
+            ChildGuard::spawn(cmd, &dir.path().join("sshd.log"), "sshd")
+        };
+        let (guard, port) = start_on_free_port("sshd", Duration::from_secs(15), spawn, port_open);
+        Sshd {
+            guard,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What sshd logged so far.
+    pub fn log(&self) -> String {
+        self.guard.log_text()
+    }
+}
+
+/// Makes an ed25519 key pair without a passphrase at `path` (and `path.pub`).
+pub fn ssh_keygen(path: &Path) {
+    let ok = Command::new(require_tool("ssh-keygen"))
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ssh-keygen failed for {}", path.display());
+}
+
 /// `GET URL/info/refs?service=SERVICE` as a v0 client sends it (no `Git-Protocol` header), with an
 /// optional basic-auth pair: the raw advertisement, panicking unless it is a 200.
 pub fn advertisement(repo_url: &str, service: &str, auth: Option<(&str, &str)>) -> Vec<u8> {

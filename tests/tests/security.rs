@@ -1184,3 +1184,179 @@ fn a_hostile_git_remote_cannot_hold_a_worker_or_fill_the_disk() {
         );
     }
 }
+
+/// The files under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => files_under(&e.path()),
+            _ => vec![e.path()],
+        })
+        .collect()
+}
+
+/// The peak resident memory of process `pid` (`VmHWM` in `/proc/PID/status`), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status:\n{status}"));
+    kib * 1024
+}
+
+/// A zip bomb from a malicious git remote is refused, not inflated (docs/SECURITY.md): a valid
+/// pack whose blob inflates to 256 MiB of zeros (256 KiB on the wire) gets a 502 naming the
+/// setting the object limit comes from (`max_state_bytes`: 1 MiB here, so the limit is
+/// 6 MiB + 64 MiB), the server's peak memory stays far below the blob's size, and it keeps
+/// serving other repositories.
+#[test]
+fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
+    const BOMB: u64 = 256 * 1024 * 1024;
+    let daemon = HostileGitDaemon::start("zip-bomb");
+    let cwd = TempDir::new().unwrap();
+    let hcl = cwd.path().join("gitstate.hcl");
+    let plain = cwd.path().join("plain.git");
+    std::fs::write(
+        &hcl,
+        format!(
+            "git_timeout_seconds = 60\nmax_state_bytes = 1048576\nrepository \"hostile\" {{\n  url = \"{}\"\n}}\nrepository \"plain\" {{\n  url = \"{}\"\n}}\n",
+            daemon.url(),
+            plain.display()
+        ),
+    )
+    .unwrap();
+    let mut gitstate = Gitstate::start(&["--config", hcl.to_str().unwrap()], &[], cwd.path());
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("hostile", "a.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(code, 502, "{body}\n{}", gitstate.log());
+    assert!(body.contains("max_state_bytes"), "{body}");
+    assert_eq!(
+        body.trim_end().matches(". ").count(),
+        0,
+        "one sentence: {body}"
+    );
+    let peak = peak_memory(gitstate.pid());
+    eprintln!("zip bomb refused: {body}; the server's peak memory: {peak} bytes");
+    assert!(
+        peak < BOMB / 2,
+        "the server's peak memory is {peak} bytes after a blob of {BOMB} bytes was refused"
+    );
+    // Nothing of the refused pack is kept in the cache.
+    let kept = files_under(&gitstate.cache_dir)
+        .into_iter()
+        .filter(|f| {
+            let name = f.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(".pack") || name.contains("tmp")
+        })
+        .collect::<Vec<_>>();
+    assert!(kept.is_empty(), "the cache kept {kept:?}");
+    // The server still serves: another repository takes a write and reads it back.
+    let state = r#"{"version":4,"serial":1,"lineage":"zip","outputs":{},"resources":[]}"#;
+    let url = gitstate.state_url("plain", "ok.tfstate");
+    let (code, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!((code, body.as_str()), (200, state));
+    assert!(gitstate.running());
+}
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`): (pid, command name).
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            if let Ok(child) = stat[..open].trim().parse::<u32>() {
+                found.push((child, stat[open + 1..close].to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// An ssh server that accepts gitstate's key, keeps the session alive (it answers ssh's
+/// keep-alives) and never sends a byte (the key's forced command reads and discards its input)
+/// cannot hold a worker or an ssh process (docs/SECURITY.md): the GET is a 503 at the git
+/// timeout, the ssh program and the shell running `GIT_SSH_COMMAND` are gone, and the server
+/// keeps serving.
+#[test]
+fn a_silent_ssh_server_gets_a_503_and_leaves_no_ssh_behind() {
+    let keys = TempDir::new().unwrap();
+    let key = keys.path().join("key");
+    ssh_keygen(&key);
+    let public = std::fs::read_to_string(keys.path().join("key.pub")).unwrap();
+    let sshd = Sshd::start(&format!("command=\"cat >/dev/null\",no-pty {public}"));
+    let cwd = TempDir::new().unwrap();
+    let hcl = cwd.path().join("gitstate.hcl");
+    let plain = cwd.path().join("plain.git");
+    std::fs::write(
+        &hcl,
+        format!(
+            "git_timeout_seconds = 3\nrepository \"silent\" {{\n  url = \"ssh://root@127.0.0.1:{}/srv/states.git\"\n}}\nrepository \"plain\" {{\n  url = \"{}\"\n}}\n",
+            sshd.port(),
+            plain.display()
+        ),
+    )
+    .unwrap();
+    let ssh = format!(
+        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+        key.display()
+    );
+    let mut gitstate = Gitstate::start(
+        &["--config", hcl.to_str().unwrap()],
+        &[("GIT_SSH_COMMAND", &ssh)],
+        cwd.path(),
+    );
+    let started = std::time::Instant::now();
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("silent", "a.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    let took = started.elapsed();
+    eprintln!("silent ssh server: {code} {body} after {took:?}");
+    assert_eq!(code, 503, "{body}\n{}\n{}", gitstate.log(), sshd.log());
+    assert!(body.contains("within 3 s"), "{body}");
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    // ssh (and the shell running GIT_SSH_COMMAND) was stopped: gitstate has no child left.
+    let mut left = children_of(gitstate.pid());
+    for _ in 0..20 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        left = children_of(gitstate.pid());
+    }
+    assert!(left.is_empty(), "gitstate still runs {left:?}");
+    // The server still serves.
+    let state = r#"{"version":4,"serial":1,"lineage":"ssh","outputs":{},"resources":[]}"#;
+    let url = gitstate.state_url("plain", "ok.tfstate");
+    let (code, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!((code, body.as_str()), (200, state));
+    assert!(gitstate.running());
+}

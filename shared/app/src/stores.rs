@@ -115,6 +115,11 @@ impl Stores {
     ) -> Result<Self, ConfigError> {
         // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
         crate::boundary::check_config(config).map_err(|e| ConfigError::BadValue(e.to_string()))?;
+        // Objects a git server sends may inflate to at most this much (zip bombs): every cache
+        // repository of the process is opened with it.
+        gitstate_git::set_max_object_bytes(gitstate_git::object_limit(
+            config.max_state_bytes as u64,
+        ));
         // Pass-through holds no credential of its own: whatever the environment provides
         // (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) is dropped here, so no request can use it.
         let credentials = match config.auth.mode {

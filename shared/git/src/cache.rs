@@ -378,6 +378,12 @@ fn open_options() -> gix::open::Options {
             format!("user.email={}", crate::objects::COMMITTER_EMAIL),
             "core.filesRefLockTimeout=3000".to_string(),
             "core.logAllRefUpdates=false".to_string(),
+            // Every object here came from a remote: no pack entry or delta may inflate beyond
+            // the deployment's object limit (a zip bomb is refused, not inflated in memory).
+            format!(
+                "gitoxide.objects.allocLimit={}",
+                crate::plumbing::limits::max_object_bytes()
+            ),
         ])
 }
 

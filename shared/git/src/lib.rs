@@ -122,7 +122,9 @@ pub mod plumbing;
 pub mod remote;
 
 pub use local::LocalStore;
-pub use plumbing::limits::DEFAULT_MAX_ANSWER_BYTES;
+pub use plumbing::limits::{
+    max_object_bytes, object_limit, set_max_object_bytes, DEFAULT_MAX_ANSWER_BYTES,
+};
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
 
 /// Where lock branches live: `refs/heads/locks/{path}`.

@@ -179,7 +179,7 @@ impl RemoteStore {
                 result
             }
             // The blocking task finishes on its own (every answer it reads must come within the
-            // timeout, see plumbing::limits; ssh is bounded by ssh's own keep-alives); a push
+            // timeout, see plumbing::limits; ssh's pipes have a watchdog, plumbing::ssh); a push
             // still in flight is atomic on the server, so the remote is either unchanged or
             // fully updated.
             Err(_) => Err(StoreError::Unavailable(format!(

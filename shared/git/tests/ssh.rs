@@ -5,12 +5,24 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use common::servers::{bare_repo, free_port, ChildGuard};
 use common::{git, sp};
 use gitstate_core::{StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
+
+/// Held by each test for its whole run: they set `GIT_SSH_COMMAND` (process-wide), and one
+/// counts the ssh processes of this process.
+static SSH_ENV: Mutex<()> = Mutex::new(());
+
+fn ssh_command(key: &Path) -> String {
+    format!(
+        "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+        key.display()
+    )
+}
 
 fn keygen(path: &Path) {
     let ok = Command::new("ssh-keygen")
@@ -64,8 +76,12 @@ fn start_sshd(dir: &Path, authorized: &Path) -> (ChildGuard, u16) {
     panic!("sshd did not start");
 }
 
+// The guard serialises the tests of this binary (a process-wide variable); nothing else in this
+// runtime takes it.
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ssh_conformance() {
+    let _env = SSH_ENV.lock().unwrap_or_else(|p| p.into_inner());
     assert!(
         Path::new("/usr/sbin/sshd").exists(),
         "openssh-server is not installed: run scripts/install-test-deps.sh"
@@ -126,4 +142,155 @@ async fn ssh_conformance() {
         matches!(err, StoreError::Unauthorized(_) | StoreError::Forbidden(_)),
         "{err:?}"
     );
+
+    // git's other convention: `GIT_SSH` names a program (here a wrapper script), which gets the
+    // port as OpenSSH does once it accepts `-G`.
+    let wrapper = dir.path().join("ssh-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
+            client_key.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::env::remove_var("GIT_SSH_COMMAND");
+    std::env::set_var("GIT_SSH", &wrapper);
+    let s = store(format!("ssh://root@127.0.0.1:{port}{}", bare.display()));
+    let snapshot = s.snapshot(&sp("team/a/prod.tfstate")).await;
+    std::env::remove_var("GIT_SSH");
+    assert!(snapshot.unwrap().state.is_some());
+}
+
+/// The processes whose parent is `pid` (`/proc/*/stat`), with their command names.
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            if let Ok(child) = stat[..open].trim().parse::<u32>() {
+                found.push((child, comm));
+            }
+        }
+    }
+    found
+}
+
+/// An ssh server that accepts the key, keeps the session alive (it answers ssh's keep-alives)
+/// and never sends a byte (the key's forced command reads and discards its input): the read
+/// ends at the git timeout with `Unavailable` naming it, the ssh program (and the shell running
+/// `GIT_SSH_COMMAND`) is killed, no thread keeps reading (the runtime shuts down at once), and
+/// the same server still serves a key that works.
+#[test]
+fn a_silent_ssh_server_is_cut_off_at_the_git_timeout() {
+    let _env = SSH_ENV.lock().unwrap_or_else(|p| p.into_inner());
+    assert!(
+        Path::new("/usr/sbin/sshd").exists(),
+        "openssh-server is not installed: run scripts/install-test-deps.sh"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let silent_key = dir.path().join("silent_key");
+    keygen(&silent_key);
+    let good_key = dir.path().join("good_key");
+    keygen(&good_key);
+    let authorized = dir.path().join("authorized_keys");
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    std::fs::write(
+        &authorized,
+        format!(
+            "command=\"cat >/dev/null\",no-pty {}{}",
+            read(&dir.path().join("silent_key.pub")),
+            read(&dir.path().join("good_key.pub"))
+        ),
+    )
+    .unwrap();
+    let (_sshd, port) = start_sshd(dir.path(), &authorized);
+    let repos = dir.path().join("repos");
+    std::fs::create_dir(&repos).unwrap();
+    let bare = bare_repo(&repos, "states");
+    let cache = tempfile::tempdir().unwrap();
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let store = || {
+        RemoteStore::new(RemoteConfig {
+            url: format!("ssh://root@127.0.0.1:{port}{}", bare.display()),
+            git_ref: "main".into(),
+            credentials: None,
+            cache_dir: cache.path().to_path_buf(),
+            timeout: TIMEOUT,
+        })
+        .unwrap()
+    };
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+
+    // This process's children now: sshd.
+    let me = std::process::id();
+    let before = children_of(me);
+    std::env::set_var("GIT_SSH_COMMAND", ssh_command(&silent_key));
+    let silent = runtime();
+    let started = Instant::now();
+    let result = silent.block_on(store().snapshot(&sp("prod.tfstate")));
+    let took = started.elapsed();
+    // Nothing ssh started is left: not the shell running GIT_SSH_COMMAND, not ssh.
+    let left = || -> Vec<(u32, String)> {
+        children_of(me)
+            .into_iter()
+            .filter(|c| !before.contains(c))
+            .collect()
+    };
+    let mut running = left();
+    for _ in 0..20 {
+        if running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        running = left();
+    }
+    // A thread still reading would keep the runtime from shutting down.
+    let shutdown = Instant::now();
+    silent.shutdown_timeout(Duration::from_secs(2));
+    let shutdown = shutdown.elapsed();
+    eprintln!("silent server: {result:?} after {took:?}; runtime shut down in {shutdown:?}");
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unavailable(m) if m.contains("within 3 s")),
+        "{err:?}"
+    );
+    assert!(
+        took < TIMEOUT + Duration::from_secs(5),
+        "answered after {took:?}, the git timeout is {TIMEOUT:?}"
+    );
+    assert!(running.is_empty(), "processes left running: {running:?}");
+    assert!(
+        shutdown < Duration::from_secs(1),
+        "a thread was still reading the silent server"
+    );
+
+    // The same server, a key without the forced command: served as usual.
+    std::env::set_var("GIT_SSH_COMMAND", ssh_command(&good_key));
+    let snapshot = runtime()
+        .block_on(store().snapshot(&sp("prod.tfstate")))
+        .unwrap();
+    assert!(snapshot.state.is_none(), "{snapshot:?}");
 }

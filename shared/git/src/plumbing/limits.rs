@@ -8,6 +8,7 @@
 //! reader that checks a deadline before every read and counts what it passes on.
 
 use std::io::{self, BufRead, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,44 @@ pub const MAX_ADVERTISEMENT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The default limit of one answer (a pack): 2 GiB, four times the default largest state.
 pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// The headroom [`object_limit`] adds to six times the largest state: trees, commits, and the
+/// bookkeeping gix allocates from a pack's object count (its delta tree), for any state size.
+pub const OBJECT_LIMIT_HEADROOM: u64 = 64 * 1024 * 1024;
+
+/// The most one object a git server sends may inflate to in memory (gix's
+/// `gitoxide.objects.allocLimit`, which bounds every single allocation driven by object data:
+/// inflating a pack entry or resolving a delta, on receive and on read) for a deployment whose
+/// largest state is `max_state_bytes`: six times it (a sealed document is larger than the
+/// state it holds: measured 2.9 times for a state as Terraform writes it, 4.8 times for one
+/// written compactly, every value encrypted) plus [`OBJECT_LIMIT_HEADROOM`]. 3,136 MiB with the
+/// default 512 MiB.
+pub fn object_limit(max_state_bytes: u64) -> u64 {
+    max_state_bytes
+        .saturating_mul(6)
+        .saturating_add(OBJECT_LIMIT_HEADROOM)
+}
+
+/// The object limit of this process's cache repositories; see [`set_max_object_bytes`].
+static MAX_OBJECT_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the limit every cache repository opened from now on gets (the configuration is read once
+/// per process, before any cache is opened). Until it is called, the limit for the default
+/// largest state applies.
+pub fn set_max_object_bytes(bytes: u64) {
+    MAX_OBJECT_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// The limit set by [`set_max_object_bytes`], or the one for the default largest state.
+pub fn max_object_bytes() -> u64 {
+    match MAX_OBJECT_BYTES.load(Ordering::Relaxed) {
+        0 => object_limit(DEFAULT_MAX_STATE_BYTES),
+        set => set,
+    }
+}
+
+/// gitstate-core's default largest state (`max_state_bytes`), 512 MiB.
+const DEFAULT_MAX_STATE_BYTES: u64 = gitstate_core::backend::DEFAULT_MAX_STATE_BYTES as u64;
 
 /// How much a remote may send in one answer, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +301,13 @@ mod tests {
 
     fn limits(max_bytes: u64, within: Duration) -> AnswerLimits {
         AnswerLimits { max_bytes, within }
+    }
+
+    #[test]
+    fn the_object_limit_is_six_states_and_headroom() {
+        assert_eq!(object_limit(1024 * 1024), 70 * 1024 * 1024);
+        assert_eq!(object_limit(512 * 1024 * 1024), 3136 * 1024 * 1024);
+        assert_eq!(object_limit(u64::MAX), u64::MAX);
     }
 
     #[test]

@@ -5,4 +5,5 @@ pub mod limits;
 pub mod pack;
 pub mod pktline;
 pub mod sendpack;
+pub mod ssh;
 pub mod transport;

@@ -12,7 +12,7 @@ use gitstate_core::url::{redact_in_text, RepoUrl};
 use gitstate_core::{Credentials, NetworkGuard, StoreError};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
-    file, http, ssh, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse, Transport,
+    file, http, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse, Transport,
 };
 use gix::protocol::transport::client::{
     self as client, Capabilities, MessageKind, TransportWithoutIO, WriteMode,
@@ -21,6 +21,7 @@ use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
 
 use super::limits::{AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES};
+use super::ssh::SshTransport;
 
 /// Where a remote is and how to talk to it. The URL never carries credentials.
 #[derive(Clone)]
@@ -152,13 +153,18 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
             }
             // Git's conventions for choosing the ssh program (keys and agents are ssh's business).
             let command = std::env::var_os("GIT_SSH_COMMAND").or_else(|| std::env::var_os("GIT_SSH"));
-            let options = ssh::connect::Options {
-                command: Some(ssh_command_with_timeouts(command, endpoint.timeout)),
-                ..Default::default()
-            };
-            Box::new(ssh::connect(url, version, options, false).map_err(|e| {
-                StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}")))
-            })?)
+            // gitstate runs ssh itself: every read and write has a watchdog (see `super::ssh`).
+            Box::new(
+                SshTransport::new(
+                    url,
+                    ssh_command_with_timeouts(command, endpoint.timeout),
+                    version,
+                    endpoint.limits.within,
+                )
+                .map_err(|e| {
+                    StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}")))
+                })?,
+            )
         }
         other => {
             return Err(StoreError::Internal(format!(
@@ -570,6 +576,15 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
                 return StoreError::Unavailable(text);
             }
         }
+    }
+    if error.is_resource_exhausted() {
+        // gix refused an allocation beyond `gitoxide.objects.allocLimit`: an object inflating
+        // to more (a zip bomb), or a pack announcing more objects than its index could hold.
+        return StoreError::Remote(format!(
+            "{what} {}: the git server sent a pack with an object (or an object count) that would take more than {} bytes of memory, the most this deployment allows (6 × max_state_bytes + 64 MiB)",
+            endpoint.display,
+            super::limits::max_object_bytes()
+        ));
     }
     if error.is_permission_denied() {
         return StoreError::Forbidden(text);
