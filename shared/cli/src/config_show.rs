@@ -60,6 +60,14 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
+/// `gitstate config show`: the effective configuration of `settings`, each value with where it
+/// came from (`matches` are the subcommand's own).
+pub fn run(settings: &Settings, matches: Option<&ArgMatches>) -> Result<String, String> {
+    let config = settings.resolve().map_err(|e| e.to_string())?;
+    let matches = matches.ok_or("the command line of `config show` was not kept (a bug)")?;
+    Ok(render(&config, settings, matches))
+}
+
 /// Renders `config` as annotated HCL-like lines.
 pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> String {
     let sources = Sources {

@@ -276,18 +276,10 @@ async fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
-        Command::Stop(args) => {
-            match pidfile::stop(&args.pid_file, std::time::Duration::from_secs(args.wait)) {
-                Ok(message) => {
-                    print!("{message}");
-                    ExitCode::SUCCESS
-                }
-                Err(message) => {
-                    eprintln!("gitstate stop: {message}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Stop(args) => finish(
+            "gitstate stop",
+            pidfile::stop(&args.pid_file, std::time::Duration::from_secs(args.wait)),
+        ),
         Command::Catalog(command) => finish("gitstate catalog", catalog::run(command).await),
         Command::History(args) => finish("gitstate history", admin::history(args).await),
         Command::Restore(args) => finish("gitstate restore", admin::restore(args).await),
@@ -297,27 +289,11 @@ async fn main() -> ExitCode {
             let shown = matches
                 .subcommand_matches("config")
                 .and_then(|m| m.subcommand_matches("show"));
-            match (args.settings.resolve(), shown) {
-                (Ok(config), Some(shown)) => {
-                    print!("{}", config_show::render(&config, &args.settings, shown));
-                    ExitCode::SUCCESS
-                }
-                (Err(e), _) => {
-                    eprintln!("gitstate: {e}");
-                    ExitCode::FAILURE
-                }
-                (Ok(_), None) => ExitCode::FAILURE,
-            }
+            finish("gitstate", config_show::run(&args.settings, shown))
         }
         Command::Serve(args) => {
             init_logging(&args.log_format, "info");
-            match serve(args).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(message) => {
-                    eprintln!("gitstate: {message}");
-                    ExitCode::FAILURE
-                }
-            }
+            finish("gitstate", serve(args).await.map(|()| String::new()))
         }
         Command::Wrap(args) => {
             // Quiet by default: the program's output is what the user reads.

@@ -358,16 +358,7 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
     };
 
     // The address first: a busy port must stop everything before any file is written.
-    let listener = bind(&config.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| WrapError::new(format!("cannot read the listening address: {e}")))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| WrapError::new(format!("cannot listen on {local}: {e}")))?;
-    let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| WrapError::new(format!("cannot listen on {local}: {e}")))?;
-
+    let (listener, local) = listen(&config.listen)?;
     // Encryption at rest applies in wrap mode too (and an enforced one without a key stops here).
     let deployment = gitstate_app::Deployment::build(&config, gitstate_app::Runtime::Wrap)
         .await
@@ -375,7 +366,6 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
     let app = gitstate_http::router(deployment.app_state(
         gitstate_http::RequestGuard::for_listener(local, &config.allowed_hosts),
     ));
-
     let state_url = format!(
         "http://{}/state/{repository}/{}",
         client_authority(local),
@@ -384,51 +374,94 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
     // Handlers before the file exists: from here on these signals no longer end the wrapper
     // (so it can always remove the file); a signal that arrives before the program starts stops
     // the run instead.
-    let mut interrupt = signal(SignalKind::interrupt())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGINT: {e}")))?;
-    let mut quit = signal(SignalKind::quit())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGQUIT: {e}")))?;
-    let mut terminate = signal(SignalKind::terminate())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGTERM: {e}")))?;
-    let mut hangup = signal(SignalKind::hangup())
-        .map_err(|e| WrapError::new(format!("cannot handle SIGHUP: {e}")))?;
+    let mut signals = Signals::install()?;
+    let backend_file = BackendFile::create(
+        &configuration_dir(&args.command),
+        &override_json(&state_url),
+    )?;
+    let program = program_name(&args.command[0]);
+    eprintln!(
+        "gitstate wrap: {state_url} serves {} of {} to {program}",
+        state.as_str(),
+        shown_repository(&config, &repository)
+    );
+    let server = Served::start(listener, app);
 
-    let dir = configuration_dir(&args.command);
-    let backend_file = BackendFile::create(&dir, &override_json(&state_url))?;
+    let mut command = program_command(&args.command, &token, umask);
+    if let Some(sig) = signals.pending() {
+        drop(backend_file);
+        server.stop(&mut signals).await;
+        eprintln!("gitstate wrap: stopped by signal {sig} before {program} started");
+        return Ok((128 + sig) as u8);
+    }
+    let spawned = command.spawn();
+    drop(token);
+    let status = match spawned {
+        Ok(child) => signals.supervise(child).await,
+        Err(e) => {
+            drop(backend_file);
+            server.stop(&mut signals).await;
+            return Err(WrapError {
+                message: format!("cannot run {}: {e}", args.command[0]),
+                code: if e.kind() == ErrorKind::NotFound {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_CANNOT_RUN
+                },
+            });
+        }
+    };
+    drop(backend_file);
+    server.stop(&mut signals).await;
+    status
+        .map(exit_code)
+        .map_err(|e| WrapError::new(format!("lost track of {}: {e}", args.command[0])))
+}
 
-    let shown_repository = config
+/// Binds `address` (a busy port is an error naming it) for tokio.
+fn listen(address: &str) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), WrapError> {
+    let listener = bind(address)?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| WrapError::new(format!("cannot read the listening address: {e}")))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| WrapError::new(format!("cannot listen on {local}: {e}")))?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| WrapError::new(format!("cannot listen on {local}: {e}")))?;
+    Ok((listener, local))
+}
+
+/// The repository as the start-up line shows it (no credential).
+fn shown_repository(config: &Config, repository: &str) -> String {
+    config
         .repositories
-        .get(&repository)
+        .get(repository)
         .map(|r| format!("{} ({})", redact_url(&r.url), r.git_ref))
-        .unwrap_or_else(|| config.data_dir.join("default.git").display().to_string());
-    let program = Path::new(&args.command[0])
+        .unwrap_or_else(|| config.data_dir.join("default.git").display().to_string())
+}
+
+/// The program's file name, for messages.
+fn program_name(program: &str) -> String {
+    Path::new(program)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| args.command[0].clone());
-    eprintln!(
-        "gitstate wrap: {state_url} serves {} of {shown_repository} to {program}",
-        state.as_str()
-    );
+        .unwrap_or_else(|| program.to_owned())
+}
 
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
-
+/// The wrapped program: its arguments, the backend's credentials in its environment (never on
+/// argv), and its caller's `umask`.
+fn program_command(argv: &[String], token: &str, umask: libc::mode_t) -> tokio::process::Command {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "terraform".to_owned());
-    let mut command = tokio::process::Command::new(&args.command[0]);
+    let mut command = tokio::process::Command::new(&argv[0]);
     command
-        .args(&args.command[1..])
+        .args(&argv[1..])
         .env("TF_HTTP_USERNAME", user)
-        .env("TF_HTTP_PASSWORD", token.as_str());
+        .env("TF_HTTP_PASSWORD", token);
     // SAFETY: between fork and exec the child only resets its umask (async-signal-safe), so
     // Terraform creates its files as its caller expects, not with gitstate's 077.
     unsafe {
@@ -437,76 +470,99 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
             Ok(())
         });
     }
-    let early = tokio::select! {
-        biased;
-        _ = interrupt.recv() => Some(libc::SIGINT),
-        _ = terminate.recv() => Some(libc::SIGTERM),
-        _ = hangup.recv() => Some(libc::SIGHUP),
-        _ = quit.recv() => Some(libc::SIGQUIT),
-        () = std::future::ready(()) => None,
-    };
-    if let Some(sig) = early {
-        drop(backend_file);
-        let _ = stop_tx.send(());
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
-        eprintln!("gitstate wrap: stopped by signal {sig} before {program} started");
-        return Ok((128 + sig) as u8);
-    }
-    let spawned = command.spawn();
-    drop(token);
+    command
+}
 
-    let status = match spawned {
-        Err(e) => {
-            let code = if e.kind() == ErrorKind::NotFound {
-                EXIT_NOT_FOUND
-            } else {
-                EXIT_CANNOT_RUN
-            };
-            let _ = stop_tx.send(());
-            drop(backend_file);
-            let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
-            return Err(WrapError {
-                message: format!("cannot run {}: {e}", args.command[0]),
-                code,
-            });
+/// The signals the wrapper handles while the program runs.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, WrapError> {
+        let handle = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| WrapError::new(format!("cannot handle {name}: {e}")))
+        };
+        Ok(Signals {
+            interrupt: handle(SignalKind::interrupt(), "SIGINT")?,
+            quit: handle(SignalKind::quit(), "SIGQUIT")?,
+            terminate: handle(SignalKind::terminate(), "SIGTERM")?,
+            hangup: handle(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// A signal that arrived already (before the program started), if any.
+    fn pending(&mut self) -> Option<i32> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        for (signal, number) in [
+            (&mut self.interrupt, libc::SIGINT),
+            (&mut self.terminate, libc::SIGTERM),
+            (&mut self.hangup, libc::SIGHUP),
+            (&mut self.quit, libc::SIGQUIT),
+        ] {
+            if signal.poll_recv(&mut cx).is_ready() {
+                return Some(number);
+            }
         }
-        Ok(mut child) => {
-            let pid = child.id();
-            loop {
-                tokio::select! {
-                    status = child.wait() => break status,
-                    // The terminal delivers these to the whole foreground process group: the
-                    // program has them already, and a second SIGINT would make Terraform abort
-                    // without releasing its lock. Keep running until it has finished.
-                    _ = interrupt.recv() => {}
-                    _ = quit.recv() => {}
-                    _ = terminate.recv() => forward(pid, libc::SIGTERM),
-                    _ = hangup.recv() => forward(pid, libc::SIGHUP),
+        None
+    }
+
+    /// Waits for `child`, forwarding SIGTERM and SIGHUP to it.
+    async fn supervise(&mut self, mut child: tokio::process::Child) -> std::io::Result<ExitStatus> {
+        let pid = child.id();
+        loop {
+            tokio::select! {
+                status = child.wait() => return status,
+                // The terminal delivers these to the whole foreground process group: the
+                // program has them already, and a second SIGINT would make Terraform abort
+                // without releasing its lock. Keep running until it has finished.
+                _ = self.interrupt.recv() => {}
+                _ = self.quit.recv() => {}
+                _ = self.terminate.recv() => forward(pid, libc::SIGTERM),
+                _ = self.hangup.recv() => forward(pid, libc::SIGHUP),
+            }
+        }
+    }
+}
+
+/// The backend server of one run.
+struct Served {
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    fn start(listener: tokio::net::TcpListener, app: axum::Router) -> Served {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Served { stop, server }
+    }
+
+    /// Stops accepting, and lets requests in flight finish (at most [`SHUTDOWN_GRACE`], or
+    /// until another SIGINT).
+    async fn stop(self, signals: &mut Signals) {
+        let _ = self.stop.send(());
+        tokio::select! {
+            finished = tokio::time::timeout(SHUTDOWN_GRACE, self.server) => {
+                match finished {
+                    Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(e))) => eprintln!("gitstate wrap: the backend failed: {e}"),
+                    Ok(Err(e)) => eprintln!("gitstate wrap: the backend failed: {e}"),
+                    Err(_) => eprintln!("gitstate wrap: requests were still in flight after {SHUTDOWN_GRACE:?}; stopping anyway"),
                 }
             }
+            _ = signals.interrupt.recv() => eprintln!("gitstate wrap: interrupted while finishing requests in flight; stopping now"),
         }
-    };
-
-    drop(backend_file);
-    let _ = stop_tx.send(());
-    tokio::select! {
-        finished = tokio::time::timeout(SHUTDOWN_GRACE, server) => {
-            match finished {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => eprintln!("gitstate wrap: the backend failed: {e}"),
-                Ok(Err(e)) => eprintln!("gitstate wrap: the backend failed: {e}"),
-                Err(_) => eprintln!("gitstate wrap: requests were still in flight after {SHUTDOWN_GRACE:?}; stopping anyway"),
-            }
-        }
-        _ = interrupt.recv() => eprintln!("gitstate wrap: interrupted while finishing requests in flight; stopping now"),
-    }
-
-    match status {
-        Ok(status) => Ok(exit_code(status)),
-        Err(e) => Err(WrapError::new(format!(
-            "lost track of {}: {e}",
-            args.command[0]
-        ))),
     }
 }
 
