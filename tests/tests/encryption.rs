@@ -174,16 +174,20 @@ fn age_structure_mode_is_read_by_real_sops_and_diffs_show_no_secret() {
         .is_some_and(|d| d.starts_with("hmac-sha256:")));
     post(&server, "app/prod.tfstate", &v1.to_string());
     assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 1);
-    // a change of nothing but a key name is a change (sops' MAC covers values, not keys)
-    let renamed = v1.to_string().replace("\"unicode\"", "\"unicode_renamed\"");
+    // a change of nothing but a key name is a change (sops' MAC covers values, not keys); as
+    // Terraform does, each change comes with the next serial (the state guard refuses an equal
+    // serial with other content)
+    let renamed = state(2, SECRET)
+        .to_string()
+        .replace("\"unicode\"", "\"unicode_renamed\"");
     post(&server, "app/prod.tfstate", &renamed);
     assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 2);
-    post(&server, "app/prod.tfstate", &v1.to_string());
+    post(&server, "app/prod.tfstate", &state(3, SECRET).to_string());
     assert_eq!(commits_touching(cwd.path(), "app/prod.tfstate"), 3);
 
     // the next version: a fresh data key, wrapped anew (nothing of the stored version is
     // reused, see every_write_gets_a_fresh_data_key_and_a_planted_one_is_never_used)
-    let mut v2 = state(2, SECRET_2);
+    let mut v2 = state(4, SECRET_2);
     v2["resources"][0]["instances"][0]["attributes"]["id"] = json!("db-8b4c");
     post(&server, "app/prod.tfstate", &v2.to_string());
     let doc2 = stored_json(cwd.path(), "main", "app/prod.tfstate");
@@ -214,7 +218,7 @@ fn age_structure_mode_is_read_by_real_sops_and_diffs_show_no_secret() {
         ],
     );
     assert!(
-        diff.contains("-\t\"serial\": 1,") && diff.contains("+\t\"serial\": 2,"),
+        diff.contains("-\t\"serial\": 3,") && diff.contains("+\t\"serial\": 4,"),
         "{diff}"
     );
     assert!(diff.contains("\"type\": \"aws_db_instance\""), "{diff}");

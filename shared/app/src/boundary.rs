@@ -112,6 +112,7 @@ mod tests {
         let repository = |git_ref: &str| RepositoryConfig {
             url: "https://h/a.git".into(),
             git_ref: git_ref.into(),
+            state_guard: None,
         };
         assert!(check_ref("d", &repository("main")).is_ok());
         let e = check_ref("d", &repository("--upload-pack=x"))

@@ -25,6 +25,10 @@ pub struct RepositoryConfig {
     /// The state branch.
     #[serde(default = "default_ref", rename = "ref")]
     pub git_ref: String,
+    /// `false` turns the state guard off for this repository (the deployment's `state_guard =
+    /// false` turns it off everywhere).
+    #[serde(default)]
+    pub state_guard: Option<bool>,
 }
 
 fn default_ref() -> String {
@@ -136,6 +140,15 @@ pub struct Config {
     /// unauthenticated, the server's own git credential). Off: such a start is refused.
     #[serde(default)]
     pub insecure_no_auth_on_public_address: bool,
+    /// The state guard (DESIGN §2): a POST that would replace a state with another lineage or
+    /// an older serial is refused with 409, unless its address says `?force=true`. On by
+    /// default; a repository block can turn it off for itself.
+    #[serde(default = "default_true")]
+    pub state_guard: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// The `catalog { dynamodb_table, audit_ttl_days, kms_arn }` block.
@@ -260,6 +273,7 @@ impl Default for Config {
             catalog: None,
             allowed_hosts: Vec::new(),
             insecure_no_auth_on_public_address: false,
+            state_guard: true,
         }
     }
 }
@@ -363,6 +377,7 @@ impl Config {
             RepositoryConfig {
                 url: url.to_owned(),
                 git_ref: git_ref.to_owned(),
+                state_guard: None,
             },
         );
         Ok(())

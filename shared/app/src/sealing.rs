@@ -95,6 +95,7 @@ pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError
     let mut backend = Backend {
         max_state_bytes: config.max_state_bytes,
         sealer: sealer_from_config(&config.encryption).await?,
+        state_guard: config.state_guard,
         ..Backend::default()
     };
     backend.retry.budget = std::time::Duration::from_secs(config.write_budget_seconds);

@@ -178,6 +178,10 @@ pub struct Settings {
         default_missing_value = "true"
     )]
     pub insecure_no_auth_on_public_address: Option<bool>,
+    /// The state guard: refuse (409) a POST that would replace a state with another lineage or
+    /// an older serial, unless its address says `?force=true`. On by default.
+    #[arg(long, env = "GITSTATE_STATE_GUARD", num_args = 0..=1, default_missing_value = "true")]
+    pub state_guard: Option<bool>,
 }
 
 impl Settings {
@@ -263,6 +267,9 @@ impl Settings {
         }
         if let Some(hosts) = given(&self.allowed_hosts) {
             config.allowed_hosts = hosts;
+        }
+        if let Some(guard) = self.state_guard {
+            config.state_guard = guard;
         }
         if let Some(insecure) = self.insecure_no_auth_on_public_address {
             config.insecure_no_auth_on_public_address = insecure;

@@ -74,7 +74,11 @@ fn open_store(
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
     let store = open_unnamed_store(repository, config, credentials)?;
-    Ok(Arc::new(NamedStore::new(name, store)))
+    // The deployment's state guard applies unless the repository turns it off for itself.
+    let guard = repository.state_guard.unwrap_or(true);
+    Ok(Arc::new(
+        NamedStore::new(name, store).with_state_guard(guard),
+    ))
 }
 
 fn open_unnamed_store(
@@ -137,6 +141,7 @@ impl Stores {
                         .to_string_lossy()
                         .into_owned(),
                     git_ref: DEFAULT_REF.to_owned(),
+                    state_guard: None,
                 },
             );
         }

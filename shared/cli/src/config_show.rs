@@ -135,6 +135,10 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
                 "insecure_no_auth_on_public_address",
             ),
         ),
+        (
+            format!("state_guard = {}", config.state_guard),
+            sources.of("state_guard", "state_guard"),
+        ),
     ];
     if config.repositories.is_empty() {
         lines.push((

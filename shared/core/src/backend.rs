@@ -94,6 +94,11 @@ pub enum BackendError {
         /// What to do instead, when the deployment says.
         advice: Option<String>,
     },
+    /// The write would replace the stored state with another state's (a different lineage) or
+    /// an older one (a lower serial, or the same serial with other content): the state guard
+    /// refuses it (409); the sentence names both values and how to force it.
+    #[error("{0}")]
+    Conflict(String),
     /// What was asked for does not exist (404), e.g. a version that is not in the history.
     #[error("{0}")]
     NotFound(String),
@@ -127,6 +132,7 @@ impl From<LockInfoError> for BackendError {
 struct StateHeader {
     version: Option<serde_json::Value>,
     serial: Option<serde_json::Value>,
+    lineage: Option<serde_json::Value>,
     encrypted_data: Option<IgnoredAny>,
     #[serde(flatten)]
     _rest: IgnoredAny,
@@ -137,6 +143,8 @@ struct StateHeader {
 pub struct StateSummary {
     /// `serial`, when the body has a numeric one.
     pub serial: Option<u64>,
+    /// `lineage`, when the body has a string one.
+    pub lineage: Option<String>,
 }
 
 /// Checks that `body` is one JSON object that is a Terraform state or an OpenTofu-encrypted
@@ -158,6 +166,10 @@ pub fn validate_state(body: &[u8]) -> Result<StateSummary, BackendError> {
     }
     Ok(StateSummary {
         serial: header.serial.and_then(|s| s.as_u64()),
+        lineage: header
+            .lineage
+            .and_then(|l| l.as_str().map(str::to_owned))
+            .filter(|l| !l.is_empty()),
     })
 }
 
@@ -173,6 +185,10 @@ pub struct Backend {
     /// What to do instead when a state is over `max_state_bytes` (ends the 413 sentence), e.g.
     /// the Lambda deployment points to the standalone server.
     pub size_advice: Option<String>,
+    /// The state guard: a POST may not replace the stored state with another lineage or an
+    /// older serial (409), unless the request says `force` or the repository opts out
+    /// ([`StateStore::guards_states`]).
+    pub state_guard: bool,
 }
 
 impl Default for Backend {
@@ -182,6 +198,7 @@ impl Default for Backend {
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             sealer: None,
             size_advice: None,
+            state_guard: true,
         }
     }
 }
@@ -203,6 +220,9 @@ pub struct Caller {
     /// When the request must be answered by (on Lambda: the invocation's deadline minus a
     /// margin); a write gives up at the earlier of this and its retry budget (DESIGN §9.3).
     pub deadline: Option<std::time::Instant>,
+    /// `?force=true`: this write skips the state guard (`terraform state push -force` through
+    /// a forcing address).
+    pub force: bool,
 }
 
 impl Caller {
@@ -275,13 +295,17 @@ impl Backend {
             });
         }
         let summary = validate_state(&body)?;
+        let message_serial = summary.serial;
+        let guarded =
+            (self.state_guard && store.guards_states() && !caller.force).then_some(summary);
         self.write(
             store,
             path,
             Some(body),
             lock_id,
             caller,
-            |who| match summary.serial {
+            guarded,
+            move |who| match message_serial {
                 Some(serial) => format!("Update {path} (serial {serial}) by {who}"),
                 None => format!("Update {path} by {who}"),
             },
@@ -299,7 +323,7 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Option<Written>, BackendError> {
-        self.write(store, path, None, lock_id, caller, |who| {
+        self.write(store, path, None, lock_id, caller, None, |who| {
             format!("Delete {path} by {who}")
         })
         .await
@@ -312,6 +336,7 @@ impl Backend {
         content: Option<Bytes>,
         lock_id: Option<&str>,
         caller: &Caller,
+        guard: Option<StateSummary>,
         message: impl Fn(&str) -> String,
     ) -> Result<Option<Written>, BackendError> {
         let started = Instant::now();
@@ -350,6 +375,10 @@ impl Backend {
             if self.holds(&at, &snapshot.state, &content).await? {
                 return Ok(None);
             }
+            if let (Some(incoming), Some(stored), Some(body)) = (&guard, &snapshot.state, &content)
+            {
+                self.check_guard(&at, stored, body, incoming).await?;
+            }
             let change = match (&content, &self.sealer) {
                 (Some(bytes), Some(sealer)) => {
                     StateChange::Write(sealer.seal(&at, bytes.clone()).await?)
@@ -383,6 +412,52 @@ impl Backend {
                 Err(StoreError::Busy(why)) => return Err(busy_error(&why, attempt + 1, started)),
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// The state guard: `incoming` (the summary of `body`) may replace the state stored at `at`
+    /// only when it continues it: the same lineage, and a higher serial (or the same serial with
+    /// the same content, a replay). A stored state that cannot be read (no serial or lineage, or
+    /// not openable here) does not guard anything: the write replaces it as before.
+    async fn check_guard(
+        &self,
+        at: &Place,
+        stored: &Bytes,
+        body: &Bytes,
+        incoming: &StateSummary,
+    ) -> Result<(), BackendError> {
+        let stored = match &self.sealer {
+            Some(sealer) => match sealer.open(at, stored.clone()).await {
+                Ok(opened) => opened,
+                Err(e @ SealError::Unavailable(_)) => return Err(e.into()),
+                Err(_) => return Ok(()),
+            },
+            None => stored.clone(),
+        };
+        let Ok(current) = validate_state(&stored) else {
+            return Ok(());
+        };
+        let force = "; if this is intended (terraform state push -force), send it to the address with ?force=true";
+        if let (Some(was), Some(now)) = (&current.lineage, &incoming.lineage) {
+            if was != now {
+                return Err(BackendError::Conflict(format!(
+                    "{} holds the state of lineage {was}, and this write is of lineage {now}: it is another state, and nothing was written{force}",
+                    at.path
+                )));
+            }
+        }
+        match (current.serial, incoming.serial) {
+            (Some(was), Some(now)) if now < was => Err(BackendError::Conflict(format!(
+                "{} is at serial {was}, and this write has the older serial {now}: nothing was written{force}",
+                at.path
+            ))),
+            (Some(was), Some(now)) if now == was && !crate::seal::same_json(&stored, body) => {
+                Err(BackendError::Conflict(format!(
+                    "{} is at serial {was} already, with other content than this write of the same serial: nothing was written{force}",
+                    at.path
+                )))
+            }
+            _ => Ok(()),
         }
     }
 

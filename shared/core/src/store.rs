@@ -161,6 +161,12 @@ pub trait StateStore: Send + Sync + 'static {
         ""
     }
 
+    /// Whether the state guard applies to this repository ([`crate::Backend::state_guard`]);
+    /// a repository configured with `state_guard = false` answers `false`.
+    fn guards_states(&self) -> bool {
+        true
+    }
+
     /// A lock that serializes this process's state writes to the repository. Requests in one
     /// process then never race each other for the state branch (no wasted pushes, no starved
     /// writer); compare-and-swap retries only resolve contention with other processes.
@@ -252,6 +258,7 @@ pub trait StateStore: Send + Sync + 'static {
 pub struct NamedStore {
     name: String,
     inner: Arc<dyn StateStore>,
+    guards_states: bool,
 }
 
 impl NamedStore {
@@ -260,7 +267,15 @@ impl NamedStore {
         NamedStore {
             name: name.into(),
             inner,
+            guards_states: true,
         }
+    }
+
+    /// The same store, with the state guard on or off for it (see
+    /// [`StateStore::guards_states`]).
+    pub fn with_state_guard(mut self, on: bool) -> NamedStore {
+        self.guards_states = on;
+        self
     }
 }
 
@@ -295,6 +310,10 @@ impl StateStore for NamedStore {
 
     fn repository(&self) -> &str {
         &self.name
+    }
+
+    fn guards_states(&self) -> bool {
+        self.guards_states
     }
 
     fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {

@@ -31,6 +31,8 @@ pub struct Address {
     pub lock_id: Option<String>,
     /// `?version=` — an earlier version asked for by serial or commit id (GET only).
     pub version: Option<String>,
+    /// `?force=true` — the write skips the state guard (another lineage, an older serial).
+    pub force: bool,
 }
 
 fn decode(raw: &str) -> Result<String, ApiError> {
@@ -55,6 +57,17 @@ fn param(pairs: &[(String, String)], name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// `?force=`: `true` or `false` (absent: `false`); anything else is a 400.
+fn forced(pairs: &[(String, String)]) -> Result<bool, ApiError> {
+    match param(pairs, "force").as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "?force= takes true or false, not '{other}'"
+        ))),
+    }
+}
+
 impl Address {
     /// Parses `{repo}/{path...}` (what follows `/state/` or `/lock/`, still percent-encoded).
     pub fn from_path(rest: &str, query: Option<&str>) -> Result<Self, ApiError> {
@@ -75,6 +88,7 @@ impl Address {
             path,
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
+            force: forced(&pairs)?,
         })
     }
 
@@ -121,6 +135,7 @@ impl Address {
             path,
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
+            force: forced(&pairs)?,
         })
     }
 }

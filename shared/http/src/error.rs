@@ -53,6 +53,7 @@ impl From<BackendError> for ApiError {
         match e {
             BackendError::BadRequest(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
             BackendError::NotFound(m) => ApiError::Message(StatusCode::NOT_FOUND, m),
+            BackendError::Conflict(m) => ApiError::Message(StatusCode::CONFLICT, m),
             BackendError::Locked(holder) => ApiError::Locked(holder),
             e @ BackendError::TooLarge { .. } => {
                 ApiError::Message(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())

@@ -330,6 +330,7 @@ async fn dispatch(
             .map(|c| c.username.clone())
             .unwrap_or_default(),
         deadline,
+        force: address.force,
     };
     let backend = &app.backend;
     let path = &address.path;

@@ -325,3 +325,40 @@ async fn every_answered_change_reaches_the_catalog_in_order_and_its_outage_fails
     let read = send(&app, "GET", ADDRESS, "").await;
     assert_eq!(read.body, Bytes::from(state(3)));
 }
+
+#[tokio::test]
+async fn the_state_guard_answers_409_and_force_true_overrides_it() {
+    let (app, store) = app_with(Backend::default());
+    let other_lineage = state(9).replace("l-1", "l-2");
+    assert_eq!(
+        send(&app, "POST", ADDRESS, state(5)).await.status,
+        StatusCode::OK
+    );
+    for body in [state(4), other_lineage.clone()] {
+        let refused = send(&app, "POST", ADDRESS, body).await;
+        assert_eq!(refused.status, StatusCode::CONFLICT);
+        assert!(
+            refused.sentence().contains("?force=true"),
+            "{}",
+            refused.sentence()
+        );
+    }
+    assert_eq!(store.commits_of("team/app.tfstate").len(), 1);
+    let bad = send(&app, "POST", &format!("{ADDRESS}?force=yes"), state(4)).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.sentence());
+    assert_eq!(
+        send(
+            &app,
+            "POST",
+            &format!("{ADDRESS}?force=true"),
+            other_lineage.clone()
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        store.file("team/app.tfstate"),
+        Some(Bytes::from(other_lineage))
+    );
+}

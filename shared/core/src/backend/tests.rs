@@ -65,6 +65,7 @@ fn alice() -> Caller {
     Caller {
         name: "alice".into(),
         deadline: None,
+        force: false,
     }
 }
 
@@ -385,6 +386,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
     let late = Caller {
         name: "alice".into(),
         deadline: Some(Instant::now()),
+        force: false,
     };
     assert!(matches!(
         backend()
@@ -491,4 +493,111 @@ async fn a_key_service_outage_is_an_error_and_writes_nothing() {
         Err(BackendError::Seal(SealError::Unavailable(_)))
     ));
     assert_eq!(store.commits_of(P).len(), 1);
+}
+
+fn state_of(lineage: &str, serial: u64, marker: &str) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"version":4,"serial":{serial},"lineage":"{lineage}","outputs":{{"m":{{"value":"{marker}"}}}},"resources":[]}}"#
+    ))
+}
+
+fn forcing() -> Caller {
+    Caller {
+        force: true,
+        ..alice()
+    }
+}
+
+#[tokio::test]
+async fn the_state_guard_refuses_another_lineage_or_an_older_serial_unless_forced() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+        .await
+        .expect("post");
+    for (body, names) in [
+        (state_of("l-2", 6, "b"), ["l-1", "l-2"]),
+        (state_of("l-1", 4, "b"), ["5", "4"]),
+        (state_of("l-1", 5, "b"), ["5", "other content"]),
+    ] {
+        match b.post(&*store, &path(), body.clone(), None, &alice()).await {
+            Err(BackendError::Conflict(sentence)) => {
+                for name in names {
+                    assert!(sentence.contains(name), "{sentence}");
+                }
+                assert!(sentence.contains("?force=true"), "{sentence}");
+            }
+            other => panic!("expected 409 for {body:?}, got {other:?}"),
+        }
+    }
+    assert_eq!(store.commits_of(P).len(), 1, "nothing was written");
+    b.post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+        .await
+        .expect("the next serial continues the state")
+        .expect("a commit");
+    b.post(&*store, &path(), state_of("l-2", 1, "c"), None, &forcing())
+        .await
+        .expect("forced")
+        .expect("a commit");
+    assert_eq!(store.file(P), Some(state_of("l-2", 1, "c")));
+}
+
+#[tokio::test]
+async fn the_same_serial_with_the_same_value_is_not_a_conflict() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+        .await
+        .expect("post");
+    let reformatted = Bytes::from(
+        serde_json::to_vec_pretty(
+            &serde_json::from_slice::<serde_json::Value>(&state_of("l-1", 5, "a")).expect("json"),
+        )
+        .expect("json"),
+    );
+    b.post(&*store, &path(), reformatted, None, &alice())
+        .await
+        .expect("the same state, formatted otherwise, is accepted");
+}
+
+#[tokio::test]
+async fn the_guard_reads_sealed_states_and_stays_out_of_what_it_cannot_read() {
+    let (store, _sealer, b) = sealing_store();
+    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+        .await
+        .expect("post");
+    assert!(matches!(
+        b.post(&*store, &path(), state_of("l-1", 3, "b"), None, &alice())
+            .await,
+        Err(BackendError::Conflict(_))
+    ));
+    // A stored file that is not a state (written by hand) guards nothing: it is replaced.
+    store.plant(P, b"not a state");
+    b.post(&*store, &path(), state_of("l-9", 1, "c"), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+}
+
+#[tokio::test]
+async fn the_guard_can_be_turned_off_for_a_deployment_or_a_repository() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+        .await
+        .expect("post");
+    let off = Backend {
+        state_guard: false,
+        ..backend()
+    };
+    off.post(&*store, &path(), state_of("l-2", 1, "b"), None, &alice())
+        .await
+        .expect("the deployment turned the guard off")
+        .expect("a commit");
+    let unguarded = crate::NamedStore::new("r", store.clone()).with_state_guard(false);
+    b.post(&unguarded, &path(), state_of("l-3", 1, "c"), None, &alice())
+        .await
+        .expect("the repository turned the guard off")
+        .expect("a commit");
+    assert_eq!(store.file(P), Some(state_of("l-3", 1, "c")));
 }
