@@ -203,6 +203,13 @@ impl Default for Backend {
     }
 }
 
+/// What a write proposes: the new state (`None`: delete it), with the summary the state guard
+/// checks it by (`None`: the guard does not apply).
+struct Proposal {
+    content: Option<Bytes>,
+    guard: Option<StateSummary>,
+}
+
 /// A write that made a commit: the commit, and the writer its message names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
@@ -301,10 +308,12 @@ impl Backend {
         self.write(
             store,
             path,
-            Some(body),
+            Proposal {
+                content: Some(body),
+                guard: guarded,
+            },
             lock_id,
             caller,
-            guarded,
             move |who| match message_serial {
                 Some(serial) => format!("Update {path} (serial {serial}) by {who}"),
                 None => format!("Update {path} by {who}"),
@@ -323,7 +332,11 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Option<Written>, BackendError> {
-        self.write(store, path, None, lock_id, caller, None, |who| {
+        let deletion = Proposal {
+            content: None,
+            guard: None,
+        };
+        self.write(store, path, deletion, lock_id, caller, |who| {
             format!("Delete {path} by {who}")
         })
         .await
@@ -333,12 +346,12 @@ impl Backend {
         &self,
         store: &dyn StateStore,
         path: &StatePath,
-        content: Option<Bytes>,
+        proposal: Proposal,
         lock_id: Option<&str>,
         caller: &Caller,
-        guard: Option<StateSummary>,
         message: impl Fn(&str) -> String,
     ) -> Result<Option<Written>, BackendError> {
+        let Proposal { content, guard } = proposal;
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
         let serializer = store.write_serializer();
