@@ -957,3 +957,61 @@ fn enforced_serves_and_stores_only_what_this_server_sealed() {
     assert!(!String::from_utf8_lossy(&stored_envelope).contains("q83vEjRWeJA="));
     assert_eq!(get_json(&server, "tofu.tfstate"), envelope);
 }
+
+/// A server with no encryption configured never hands ciphertext to Terraform: a document real
+/// sops wrote (every leaf encrypted, as terraform-backend-git's sops provider leaves them) and a
+/// binary file (its legacy `aes` output) are 500 with a sentence naming what they need; the next
+/// full write from Terraform replaces them.
+#[test]
+fn ciphertext_is_never_served_as_a_state() {
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&[], &[], cwd.path());
+    post(&server, "plain.tfstate", &state(1, SECRET).to_string());
+
+    let owner = AgeKeyPair::generate();
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = plain_dir.path().join("plain.json");
+    fs::write(&plain, state(1, SECRET).to_string()).unwrap();
+    let out = Command::new(sops_bin())
+        .env_clear()
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .args([
+            "--disable-version-check",
+            "encrypt",
+            "--age",
+            &owner.recipient,
+        ])
+        .args(["--input-type", "json", "--output-type", "json"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    commit_file(cwd.path(), "sealed.tfstate", &out.stdout);
+    let url = server.state_url("default", "sealed.tfstate");
+    let (status, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains(&owner.recipient), "{body}");
+    assert!(!body.contains("ENC["), "ciphertext in the answer: {body}");
+
+    commit_file(
+        cwd.path(),
+        "legacy.tfstate",
+        &[0x9c, 0x01, 0xfe, 0x7b, 0x00, 0x42, 0x13],
+    );
+    let (status, body) = http(
+        "GET",
+        &server.state_url("default", "legacy.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("not JSON"), "{body}");
+
+    post(&server, "sealed.tfstate", &state(2, SECRET).to_string());
+    assert_eq!(get_json(&server, "sealed.tfstate"), state(2, SECRET));
+}

@@ -249,13 +249,25 @@ impl Backend {
         store: &dyn StateStore,
         path: &StatePath,
     ) -> Result<Option<Bytes>, BackendError> {
-        match (store.snapshot(path).await?.state, &self.sealer) {
-            (Some(stored), Some(sealer)) => {
+        match store.snapshot(path).await?.state {
+            Some(stored) => {
                 let at = Place::new(store.repository(), path);
-                Ok(Some(sealer.open(&at, stored).await?))
+                Ok(Some(self.open_stored(&at, stored).await?))
             }
-            (state, _) => Ok(state),
+            None => Ok(None),
         }
+    }
+
+    /// The state held in `stored` at `at`: opened by the sealer when there is one, and never a
+    /// file that is still sealed (a sops document without a key here, a binary file), which is
+    /// refused with the keys it needs ([`crate::seal::refuse_sealed`]).
+    pub async fn open_stored(&self, at: &Place, stored: Bytes) -> Result<Bytes, BackendError> {
+        let state = match &self.sealer {
+            Some(sealer) => sealer.open(at, stored).await?,
+            None => stored,
+        };
+        crate::seal::refuse_sealed(at, &state)?;
+        Ok(state)
     }
 
     /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a document

@@ -164,12 +164,12 @@ impl Backend {
         path: &StatePath,
         commit: &Revision,
     ) -> Result<Option<Bytes>, BackendError> {
-        match (store.read_version(path, commit).await?, &self.sealer) {
-            (Some(stored), Some(sealer)) => {
+        match store.read_version(path, commit).await? {
+            Some(stored) => {
                 let at = crate::seal::Place::new(store.repository(), path);
-                Ok(Some(sealer.open(&at, stored).await?))
+                Ok(Some(self.open_stored(&at, stored).await?))
             }
-            (stored, _) => Ok(stored),
+            None => Ok(None),
         }
     }
 

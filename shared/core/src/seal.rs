@@ -116,3 +116,85 @@ pub fn same_json(a: &[u8], b: &[u8]) -> bool {
         _ => false,
     }
 }
+
+/// Refuses to hand out, as a Terraform state, a stored file that is still sealed: a sops document
+/// this server could not open (no sealer, or one without its keys passed it through), or a file
+/// that is not JSON at all (terraform-backend-git's legacy `aes` output is binary). The error names
+/// the keys the document needs. Anything else (plaintext JSON) passes.
+pub fn refuse_sealed(at: &Place, state: &[u8]) -> Result<(), SealError> {
+    match state.iter().find(|b| !b.is_ascii_whitespace()) {
+        None | Some(b'{') => {}
+        Some(_) => {
+            return Err(SealError::NoKey(format!(
+                "the stored file at {at} is not JSON ({} bytes), so it is not served as a state; if terraform-backend-git wrote it with TF_BACKEND_HTTP_ENCRYPTION_PROVIDER=aes, it needs that passphrase",
+                state.len()
+            )))
+        }
+    }
+    // Cheap first: a sops document holds both of these; a plain state almost never does.
+    if memchr::memmem::find(state, b"\"sops\"").is_none()
+        || memchr::memmem::find(state, b"ENC[").is_none()
+    {
+        return Ok(());
+    }
+    let Some(keys) = sops_keys(state) else {
+        return Ok(());
+    };
+    Err(SealError::NoKey(format!(
+        "the stored state at {at} is a sops document this server has no key for, so it is not served; it needs one of: {}",
+        if keys.is_empty() {
+            "(the document names no key)".to_owned()
+        } else {
+            keys.join(", ")
+        }
+    )))
+}
+
+/// The master keys a sops document's metadata names (`kms:ARN`, `age:RECIPIENT`, `pgp:FP`, …),
+/// or `None` when `state` is not a document with a top-level `sops` object.
+fn sops_keys(state: &[u8]) -> Option<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        sops: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let sops = serde_json::from_slice::<Top>(state).ok()?.sops?;
+    if !sops.contains_key("mac") && !sops.contains_key("version") {
+        return None;
+    }
+    let fields: [(&str, &[&str]); 6] = [
+        ("kms", &["arn"]),
+        ("age", &["recipient"]),
+        ("pgp", &["fp"]),
+        ("gcp_kms", &["resource_id"]),
+        ("azure_kv", &["vault_url", "name"]),
+        ("hc_vault", &["vault_address", "engine_path", "key_name"]),
+    ];
+    let groups = match sops.get("key_groups").and_then(|g| g.as_array()) {
+        Some(groups) => groups.iter().filter_map(|g| g.as_object()).collect(),
+        None => vec![&sops],
+    };
+    let mut keys = Vec::new();
+    for group in groups {
+        for (kind, names) in fields {
+            for entry in group
+                .get(kind)
+                .and_then(|v| v.as_array())
+                .into_iter()
+                .flatten()
+            {
+                let id: Vec<&str> = names
+                    .iter()
+                    .filter_map(|n| entry.get(*n).and_then(|v| v.as_str()))
+                    .collect();
+                if !id.is_empty() {
+                    keys.push(format!(
+                        "{kind}:{}",
+                        crate::text::escape_controls(&id.join("/"))
+                    ));
+                }
+            }
+        }
+    }
+    keys.dedup();
+    Some(keys)
+}

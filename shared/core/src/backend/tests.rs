@@ -601,3 +601,56 @@ async fn the_guard_can_be_turned_off_for_a_deployment_or_a_repository() {
         .expect("a commit");
     assert_eq!(store.file(P), Some(state_of("l-3", 1, "c")));
 }
+
+/// A sops document as real sops 3.11 writes it (all leaves encrypted), values shortened.
+const SOPS_DOCUMENT: &str = r#"{
+	"version": "ENC[AES256_GCM,data:Ng==,iv:aaaa,tag:bbbb,type:float]",
+	"serial": "ENC[AES256_GCM,data:Mg==,iv:cccc,tag:dddd,type:float]",
+	"sops": {
+		"kms": [{"arn": "arn:aws:kms:eu-west-1:111122223333:key/team-a", "enc": "AQI="}],
+		"age": [{"recipient": "age1qqqqteam", "enc": "-----BEGIN AGE ENCRYPTED FILE-----"}],
+		"lastmodified": "2026-01-01T00:00:00Z",
+		"mac": "ENC[AES256_GCM,data:eA==,iv:eeee,tag:ffff,type:str]",
+		"version": "3.11.0"
+	}
+}"#;
+
+#[tokio::test]
+async fn ciphertext_is_never_served_as_a_state() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    store.plant(P, SOPS_DOCUMENT.as_bytes());
+    match b.get(&*store, &path()).await {
+        Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+            assert!(
+                sentence.contains("kms:arn:aws:kms:eu-west-1:111122223333:key/team-a")
+                    && sentence.contains("age:age1qqqqteam"),
+                "{sentence}"
+            );
+        }
+        other => panic!("a sops document was served: {other:?}"),
+    }
+    // terraform-backend-git's legacy aes: nonce + ciphertext, binary.
+    store.plant(P, &[0x9c, 0x01, 0xfe, 0x7b, 0x00, 0x42]);
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::NoKey(_)))
+    ));
+    // A sealer that passes plaintext through does not pass these through either.
+    let (sealed_store, _sealer, sealing_backend) = sealing_store();
+    sealed_store.plant(P, SOPS_DOCUMENT.as_bytes());
+    assert!(sealing_backend.get(&*sealed_store, &path()).await.is_err());
+    // Plain states, and a state that merely mentions sops, are served.
+    let mentions = Bytes::from(
+        r#"{"version":4,"serial":1,"lineage":"l","outputs":{"sops":{"value":"ENC[x]"}}}"#,
+    );
+    store.plant(P, &mentions);
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(mentions)));
+    // The next full write replaces what could not be served.
+    store.plant(P, SOPS_DOCUMENT.as_bytes());
+    b.post(&*store, &path(), state(1), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+}
