@@ -46,8 +46,17 @@ fn wait_for_port(port: u16, child: &mut Child, what: &str) {
     panic!("{what} did not listen on {port}");
 }
 
-/// Creates an empty bare repository `dir/name.git` and returns its path.
+/// Creates an empty bare repository `dir/name.git` and returns its path. Its upload-pack offers
+/// `filter` (`uploadpack.allowFilter`, as GitHub and GitLab do), so reads fetch partially.
 pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
+    let path = bare_repo_without_filter(dir, name);
+    super::git(&path, &["config", "uploadpack.allowFilter", "true"]);
+    path
+}
+
+/// Creates an empty bare repository `dir/name.git` whose upload-pack offers no `filter` (git's
+/// default): reads fall back to fetching whole trees.
+pub fn bare_repo_without_filter(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{name}.git"));
     super::git(
         dir,
