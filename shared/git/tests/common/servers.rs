@@ -75,6 +75,12 @@ pub struct GitDaemon {
 impl GitDaemon {
     /// Starts the daemon (retrying on a port race).
     pub fn start(base: &Path) -> GitDaemon {
+        GitDaemon::start_with_env(base, &[])
+    }
+
+    /// Starts the daemon with extra environment for its upload-pack and receive-pack (e.g.
+    /// `GIT_TRACE_PACKET` to see what a client asked for).
+    pub fn start_with_env(base: &Path, env: &[(&str, &str)]) -> GitDaemon {
         // Run `git-daemon` itself: `git daemon` would fork it as a child that outlives a kill
         // of the `git` wrapper.
         let exec_path = super::git(base, &["--exec-path"]).trim().to_string();
@@ -93,6 +99,7 @@ impl GitDaemon {
                 .arg(base)
                 .env("GIT_CONFIG_NOSYSTEM", "1")
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
