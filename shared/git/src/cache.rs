@@ -4,6 +4,15 @@
 //! must send. One [`CacheHandle`] per remote per process, shared by all requests; fetches into a
 //! generation are serialized.
 //!
+//! What a request cache holds (DESIGN §9): for each tip it has, the commit and **all its trees**
+//! (a reader that finds the tip commit may skip the fetch); blobs only when the server offers no
+//! partial fetch (protocol v2 with `filter`), otherwise only the blobs something read, fetched by
+//! id (`want <blob>`) when a read finds one missing. Blobs are kept by id, so a later read of
+//! another state at the same or a later tip adds only its blob. Nothing a push builds reads a
+//! blob it does not write (see `objects::state_commit`). The `shallow` file lists the depth-1
+//! boundary, as gix's fetch writes it; tracking refs `refs/cache/…` point at the tips fetched or
+//! pushed (the `have`s of the next fetch).
+//!
 //! gix cannot repack, and every fetch adds a pack: a long-running process would collect packs
 //! without end. So a generation that has grown past its budget is retired: new requests get a
 //! fresh, empty generation (its first fetch brings the tip tree again, shallow), requests in
