@@ -503,11 +503,31 @@ impl Cache {
         names: &[&str],
         file: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
+        let prefixes: Vec<&str> = names
+            .iter()
+            .map(|n| n.strip_suffix('*').unwrap_or(n))
+            .collect();
+        if self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial) {
+            // Over HTTP a session kept from an earlier request needs no new capability
+            // advertisement: a warm read is one request (`ls-refs`, with this request's
+            // credentials: the authorization check).
+            if let Some(mut session) = kept_session(endpoint) {
+                match session.ls_refs(&prefixes) {
+                    Ok(listed) => {
+                        return self.refresh_partial(session, endpoint, names, listed, file)
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")
+                    }
+                }
+            }
+        }
         if self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
             match UploadPack::connect(endpoint)? {
-                Ok(session) if session.offers("filter") && session.offers("shallow") => {
+                Ok(mut session) if session.offers("filter") && session.offers("shallow") => {
                     set_fetch_mode(&endpoint.display, FetchMode::Partial, None);
-                    return self.refresh_partial(session, endpoint, names, file);
+                    let listed = session.ls_refs(&prefixes)?;
+                    return self.refresh_partial(session, endpoint, names, listed, file);
                 }
                 Ok(session) => {
                     let why = if session.offers("shallow") {
@@ -531,14 +551,11 @@ impl Cache {
         mut session: UploadPack,
         endpoint: &Endpoint,
         names: &[&str],
+        listed: Vec<(String, ObjectId)>,
         file: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
-        let prefixes: Vec<&str> = names
-            .iter()
-            .map(|n| n.strip_suffix('*').unwrap_or(n))
-            .collect();
         let mut tips = HashMap::new();
-        for (name, id) in session.ls_refs(&prefixes)? {
+        for (name, id) in listed {
             if names.iter().any(|n| ref_matches(n, name.as_bytes().into())) {
                 tips.insert(name, id);
             }
@@ -613,7 +630,7 @@ impl Cache {
         if !blobs.is_empty() {
             self.fetch_blobs(&mut session, endpoint, blobs)?;
         }
-        session.finish();
+        keep_session(endpoint, session);
         Ok(Some(tips))
     }
 
@@ -632,7 +649,7 @@ impl Cache {
         match UploadPack::connect(endpoint)? {
             Ok(mut session) => {
                 self.fetch_blobs(&mut session, endpoint, blobs)?;
-                session.finish();
+                keep_session(endpoint, session);
                 Ok(())
             }
             Err(why) => Err(StoreError::Remote(format!(
@@ -1046,6 +1063,66 @@ fn write_shallow(
         .map_err(|e| failed(&e))?;
     lock.commit().map_err(|e| failed(&e.error))?;
     Ok(())
+}
+
+/// Protocol-v2 sessions over HTTP(S) kept between requests, by remote and credential: a kept
+/// session sends its next command without a new capability advertisement. Every command still
+/// carries the credential and is authorized by the server. Bounded: a few per remote and
+/// credential, [`MAX_KEPT_SESSIONS`] in all, none older than [`KEPT_SESSION_AGE`].
+type KeptSessions =
+    HashMap<(String, Option<(String, String)>), Vec<(std::time::Instant, UploadPack)>>;
+
+const MAX_KEPT_SESSIONS: usize = 16;
+const KEPT_SESSION_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn kept_sessions() -> &'static Mutex<KeptSessions> {
+    static KEPT: OnceLock<Mutex<KeptSessions>> = OnceLock::new();
+    KEPT.get_or_init(Default::default)
+}
+
+fn session_key(endpoint: &Endpoint) -> (String, Option<(String, String)>) {
+    (
+        endpoint.display.clone(),
+        endpoint
+            .credentials
+            .as_ref()
+            .map(|c| (c.username.clone(), c.password.clone())),
+    )
+}
+
+/// A kept session for `endpoint` and its credential, if there is a fresh one.
+fn kept_session(endpoint: &Endpoint) -> Option<UploadPack> {
+    let mut kept = kept_sessions().lock().ok()?;
+    let sessions = kept.get_mut(&session_key(endpoint))?;
+    while let Some((since, session)) = sessions.pop() {
+        if since.elapsed() < KEPT_SESSION_AGE {
+            return Some(session);
+        }
+    }
+    None
+}
+
+/// Keeps `session` for the next request when it can take more commands without a new
+/// handshake (HTTP: every command is a request of its own); otherwise ends it.
+fn keep_session(endpoint: &Endpoint, session: UploadPack) {
+    if !session.is_stateless() {
+        session.finish();
+        return;
+    }
+    let Ok(mut kept) = kept_sessions().lock() else {
+        return;
+    };
+    kept.retain(|_, sessions| {
+        sessions.retain(|(since, _)| since.elapsed() < KEPT_SESSION_AGE);
+        !sessions.is_empty()
+    });
+    if kept.values().map(Vec::len).sum::<usize>() >= MAX_KEPT_SESSIONS {
+        return; // dropped: the next request of this remote makes a new one
+    }
+    let sessions = kept.entry(session_key(endpoint)).or_default();
+    if sessions.len() < 4 {
+        sessions.push((std::time::Instant::now(), session));
+    }
 }
 
 /// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).

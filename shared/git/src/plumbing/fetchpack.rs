@@ -301,6 +301,14 @@ impl UploadPack {
         Ok(fetched)
     }
 
+    /// True when every command is a request of its own (HTTP): the session can be kept and
+    /// used again later without a new capability advertisement.
+    pub fn is_stateless(&self) -> bool {
+        !self
+            .transport
+            .connection_persists_across_multiple_requests()
+    }
+
     /// Ends the session politely (a flush on stream connections; nothing over HTTP).
     pub fn finish(mut self) {
         if self
