@@ -415,3 +415,68 @@ async fn ls_refs_asks_only_for_the_refs_a_read_needs() {
         .expect("a lock of another state");
     assert_eq!(first.content, Bytes::from("{\"ID\":\"other-1.tfstate\"}"));
 }
+
+/// The blob fetch reads through the answer limit: a state larger than `max_answer_bytes` is
+/// refused with the limit named, while a small one next to it still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blob_fetches_stay_within_the_answer_limit() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(&bare, scratch.path());
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(&daemon.url("states"), cache.path(), None).with_answer_limit(256 * 1024);
+    let snap = s
+        .snapshot(&sp(SMALL))
+        .await
+        .expect("a small state within the limit");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    match s.snapshot(&sp(&big_name(0))).await {
+        Err(gitstate_core::StoreError::Remote(message)) => {
+            assert!(message.contains("max_answer_bytes"), "{message}")
+        }
+        other => panic!("a 1 MiB blob over a 256 KiB limit: {other:?}"),
+    }
+}
+
+/// A `want` the server cannot serve ends with the server's own sentence, as a remote error.
+#[test]
+fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
+    use gitstate_git::plumbing::fetchpack::{FetchRequest, UploadPack};
+    use gitstate_git::plumbing::transport::Endpoint;
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let scratch = tempfile::tempdir().unwrap();
+    seed(&bare, scratch.path());
+    let daemon = GitDaemon::start(repos.path());
+    let endpoint = Endpoint::parse(&daemon.url("states"), None, Duration::from_secs(10)).unwrap();
+    let mut session = UploadPack::connect(&endpoint)
+        .unwrap()
+        .expect("git daemon speaks protocol v2");
+    assert!(session.offers("filter") && session.offers("shallow"));
+    let refs = session.ls_refs(&["refs/heads/main"]).unwrap();
+    assert_eq!(refs.len(), 1);
+    assert_eq!(
+        refs[0].1.to_string(),
+        git(&bare, &["rev-parse", "main"]).trim()
+    );
+    let objects = tempfile::tempdir().unwrap();
+    let missing = gix::ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
+    let error = session
+        .fetch(
+            &FetchRequest {
+                wants: vec![missing],
+                ..Default::default()
+            },
+            objects.path(),
+        )
+        .expect_err("the server has no such object");
+    match error {
+        gitstate_core::StoreError::Remote(message) => {
+            assert!(message.contains("not our ref"), "{message}");
+            assert!(message.contains(&missing.to_string()), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
