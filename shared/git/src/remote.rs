@@ -1,9 +1,11 @@
 //! The remote store: a repository on a git server (smart HTTP(S), `git://`, `file://`, ssh).
 //!
-//! Per request (DESIGN §4): one ref advertisement with the caller's credentials (also the
-//! authorization check), a shallow fetch of only the missing tips into the per-remote cache, reads
-//! from the cache, and for writes a push of a pack holding just the new objects, with the id that
-//! was read as the expected old value of the ref. Never forced.
+//! Per request (DESIGN §4): one ref listing with the caller's credentials (also the
+//! authorization check; protocol v2 `ls-refs` for just the refs the request needs where the
+//! server offers partial fetch, DESIGN §9.5), a shallow fetch of only the missing tips into the
+//! per-remote cache (commit and trees, then only the blobs read, by id), reads from the cache, and
+//! for writes a push of a pack holding just the new objects, with the id that was read as the
+//! expected old value of the ref. Never forced.
 //!
 //! Writes and unlocks ([`StateStore::begin`](gitstate_core::StateStore::begin)) read the tips
 //! from receive-pack's advertisement instead, and push over that same session: over smart HTTP
