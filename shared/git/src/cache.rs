@@ -1080,9 +1080,14 @@ fn kept_sessions() -> &'static Mutex<KeptSessions> {
     KEPT.get_or_init(Default::default)
 }
 
+/// A kept session is used again only for the same remote, credential, network policy, limits
+/// and timeout: all of these were fixed when its transport was made.
 fn session_key(endpoint: &Endpoint) -> (String, Option<(String, String)>) {
     (
-        endpoint.display.clone(),
+        format!(
+            "{} {:?} {:?} {:?}",
+            endpoint.display, endpoint.network, endpoint.limits, endpoint.timeout
+        ),
         endpoint
             .credentials
             .as_ref()
