@@ -498,3 +498,74 @@ impl<R: ReadlineBufRead + ?Sized> Read for SideBand<'_, R> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gix::protocol::transport::packetline::blocking_io::{StreamingPeekableIter, WithSidebands};
+
+    /// `packets` as side-band pkt-lines (band, payload), then a flush.
+    fn wire(packets: &[(u8, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (band, payload) in packets {
+            let mut data = vec![*band];
+            data.extend_from_slice(payload);
+            pktline::encode(&data, &mut out).unwrap();
+        }
+        out.extend_from_slice(pktline::FLUSH);
+        out
+    }
+
+    fn demux(bytes: &[u8]) -> (io::Result<Vec<u8>>, Option<String>) {
+        let mut lines = StreamingPeekableIter::new(bytes, &[PacketLineRef::Flush], false);
+        let mut reader = WithSidebands::new(&mut lines);
+        let mut pack = SideBand::new(&mut reader);
+        let mut out = Vec::new();
+        let result = pack.read_to_end(&mut out).map(|_| out);
+        (result, pack.remote_error.take())
+    }
+
+    #[test]
+    fn band_one_is_the_pack_and_band_two_is_only_progress() {
+        let bytes = wire(&[
+            (2, b"Counting objects\n"),
+            (1, b"PACK"),
+            (2, b"done\n"),
+            (1, b"rest"),
+        ]);
+        let (pack, error) = demux(&bytes);
+        assert_eq!(pack.unwrap(), b"PACKrest");
+        assert_eq!(error, None);
+    }
+
+    #[test]
+    fn band_three_ends_the_answer_with_the_servers_sentence() {
+        let bytes = wire(&[(1, b"PA"), (3, b"upload-pack: out of memory\n"), (1, b"CK")]);
+        let (pack, error) = demux(&bytes);
+        let e = pack.unwrap_err();
+        assert!(e.to_string().contains("out of memory"), "{e}");
+        assert_eq!(error.as_deref(), Some("upload-pack: out of memory"));
+    }
+
+    proptest::proptest! {
+        /// Whatever a (hostile) server sends as the packfile section, demultiplexing gives bytes
+        /// or an error, never a panic.
+        #[test]
+        fn any_answer_demuxes_or_fails(
+            parts in proptest::collection::vec((0u8..5, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)), 0..8),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let mut bytes = wire(&parts.iter().map(|(b, p)| (*b, p.as_slice())).collect::<Vec<_>>());
+            let _ = demux(&bytes);
+            let _ = demux(&raw);
+            bytes.extend_from_slice(&raw);
+            let _ = demux(&bytes);
+        }
+    }
+
+    #[test]
+    fn a_packet_without_a_band_is_refused() {
+        let (pack, _) = demux(&wire(&[(9, b"x")]));
+        assert_eq!(pack.unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+}
