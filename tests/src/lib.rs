@@ -229,9 +229,18 @@ pub fn git_output(dir: Option<&Path>, args: &[&str]) -> std::process::Output {
     cmd.output().expect("run git")
 }
 
-/// `git init --bare --initial-branch=main DIR/NAME.git`, with `http.receivepack` enabled;
-/// returns the repository's path.
+/// `git init --bare --initial-branch=main DIR/NAME.git`, with `http.receivepack` enabled and
+/// `uploadpack.allowFilter` on (as GitHub and GitLab offer it: reads fetch partially, DESIGN
+/// §9); returns the repository's path.
 pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
+    let path = bare_repo_without_filter(dir, name);
+    git(Some(&path), &["config", "uploadpack.allowFilter", "true"]);
+    path
+}
+
+/// [`bare_repo`] without `uploadpack.allowFilter` (git's default): reads fall back to fetching
+/// whole trees.
+pub fn bare_repo_without_filter(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{name}.git"));
     git(
         None,

@@ -4,6 +4,15 @@
 //! must send. One [`CacheHandle`] per remote per process, shared by all requests; fetches into a
 //! generation are serialized.
 //!
+//! What a request cache holds (DESIGN §9): for each tip it has, the commit and **all its trees**
+//! (a reader that finds the tip commit may skip the fetch); blobs only when the server offers no
+//! partial fetch (protocol v2 with `filter`), otherwise only the blobs something read, fetched by
+//! id (`want <blob>`) when a read finds one missing. Blobs are kept by id, so a later read of
+//! another state at the same or a later tip adds only its blob. Nothing a push builds reads a
+//! blob it does not write (see `objects::state_commit`). The `shallow` file lists the depth-1
+//! boundary, as gix's fetch writes it; tracking refs `refs/cache/…` point at the tips fetched or
+//! pushed (the `have`s of the next fetch).
+//!
 //! gix cannot repack, and every fetch adds a pack: a long-running process would collect packs
 //! without end. So a generation that has grown past its budget is retired: new requests get a
 //! fresh, empty generation (its first fetch brings the tip tree again, shallow), requests in
@@ -23,6 +32,7 @@ use gix::remote::Direction;
 use gix::ObjectId;
 
 use crate::objects::internal;
+use crate::plumbing::fetchpack::{FetchRequest, NotOffered, ShallowUpdate, UploadPack};
 use crate::plumbing::transport::{classify, connect, http_options, Endpoint};
 
 /// One generation of a remote's cache: a repository and the lock that serializes writes into it.
@@ -453,11 +463,23 @@ impl Cache {
         endpoint: &Endpoint,
         names: &[&str],
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
+        self.refresh_reading(endpoint, names, &|_| None)
+    }
+
+    /// [`Cache::refresh`], and then makes sure the blob at `file(name)` of each tip found is
+    /// in the cache, fetching those missing over the same session (a partial cache has the
+    /// trees of its tips, and only the blobs something read).
+    pub fn refresh_reading(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+        file: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<HashMap<String, ObjectId>, StoreError> {
         // Another process sharing the cache directory may hold its `shallow.lock` for the
         // duration of a fetch; gix then fails at once. Wait for it a little, bounded.
         let mut attempt = 0u32;
         loop {
-            match self.refresh_once(endpoint, names)? {
+            match self.refresh_once(endpoint, names, file)? {
                 Some(tips) => return Ok(tips),
                 None if attempt < 100 => {
                     attempt += 1;
@@ -475,8 +497,276 @@ impl Cache {
         }
     }
 
-    /// One attempt of [`Cache::refresh`]; `None` when the cache was locked by another process.
+    /// One attempt of [`Cache::refresh_reading`]; `None` when the cache was locked by another
+    /// process.
+    ///
+    /// A request cache fetches partially (protocol v2, `filter blob:none`, then blobs by id)
+    /// when the remote offers it; otherwise, and for the history cache, whole trees through
+    /// gix's fetch. Which one is decided on the first fetch from a remote in this process.
     fn refresh_once(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+        file: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
+        let prefixes: Vec<&str> = names
+            .iter()
+            .map(|n| n.strip_suffix('*').unwrap_or(n))
+            .collect();
+        if self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial) {
+            // Over HTTP a session kept from an earlier request needs no new capability
+            // advertisement: a warm read is one request (`ls-refs`, with this request's
+            // credentials: the authorization check).
+            if let Some(mut session) = kept_session(endpoint) {
+                match session.ls_refs(&prefixes) {
+                    Ok(listed) => {
+                        return self.refresh_partial(session, endpoint, names, listed, file)
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")
+                    }
+                }
+            }
+        }
+        if self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
+            match UploadPack::connect(endpoint)? {
+                Ok(mut session) if session.offers("filter") && session.offers("shallow") => {
+                    set_fetch_mode(&endpoint.display, FetchMode::Partial, None);
+                    let listed = session.ls_refs(&prefixes)?;
+                    return self.refresh_partial(session, endpoint, names, listed, file);
+                }
+                Ok(session) => {
+                    let why = if session.offers("shallow") {
+                        NotOffered::Feature("filter")
+                    } else {
+                        NotOffered::Feature("shallow")
+                    };
+                    session.finish();
+                    set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why));
+                }
+                Err(why) => set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why)),
+            }
+        }
+        self.refresh_whole(endpoint, names)
+    }
+
+    /// The partial fetch over a protocol-v2 `session`: `ls-refs` for `names` only, the missing
+    /// tips with their trees (depth 1, no blobs), then the blobs `file` names.
+    fn refresh_partial(
+        &self,
+        mut session: UploadPack,
+        endpoint: &Endpoint,
+        names: &[&str],
+        listed: Vec<(String, ObjectId)>,
+        file: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
+        let mut tips = HashMap::new();
+        for (name, id) in listed {
+            if names.iter().any(|n| ref_matches(n, name.as_bytes().into())) {
+                tips.insert(name, id);
+            }
+        }
+        if !tips.values().all(|id| self.repo().has_object(id)) {
+            let _guard = self
+                .write_lock
+                .lock()
+                .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+            let repo = self.repo();
+            let mut missing: Vec<ObjectId> = tips
+                .values()
+                .filter(|id| !repo.has_object(*id))
+                .copied()
+                .collect();
+            missing.sort();
+            missing.dedup();
+            if !missing.is_empty() {
+                let shallow_file = self.dir.join("shallow");
+                let lock = match gix::lock::File::acquire_to_update_resource(
+                    &shallow_file,
+                    gix::lock::acquire::Fail::Immediately,
+                    None,
+                    0,
+                ) {
+                    Ok(lock) => lock,
+                    Err(_) if self.dir.join("shallow.lock").exists() => return Ok(None),
+                    Err(e) => {
+                        return Err(StoreError::Internal(format!(
+                            "locking the cache's shallow file: {e}"
+                        )))
+                    }
+                };
+                let shallow = read_shallow(&shallow_file)?;
+                // The tips this cache had give the server `have`s: a moved tip costs only the
+                // new trees.
+                let haves: Vec<ObjectId> = names
+                    .iter()
+                    .filter(|n| !n.ends_with('*'))
+                    .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
+                    .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
+                    .filter(|id| repo.has_object(id))
+                    .collect();
+                let fetched = session.fetch(
+                    &FetchRequest {
+                        wants: missing.clone(),
+                        haves,
+                        shallow: shallow.clone(),
+                        deepen: Some(1),
+                        filter: Some("blob:none".into()),
+                    },
+                    &self.pack_dir(),
+                )?;
+                write_shallow(lock, shallow, &fetched.shallow)?;
+                self.packs.fetch_add(1, Ordering::Relaxed);
+                let repo = self.repo();
+                for (name, id) in &tips {
+                    if !repo.has_object(id) {
+                        return Err(StoreError::Remote(format!(
+                            "{} advertised {name} at {id} but did not send it",
+                            endpoint.display
+                        )));
+                    }
+                }
+                self.move_tracking_refs(&repo, &tips);
+            }
+        }
+        let blobs = self.missing_blobs(
+            tips.iter()
+                .filter_map(|(name, tip)| file(name).map(|path| (*tip, path))),
+        )?;
+        if !blobs.is_empty() {
+            self.fetch_blobs(&mut session, endpoint, blobs)?;
+        }
+        keep_session(endpoint, session);
+        Ok(Some(tips))
+    }
+
+    /// Makes sure the blob at each `(commit, path)` (commits in the cache) is in the cache,
+    /// fetching the missing ones by id in one protocol-v2 request. Nothing to do for a cache
+    /// that fetches whole trees, nor for a path that holds no file.
+    pub fn ensure_files(
+        &self,
+        endpoint: &Endpoint,
+        files: &[(ObjectId, &str)],
+    ) -> Result<(), StoreError> {
+        let blobs = self.missing_blobs(files.iter().map(|(c, p)| (*c, p.to_string())))?;
+        if blobs.is_empty() {
+            return Ok(());
+        }
+        match UploadPack::connect(endpoint)? {
+            Ok(mut session) => {
+                self.fetch_blobs(&mut session, endpoint, blobs)?;
+                keep_session(endpoint, session);
+                Ok(())
+            }
+            Err(why) => Err(StoreError::Remote(format!(
+                "the cache of {} lacks {} object(s) it needs and cannot fetch them by id: {why}",
+                endpoint.display,
+                blobs.len()
+            ))),
+        }
+    }
+
+    /// The blobs at `files` (commit, path) the cache lacks; the commits and their trees must
+    /// be in the cache.
+    fn missing_blobs(
+        &self,
+        files: impl Iterator<Item = (ObjectId, String)>,
+    ) -> Result<Vec<ObjectId>, StoreError> {
+        let repo = self.repo();
+        let mut missing = Vec::new();
+        for (commit, path) in files {
+            let tree = repo
+                .find_commit(commit)
+                .map_err(internal("reading a commit"))?
+                .tree()
+                .map_err(internal("reading a tree"))?;
+            let Some(entry) = tree
+                .lookup_entry_by_path(&path)
+                .map_err(internal("looking up a path"))?
+            else {
+                continue;
+            };
+            let id = entry.object_id();
+            if entry.mode().is_blob() && !repo.has_object(id) && !missing.contains(&id) {
+                missing.push(id);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Fetches `blobs` by id over `session` (no filter, no depth: the server sends just them).
+    fn fetch_blobs(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        blobs: Vec<ObjectId>,
+    ) -> Result<(), StoreError> {
+        let _guard = self
+            .write_lock
+            .lock()
+            .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        let repo = self.repo();
+        let wants: Vec<ObjectId> = blobs
+            .into_iter()
+            .filter(|id| !repo.has_object(id))
+            .collect();
+        if wants.is_empty() {
+            return Ok(()); // another request brought them meanwhile
+        }
+        session.fetch(
+            &FetchRequest {
+                wants: wants.clone(),
+                ..Default::default()
+            },
+            &self.pack_dir(),
+        )?;
+        self.packs.fetch_add(1, Ordering::Relaxed);
+        let repo = self.repo();
+        for id in &wants {
+            if !repo.has_object(id) {
+                return Err(StoreError::Remote(format!(
+                    "{} did not send the object {id} asked for",
+                    endpoint.display
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where fetched packs go.
+    fn pack_dir(&self) -> PathBuf {
+        self.dir.join("objects").join("pack")
+    }
+
+    /// Points the tracking ref of each of `tips` at its tip (best effort: a missing tracking ref
+    /// only costs a larger fetch later).
+    fn move_tracking_refs(&self, repo: &gix::Repository, tips: &HashMap<String, ObjectId>) {
+        for (name, id) in tips {
+            let Ok(tracking) = tracking_ref(name).try_into() else {
+                continue;
+            };
+            let edit = RefEdit {
+                change: Change::Update {
+                    log: LogChange {
+                        mode: RefLog::AndReference,
+                        force_create_reflog: false,
+                        message: "fetched".into(),
+                    },
+                    expected: PreviousValue::Any,
+                    new: Target::Object(*id),
+                },
+                name: tracking,
+                deref: false,
+            };
+            if let Err(e) = repo.edit_reference(edit) {
+                tracing::debug!(error = %e, "could not move a cache tracking ref");
+            }
+        }
+    }
+
+    /// Today's fetch through gix: shallow (depth 1, whole trees) for a request cache, the whole
+    /// history for the history cache.
+    fn refresh_whole(
         &self,
         endpoint: &Endpoint,
         names: &[&str],
@@ -683,6 +973,167 @@ fn in_dependency_order(
             .map(|(id, kind, data)| (*id, *kind, data.as_slice())),
     );
     ordered
+}
+
+/// How the request caches of a remote fetch: decided on the first fetch from it in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FetchMode {
+    /// Protocol v2 with `filter`: commits and trees first, blobs by id when read.
+    Partial,
+    /// Whole trees through gix's fetch (protocol v0/v1, or v2 without `filter`).
+    Whole,
+}
+
+fn fetch_modes() -> &'static Mutex<HashMap<String, FetchMode>> {
+    static MODES: OnceLock<Mutex<HashMap<String, FetchMode>>> = OnceLock::new();
+    MODES.get_or_init(Default::default)
+}
+
+/// The fetch mode found for the remote `url`, if any request found it yet.
+fn fetch_mode(url: &str) -> Option<FetchMode> {
+    fetch_modes()
+        .lock()
+        .ok()
+        .and_then(|modes| modes.get(url).copied())
+}
+
+/// Records the fetch mode of `url`; the first time it is [`FetchMode::Whole`], says why at info
+/// (once per remote and process).
+fn set_fetch_mode(url: &str, mode: FetchMode, why: Option<&NotOffered>) {
+    let Ok(mut modes) = fetch_modes().lock() else {
+        return;
+    };
+    if modes.insert(url.to_owned(), mode) != Some(mode) && mode == FetchMode::Whole {
+        let why = why.map(ToString::to_string).unwrap_or_default();
+        tracing::info!(remote = %url, reason = %why, "the git server offers no partial fetch (protocol v2 with filter): cold reads fetch whole trees");
+    }
+}
+
+/// The commits of the cache's `shallow` file (none when there is no file).
+fn read_shallow(path: &Path) -> Result<Vec<ObjectId>, StoreError> {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(StoreError::Internal(format!(
+                "reading the cache's shallow file: {e}"
+            )))
+        }
+    };
+    text.split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            ObjectId::from_hex(line).map_err(|e| {
+                StoreError::Internal(format!("the cache's shallow file is corrupt: {e}"))
+            })
+        })
+        .collect()
+}
+
+/// Writes `current` with `updates` applied as the new `shallow` file under `lock` (removing the
+/// file when nothing is left), as git and gix do.
+fn write_shallow(
+    mut lock: gix::lock::File,
+    mut current: Vec<ObjectId>,
+    updates: &[ShallowUpdate],
+) -> Result<(), StoreError> {
+    use std::io::Write;
+    if updates.is_empty() {
+        return Ok(()); // dropping the lock leaves the file as it was
+    }
+    for update in updates {
+        match update {
+            ShallowUpdate::Shallow(id) => current.push(*id),
+            ShallowUpdate::Unshallow(id) => current.retain(|c| c != id),
+        }
+    }
+    current.sort();
+    current.dedup();
+    let failed = |e: &dyn std::fmt::Display| {
+        StoreError::Internal(format!("writing the cache's shallow file: {e}"))
+    };
+    if current.is_empty() {
+        match std::fs::remove_file(lock.resource_path()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&e)),
+        }
+        return Ok(());
+    }
+    let mut text = Vec::with_capacity(current.len() * 41);
+    for id in &current {
+        text.extend_from_slice(id.to_hex().to_string().as_bytes());
+        text.push(b'\n');
+    }
+    lock.with_mut(|file| file.write_all(&text))
+        .map_err(|e| failed(&e))?;
+    lock.commit().map_err(|e| failed(&e.error))?;
+    Ok(())
+}
+
+/// Protocol-v2 sessions over HTTP(S) kept between requests, by remote and credential: a kept
+/// session sends its next command without a new capability advertisement. Every command still
+/// carries the credential and is authorized by the server. Bounded: a few per remote and
+/// credential, [`MAX_KEPT_SESSIONS`] in all, none older than [`KEPT_SESSION_AGE`].
+type KeptSessions =
+    HashMap<(String, Option<(String, String)>), Vec<(std::time::Instant, UploadPack)>>;
+
+const MAX_KEPT_SESSIONS: usize = 16;
+const KEPT_SESSION_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn kept_sessions() -> &'static Mutex<KeptSessions> {
+    static KEPT: OnceLock<Mutex<KeptSessions>> = OnceLock::new();
+    KEPT.get_or_init(Default::default)
+}
+
+/// A kept session is used again only for the same remote, credential, network policy, limits
+/// and timeout: all of these were fixed when its transport was made.
+fn session_key(endpoint: &Endpoint) -> (String, Option<(String, String)>) {
+    (
+        format!(
+            "{} {:?} {:?} {:?}",
+            endpoint.display, endpoint.network, endpoint.limits, endpoint.timeout
+        ),
+        endpoint
+            .credentials
+            .as_ref()
+            .map(|c| (c.username.clone(), c.password.clone())),
+    )
+}
+
+/// A kept session for `endpoint` and its credential, if there is a fresh one.
+fn kept_session(endpoint: &Endpoint) -> Option<UploadPack> {
+    let mut kept = kept_sessions().lock().ok()?;
+    let sessions = kept.get_mut(&session_key(endpoint))?;
+    while let Some((since, session)) = sessions.pop() {
+        if since.elapsed() < KEPT_SESSION_AGE {
+            return Some(session);
+        }
+    }
+    None
+}
+
+/// Keeps `session` for the next request when it can take more commands without a new
+/// handshake (HTTP: every command is a request of its own); otherwise ends it.
+fn keep_session(endpoint: &Endpoint, session: UploadPack) {
+    if !session.is_stateless() {
+        session.finish();
+        return;
+    }
+    let Ok(mut kept) = kept_sessions().lock() else {
+        return;
+    };
+    kept.retain(|_, sessions| {
+        sessions.retain(|(since, _)| since.elapsed() < KEPT_SESSION_AGE);
+        !sessions.is_empty()
+    });
+    if kept.values().map(Vec::len).sum::<usize>() >= MAX_KEPT_SESSIONS {
+        return; // dropped: the next request of this remote makes a new one
+    }
+    let sessions = kept.entry(session_key(endpoint)).or_default();
+    if sessions.len() < 4 {
+        sessions.push((std::time::Instant::now(), session));
+    }
 }
 
 /// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).

@@ -107,9 +107,19 @@ pub fn state_commit(
     message: &str,
 ) -> Result<ObjectId, StoreError> {
     let base_tree = tree_of(repo, base)?;
-    let mut editor = repo
-        .edit_tree(base_tree)
-        .map_err(internal("editing the tree"))?;
+    let root: gix::objs::Tree = repo
+        .find_tree(base_tree)
+        .map_err(internal("reading the base tree"))?
+        .decode()
+        .map_err(internal("decoding the base tree"))?
+        .into();
+    // gix's own tree editor (`Repository::edit_tree`) insists that every entry of every tree
+    // it writes is in the object database. A partial cache (DESIGN §9) has the trees of its
+    // tips but not the blobs of states nobody read here, and a commit that changes one file
+    // needs none of them: edit with the object-level editor, which reads only the trees on the
+    // changed path.
+    let mut editor = gix::objs::tree::Editor::new(root, &repo.objects, repo.object_hash());
+    let components = path.split('/');
     match change {
         StateChange::Write(content) => {
             check_no_directory_conflict(repo, base_tree, path)?;
@@ -118,17 +128,18 @@ pub fn state_commit(
                 .map_err(internal("writing the state blob"))?
                 .detach();
             editor
-                .upsert(path, EntryKind::Blob, blob)
+                .upsert(components, EntryKind::Blob, blob)
                 .map_err(internal("editing the tree"))?;
         }
         StateChange::Delete => {
-            editor.remove(path).map_err(internal("editing the tree"))?;
+            editor
+                .remove(components)
+                .map_err(internal("editing the tree"))?;
         }
     }
     let tree = editor
-        .write()
-        .map_err(internal("writing the tree"))?
-        .detach();
+        .write(|tree| repo.write_object(tree).map(gix::Id::detach))
+        .map_err(internal("writing the tree"))?;
     write_commit(repo, tree, base, message)
 }
 

@@ -1,9 +1,11 @@
 //! The remote store: a repository on a git server (smart HTTP(S), `git://`, `file://`, ssh).
 //!
-//! Per request (DESIGN §4): one ref advertisement with the caller's credentials (also the
-//! authorization check), a shallow fetch of only the missing tips into the per-remote cache, reads
-//! from the cache, and for writes a push of a pack holding just the new objects, with the id that
-//! was read as the expected old value of the ref. Never forced.
+//! Per request (DESIGN §4): one ref listing with the caller's credentials (also the
+//! authorization check; protocol v2 `ls-refs` for just the refs the request needs where the
+//! server offers partial fetch, DESIGN §9.5), a shallow fetch of only the missing tips into the
+//! per-remote cache (commit and trees, then only the blobs read, by id), reads from the cache, and
+//! for writes a push of a pack holding just the new objects, with the id that was read as the
+//! expected old value of the ref. Never forced.
 //!
 //! Writes and unlocks ([`StateStore::begin`](gitstate_core::StateStore::begin)) read the tips
 //! from receive-pack's advertisement instead, and push over that same session: over smart HTTP
@@ -190,18 +192,34 @@ impl RemoteStore {
         }
     }
 
+    /// The file at `tip`, its blob fetched by id first when the (partial) cache lacks it.
     fn read(&self, tip: Option<ObjectId>, file: &str) -> Result<Option<Bytes>, StoreError> {
         match tip {
-            Some(tip) => read_file(&self.cache()?.repo(), tip, file),
+            Some(tip) => {
+                let cache = self.cache()?;
+                cache.ensure_files(&self.endpoint, &[(tip, file)])?;
+                read_file(&cache.repo(), tip, file)
+            }
             None => Ok(None),
         }
     }
 
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let lock_ref = path.lock_ref();
-        let tips = self
-            .cache()?
-            .refresh(&self.endpoint, &[&self.state_ref, &lock_ref])?;
+        let lock_file = path.lock_file();
+        // The state and lock blobs come over the same session as the tips.
+        let file = |name: &str| {
+            if name == self.state_ref {
+                Some(path.as_str().to_owned())
+            } else if name == lock_ref {
+                Some(lock_file.clone())
+            } else {
+                None
+            }
+        };
+        let tips =
+            self.cache()?
+                .refresh_reading(&self.endpoint, &[&self.state_ref, &lock_ref], &file)?;
         let state_tip = tips.get(&self.state_ref).copied();
         let lock_tip = tips.get(&lock_ref).copied();
         Ok(Snapshot {
@@ -220,7 +238,10 @@ impl RemoteStore {
         path: &StatePath,
     ) -> Result<Option<(Revision, Bytes)>, StoreError> {
         let lock_ref = path.lock_ref();
-        let tips = self.cache()?.refresh(&self.endpoint, &[&lock_ref])?;
+        let lock_file = path.lock_file();
+        let tips = self
+            .cache()?
+            .refresh_reading(&self.endpoint, &[&lock_ref], &|_| Some(lock_file.clone()))?;
         match tips.get(&lock_ref) {
             Some(tip) => Ok(Some((
                 tip.to_string(),
@@ -375,7 +396,16 @@ impl RemoteStore {
         if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             // Written by another process, or the cache is new: fetch over upload-pack (shallow),
             // keeping the session open for the push.
-            let fresh = self.cache()?.refresh(&self.endpoint, &names)?;
+            let file = |name: &str| {
+                if name == self.state_ref {
+                    Some(path.as_str().to_owned())
+                } else {
+                    Some(path.lock_file())
+                }
+            };
+            let fresh = self
+                .cache()?
+                .refresh_reading(&self.endpoint, &names, &file)?;
             // upload-pack's advertisement came after receive-pack's: when another writer moved
             // the refs in between, work from the newer tips. receive-pack compares the expected
             // old id with the ref's value when it updates it, not with what it advertised, so
@@ -388,6 +418,13 @@ impl RemoteStore {
                 return Err(StoreError::Stale);
             }
         }
+        // Both blobs in one request when the (partial) cache lacks them.
+        let lock_file = path.lock_file();
+        let files: Vec<(ObjectId, &str)> = [(state_tip, path.as_str()), (lock_tip, &lock_file)]
+            .into_iter()
+            .filter_map(|(tip, file)| tip.map(|tip| (tip, file)))
+            .collect();
+        self.cache()?.ensure_files(&self.endpoint, &files)?;
         let snapshot = Snapshot {
             state_tip: state_tip.map(|id| id.to_string()),
             state: self.read(state_tip, path.as_str())?,
@@ -587,7 +624,14 @@ impl RemoteStore {
 
     fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
         let pattern = format!("{}*", crate::LOCK_REF_PREFIX);
-        let tips = self.cache()?.refresh(&self.endpoint, &[&pattern])?;
+        let lock_file = |name: &str| {
+            name.strip_prefix(crate::LOCK_REF_PREFIX)
+                .and_then(|p| StatePath::parse(p).ok())
+                .map(|p| p.lock_file())
+        };
+        let tips = self
+            .cache()?
+            .refresh_reading(&self.endpoint, &[&pattern], &lock_file)?;
         crate::held_locks(&self.cache()?.repo(), tips)
     }
 }

@@ -1,6 +1,8 @@
-//! Protocol plumbing under the stores: opening transports, pkt-lines, the send-pack client and pack
-//! writing. Nothing here knows about state files or locks.
+//! Protocol plumbing under the stores: opening transports, pkt-lines, the send-pack client,
+//! the protocol-v2 fetch client (`ls-refs`, partial `fetch`) and pack writing. Nothing here knows
+//! about state files or locks.
 
+pub mod fetchpack;
 pub mod limits;
 pub mod pack;
 pub mod pktline;

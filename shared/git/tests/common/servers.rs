@@ -46,8 +46,17 @@ fn wait_for_port(port: u16, child: &mut Child, what: &str) {
     panic!("{what} did not listen on {port}");
 }
 
-/// Creates an empty bare repository `dir/name.git` and returns its path.
+/// Creates an empty bare repository `dir/name.git` and returns its path. Its upload-pack offers
+/// `filter` (`uploadpack.allowFilter`, as GitHub and GitLab do), so reads fetch partially.
 pub fn bare_repo(dir: &Path, name: &str) -> PathBuf {
+    let path = bare_repo_without_filter(dir, name);
+    super::git(&path, &["config", "uploadpack.allowFilter", "true"]);
+    path
+}
+
+/// Creates an empty bare repository `dir/name.git` whose upload-pack offers no `filter` (git's
+/// default): reads fall back to fetching whole trees.
+pub fn bare_repo_without_filter(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{name}.git"));
     super::git(
         dir,
@@ -66,6 +75,12 @@ pub struct GitDaemon {
 impl GitDaemon {
     /// Starts the daemon (retrying on a port race).
     pub fn start(base: &Path) -> GitDaemon {
+        GitDaemon::start_with_env(base, &[])
+    }
+
+    /// Starts the daemon with extra environment for its upload-pack and receive-pack (e.g.
+    /// `GIT_TRACE_PACKET` to see what a client asked for).
+    pub fn start_with_env(base: &Path, env: &[(&str, &str)]) -> GitDaemon {
         // Run `git-daemon` itself: `git daemon` would fork it as a child that outlives a kill
         // of the `git` wrapper.
         let exec_path = super::git(base, &["--exec-path"]).trim().to_string();
@@ -84,6 +99,7 @@ impl GitDaemon {
                 .arg(base)
                 .env("GIT_CONFIG_NOSYSTEM", "1")
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

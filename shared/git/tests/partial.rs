@@ -1,0 +1,512 @@
+//! Partial cold reads (issue 17, DESIGN §9): against real servers (lighttpd + `git http-backend`,
+//! `git daemon`) whose upload-pack offers `filter`, a read brings the tip's commit and trees and
+//! only the blob it reads, whatever the other states weigh; a write on such a cache lands whole;
+//! a server without `filter` is read the old way (whole trees), and that is logged once; the ref
+//! listing asks for the refs a read needs only.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::servers::{bare_repo, bare_repo_without_filter, have_lighttpd, GitDaemon, GitHttp};
+use common::{git, git_ok, sp};
+use gitstate_core::{Credentials, LockCreate, StateChange, StateStore};
+use gitstate_git::{RemoteConfig, RemoteStore};
+
+/// The small state read, and the big ones next to it.
+const SMALL: &str = "small.tfstate";
+const BIG_BYTES: usize = 1024 * 1024;
+const BIGS: usize = 6;
+
+fn store(url: &str, cache: &Path, credentials: Option<Credentials>) -> RemoteStore {
+    RemoteStore::new(RemoteConfig {
+        url: url.to_string(),
+        git_ref: "main".into(),
+        credentials,
+        cache_dir: cache.to_path_buf(),
+        timeout: Duration::from_secs(20),
+    })
+    .unwrap()
+}
+
+fn big_name(i: usize) -> String {
+    format!("big-{i}.tfstate")
+}
+
+/// Incompressible content: a compressed pack cannot hide a big blob.
+fn noise(len: usize) -> Vec<u8> {
+    (0..len).map(|_| rand::random::<u8>()).collect()
+}
+
+/// Puts a 2 KiB state and [`BIGS`] incompressible 1 MiB states on `main` of `bare` with the git
+/// CLI; returns the contents by path.
+fn seed(bare: &Path, scratch: &Path) -> Vec<(String, Vec<u8>)> {
+    let work = scratch.join("seed");
+    git(
+        scratch,
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
+    );
+    let mut files = vec![(SMALL.to_string(), vec![b'{'; 2048])];
+    for i in 0..BIGS {
+        files.push((big_name(i), noise(BIG_BYTES)));
+    }
+    for (path, content) in &files {
+        std::fs::write(work.join(path), content).unwrap();
+    }
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    files
+}
+
+/// Bytes of every file under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+fn blob_id(bare: &Path, path: &str) -> String {
+    git(bare, &["rev-parse", &format!("main:{path}")])
+        .trim()
+        .to_string()
+}
+
+/// Whether the object is in the cache repository (read with the git CLI).
+fn cached(cache: &Path, id: &str) -> bool {
+    git_ok(cache, &["cat-file", "-e", id])
+}
+
+/// The cold read, the second read and the write, on one remote.
+async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, bare: &Path) {
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(bare, scratch.path());
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(url, cache.path(), credentials.clone());
+
+    // Cold read of the small state: its blob and the trees, none of the big blobs.
+    let snap = s.snapshot(&sp(SMALL)).await.expect("cold read");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    let dir = s.cache_dir();
+    let after_first = dir_bytes(&dir);
+    assert!(
+        after_first < (BIG_BYTES / 4) as u64,
+        "a cold read of a 2 KiB state left {after_first} bytes in the cache, next to {BIGS} states of {BIG_BYTES} bytes"
+    );
+    assert!(cached(&dir, &blob_id(bare, SMALL)));
+    for i in 0..BIGS {
+        assert!(
+            !cached(&dir, &blob_id(bare, &big_name(i))),
+            "{} was fetched by a read of {SMALL}",
+            big_name(i)
+        );
+    }
+    // The cache stays shallow: one commit, the boundary recorded.
+    assert!(dir.join("shallow").exists());
+
+    // Reading a second state adds its blob only.
+    let big0 = big_name(0);
+    let snap = s.snapshot(&sp(&big0)).await.expect("second read");
+    assert_eq!(snap.state.as_deref(), Some(&files[1].1[..]));
+    let after_second = dir_bytes(&dir);
+    assert!(
+        after_second - after_first < (BIG_BYTES + BIG_BYTES / 4) as u64,
+        "reading one more state of {BIG_BYTES} bytes added {} bytes",
+        after_second - after_first
+    );
+    assert!(cached(&dir, &blob_id(bare, &big0)));
+    for i in 1..BIGS {
+        assert!(!cached(&dir, &blob_id(bare, &big_name(i))));
+    }
+    // A warm read fetches nothing.
+    s.snapshot(&sp(SMALL)).await.expect("warm read");
+    assert_eq!(dir_bytes(&dir), after_second);
+
+    // A write session on a state whose blob the cache lacks (the tips are cached): its read
+    // fetches that blob by id, and its write lands.
+    let big2 = big_name(2);
+    let session = s
+        .begin(&sp(&big2), gitstate_core::Intent::Write)
+        .await
+        .expect("begin");
+    assert_eq!(session.snapshot().state.as_deref(), Some(&files[3].1[..]));
+    session
+        .update_state(
+            StateChange::Write(Bytes::from_static(b"{\"serial\":3}")),
+            "Update big-2 by test",
+        )
+        .await
+        .expect("write in a session");
+    assert_eq!(
+        git(bare, &["show", &format!("main:{big2}")]),
+        "{\"serial\":3}"
+    );
+    let files: Vec<(String, Vec<u8>)> = files
+        .into_iter()
+        .map(|(path, content)| {
+            if path == big2 {
+                (path, b"{\"serial\":3}".to_vec())
+            } else {
+                (path, content)
+            }
+        })
+        .collect();
+
+    // A write on the partial cache: the new tree keeps the blobs of the states it lacks.
+    let snap = s.snapshot(&sp(SMALL)).await.unwrap();
+    let written = s
+        .update_state(
+            &sp(SMALL),
+            snap.state_tip.as_ref(),
+            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+            "Update small by test",
+        )
+        .await
+        .expect("write on a partial cache");
+    // A nested state too (a new subtree next to trees whose blobs are absent).
+    s.update_state(
+        &sp("team/nested.tfstate"),
+        Some(&written),
+        StateChange::Write(Bytes::from_static(b"nested")),
+        "Update nested by test",
+    )
+    .await
+    .expect("nested write on a partial cache");
+    git(bare, &["fsck", "--strict", "--no-dangling"]);
+    let clone = scratch.path().join("check");
+    git(
+        scratch.path(),
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(clone.join(SMALL)).unwrap(), b"{\"serial\":2}");
+    assert_eq!(
+        std::fs::read(clone.join("team/nested.tfstate")).unwrap(),
+        b"nested"
+    );
+    for (path, content) in &files[1..] {
+        assert_eq!(&std::fs::read(clone.join(path)).unwrap(), content, "{path}");
+    }
+    // The writes did not fetch the big blobs either.
+    for i in [1, 3, 4, 5] {
+        assert!(!cached(&dir, &blob_id(bare, &big_name(i))));
+    }
+
+    // Another cache (another process) reads what was written, partially too.
+    let other = tempfile::tempdir().unwrap();
+    let s2 = store(url, other.path(), credentials);
+    let snap = s2.snapshot(&sp(SMALL)).await.unwrap();
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+    assert!(dir_bytes(&s2.cache_dir()) < (BIG_BYTES / 4) as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_daemon_cold_read_brings_only_the_state_it_reads() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    partial_reads_and_a_write(&daemon.url("states"), None, &bare).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn smart_http_cold_read_brings_only_the_state_it_reads() {
+    if !have_lighttpd() {
+        eprintln!("skipped: lighttpd is not installed");
+        return;
+    }
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let http = GitHttp::start(repos.path(), "alice", "s3cret");
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: "s3cret".into(),
+    };
+    partial_reads_and_a_write(&http.url("states"), Some(credentials), &bare).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn file_url_cold_read_brings_only_the_state_it_reads() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let url = format!("file://{}", bare.display());
+    partial_reads_and_a_write(&url, None, &bare).await;
+}
+
+/// Log lines at info and above of this test process.
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(data);
+                Ok(data.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = buffer.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .init();
+        buffer
+    })
+    .clone()
+}
+
+/// How often the fallback was logged for `url`.
+fn fallback_logged(url: &str) -> usize {
+    let logs = logs();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| l.contains("offers no partial fetch") && l.contains(url))
+        .count()
+}
+
+/// Without `uploadpack.allowFilter` the read fetches whole trees (today's behaviour), says so
+/// once per remote, and everything still works.
+async fn falls_back_without_filter(url: &str, credentials: Option<Credentials>, bare: &Path) {
+    logs();
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(bare, scratch.path());
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(url, cache.path(), credentials.clone());
+    let snap = s.snapshot(&sp(SMALL)).await.expect("read");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    let dir = s.cache_dir();
+    // Whole trees: the big blobs came too.
+    assert!(cached(&dir, &blob_id(bare, &big_name(0))));
+    assert!(dir.join("shallow").exists());
+    assert_eq!(fallback_logged(url), 1, "the fallback is logged once");
+    // A second store (another request) on the same remote: not logged again.
+    let other = tempfile::tempdir().unwrap();
+    let s2 = store(url, other.path(), credentials);
+    let snap = s2.snapshot(&sp(&big_name(1))).await.expect("read");
+    assert_eq!(snap.state.as_deref(), Some(&files[2].1[..]));
+    s2.update_state(
+        &sp(SMALL),
+        snap.state_tip.as_ref(),
+        StateChange::Write(Bytes::from_static(b"2")),
+        "Update small by test",
+    )
+    .await
+    .expect("write");
+    assert_eq!(git(bare, &["show", &format!("main:{SMALL}")]), "2");
+    assert_eq!(fallback_logged(url), 1, "the fallback is logged once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_daemon_without_filter_falls_back_to_whole_trees() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo_without_filter(repos.path(), "plain");
+    let daemon = GitDaemon::start(repos.path());
+    falls_back_without_filter(&daemon.url("plain"), None, &bare).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn smart_http_without_filter_falls_back_to_whole_trees() {
+    if !have_lighttpd() {
+        eprintln!("skipped: lighttpd is not installed");
+        return;
+    }
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo_without_filter(repos.path(), "plain");
+    let http = GitHttp::start(repos.path(), "alice", "s3cret");
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: "s3cret".into(),
+    };
+    falls_back_without_filter(&http.url("plain"), Some(credentials), &bare).await;
+}
+
+/// The packet lines upload-pack sent or received, from the server's `GIT_TRACE_PACKET`.
+fn upload_pack_trace(trace: &PathBuf, direction: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    let marker = format!("upload-pack{direction} ");
+    text.lines()
+        .filter_map(|l| l.split_once(&marker).map(|(_, rest)| rest.to_string()))
+        .collect()
+}
+
+/// With many lock branches, a read lists only the branch and that state's lock (`ls-refs` with
+/// `ref-prefix`), and reads the lock; listing locks from a fresh cache reads every lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ls_refs_asks_only_for_the_refs_a_read_needs() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let trace = repos.path().join("packets.trace");
+    let daemon = GitDaemon::start_with_env(
+        repos.path(),
+        &[("GIT_TRACE_PACKET", trace.to_str().unwrap())],
+    );
+    let url = daemon.url("states");
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(&bare, scratch.path());
+    // 200 locks of other states, made by another gitstate.
+    let writer_cache = tempfile::tempdir().unwrap();
+    let writer = store(&url, writer_cache.path(), None);
+    let others: Vec<String> = (0..200).map(|i| format!("other-{i}.tfstate")).collect();
+    for other in others.iter().take(3) {
+        let created = writer
+            .create_lock(
+                &sp(other),
+                Bytes::from(format!("{{\"ID\":\"{other}\"}}")),
+                "Lock",
+            )
+            .await
+            .unwrap();
+        assert_eq!(created, LockCreate::Created);
+    }
+    let lock_tip = git(&bare, &["rev-parse", "refs/heads/locks/other-0.tfstate"]);
+    for other in others.iter().skip(3) {
+        git(
+            &bare,
+            &[
+                "update-ref",
+                &format!("refs/heads/locks/{other}"),
+                lock_tip.trim(),
+            ],
+        );
+    }
+    let info = Bytes::from_static(b"{\"ID\":\"mine\"}");
+    assert_eq!(
+        writer.create_lock(&sp(SMALL), info.clone(), "Lock").await,
+        Ok(LockCreate::Created)
+    );
+    std::fs::write(&trace, "").unwrap();
+
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(&url, cache.path(), None);
+    let snap = s.snapshot(&sp(SMALL)).await.expect("read");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    assert_eq!(snap.lock, Some(info.clone()));
+    assert_eq!(
+        snap.lock_tip.as_deref(),
+        Some(git(&bare, &["rev-parse", &format!("refs/heads/locks/{SMALL}")]).trim())
+    );
+
+    let asked = upload_pack_trace(&trace, "<");
+    let sent = upload_pack_trace(&trace, ">");
+    assert!(asked.iter().any(|l| l == "command=ls-refs"), "{asked:?}");
+    assert!(
+        asked.iter().any(|l| l == "ref-prefix refs/heads/main"),
+        "{asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .any(|l| l == &format!("ref-prefix refs/heads/locks/{SMALL}")),
+        "{asked:?}"
+    );
+    assert!(asked.iter().any(|l| l == "filter blob:none"), "{asked:?}");
+    assert!(
+        asked
+            .iter()
+            .any(|l| l == &format!("want {}", blob_id(&bare, SMALL))),
+        "the state's blob is asked for by id: {asked:?}"
+    );
+    let listed_others = sent.iter().filter(|l| l.contains("locks/other-")).count();
+    assert_eq!(listed_others, 0, "the server listed other locks: {sent:?}");
+
+    // Listing locks from a fresh cache lists (and reads) them all.
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(&url, cache.path(), None);
+    let locks = s.list_locks().await.expect("list locks");
+    assert_eq!(locks.len(), others.len() + 1);
+    let mine = locks.iter().find(|l| l.path == SMALL).expect("my lock");
+    assert_eq!(mine.content, info);
+    let first = locks
+        .iter()
+        .find(|l| l.path == "other-1.tfstate")
+        .expect("a lock of another state");
+    assert_eq!(first.content, Bytes::from("{\"ID\":\"other-1.tfstate\"}"));
+}
+
+/// The blob fetch reads through the answer limit: a state larger than `max_answer_bytes` is
+/// refused with the limit named, while a small one next to it still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blob_fetches_stay_within_the_answer_limit() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let daemon = GitDaemon::start(repos.path());
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(&bare, scratch.path());
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(&daemon.url("states"), cache.path(), None).with_answer_limit(256 * 1024);
+    let snap = s
+        .snapshot(&sp(SMALL))
+        .await
+        .expect("a small state within the limit");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    match s.snapshot(&sp(&big_name(0))).await {
+        Err(gitstate_core::StoreError::Remote(message)) => {
+            assert!(message.contains("max_answer_bytes"), "{message}")
+        }
+        other => panic!("a 1 MiB blob over a 256 KiB limit: {other:?}"),
+    }
+}
+
+/// A `want` the server cannot serve ends with the server's own sentence, as a remote error.
+#[test]
+fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
+    use gitstate_git::plumbing::fetchpack::{FetchRequest, UploadPack};
+    use gitstate_git::plumbing::transport::Endpoint;
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let scratch = tempfile::tempdir().unwrap();
+    seed(&bare, scratch.path());
+    let daemon = GitDaemon::start(repos.path());
+    let endpoint = Endpoint::parse(&daemon.url("states"), None, Duration::from_secs(10)).unwrap();
+    let mut session = UploadPack::connect(&endpoint)
+        .unwrap()
+        .expect("git daemon speaks protocol v2");
+    assert!(session.offers("filter") && session.offers("shallow"));
+    let refs = session.ls_refs(&["refs/heads/main"]).unwrap();
+    assert_eq!(refs.len(), 1);
+    assert_eq!(
+        refs[0].1.to_string(),
+        git(&bare, &["rev-parse", "main"]).trim()
+    );
+    let objects = tempfile::tempdir().unwrap();
+    let missing = gix::ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
+    let error = session
+        .fetch(
+            &FetchRequest {
+                wants: vec![missing],
+                ..Default::default()
+            },
+            objects.path(),
+        )
+        .expect_err("the server has no such object");
+    match error {
+        gitstate_core::StoreError::Remote(message) => {
+            assert!(message.contains("not our ref"), "{message}");
+            assert!(message.contains(&missing.to_string()), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
