@@ -1271,6 +1271,83 @@ fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
     assert!(gitstate.running());
 }
 
+/// The same bound on the partial-fetch path (protocol v2, `filter blob:none`, then the one blob a
+/// read wants, DESIGN §9.5), against a real git daemon: a state file whose blob inflates to 256 MiB
+/// (256 KiB packed) on a deployment whose objects may take at most 70 MiB is a 502 naming the
+/// setting, and the server's memory stays far below the blob.
+#[test]
+fn an_object_over_the_limit_is_refused_on_the_partial_fetch_path_too() {
+    const BIG: u64 = 256 * 1024 * 1024;
+    let repos = TempDir::new().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let work = TempDir::new().unwrap();
+    git(
+        None,
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.path().to_str().unwrap(),
+        ],
+    );
+    let zeros = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "head -c {BIG} /dev/zero > big.tfstate && echo '{{}}' > small.tfstate"
+        ))
+        .current_dir(work.path())
+        .status()
+        .unwrap();
+    assert!(zeros.success());
+    git(Some(work.path()), &["add", "."]);
+    git(
+        Some(work.path()),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-qm",
+            "big",
+        ],
+    );
+    git(Some(work.path()), &["push", "-q", "origin", "HEAD:main"]);
+    let daemon = GitDaemon::start(repos.path());
+    let cwd = TempDir::new().unwrap();
+    let repository = format!("default={}", daemon.url("states"));
+    let mut gitstate = Gitstate::start(
+        &["--repository", &repository, "--max-state-bytes", "1048576"],
+        &[],
+        cwd.path(),
+    );
+    // The small state is served (the trees came without the big blob)...
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("default", "small.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!((code, body.trim()), (200, "{}"), "{}", gitstate.log());
+    // ...and the big one is refused when its blob is fetched.
+    let (code, body) = http(
+        "GET",
+        &gitstate.state_url("default", "big.tfstate"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(code, 502, "{body}\n{}", gitstate.log());
+    assert!(body.contains("max_state_bytes"), "{body}");
+    let peak = peak_memory(gitstate.pid());
+    assert!(
+        peak < BIG / 2,
+        "the server's peak memory is {peak} bytes after a blob of {BIG} bytes was refused"
+    );
+    assert!(gitstate.running());
+}
+
 /// The processes whose parent is `pid` (from `/proc/*/stat`): (pid, command name).
 fn children_of(pid: u32) -> Vec<(u32, String)> {
     let mut found = Vec::new();
