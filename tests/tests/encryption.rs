@@ -551,28 +551,8 @@ fn tampered_and_foreign_files_are_refused_with_the_reason() {
 
     // a file wrapped for a key this server does not have: 500 naming the keys, no key material
     let stranger = AgeKeyPair::generate();
-    let plain_dir = tempfile::tempdir().unwrap();
-    let plain = plain_dir.path().join("plain.json");
-    fs::write(&plain, state(1, SECRET).to_string()).unwrap();
-    let out = Command::new(sops_bin())
-        .env_clear()
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-        .args([
-            "--disable-version-check",
-            "encrypt",
-            "--age",
-            &stranger.recipient,
-        ])
-        .args(["--input-type", "json", "--output-type", "json"])
-        .arg(&plain)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    commit_file(cwd.path(), "foreign.tfstate", &out.stdout);
+    let sealed = real_sops_encrypt_for(&stranger.recipient, &state(1, SECRET));
+    commit_file(cwd.path(), "foreign.tfstate", &sealed);
     let (status, body) = http(
         "GET",
         &server.state_url("default", "foreign.tfstate"),
@@ -969,28 +949,8 @@ fn ciphertext_is_never_served_as_a_state() {
     post(&server, "plain.tfstate", &state(1, SECRET).to_string());
 
     let owner = AgeKeyPair::generate();
-    let plain_dir = tempfile::tempdir().unwrap();
-    let plain = plain_dir.path().join("plain.json");
-    fs::write(&plain, state(1, SECRET).to_string()).unwrap();
-    let out = Command::new(sops_bin())
-        .env_clear()
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-        .args([
-            "--disable-version-check",
-            "encrypt",
-            "--age",
-            &owner.recipient,
-        ])
-        .args(["--input-type", "json", "--output-type", "json"])
-        .arg(&plain)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    commit_file(cwd.path(), "sealed.tfstate", &out.stdout);
+    let sealed = real_sops_encrypt_for(&owner.recipient, &state(1, SECRET));
+    commit_file(cwd.path(), "sealed.tfstate", &sealed);
     let url = server.state_url("default", "sealed.tfstate");
     let (status, body) = http("GET", &url, None, None).unwrap();
     assert_eq!(status, 500, "{body}");
@@ -1014,4 +974,25 @@ fn ciphertext_is_never_served_as_a_state() {
 
     post(&server, "sealed.tfstate", &state(2, SECRET).to_string());
     assert_eq!(get_json(&server, "sealed.tfstate"), state(2, SECRET));
+}
+
+/// `state` encrypted by real sops for the age `recipient` (every leaf, sops' defaults).
+fn real_sops_encrypt_for(recipient: &str, state: &Value) -> Vec<u8> {
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = plain_dir.path().join("plain.json");
+    fs::write(&plain, state.to_string()).unwrap();
+    let out = Command::new(sops_bin())
+        .env_clear()
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .args(["--disable-version-check", "encrypt", "--age", recipient])
+        .args(["--input-type", "json", "--output-type", "json"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }

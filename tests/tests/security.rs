@@ -1262,13 +1262,7 @@ fn a_zip_bomb_from_a_git_remote_is_refused_without_inflating_it() {
         .collect::<Vec<_>>();
     assert!(kept.is_empty(), "the cache kept {kept:?}");
     // The server still serves: another repository takes a write and reads it back.
-    let state = r#"{"version":4,"serial":1,"lineage":"zip","outputs":{},"resources":[]}"#;
-    let url = gitstate.state_url("plain", "ok.tfstate");
-    let (code, body) = http("POST", &url, Some(state), None).unwrap();
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = http("GET", &url, None, None).unwrap();
-    assert_eq!((code, body.as_str()), (200, state));
-    assert!(gitstate.running());
+    still_serves(&mut gitstate, "plain");
 }
 
 /// The same bound on the partial-fetch path (protocol v2, `filter blob:none`, then the one blob a
@@ -1345,6 +1339,17 @@ fn an_object_over_the_limit_is_refused_on_the_partial_fetch_path_too() {
         peak < BIG / 2,
         "the server's peak memory is {peak} bytes after a blob of {BIG} bytes was refused"
     );
+    assert!(gitstate.running());
+}
+
+/// The server still serves: repository `repository` takes a write and reads it back.
+fn still_serves(gitstate: &mut Gitstate, repository: &str) {
+    let state = r#"{"version":4,"serial":1,"lineage":"alive","outputs":{},"resources":[]}"#;
+    let url = gitstate.state_url(repository, "ok.tfstate");
+    let (code, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!((code, body.as_str()), (200, state));
     assert!(gitstate.running());
 }
 
@@ -1429,11 +1434,5 @@ fn a_silent_ssh_server_gets_a_503_and_leaves_no_ssh_behind() {
     }
     assert!(left.is_empty(), "gitstate still runs {left:?}");
     // The server still serves.
-    let state = r#"{"version":4,"serial":1,"lineage":"ssh","outputs":{},"resources":[]}"#;
-    let url = gitstate.state_url("plain", "ok.tfstate");
-    let (code, body) = http("POST", &url, Some(state), None).unwrap();
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = http("GET", &url, None, None).unwrap();
-    assert_eq!((code, body.as_str()), (200, state));
-    assert!(gitstate.running());
+    still_serves(&mut gitstate, "plain");
 }

@@ -618,14 +618,7 @@ impl Cache {
                 write_shallow(lock, shallow, &fetched.shallow)?;
                 self.packs.fetch_add(1, Ordering::Relaxed);
                 let repo = self.repo();
-                for (name, id) in &tips {
-                    if !repo.has_object(id) {
-                        return Err(StoreError::Remote(format!(
-                            "{} advertised {name} at {id} but did not send it",
-                            endpoint.display
-                        )));
-                    }
-                }
+                all_arrived(&repo, endpoint, &tips)?;
                 self.move_tracking_refs(&repo, &tips);
             }
         }
@@ -836,15 +829,7 @@ impl Cache {
             return Err(classify(endpoint, "fetching from", &e));
         }
         self.packs.fetch_add(1, Ordering::Relaxed);
-        let repo = self.repo();
-        for (name, id) in &tips {
-            if !repo.has_object(id) {
-                return Err(StoreError::Remote(format!(
-                    "{} advertised {name} at {id} but did not send it",
-                    endpoint.display
-                )));
-            }
-        }
+        all_arrived(&self.repo(), endpoint, &tips)?;
         Ok(Some(tips))
     }
 
@@ -1133,6 +1118,21 @@ fn keep_session(endpoint: &Endpoint, session: UploadPack) {
     let sessions = kept.entry(session_key(endpoint)).or_default();
     if sessions.len() < 4 {
         sessions.push((std::time::Instant::now(), session));
+    }
+}
+
+/// Checks that a fetch brought every tip the remote advertised.
+fn all_arrived(
+    repo: &gix::Repository,
+    endpoint: &Endpoint,
+    tips: &HashMap<String, ObjectId>,
+) -> Result<(), StoreError> {
+    match tips.iter().find(|(_, id)| !repo.has_object(*id)) {
+        Some((name, id)) => Err(StoreError::Remote(format!(
+            "{} advertised {name} at {id} but did not send it",
+            endpoint.display
+        ))),
+        None => Ok(()),
     }
 }
 
