@@ -128,16 +128,15 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
         for row in &states {
             let path = StatePath::parse(&row.path).map_err(|e| e.to_string())?;
             let commit = row.commit.clone().unwrap_or_default();
+            // A state this process cannot open (encrypted, no key here) stops the rebuild before
+            // anything is removed from the index: read_version refuses to hand it out.
             let state = backend
                 .read_version(store.as_ref(), &path, &commit)
                 .await
-                .map_err(|e| format!("{name}/{path}: {e}"))?
+                .map_err(|e| {
+                    format!("{name}/{path}: {e}; the rebuild stopped here, before removing anything from the index (run it with the server's encryption settings)")
+                })?
                 .unwrap_or_default();
-            if backend.sealer.is_none() && is_sealed(&state) {
-                return Err(format!(
-                    "{name}/{path}: the state is encrypted (sops) and this process has no key to open it; run the rebuild with the server's encryption settings (it stopped here, before removing anything from the index)"
-                ));
-            }
             let mut facts = StateFacts::of(&state);
             facts.commit = Some(commit);
             indexed += facts.identifiers.len();
@@ -178,13 +177,6 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
         "{duplicates} identifier(s) managed by more than one state\n"
     ));
     Ok(summary)
-}
-
-/// Whether `state` is a sealed (sops) document rather than a Terraform state.
-fn is_sealed(state: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(state)
-        .ok()
-        .is_some_and(|v| v.get("sops").is_some_and(serde_json::Value::is_object))
 }
 
 /// Runs a catalog subcommand; the output goes to stdout.

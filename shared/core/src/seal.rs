@@ -141,7 +141,7 @@ pub fn refuse_sealed(at: &Place, state: &[u8]) -> Result<(), SealError> {
         return Ok(());
     };
     Err(SealError::NoKey(format!(
-        "the stored state at {at} is a sops document this server has no key for, so it is not served; it needs one of: {}",
+        "the stored state at {at} is encrypted (a sops document) and this server has no key to open it, so it is not served; it needs one of: {}",
         if keys.is_empty() {
             "(the document names no key)".to_owned()
         } else {
