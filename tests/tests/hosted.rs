@@ -247,6 +247,16 @@ fn team_mode_admits_only_configured_tokens() {
     }
     let (status, _) = http("GET", &url, None, Some(("ci", token))).expect("get");
     assert_eq!(status, 204);
+    // OpenTofu's `headers = { Authorization = "Bearer …" }`: the same token as a Bearer token.
+    let client = reqwest::blocking::Client::new();
+    for (bearer, expected) in [(token, 204), ("wrong-token", 401)] {
+        let response = client
+            .get(&url)
+            .header("Authorization", format!("Bearer {bearer}"))
+            .send()
+            .expect("get with a bearer token");
+        assert_eq!(response.status().as_u16(), expected, "Bearer {bearer}");
+    }
 
     let tf = Terraform::installed("1.15.5");
     let work = tempfile::tempdir().expect("tempdir");

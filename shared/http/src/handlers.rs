@@ -177,27 +177,38 @@ pub async fn query_style(
     dispatch(&app, address, operation, deadline, &headers, body).await
 }
 
-/// The caller's basic-auth pair, if it sent one.
-pub(crate) fn basic_auth(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
+/// The caller's credentials from `Authorization`: `Basic` (user and password, what Terraform's
+/// http backend sends) or `Bearer` (OpenTofu's `headers = { Authorization = "Bearer …" }`), which
+/// stands for the user `bearer` with the token as its password (team mode checks the token; in
+/// pass-through mode the git server gets that pair). Anything else is a 401.
+pub(crate) fn caller_credentials(headers: &HeaderMap) -> Result<Option<Credentials>, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
     let unauthorized = || {
         ApiError::Message(
             StatusCode::UNAUTHORIZED,
-            "the Authorization header is not a valid Basic credential".into(),
+            "the Authorization header is neither a valid Basic credential nor a Bearer token"
+                .into(),
         )
     };
     let value = value.to_str().map_err(|_| unauthorized())?;
-    let Some(encoded) = value
-        .strip_prefix("Basic ")
-        .or_else(|| value.strip_prefix("basic "))
-    else {
+    let (scheme, rest) = value.split_once(' ').ok_or_else(unauthorized)?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        let token = rest.trim();
+        if token.is_empty() {
+            return Err(unauthorized());
+        }
+        return Ok(Some(Credentials {
+            username: "bearer".to_owned(),
+            password: token.to_owned(),
+        }));
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
         return Err(unauthorized());
-    };
+    }
     // The decoded pair is a secret: every copy is zeroed when dropped.
-    let decoded =
-        zeroize::Zeroizing::new(BASE64.decode(encoded.trim()).map_err(|_| unauthorized())?);
+    let decoded = zeroize::Zeroizing::new(BASE64.decode(rest.trim()).map_err(|_| unauthorized())?);
     let decoded = zeroize::Zeroizing::new(
         std::str::from_utf8(&decoded)
             .map_err(|_| unauthorized())?
@@ -297,7 +308,7 @@ pub(crate) async fn authenticated_caller(
     app: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Credentials>, ApiError> {
-    let credentials = basic_auth(headers)?;
+    let credentials = caller_credentials(headers)?;
     app.registry.authenticate(credentials.as_ref()).await?;
     Ok(credentials)
 }
@@ -460,4 +471,46 @@ fn tell_catalog(
             .unwrap_or_else(|_| gitstate_core::url::redact_in_text(url)),
     };
     recorder.tell(repository, address.path.as_str().to_owned(), who, change);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(value).expect("a header value"),
+        );
+        headers
+    }
+
+    #[test]
+    fn basic_and_bearer_credentials_are_read_and_anything_else_is_a_401() {
+        let basic = caller_credentials(&with("Basic YWxpY2U6czNjcjN0")).expect("basic");
+        assert_eq!(
+            basic.map(|c| (c.username.clone(), c.password.clone())),
+            Some(("alice".into(), "s3cr3t".into()))
+        );
+        let bearer = caller_credentials(&with("Bearer team-token")).expect("bearer");
+        assert_eq!(
+            bearer.map(|c| (c.username.clone(), c.password.clone())),
+            Some(("bearer".into(), "team-token".into()))
+        );
+        for bad in [
+            "Bearer ",
+            "Digest x",
+            "Basic !!!",
+            "Basic YWxpY2U=",
+            "token",
+        ] {
+            let refused = caller_credentials(&with(bad));
+            assert!(
+                matches!(&refused, Err(e) if e.status() == StatusCode::UNAUTHORIZED),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(caller_credentials(&HeaderMap::new()), Ok(None)));
+    }
 }
