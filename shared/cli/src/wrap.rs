@@ -173,15 +173,6 @@ fn marker_pid(text: &str) -> Option<Option<i32>> {
     Some(pid)
 }
 
-fn process_alive(pid: i32) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 /// The generated file; removed on drop (normal end, error, panic).
 struct BackendFile {
     path: PathBuf,
@@ -214,7 +205,7 @@ impl BackendFile {
                                 "{shown} already exists and gitstate did not write it; move it away (gitstate wrap writes its backend configuration there)"
                             )))
                         }
-                        Some(Some(pid)) if pid != std::process::id() as i32 && process_alive(pid) => {
+                        Some(Some(pid)) if pid != std::process::id() as i32 && pid > 0 && gitstate_core::process::alive(pid as u32) => {
                             return Err(WrapError::new(format!(
                                 "{shown} belongs to another gitstate wrap that is still running (pid {pid}); wait for it to end, or delete the file if no gitstate wrap runs there"
                             )))

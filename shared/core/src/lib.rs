@@ -10,6 +10,7 @@ pub mod fakes;
 pub mod history;
 pub mod lockinfo;
 pub mod path;
+pub mod process;
 pub mod seal;
 pub mod store;
 pub mod text;

@@ -349,7 +349,7 @@ fn remove_abandoned_generations(cache_dir: &Path, name: &str) {
                 .and_then(|rest| rest.strip_suffix(".git"))
                 .and_then(|rest| rest.split_once('-'))
                 .and_then(|(pid, _)| pid.parse::<u32>().ok())
-                .is_some_and(|pid| pid != std::process::id() && !process_alive(pid))
+                .is_some_and(|pid| pid != std::process::id() && !gitstate_core::process::alive(pid))
         };
         if abandoned {
             let path = entry.path();
@@ -361,11 +361,6 @@ fn remove_abandoned_generations(cache_dir: &Path, name: &str) {
             }
         }
     }
-}
-
-/// Whether a process with this id runs (on Linux, `/proc/<pid>` exists).
-fn process_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists() || !Path::new("/proc/self").exists()
 }
 
 impl std::fmt::Debug for Cache {
