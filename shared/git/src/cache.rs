@@ -663,19 +663,10 @@ impl Cache {
         let repo = self.repo();
         let mut missing = Vec::new();
         for (commit, path) in files {
-            let tree = repo
-                .find_commit(commit)
-                .map_err(internal("reading a commit"))?
-                .tree()
-                .map_err(internal("reading a tree"))?;
-            let Some(entry) = tree
-                .lookup_entry_by_path(&path)
-                .map_err(internal("looking up a path"))?
-            else {
+            let Some(id) = crate::objects::file_id(&repo, commit, &path)? else {
                 continue;
             };
-            let id = entry.object_id();
-            if entry.mode().is_blob() && !repo.has_object(id) && !missing.contains(&id) {
+            if !repo.has_object(id) && !missing.contains(&id) {
                 missing.push(id);
             }
         }

@@ -185,26 +185,33 @@ pub fn entry_id(
         .map(|entry| entry.object_id()))
 }
 
+/// The id of the file (blob) at `path` in `commit`, or `None` when the path holds no file. Reads
+/// only the commit and the trees on the path, never the blob.
+pub fn file_id(
+    repo: &gix::Repository,
+    commit: ObjectId,
+    path: &str,
+) -> Result<Option<ObjectId>, StoreError> {
+    let tree = repo
+        .find_commit(commit)
+        .map_err(internal("reading a commit"))?
+        .tree()
+        .map_err(internal("reading a tree"))?;
+    let entry = tree
+        .lookup_entry_by_path(path)
+        .map_err(internal("looking up a path"))?;
+    Ok(entry.filter(|e| e.mode().is_blob()).map(|e| e.object_id()))
+}
+
 /// The blob at `path` in `commit`, or `None` when the path holds no file.
 pub fn read_file(
     repo: &gix::Repository,
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<Bytes>, StoreError> {
-    let tree = repo
-        .find_commit(commit)
-        .map_err(internal("reading a commit"))?
-        .tree()
-        .map_err(internal("reading a tree"))?;
-    let Some(entry) = tree
-        .lookup_entry_by_path(path)
-        .map_err(internal("looking up a path"))?
-    else {
+    let Some(id) = file_id(repo, commit, path)? else {
         return Ok(None);
     };
-    if !entry.mode().is_blob() {
-        return Ok(None);
-    }
-    let object = entry.object().map_err(internal("reading a blob"))?;
+    let object = repo.find_object(id).map_err(internal("reading a blob"))?;
     Ok(Some(Bytes::from(object.detach().data)))
 }
