@@ -923,6 +923,30 @@ impl Sshd {
     }
 }
 
+/// The processes whose parent is `pid` (from `/proc/*/stat`): (pid, command name).
+pub fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            if let Ok(child) = stat[..open].trim().parse::<u32>() {
+                found.push((child, stat[open + 1..close].to_owned()));
+            }
+        }
+    }
+    found
+}
+
 /// Makes an ed25519 key pair without a passphrase at `path` (and `path.pub`).
 pub fn ssh_keygen(path: &Path) {
     let ok = Command::new(require_tool("ssh-keygen"))

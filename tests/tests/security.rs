@@ -1353,30 +1353,6 @@ fn still_serves(gitstate: &mut Gitstate, repository: &str) {
     assert!(gitstate.running());
 }
 
-/// The processes whose parent is `pid` (from `/proc/*/stat`): (pid, command name).
-fn children_of(pid: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            if let Ok(child) = stat[..open].trim().parse::<u32>() {
-                found.push((child, stat[open + 1..close].to_owned()));
-            }
-        }
-    }
-    found
-}
-
 /// An ssh server that accepts gitstate's key, keeps the session alive (it answers ssh's
 /// keep-alives) and never sends a byte (the key's forced command reads and discards its input)
 /// cannot hold a worker or an ssh process (docs/SECURITY.md): the GET is a 503 at the git

@@ -4,14 +4,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::servers::{bare_repo, free_port, ChildGuard};
+use common::servers::bare_repo;
 use common::{git, sp};
 use gitstate_core::{StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::{children_of, ssh_keygen, Sshd};
 
 /// Held by each test for its whole run: they set `GIT_SSH_COMMAND` (process-wide), and one
 /// counts the ssh processes of this process.
@@ -24,81 +24,18 @@ fn ssh_command(key: &Path) -> String {
     )
 }
 
-fn keygen(path: &Path) {
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-}
-
-fn start_sshd(dir: &Path, authorized: &Path) -> (ChildGuard, u16) {
-    std::fs::create_dir_all("/run/sshd").ok();
-    let host_key = dir.join("host_key");
-    keygen(&host_key);
-    for _ in 0..5 {
-        let port = free_port();
-        let config = dir.join("sshd_config");
-        std::fs::write(
-            &config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-                 StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 UsePAM no\nPermitRootLogin prohibit-password\nAcceptEnv GIT_PROTOCOL\n\
-                 PidFile {}\n",
-                host_key.display(),
-                authorized.display(),
-                dir.join("sshd.pid").display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new("/usr/sbin/sshd")
-            .args(["-D", "-e", "-f"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return (ChildGuard::new(child), port);
-            }
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    panic!("sshd did not start");
-}
-
 // The guard serialises the tests of this binary (a process-wide variable); nothing else in this
 // runtime takes it.
 #[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ssh_conformance() {
     let _env = SSH_ENV.lock().unwrap_or_else(|p| p.into_inner());
-    assert!(
-        Path::new("/usr/sbin/sshd").exists(),
-        "openssh-server is not installed: run scripts/install-test-deps.sh"
-    );
     let dir = tempfile::tempdir().unwrap();
     let client_key = dir.path().join("client_key");
-    keygen(&client_key);
-    let authorized = dir.path().join("authorized_keys");
-    std::fs::copy(dir.path().join("client_key.pub"), &authorized).unwrap();
-    let (_sshd, port) = start_sshd(dir.path(), &authorized);
-    std::env::set_var(
-        "GIT_SSH_COMMAND",
-        format!(
-            "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
-            client_key.display()
-        ),
-    );
+    ssh_keygen(&client_key);
+    let sshd = Sshd::start(&std::fs::read_to_string(dir.path().join("client_key.pub")).unwrap());
+    let port = sshd.port();
+    std::env::set_var("GIT_SSH_COMMAND", ssh_command(&client_key));
     let repos = dir.path().join("repos");
     std::fs::create_dir(&repos).unwrap();
     let bare = bare_repo(&repos, "states");
@@ -127,14 +64,8 @@ async fn ssh_conformance() {
 
     // A key the server does not know: refused, not a bug.
     let other_key = dir.path().join("other_key");
-    keygen(&other_key);
-    std::env::set_var(
-        "GIT_SSH_COMMAND",
-        format!(
-            "ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
-            other_key.display()
-        ),
-    );
+    ssh_keygen(&other_key);
+    std::env::set_var("GIT_SSH_COMMAND", ssh_command(&other_key));
     let s = store(format!("ssh://root@127.0.0.1:{port}{}", bare.display()));
     let err = s.snapshot(&sp("prod.tfstate")).await.unwrap_err();
     eprintln!("wrong key: {err:?}");
@@ -148,10 +79,7 @@ async fn ssh_conformance() {
     let wrapper = dir.path().join("ssh-wrapper");
     std::fs::write(
         &wrapper,
-        format!(
-            "#!/bin/sh\nexec ssh -i {} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
-            client_key.display()
-        ),
+        format!("#!/bin/sh\nexec {} \"$@\"\n", ssh_command(&client_key)),
     )
     .unwrap();
     std::fs::set_permissions(
@@ -167,31 +95,6 @@ async fn ssh_conformance() {
     assert!(snapshot.unwrap().state.is_some());
 }
 
-/// The processes whose parent is `pid` (`/proc/*/stat`), with their command names.
-fn children_of(pid: u32) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = stat[open + 1..close].to_owned();
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            if let Ok(child) = stat[..open].trim().parse::<u32>() {
-                found.push((child, comm));
-            }
-        }
-    }
-    found
-}
-
 /// An ssh server that accepts the key, keeps the session alive (it answers ssh's keep-alives)
 /// and never sends a byte (the key's forced command reads and discards its input): the read
 /// ends at the git timeout with `Unavailable` naming it, the ssh program (and the shell running
@@ -200,27 +103,18 @@ fn children_of(pid: u32) -> Vec<(u32, String)> {
 #[test]
 fn a_silent_ssh_server_is_cut_off_at_the_git_timeout() {
     let _env = SSH_ENV.lock().unwrap_or_else(|p| p.into_inner());
-    assert!(
-        Path::new("/usr/sbin/sshd").exists(),
-        "openssh-server is not installed: run scripts/install-test-deps.sh"
-    );
     let dir = tempfile::tempdir().unwrap();
     let silent_key = dir.path().join("silent_key");
-    keygen(&silent_key);
+    ssh_keygen(&silent_key);
     let good_key = dir.path().join("good_key");
-    keygen(&good_key);
-    let authorized = dir.path().join("authorized_keys");
+    ssh_keygen(&good_key);
     let read = |p: &Path| std::fs::read_to_string(p).unwrap();
-    std::fs::write(
-        &authorized,
-        format!(
-            "command=\"cat >/dev/null\",no-pty {}{}",
-            read(&dir.path().join("silent_key.pub")),
-            read(&dir.path().join("good_key.pub"))
-        ),
-    )
-    .unwrap();
-    let (_sshd, port) = start_sshd(dir.path(), &authorized);
+    let sshd = Sshd::start(&format!(
+        "command=\"cat >/dev/null\",no-pty {}{}",
+        read(&dir.path().join("silent_key.pub")),
+        read(&dir.path().join("good_key.pub"))
+    ));
+    let port = sshd.port();
     let repos = dir.path().join("repos");
     std::fs::create_dir(&repos).unwrap();
     let bare = bare_repo(&repos, "states");
