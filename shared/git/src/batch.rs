@@ -19,9 +19,15 @@ use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::objects::{entry_id, state_commit};
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::remote::RemoteStore;
+use bytes::Bytes;
+
+use crate::objects::{entry_id, internal, state_commit};
+use crate::pending::{
+    self, pending_commit, read_pending, Kind, Publication, PendingWrite, QueueRefs,
+};
+use crate::plumbing::sendpack::{ReceivePack, RefResult, RefUpdate};
+use crate::plumbing::transport::Endpoint;
+use crate::remote::{Pushed, RemoteStore};
 
 /// Most writes one push carries.
 pub const MAX_BATCH_WRITES: usize = 64;
@@ -66,6 +72,17 @@ struct Waiting {
     write: QueuedWrite,
     seq: u64,
     reply: oneshot::Sender<Result<Revision, StoreError>>,
+    /// The write is in the remote's queue (DESIGN §9.4) as this pending ref.
+    published: Option<Published>,
+}
+
+/// A write of this process published as a pending ref of the remote's queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Published {
+    /// The id in `refs/gitstate/queue/<branch>/pending/<id>`.
+    pub id: String,
+    /// The pending commit the ref was created with.
+    pub commit: ObjectId,
 }
 
 #[derive(Default)]
@@ -152,7 +169,12 @@ impl WriteQueue {
             let mut queue = self.lock()?;
             let seq = queue.next_seq;
             queue.next_seq += 1;
-            queue.waiting.push(Waiting { write, seq, reply });
+            queue.waiting.push(Waiting {
+                write,
+                seq,
+                reply,
+                published: None,
+            });
             if queue.driving {
                 false
             } else {
@@ -186,7 +208,9 @@ impl WriteQueue {
             if waiting.reply.is_closed() {
                 continue;
             }
-            if waiting.write.deadline.is_some_and(|d| d <= now) {
+            // A published write past its deadline goes into the next round, which withdraws
+            // it from the remote's queue (or finds it folded meanwhile).
+            if waiting.published.is_none() && waiting.write.deadline.is_some_and(|d| d <= now) {
                 tracing::info!(path = %waiting.write.path, waited_ms = waiting.write.since.elapsed().as_millis() as u64, "write gave up: its deadline passed before its turn");
                 let _ = waiting.reply.send(Err(busy(&waiting.write)));
                 continue;
@@ -275,69 +299,142 @@ impl WriteQueue {
                     return;
                 }
             };
-            let (writes, replies): (Vec<QueuedWrite>, Vec<_>) = batch
+            let (writes, replies): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = batch
                 .into_iter()
-                .map(|w| (w.write, (w.seq, w.reply)))
+                .map(|w| ((w.write, w.published), (w.seq, w.reply)))
                 .unzip();
             let count = writes.len();
             let started = Instant::now();
             let own_tip = self.lock().ok().and_then(|q| q.own_tip);
             let outcome = store
                 .run(move |store| {
-                    let results = push_batch(&store, session, &writes);
-                    Ok((writes, results))
+                    let round = push_batch(&store, session, &writes);
+                    Ok((writes, round))
                 })
                 .await;
-            match outcome {
-                Err(e) => {
-                    // The store call failed as a whole (timeout, task failure).
-                    for (_, reply) in replies {
-                        let _ = reply.send(Err(e.clone()));
-                    }
-                }
-                Ok((_, Err(e))) => {
+            let (writes, round) = match outcome {
+                Ok((writes, Ok(round))) => (writes, round),
+                Err(e) | Ok((_, Err(e))) => {
+                    // The round failed as a whole (timeout, transport, task failure): the remote
+                    // holds all of it or none of it; the writers get the error.
                     tracing::warn!(writes = count, error = %e, "batch push failed; every write of it is answered with the error");
                     for (_, reply) in replies {
                         let _ = reply.send(Err(e.clone()));
                     }
+                    continue;
                 }
-                Ok((_, Ok(Attempt::Pushed { results, base, tip }))) => {
-                    losses = 0;
-                    let others_pushed = own_tip.is_some() && base != own_tip;
-                    self.observe(others_pushed, tip, started.elapsed());
+            };
+            if round.lost {
+                losses += 1;
+                self.observe(true, None, started.elapsed());
+                tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
+            } else {
+                losses = 0;
+                let others_pushed = own_tip.is_some() && round.base != own_tip;
+                self.observe(others_pushed || round.folded > 0, round.tip, started.elapsed());
+                if round.tip.is_some() {
                     tracing::info!(
                         writes = count,
-                        committed = results.iter().filter(|r| r.is_ok()).count(),
+                        folded = round.folded,
                         micros = started.elapsed().as_micros() as u64,
                         "batch pushed"
                     );
-                    for ((_, reply), result) in replies.into_iter().zip(results) {
-                        let _ = reply.send(result);
-                    }
-                }
-                Ok((writes, Ok(Attempt::Lost(failed)))) => {
-                    losses += 1;
-                    self.observe(true, None, started.elapsed());
-                    tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
-                    let mut back = Vec::new();
-                    for ((write, (seq, reply)), failure) in
-                        writes.into_iter().zip(replies).zip(failed)
-                    {
-                        match failure {
-                            Some(e) => {
-                                let _ = reply.send(Err(e));
-                            }
-                            None => back.push(Waiting { write, seq, reply }),
-                        }
-                    }
-                    if let Err(e) = self.put_back(back) {
-                        tracing::error!(error = %e, "the write queue failed");
-                        return;
-                    }
-                    tokio::time::sleep(back_off(losses)).await;
                 }
             }
+            let mut back = Vec::new();
+            let mut unpublished = Vec::new();
+            for (((write, published), (seq, reply)), outcome) in
+                writes.into_iter().zip(replies).zip(round.outcomes)
+            {
+                let waiting = Waiting {
+                    write,
+                    seq,
+                    reply,
+                    published,
+                };
+                match outcome {
+                    Outcome::Answer(result) => {
+                        let _ = waiting.reply.send(result);
+                    }
+                    Outcome::Again if waiting.published.is_none() && round.lost && round.queue => {
+                        unpublished.push(waiting)
+                    }
+                    Outcome::Again => back.push(waiting),
+                }
+            }
+            // Lost: the writes go into the remote's queue, where whichever process wins the
+            // branch next folds them (DESIGN §9.4).
+            back.extend(self.publish_all(&store, unpublished).await);
+            let waiting_on_others = !back.is_empty() && back.iter().all(|w| w.published.is_some());
+            if let Err(e) = self.put_back(back) {
+                tracing::error!(error = %e, "the write queue failed");
+                return;
+            }
+            if waiting_on_others {
+                // Another process is folding them now; look again in about one attempt's time.
+                tokio::time::sleep(self.poll_pause()).await;
+            } else if round.lost {
+                tokio::time::sleep(back_off(losses)).await;
+            }
         }
+    }
+
+    /// Publishes `writes` in the remote's queue; returns them, published where the server took
+    /// them (the others stay this process's own and are retried as they are).
+    async fn publish_all(&self, store: &RemoteStore, writes: Vec<Waiting>) -> Vec<Waiting> {
+        if writes.is_empty() {
+            return writes;
+        }
+        let (queued, rest): (Vec<QueuedWrite>, Vec<_>) = writes
+            .into_iter()
+            .map(|w| (w.write, (w.seq, w.reply)))
+            .unzip();
+        let outcome = store
+            .run(move |store| {
+                let refs: Vec<&QueuedWrite> = queued.iter().collect();
+                let published = publish(&store, &refs);
+                Ok((queued, published))
+            })
+            .await;
+        let (queued, published) = match outcome {
+            Ok((queued, Ok(published))) => (queued, published),
+            Ok((queued, Err(e))) => {
+                tracing::warn!(error = %e, "could not publish writes in the remote's queue; they are retried as they are");
+                let none = queued.iter().map(|_| None).collect();
+                (queued, none)
+            }
+            Err(e) => {
+                // The task failed and the writes with it: answer them.
+                for (_, reply) in rest {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                return Vec::new();
+            }
+        };
+        queued
+            .into_iter()
+            .zip(rest)
+            .zip(published)
+            .map(|((write, (seq, reply)), published)| Waiting {
+                write,
+                seq,
+                reply,
+                published,
+            })
+            .collect()
+    }
+
+    /// A pause of up to one attempt's time (jittered), while this process's writes wait in the
+    /// remote's queue for another process's push.
+    fn poll_pause(&self) -> Duration {
+        use rand::Rng;
+        let estimate = self
+            .lock()
+            .ok()
+            .and_then(|q| q.estimate)
+            .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
+        let nanos = estimate.as_nanos().min(u64::MAX as u128) as u64;
+        Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos))
     }
 }
 
@@ -359,112 +456,452 @@ fn busy(write: &QueuedWrite) -> StoreError {
     ))
 }
 
-/// What one push attempt did.
-pub(crate) enum Attempt {
-    /// The push was accepted (or nothing was left to push): per write, its commit or why it was
-    /// not made; the tip it was built on, and the new tip (`None`: nothing was pushed).
-    Pushed {
-        /// Per write.
-        results: Vec<Result<Revision, StoreError>>,
-        /// The branch tip the batch was built on.
-        base: Option<ObjectId>,
-        /// The tip pushed.
-        tip: Option<ObjectId>,
-    },
-    /// The branch moved: nothing was written. Per write, `Some(error)` when it failed on its
-    /// own (answered now), `None` when it goes back into the queue.
-    Lost(Vec<Option<StoreError>>),
+/// What became of one write in a round.
+pub(crate) enum Outcome {
+    /// Answer the writer.
+    Answer(Result<Revision, StoreError>),
+    /// Back into the queue (with its publication, when it has one).
+    Again,
 }
 
-/// One push attempt of `writes` (blocking): the tips from `session` (or a fresh one), the
-/// conditions of each write, the chain, one compare-and-swap.
+/// What one round (one push attempt) did.
+pub(crate) struct Round {
+    /// Per write of the batch.
+    outcomes: Vec<Outcome>,
+    /// The branch tip the round built on.
+    base: Option<ObjectId>,
+    /// The tip pushed (`None`: the branch was not moved).
+    tip: Option<ObjectId>,
+    /// The push lost a compare-and-swap: nothing was written.
+    lost: bool,
+    /// The remote keeps a queue of pending refs (DESIGN §9.4).
+    queue: bool,
+    /// Pending writes of other processes folded into the branch.
+    folded: usize,
+}
+
+/// A pending write read in this round, and who it belongs to.
+struct Foreign {
+    id: String,
+    advertised: ObjectId,
+    /// `Err`: malformed (rejected, never folded).
+    write: Result<PendingWrite, String>,
+    /// The batch entry it belongs to, when it is this process's own.
+    own: Option<usize>,
+}
+
+/// What the round decided for one pending write.
+enum Fold {
+    Folded(ObjectId),
+    Rejected,
+}
+
+/// One round (blocking): the tips and queue refs from `session` (or a fresh one); answers of
+/// this process's published writes; then the chain, oldest first: pending writes of every
+/// process (folded or rejected, DESIGN §9.4), then this batch's own new writes, each checked
+/// against its own conditions; one push, atomic where the remote keeps a queue.
 fn push_batch(
     store: &RemoteStore,
     session: Option<ReceivePack>,
-    writes: &[QueuedWrite],
-) -> Result<Attempt, StoreError> {
+    batch: &[(QueuedWrite, Option<Published>)],
+) -> Result<Round, StoreError> {
     let session = match session {
         Some(session) => session,
         None => ReceivePack::connect(store.endpoint())?,
     };
     let state_ref = store.state_ref().to_owned();
     let cache = store.pinned_cache()?;
+    let refs = QueueRefs::new(&state_ref);
+    let queue = session.offers("atomic")
+        && session.offers("delete-refs")
+        && cache.fetches_by_id(store.endpoint())
+        && !queue_refused(store.endpoint());
+    let listing = if queue {
+        refs.classify(session.refs_under(refs.prefix()))
+    } else {
+        Default::default()
+    };
+    let zero = ObjectId::null(gix::hash::Kind::Sha1);
+    let delete = |name: String, old: ObjectId| RefUpdate {
+        name,
+        old,
+        new: zero,
+    };
+    let mut outcomes: Vec<Option<Outcome>> = batch.iter().map(|_| None).collect();
+    // Updates besides the branch, all in the one (atomic) push.
+    let mut updates: Vec<RefUpdate> = Vec::new();
+    let mut withdrawn: Vec<usize> = Vec::new();
+    let mut own: HashMap<&str, usize> = HashMap::new();
+    let now = Instant::now();
+    for (i, (write, published)) in batch.iter().enumerate() {
+        let Some(p) = published else { continue };
+        if let Some(commit) = listing.done.get(&p.id) {
+            outcomes[i] = Some(Outcome::Answer(Ok(commit.to_string())));
+            updates.push(delete(refs.name(Kind::Done, &p.id), *commit));
+        } else if let Some(commit) = listing.rejected.get(&p.id) {
+            outcomes[i] = Some(Outcome::Answer(Err(StoreError::Stale)));
+            updates.push(delete(refs.name(Kind::Rejected, &p.id), *commit));
+        } else if listing.pending.get(&p.id) == Some(&p.commit) {
+            if write.deadline.is_some_and(|d| d <= now) {
+                withdrawn.push(i);
+                updates.push(delete(refs.name(Kind::Pending, &p.id), p.commit));
+            } else {
+                own.insert(p.id.as_str(), i);
+            }
+        } else {
+            outcomes[i] = Some(Outcome::Answer(Err(StoreError::Remote(format!(
+                "the write of {} left the remote's write queue ({}) without an answer",
+                write.path,
+                refs.name(Kind::Pending, &p.id)
+            )))));
+        }
+    }
+
+    // Pending writes to fold, oldest first: this process's own and (room permitting) others'.
+    let local = batch.iter().filter(|(_, p)| p.is_none()).count();
+    let mut room = MAX_BATCH_WRITES.saturating_sub(local + own.len());
+    let mut chosen: Vec<(String, ObjectId, Option<usize>)> = Vec::new();
+    for (id, commit) in &listing.pending {
+        if let Some(&i) = own.get(id.as_str()) {
+            chosen.push((id.clone(), *commit, Some(i)));
+        } else if !withdrawn_id(batch, &withdrawn, id) && room > 0 {
+            room -= 1;
+            chosen.push((id.clone(), *commit, None));
+        }
+    }
+    if !chosen.is_empty() {
+        let missing: Vec<ObjectId> = chosen.iter().map(|(_, c, _)| *c).collect();
+        if let Err(e) = cache.fetch_by_id(store.endpoint(), missing) {
+            // Others' writes wait for another leader; this process's own are in its cache.
+            tracing::warn!(error = %e, "could not fetch the pending writes of other processes");
+            chosen.retain(|(_, _, own)| own.is_some());
+        }
+    }
+    let repo = cache.repo().with_object_memory();
+    let pending: Vec<Foreign> = chosen
+        .into_iter()
+        .map(|(id, advertised, own)| Foreign {
+            write: read_pending(&repo, &id, advertised),
+            id,
+            advertised,
+            own,
+        })
+        .collect();
+
     let mut tip = session.tip(&state_ref);
-    if tip.is_some_and(|t| !cache.repo().has_object(t)) {
+    if tip.is_some_and(|t| !repo.has_object(t)) {
         // Another process wrote: fetch (shallow). A newer tip than advertised is fine:
         // receive-pack compares with the ref's value when it updates it.
         tip = cache
             .refresh(store.endpoint(), &[&state_ref])?
             .get(&state_ref)
             .copied();
-        if tip.is_some_and(|t| !cache.repo().has_object(t)) {
-            return Ok(Attempt::Lost(writes.iter().map(|_| None).collect()));
+        if tip.is_some_and(|t| !repo.has_object(t)) {
+            return Ok(Round::lost(batch, queue));
         }
     }
-    let repo = cache.repo().with_object_memory();
     let mut chain = tip;
-    let mut results: Vec<Result<Revision, StoreError>> = Vec::with_capacity(writes.len());
-    let mut commits: Vec<(ObjectId, &str)> = Vec::new();
-    for write in writes {
-        let lock_now = session.tip(&write.path.lock_ref());
-        if lock_now != write.lock_tip {
-            tracing::debug!(path = %write.path, "the lock changed since the write read it");
-            results.push(Err(StoreError::Stale));
-            continue;
-        }
-        let file_now = match chain {
-            Some(commit) => entry_id(&repo, commit, write.path.as_str())?,
-            None => None,
-        };
-        if file_now != write.base_file {
-            tracing::debug!(path = %write.path, "the state changed since the write read it");
-            results.push(Err(StoreError::Stale));
-            continue;
-        }
-        match state_commit(
-            &repo,
-            chain,
-            write.path.as_str(),
-            &write.change,
-            &write.message,
-        ) {
-            Ok(commit) => {
-                chain = Some(commit);
-                commits.push((commit, write.path.as_str()));
-                results.push(Ok(commit.to_string()));
+    let mut commits: Vec<(ObjectId, String)> = Vec::new();
+    let mut folds: Vec<Fold> = Vec::with_capacity(pending.len());
+    for foreign in &pending {
+        let fold = match &foreign.write {
+            Err(why) => {
+                tracing::warn!(id = %foreign.id, %why, "a malformed pending write is rejected");
+                Fold::Rejected
             }
-            Err(e @ StoreError::Conflict(_)) => results.push(Err(e)),
-            Err(e) => return Err(e),
+            Ok(write) if pending::expired(write) => {
+                tracing::info!(path = %write.path, id = %foreign.id, "a pending write expired before anyone folded it");
+                Fold::Rejected
+            }
+            Ok(write) => {
+                let change = match write.blob {
+                    Some(blob) => StateChange::Write(Bytes::from(
+                        repo.find_object(blob)
+                            .map_err(internal("reading a pending state"))?
+                            .detach()
+                            .data,
+                    )),
+                    None => StateChange::Delete,
+                };
+                let conditions = Conditions {
+                    path: &write.path,
+                    base_file: write.base_file,
+                    lock_tip: write.lock_tip,
+                };
+                match extend(&repo, &session, &mut chain, &conditions, &change, &write.message)? {
+                    Ok(commit) => {
+                        commits.push((commit, write.path.as_str().to_owned()));
+                        Fold::Folded(commit)
+                    }
+                    Err(_) => Fold::Rejected,
+                }
+            }
+        };
+        let name = refs.name(Kind::Pending, &foreign.id);
+        updates.push(delete(name, foreign.advertised));
+        if foreign.own.is_none() {
+            let (kind, target) = match fold {
+                Fold::Folded(commit) => (Kind::Done, commit),
+                Fold::Rejected => (Kind::Rejected, foreign.advertised),
+            };
+            updates.push(RefUpdate {
+                name: refs.name(kind, &foreign.id),
+                old: zero,
+                new: target,
+            });
+        }
+        folds.push(fold);
+    }
+    let mut results: Vec<(usize, Result<Revision, StoreError>)> = Vec::new();
+    for (i, (write, published)) in batch.iter().enumerate() {
+        if published.is_some() {
+            continue;
+        }
+        let conditions = Conditions {
+            path: &write.path,
+            base_file: write.base_file,
+            lock_tip: write.lock_tip,
+        };
+        match extend(&repo, &session, &mut chain, &conditions, &write.change, &write.message)? {
+            Ok(commit) => {
+                commits.push((commit, write.path.as_str().to_owned()));
+                results.push((i, Ok(commit.to_string())));
+            }
+            Err(e) => results.push((i, Err(e))),
         }
     }
-    let Some(new_tip) = chain.filter(|_| !commits.is_empty()) else {
-        return Ok(Attempt::Pushed {
-            results,
-            base: tip,
-            tip: None,
-        });
-    };
-    let objects = store.pack_objects(repo, &commits)?;
-    let update = RefUpdate {
-        name: state_ref.clone(),
-        old: tip.unwrap_or_else(|| ObjectId::null(gix::hash::Kind::Sha1)),
-        new: new_tip,
-    };
-    if !store.push_objects(session, update, &objects)? {
-        return Ok(Attempt::Lost(
-            results
-                .into_iter()
-                .map(|r| match r {
-                    Ok(_) | Err(StoreError::Stale) => None,
-                    Err(e) => Some(e),
-                })
-                .collect(),
-        ));
+    if queue {
+        // Answers nobody will read any more (their writer has read them, or is gone).
+        let answered: std::collections::HashSet<String> =
+            updates.iter().map(|u| u.name.clone()).collect();
+        let mut stale = Vec::new();
+        for (kind, map) in [(Kind::Done, &listing.done), (Kind::Rejected, &listing.rejected)] {
+            for (id, commit) in map {
+                let name = refs.name(kind, id);
+                if !answered.contains(name.as_str()) && pending::older_than(id, pending::ANSWER_KEPT) {
+                    stale.push(delete(name, *commit));
+                }
+            }
+        }
+        updates.extend(stale.into_iter().take(MAX_BATCH_WRITES));
     }
-    cache.record_pushed(&objects, &state_ref, Some(new_tip))?;
-    Ok(Attempt::Pushed {
-        results,
+
+    let new_tip = chain.filter(|_| !commits.is_empty());
+    if new_tip.is_some() {
+        updates.insert(
+            0,
+            RefUpdate {
+                name: state_ref.clone(),
+                old: tip.unwrap_or(zero),
+                new: chain.unwrap_or(zero),
+            },
+        );
+    }
+    let mut round = Round {
+        outcomes: Vec::new(),
         base: tip,
-        tip: Some(new_tip),
-    })
+        tip: new_tip,
+        lost: false,
+        queue,
+        folded: 0,
+    };
+    let objects = if updates.is_empty() {
+        Vec::new()
+    } else {
+        let paths: Vec<(ObjectId, &str)> =
+            commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
+        let objects = store.pack_objects(repo, &paths)?;
+        let queue_refs = updates.len() > usize::from(new_tip.is_some());
+        match store.push_updates(session, &updates, &objects)? {
+            Pushed::Accepted => {}
+            Pushed::Lost => round.lost = true,
+            Pushed::Refused(e) if queue_refs => {
+                // E.g. a hook that allows only branches: write as before, one push per batch.
+                refuse_queue(store.endpoint(), &e);
+                round.lost = true;
+                round.queue = false;
+            }
+            Pushed::Refused(e) => return Err(e),
+        }
+        objects
+    };
+    if !round.lost {
+        if let Some(new_tip) = new_tip {
+            cache.record_pushed(&objects, &state_ref, Some(new_tip))?;
+        }
+    }
+    // The answers.
+    for (i, result) in results {
+        // After a lost push, a write that was made or found stale goes again (on the new tip);
+        // a conflict of paths is its own answer.
+        outcomes[i] = Some(match result {
+            Ok(_) | Err(StoreError::Stale) if round.lost => Outcome::Again,
+            result => Outcome::Answer(result),
+        });
+    }
+    for (foreign, fold) in pending.iter().zip(&folds) {
+        match foreign.own {
+            Some(i) if !round.lost => {
+                outcomes[i] = Some(Outcome::Answer(match fold {
+                    Fold::Folded(commit) => Ok(commit.to_string()),
+                    Fold::Rejected => Err(StoreError::Stale),
+                }));
+            }
+            Some(i) => outcomes[i] = Some(Outcome::Again),
+            None if !round.lost && matches!(fold, Fold::Folded(_)) => round.folded += 1,
+            None => {}
+        }
+    }
+    for i in withdrawn {
+        outcomes[i] = Some(if round.lost {
+            Outcome::Again
+        } else {
+            Outcome::Answer(Err(busy(&batch[i].0)))
+        });
+    }
+    round.outcomes = outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Outcome::Again))
+        .collect();
+    Ok(round)
+}
+
+/// Whether `id` is the publication of one of the `withdrawn` entries of `batch`.
+fn withdrawn_id(batch: &[(QueuedWrite, Option<Published>)], withdrawn: &[usize], id: &str) -> bool {
+    withdrawn
+        .iter()
+        .any(|&i| batch[i].1.as_ref().is_some_and(|p| p.id == id))
+}
+
+/// What a write read: the file and the lock branch it was made for.
+struct Conditions<'a> {
+    path: &'a StatePath,
+    base_file: Option<ObjectId>,
+    lock_tip: Option<ObjectId>,
+}
+
+/// Adds the commit of one write to `chain` when its conditions hold on it (DESIGN §9.1): the
+/// lock branch as advertised, and the file on the chain, are what the write read. The inner
+/// `Err` is the write's own failure (`Stale`, or a `Conflict` of paths); the outer one fails
+/// the round.
+fn extend(
+    repo: &gix::Repository,
+    session: &ReceivePack,
+    chain: &mut Option<ObjectId>,
+    write: &Conditions<'_>,
+    change: &StateChange,
+    message: &str,
+) -> Result<Result<ObjectId, StoreError>, StoreError> {
+    if session.tip(&write.path.lock_ref()) != write.lock_tip {
+        tracing::debug!(path = %write.path, "the lock changed since the write read it");
+        return Ok(Err(StoreError::Stale));
+    }
+    let file_now = match *chain {
+        Some(commit) => entry_id(repo, commit, write.path.as_str())?,
+        None => None,
+    };
+    if file_now != write.base_file {
+        tracing::debug!(path = %write.path, "the state changed since the write read it");
+        return Ok(Err(StoreError::Stale));
+    }
+    match state_commit(repo, *chain, write.path.as_str(), change, message) {
+        Ok(commit) => {
+            *chain = Some(commit);
+            Ok(Ok(commit))
+        }
+        Err(e @ StoreError::Conflict(_)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    }
+}
+
+impl Round {
+    /// A round that wrote nothing because the branch moved under it.
+    fn lost(batch: &[(QueuedWrite, Option<Published>)], queue: bool) -> Round {
+        Round {
+            outcomes: batch.iter().map(|_| Outcome::Again).collect(),
+            base: None,
+            tip: None,
+            lost: true,
+            queue,
+            folded: 0,
+        }
+    }
+}
+
+/// Publishes `writes` as pending refs of the remote's queue (DESIGN §9.4), in one push of
+/// creates (which never conflict). Per write, its publication, or `None` when the server did
+/// not take it (it stays this process's own).
+fn publish(
+    store: &RemoteStore,
+    writes: &[&QueuedWrite],
+) -> Result<Vec<Option<Published>>, StoreError> {
+    let session = ReceivePack::connect(store.endpoint())?;
+    let refs = QueueRefs::new(store.state_ref());
+    let repo = store.pinned_cache()?.repo().with_object_memory();
+    let zero = ObjectId::null(gix::hash::Kind::Sha1);
+    let mut published = Vec::with_capacity(writes.len());
+    for write in writes {
+        let id = pending::new_id();
+        let remaining = write
+            .deadline
+            .map_or(Duration::from_secs(30), |d| d.saturating_duration_since(Instant::now()));
+        let commit = pending_commit(
+            &repo,
+            &Publication {
+                id: &id,
+                path: &write.path,
+                base_file: write.base_file,
+                lock_tip: write.lock_tip,
+                change: &write.change,
+                message: &write.message,
+                deadline: std::time::SystemTime::now() + remaining,
+            },
+        )?;
+        published.push(Published { id, commit });
+    }
+    let updates: Vec<RefUpdate> = published
+        .iter()
+        .map(|p| RefUpdate {
+            name: refs.name(Kind::Pending, &p.id),
+            old: zero,
+            new: p.commit,
+        })
+        .collect();
+    let objects = store.pack_objects(repo, &[])?;
+    let report = store.push_report(session, &updates, &objects)?;
+    let taken: Vec<Option<Published>> = published
+        .into_iter()
+        .zip(&updates)
+        .map(|(p, u)| (report.result(&u.name) == RefResult::Ok).then_some(p))
+        .collect();
+    if let Some((name, RefResult::Rejected(reason))) = report.refs.iter().find(|(_, r)| *r != RefResult::Ok) {
+        refuse_queue(
+            store.endpoint(),
+            &StoreError::Remote(format!("{} refused the creation of {name}: {reason}", store.endpoint().display)),
+        );
+    }
+    Ok(taken)
+}
+
+/// Remotes that refused the queue's refs (a hook, a protected namespace): this process writes
+/// to them without the queue, as before it (DESIGN §9.4).
+fn refused_queues() -> &'static Mutex<std::collections::HashSet<String>> {
+    static REFUSED: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    REFUSED.get_or_init(Default::default)
+}
+
+fn queue_refused(endpoint: &Endpoint) -> bool {
+    refused_queues()
+        .lock()
+        .map(|r| r.contains(&endpoint.display))
+        .unwrap_or(true)
+}
+
+/// Stops using the queue of `endpoint` in this process; logged once.
+fn refuse_queue(endpoint: &Endpoint, why: &StoreError) {
+    if let Ok(mut refused) = refused_queues().lock() {
+        if refused.insert(endpoint.display.clone()) {
+            tracing::warn!(remote = %endpoint.display, error = %why, "the remote refused the write queue's refs (refs/gitstate/queue/…); writes to it go without the queue");
+        }
+    }
 }

@@ -622,7 +622,7 @@ impl Cache {
                 .filter_map(|(name, tip)| file(name).map(|path| (*tip, path))),
         )?;
         if !blobs.is_empty() {
-            self.fetch_blobs(&mut session, endpoint, blobs)?;
+            self.fetch_ids(&mut session, endpoint, blobs)?;
         }
         keep_session(endpoint, session);
         Ok(Some(tips))
@@ -637,19 +637,44 @@ impl Cache {
         files: &[(ObjectId, &str)],
     ) -> Result<(), StoreError> {
         let blobs = self.missing_blobs(files.iter().map(|(c, p)| (*c, p.to_string())))?;
-        if blobs.is_empty() {
+        self.fetch_by_id(endpoint, blobs)
+    }
+
+    /// Whether this cache fetches objects by id from `endpoint` (a request cache of a remote
+    /// that offers partial fetch, DESIGN §9.5).
+    pub fn fetches_by_id(&self, endpoint: &Endpoint) -> bool {
+        self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial)
+    }
+
+    /// Fetches the objects `ids` (with everything they reference: a commit comes with its
+    /// trees and blobs) the cache lacks, by id, over a kept protocol-v2 session or a new one.
+    pub fn fetch_by_id(&self, endpoint: &Endpoint, ids: Vec<ObjectId>) -> Result<(), StoreError> {
+        let repo = self.repo();
+        let ids: Vec<ObjectId> = ids.into_iter().filter(|id| !repo.has_object(id)).collect();
+        if ids.is_empty() {
             return Ok(());
+        }
+        if let Some(mut session) = kept_session(endpoint) {
+            match self.fetch_ids(&mut session, endpoint, ids.clone()) {
+                Ok(()) => {
+                    keep_session(endpoint, session);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")
+                }
+            }
         }
         match UploadPack::connect(endpoint)? {
             Ok(mut session) => {
-                self.fetch_blobs(&mut session, endpoint, blobs)?;
+                self.fetch_ids(&mut session, endpoint, ids)?;
                 keep_session(endpoint, session);
                 Ok(())
             }
             Err(why) => Err(StoreError::Remote(format!(
                 "the cache of {} lacks {} object(s) it needs and cannot fetch them by id: {why}",
                 endpoint.display,
-                blobs.len()
+                ids.len()
             ))),
         }
     }
@@ -673,8 +698,9 @@ impl Cache {
         Ok(missing)
     }
 
-    /// Fetches `blobs` by id over `session` (no filter, no depth: the server sends just them).
-    fn fetch_blobs(
+    /// Fetches `blobs` (any objects) by id over `session` (no filter, no depth: the server sends
+    /// just them, with what they reference).
+    fn fetch_ids(
         &self,
         session: &mut UploadPack,
         endpoint: &Endpoint,

@@ -118,6 +118,7 @@ pub mod cache;
 pub mod history;
 pub mod local;
 pub mod objects;
+mod pending;
 pub mod plumbing;
 pub mod remote;
 

@@ -31,7 +31,9 @@ fn signature() -> gix::actor::Signature {
     }
 }
 
-fn write_commit(
+/// Writes a commit of `tree` on `parent` (none: a root commit) with gitstate as author and
+/// committer; returns its id.
+pub(crate) fn commit_on(
     repo: &gix::Repository,
     tree: ObjectId,
     parent: Option<ObjectId>,
@@ -140,7 +142,7 @@ pub fn state_commit(
     let tree = editor
         .write(|tree| repo.write_object(tree).map(gix::Id::detach))
         .map_err(internal("writing the tree"))?;
-    write_commit(repo, tree, base, message)
+    commit_on(repo, tree, base, message)
 }
 
 /// Writes a root commit holding only `{lock_file}` = `content`; returns its id.
@@ -164,7 +166,7 @@ pub fn lock_commit(
         .write()
         .map_err(internal("writing the tree"))?
         .detach();
-    write_commit(repo, tree, None, message)
+    commit_on(repo, tree, None, message)
 }
 
 /// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when

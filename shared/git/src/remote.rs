@@ -27,7 +27,7 @@ use crate::batch::{QueuedWrite, WriteQueue};
 use crate::cache::{Cache, CacheHandle};
 use crate::objects::{entry_id, internal, lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::pack::write_pack;
-use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate};
+use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate, Report};
 use crate::plumbing::transport::Endpoint;
 
 /// Default timeout of one store call (connect, stalls and the whole operation).
@@ -75,6 +75,17 @@ pub struct RemoteStore {
     /// This store has passed a remote check of the history (with its credentials). A pass-through
     /// deployment makes a store per request, so this is "in this request" there.
     history_checked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How the server answered a push.
+pub(crate) enum Pushed {
+    /// Every update was made.
+    Accepted,
+    /// A compare-and-swap was lost: nothing was made.
+    Lost,
+    /// The server refused an update for another reason (a hook, a protected ref); the error
+    /// says which and why.
+    Refused(StoreError),
 }
 
 /// Objects built in memory for one push, and the pack holding them.
@@ -313,21 +324,6 @@ impl RemoteStore {
         Ok(objects)
     }
 
-    /// Pushes one ref update with a pack of `objects`; `Ok(false)` when it lost a
-    /// compare-and-swap.
-    pub(crate) fn push_objects(
-        &self,
-        session: ReceivePack,
-        update: RefUpdate,
-        objects: &[(ObjectId, Kind, Vec<u8>)],
-    ) -> Result<bool, StoreError> {
-        let outgoing = Outgoing {
-            commit: update.new,
-            objects: objects.to_vec(),
-        };
-        self.push_one(session, update, Some(&outgoing))
-    }
-
     /// Pushes one ref update; `Ok(true)` when accepted, `Ok(false)` when the server refused it
     /// as a lost compare-and-swap.
     fn push_one(
@@ -336,20 +332,49 @@ impl RemoteStore {
         update: RefUpdate,
         outgoing: Option<&Outgoing>,
     ) -> Result<bool, StoreError> {
-        let pack = match outgoing {
-            Some(o) => write_pack(&o.objects).map_err(StoreError::Internal)?,
-            None => Vec::new(),
-        };
-        let report = session.push(std::slice::from_ref(&update), &pack)?;
+        let objects = outgoing.map_or(&[][..], |o| &o.objects[..]);
+        match self.push_updates(session, std::slice::from_ref(&update), objects)? {
+            Pushed::Accepted => Ok(true),
+            Pushed::Lost => Ok(false),
+            Pushed::Refused(e) => Err(e),
+        }
+    }
+
+    /// Pushes `updates` (atomically where the server offers it) with a pack of `objects`
+    /// (none when every update is a delete) and returns the server's report.
+    pub(crate) fn push_report(
+        &self,
+        session: ReceivePack,
+        updates: &[RefUpdate],
+        objects: &[(ObjectId, Kind, Vec<u8>)],
+    ) -> Result<Report, StoreError> {
+        let pack = write_pack(objects).map_err(StoreError::Internal)?;
+        session.push(updates, &pack)
+    }
+
+    /// Pushes `updates` (see [`RemoteStore::push_report`]) and judges the report. A push of
+    /// several updates is sent only where the server offers `atomic`: then it is all or nothing.
+    pub(crate) fn push_updates(
+        &self,
+        session: ReceivePack,
+        updates: &[RefUpdate],
+        objects: &[(ObjectId, Kind, Vec<u8>)],
+    ) -> Result<Pushed, StoreError> {
+        let report = self.push_report(session, updates, objects)?;
         let remote = |what: String| StoreError::Remote(self.endpoint.scrub(&what));
-        let result = report.result(&update.name);
+        let rejected: Vec<(&str, String)> = updates
+            .iter()
+            .filter_map(|u| match report.result(&u.name) {
+                RefResult::Ok => None,
+                RefResult::Rejected(reason) => Some((u.name.as_str(), reason)),
+            })
+            .collect();
+        let lost = !rejected.is_empty() && rejected.iter().all(|(_, r)| is_cas_failure(r));
         if let Err(e) = &report.unpack {
             // A refused ref also makes some servers report the unpack as failed; the ref's
             // reason is the better explanation then.
-            if let RefResult::Rejected(reason) = &result {
-                if is_cas_failure(reason) {
-                    return Ok(false);
-                }
+            if lost {
+                return Ok(Pushed::Lost);
             }
             return Err(remote(format!(
                 "{} could not unpack the pushed objects: {e} {}",
@@ -357,18 +382,17 @@ impl RemoteStore {
                 report.messages.trim()
             )));
         }
-        match result {
-            RefResult::Ok => Ok(true),
-            RefResult::Rejected(reason) if is_cas_failure(&reason) => {
-                tracing::debug!(reference = %update.name, %reason, detail = %report.messages.trim(), "push lost a compare-and-swap");
-                Ok(false)
-            }
-            RefResult::Rejected(reason) => Err(remote(format!(
-                "{} refused the update of {}: {reason} {}",
+        if lost {
+            tracing::debug!(refused = ?rejected, detail = %report.messages.trim(), "push lost a compare-and-swap");
+            return Ok(Pushed::Lost);
+        }
+        match rejected.iter().find(|(_, r)| !is_cas_failure(r)) {
+            None => Ok(Pushed::Accepted),
+            Some((name, reason)) => Ok(Pushed::Refused(remote(format!(
+                "{} refused the update of {name}: {reason} {}",
                 self.endpoint.display,
-                update.name,
                 report.messages.trim()
-            ))),
+            )))),
         }
     }
 

@@ -137,8 +137,17 @@ impl ReceivePack {
         self.refs.get(name).copied()
     }
 
-    fn offers(&self, capability: &str) -> bool {
+    /// Whether the server offers `capability` (e.g. `atomic`).
+    pub fn offers(&self, capability: &str) -> bool {
         self.capabilities.iter().any(|c| c == capability)
+    }
+
+    /// The advertised refs whose names start with `prefix`.
+    pub fn refs_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, ObjectId)> {
+        self.refs
+            .iter()
+            .filter(move |(name, _)| name.starts_with(prefix))
+            .map(|(name, id)| (name.as_str(), *id))
     }
 
     /// Sends `updates` and, unless every update is a delete, `pack`; returns the server's report.
