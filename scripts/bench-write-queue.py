@@ -193,6 +193,8 @@ def main():
     parser.add_argument("--state-bytes", type=int, default=2048)
     parser.add_argument("--delay-ms", type=float, default=30.0)
     parser.add_argument("--push-runs", type=int, default=10)
+    parser.add_argument("--no-filter", action="store_true",
+                        help="leave uploadpack.allowFilter off (no partial fetch, no cross-process queue)")
     parser.add_argument("--budget", type=float, default=0, help="GITSTATE_WRITE_BUDGET_SECONDS for the servers "
                                                                 "(0: their default)")
     parser.add_argument("--honour-retry-after", action="store_true",
@@ -211,6 +213,10 @@ def main():
     os.makedirs(repos)
     bare = os.path.join(repos, "queue.git")
     scaling.build_repo(bare, 100, 50, args.state_bytes)
+    if not args.no_filter:
+        # As GitHub and GitLab offer it: reads fetch partially, and the cross-process write
+        # queue (DESIGN §9.4), which fetches pending writes by id, is on.
+        bench.git("config", "uploadpack.allowFilter", "true", cwd=bare)
     http_port = bench.free_port()
     lighttpd = bench.start_lighttpd(root, repos, http_port)
     proxy, proxy_port = start_proxy(root, http_port, args.delay_ms)
@@ -237,7 +243,10 @@ def main():
         proxy.wait()
         lighttpd.terminate()
         lighttpd.wait()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept {root} (BENCH_KEEP)", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
     print(f"{args.label}: lighttpd + git http-backend behind a proxy adding {args.delay_ms:g} ms per chunk each way; "
           f"{os.cpu_count()} cores; states of {args.state_bytes} bytes; load average (1 min) {load_before[0]:.1f} "

@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use crate::objects::{entry_id, internal, state_commit};
 use crate::pending::{
-    self, pending_commit, read_pending, Kind, Publication, PendingWrite, QueueRefs,
+    self, pending_commit, read_pending, Kind, Publication, PendingWrite, QueueRefs, QUEUE_ROOT,
 };
 use crate::plumbing::sendpack::{ReceivePack, RefResult, RefUpdate};
 use crate::plumbing::transport::Endpoint;
@@ -306,9 +306,11 @@ impl WriteQueue {
             let count = writes.len();
             let started = Instant::now();
             let own_tip = self.lock().ok().and_then(|q| q.own_tip);
+            let takeover = self.takeover();
+            let contended = self.lock().map(|q| q.contended).unwrap_or(true);
             let outcome = store
                 .run(move |store| {
-                    let round = push_batch(&store, session, &writes);
+                    let round = push_batch(&store, session, &writes, takeover, contended);
                     Ok((writes, round))
                 })
                 .await;
@@ -324,7 +326,9 @@ impl WriteQueue {
                     continue;
                 }
             };
-            if round.lost {
+            if !round.led {
+                tracing::debug!(writes = count, "batch waits for another process's push");
+            } else if round.lost {
                 losses += 1;
                 self.observe(true, None, started.elapsed());
                 tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
@@ -360,6 +364,10 @@ impl WriteQueue {
                         unpublished.push(waiting)
                     }
                     Outcome::Again => back.push(waiting),
+                    Outcome::Queued(published) => back.push(Waiting {
+                        published: Some(published),
+                        ..waiting
+                    }),
                 }
             }
             // Lost: the writes go into the remote's queue, where whichever process wins the
@@ -370,7 +378,9 @@ impl WriteQueue {
                 tracing::error!(error = %e, "the write queue failed");
                 return;
             }
-            if waiting_on_others {
+            if round.leads_next {
+                // Straight on: this process pushes next.
+            } else if waiting_on_others {
                 // Another process is folding them now; look again in about one attempt's time.
                 tokio::time::sleep(self.poll_pause()).await;
             } else if round.lost {
@@ -424,6 +434,17 @@ impl WriteQueue {
             .collect()
     }
 
+    /// How long the oldest pending write of the remote may wait before this process pushes
+    /// in place of its (slow or gone) process: two attempts' time, at least a second.
+    fn takeover(&self) -> Duration {
+        let estimate = self
+            .lock()
+            .ok()
+            .and_then(|q| q.estimate)
+            .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
+        estimate.saturating_mul(2).max(Duration::from_secs(1))
+    }
+
     /// A pause of up to one attempt's time (jittered), while this process's writes wait in the
     /// remote's queue for another process's push.
     fn poll_pause(&self) -> Duration {
@@ -462,6 +483,8 @@ pub(crate) enum Outcome {
     Answer(Result<Revision, StoreError>),
     /// Back into the queue (with its publication, when it has one).
     Again,
+    /// Back into the queue, now published in the remote's queue.
+    Queued(Published),
 }
 
 /// What one round (one push attempt) did.
@@ -478,6 +501,10 @@ pub(crate) struct Round {
     queue: bool,
     /// Pending writes of other processes folded into the branch.
     folded: usize,
+    /// This process tried to move the branch (it led, DESIGN §9.4).
+    led: bool,
+    /// This process's writes are the oldest in the remote's queue: it leads the next round.
+    leads_next: bool,
 }
 
 /// A pending write read in this round, and who it belongs to.
@@ -504,6 +531,8 @@ fn push_batch(
     store: &RemoteStore,
     session: Option<ReceivePack>,
     batch: &[(QueuedWrite, Option<Published>)],
+    takeover: Duration,
+    contended: bool,
 ) -> Result<Round, StoreError> {
     let session = match session {
         Some(session) => session,
@@ -516,7 +545,9 @@ fn push_batch(
         && session.offers("delete-refs")
         && cache.fetches_by_id(store.endpoint())
         && !queue_refused(store.endpoint());
-    let listing = if queue {
+    // This process's published writes learn their answer here even when it stopped using
+    // the queue meanwhile.
+    let listing = if queue || batch.iter().any(|(_, p)| p.is_some()) {
         refs.classify(session.refs_under(refs.prefix()))
     } else {
         Default::default()
@@ -557,8 +588,23 @@ fn push_batch(
         }
     }
 
-    // Pending writes to fold, oldest first: this process's own and (room permitting) others'.
     let local = batch.iter().filter(|(_, p)| p.is_none()).count();
+    if queue && !leads(batch, &listing, &own, takeover, contended) {
+        // Another process's write is older: it pushes, folding this batch's writes, which
+        // are published for it here (DESIGN §9.4).
+        let listing_empty = listing.pending.is_empty();
+        return follow(
+            store,
+            session,
+            batch,
+            updates,
+            &withdrawn,
+            outcomes,
+            listing_empty,
+        );
+    }
+
+    // Pending writes to fold, oldest first: this process's own and (room permitting) others'.
     let mut room = MAX_BATCH_WRITES.saturating_sub(local + own.len());
     let mut chosen: Vec<(String, ObjectId, Option<usize>)> = Vec::new();
     for (id, commit) in &listing.pending {
@@ -596,7 +642,10 @@ fn push_batch(
             .refresh(store.endpoint(), &[&state_ref])?
             .get(&state_ref)
             .copied();
-        if tip.is_some_and(|t| !repo.has_object(t)) {
+        if tip.is_some_and(|t| !repo.has_object(t)) || (queue && tip != session.tip(&state_ref))
+        {
+            // The branch moved since the advertisement, and with it the queue: its listing
+            // may name writes already folded.
             return Ok(Round::lost(batch, queue));
         }
     }
@@ -704,6 +753,8 @@ fn push_batch(
         lost: false,
         queue,
         folded: 0,
+        led: true,
+        leads_next: false,
     };
     let objects = if updates.is_empty() {
         Vec::new()
@@ -715,13 +766,13 @@ fn push_batch(
         match store.push_updates(session, &updates, &objects)? {
             Pushed::Accepted => {}
             Pushed::Lost => round.lost = true,
-            Pushed::Refused(e) if queue_refs => {
+            Pushed::Refused { name, error } if queue_refs && name.starts_with(QUEUE_ROOT) => {
                 // E.g. a hook that allows only branches: write as before, one push per batch.
-                refuse_queue(store.endpoint(), &e);
+                refuse_queue(store.endpoint(), &error);
                 round.lost = true;
                 round.queue = false;
             }
-            Pushed::Refused(e) => return Err(e),
+            Pushed::Refused { error, .. } => return Err(error),
         }
         objects
     };
@@ -764,6 +815,119 @@ fn push_batch(
         .map(|o| o.unwrap_or(Outcome::Again))
         .collect();
     Ok(round)
+}
+
+/// Whether this process pushes the next chain (DESIGN §9.4): its oldest write (published, or
+/// still its own) is the oldest waiting on the remote, or the oldest pending write has waited
+/// longer than `takeover` (its process is slow or gone). With nothing pending, a process that
+/// writes alone goes at once; while others write to the branch (`contended`), it publishes
+/// first, and the oldest write's process leads.
+fn leads(
+    batch: &[(QueuedWrite, Option<Published>)],
+    listing: &pending::Listing,
+    own: &HashMap<&str, usize>,
+    takeover: Duration,
+    contended: bool,
+) -> bool {
+    let Some((oldest_id, _)) = listing.pending.first_key_value() else {
+        return !contended;
+    };
+    if own.contains_key(oldest_id.as_str()) || pending::older_than(oldest_id, takeover) {
+        return true;
+    }
+    let Some(oldest_pending) = pending::parse_id_millis(oldest_id) else {
+        return true;
+    };
+    let now = pending::unix_millis(std::time::SystemTime::now());
+    batch
+        .iter()
+        .filter(|(_, p)| p.is_none())
+        .map(|(w, _)| now.saturating_sub(w.since.elapsed().as_millis() as u64))
+        .min()
+        .is_some_and(|oldest_local| oldest_local <= oldest_pending)
+}
+
+/// A round of a process that does not lead: publishes the batch's new writes, withdraws those
+/// past their deadline and deletes the answers it read, in one push over `session` (none when
+/// there is nothing to change).
+fn follow(
+    store: &RemoteStore,
+    session: ReceivePack,
+    batch: &[(QueuedWrite, Option<Published>)],
+    mut updates: Vec<RefUpdate>,
+    withdrawn: &[usize],
+    mut outcomes: Vec<Option<Outcome>>,
+    listing_empty: bool,
+) -> Result<Round, StoreError> {
+    let repo = store.pinned_cache()?.repo().with_object_memory();
+    let refs = QueueRefs::new(store.state_ref());
+    let mut publications = Vec::new();
+    for (i, (write, published)) in batch.iter().enumerate() {
+        if published.is_none() {
+            let publication = publication(&repo, write)?;
+            updates.push(RefUpdate {
+                name: refs.name(Kind::Pending, &publication.id),
+                old: ObjectId::null(gix::hash::Kind::Sha1),
+                new: publication.commit,
+            });
+            publications.push((i, publication));
+        }
+    }
+    let mut round = Round::waiting(batch);
+    // Nothing older was pending: this batch's writes are (most likely) the oldest now, and
+    // this process leads the next round.
+    round.leads_next = !publications.is_empty() && listing_empty;
+    let objects = store.pack_objects(repo, &[])?;
+    if !updates.is_empty() {
+        match store.push_updates(session, &updates, &objects)? {
+            Pushed::Accepted => {}
+            Pushed::Lost => {
+                // A withdrawn write was folded meanwhile (or an answer was deleted): all of it
+                // goes again.
+                return Ok(Round::lost(batch, true));
+            }
+            Pushed::Refused { name, error } if name.starts_with(QUEUE_ROOT) => {
+                refuse_queue(store.endpoint(), &error);
+                return Ok(Round::lost(batch, false));
+            }
+            Pushed::Refused { error, .. } => return Err(error),
+        }
+    }
+    if !publications.is_empty() {
+        store.pinned_cache()?.record_objects(&objects)?;
+    }
+    for (i, publication) in publications {
+        outcomes[i] = Some(Outcome::Queued(publication));
+    }
+    for &i in withdrawn {
+        outcomes[i] = Some(Outcome::Answer(Err(busy(&batch[i].0))));
+    }
+    round.outcomes = outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Outcome::Again))
+        .collect();
+    Ok(round)
+}
+
+/// Builds the pending commit of `write` in `repo` (in memory) under a new id.
+fn publication(repo: &gix::Repository, write: &QueuedWrite) -> Result<Published, StoreError> {
+    let id = pending::new_id();
+    let remaining = write.deadline.map_or(Duration::from_secs(30), |d| {
+        d.saturating_duration_since(Instant::now())
+    });
+    let commit = pending_commit(
+        repo,
+        &Publication {
+            id: &id,
+            path: &write.path,
+            base_file: write.base_file,
+            lock_tip: write.lock_tip,
+            change: &write.change,
+            message: &write.message,
+            deadline: std::time::SystemTime::now() + remaining,
+        },
+    )?;
+    Ok(Published { id, commit })
 }
 
 /// Whether `id` is the publication of one of the `withdrawn` entries of `batch`.
@@ -815,6 +979,20 @@ fn extend(
 }
 
 impl Round {
+    /// A round that leaves the pushing to another process.
+    fn waiting(batch: &[(QueuedWrite, Option<Published>)]) -> Round {
+        Round {
+            outcomes: batch.iter().map(|_| Outcome::Again).collect(),
+            base: None,
+            tip: None,
+            lost: false,
+            queue: true,
+            folded: 0,
+            led: false,
+            leads_next: false,
+        }
+    }
+
     /// A round that wrote nothing because the branch moved under it.
     fn lost(batch: &[(QueuedWrite, Option<Published>)], queue: bool) -> Round {
         Round {
@@ -824,6 +1002,8 @@ impl Round {
             lost: true,
             queue,
             folded: 0,
+            led: true,
+            leads_next: false,
         }
     }
 }
@@ -841,23 +1021,7 @@ fn publish(
     let zero = ObjectId::null(gix::hash::Kind::Sha1);
     let mut published = Vec::with_capacity(writes.len());
     for write in writes {
-        let id = pending::new_id();
-        let remaining = write
-            .deadline
-            .map_or(Duration::from_secs(30), |d| d.saturating_duration_since(Instant::now()));
-        let commit = pending_commit(
-            &repo,
-            &Publication {
-                id: &id,
-                path: &write.path,
-                base_file: write.base_file,
-                lock_tip: write.lock_tip,
-                change: &write.change,
-                message: &write.message,
-                deadline: std::time::SystemTime::now() + remaining,
-            },
-        )?;
-        published.push(Published { id, commit });
+        published.push(publication(&repo, write)?);
     }
     let updates: Vec<RefUpdate> = published
         .iter()
@@ -869,6 +1033,7 @@ fn publish(
         .collect();
     let objects = store.pack_objects(repo, &[])?;
     let report = store.push_report(session, &updates, &objects)?;
+    store.pinned_cache()?.record_objects(&objects)?;
     let taken: Vec<Option<Published>> = published
         .into_iter()
         .zip(&updates)

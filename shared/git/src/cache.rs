@@ -853,22 +853,13 @@ impl Cache {
         name: &str,
         tip: Option<ObjectId>,
     ) -> Result<(), StoreError> {
-        use gix::prelude::Write;
         let _guard = self
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
         self.recorded.fetch_add(1, Ordering::Relaxed);
         let repo = self.repo();
-        // Concurrent readers take "the tip commit is here" to mean "its whole tree is here"
-        // (that is how a fetch is skipped), so no object may appear before those it references.
-        for (id, kind, data) in in_dependency_order(objects) {
-            if !repo.has_object(id) {
-                repo.objects
-                    .write_buf(kind, data)
-                    .map_err(internal("recording pushed objects"))?;
-            }
-        }
+        write_objects(&repo, objects)?;
         let change = match tip {
             Some(id) => Change::Update {
                 log: LogChange {
@@ -897,6 +888,39 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+impl Cache {
+    /// Adds pushed `objects` that no ref of the cache names (e.g. the pending commits of the
+    /// remote's write queue, DESIGN §9.4).
+    pub fn record_objects(
+        &self,
+        objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let _guard = self
+            .write_lock
+            .lock()
+            .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        write_objects(&self.repo(), objects)
+    }
+}
+
+/// Writes `objects` the cache lacks. Concurrent readers take "the tip commit is here" to mean
+/// "its whole tree is here" (that is how a fetch is skipped), so no object may appear before
+/// those it references.
+fn write_objects(
+    repo: &gix::Repository,
+    objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+) -> Result<(), StoreError> {
+    use gix::prelude::Write;
+    for (id, kind, data) in in_dependency_order(objects) {
+        if !repo.has_object(id) {
+            repo.objects
+                .write_buf(kind, data)
+                .map_err(internal("recording pushed objects"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `objects` ordered so that each comes after every object of the set it references: blobs, then

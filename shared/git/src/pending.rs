@@ -23,6 +23,9 @@ use gix::ObjectId;
 
 use crate::objects::internal;
 
+/// Where every queue lives.
+pub(crate) const QUEUE_ROOT: &str = "refs/gitstate/queue/";
+
 /// A pending write whose deadline passed this long ago is rejected rather than folded (its
 /// writer has answered 503 or is gone; clocks of processes may differ by this much).
 pub(crate) const EXPIRY_SLACK: Duration = Duration::from_secs(60);
@@ -75,7 +78,7 @@ impl QueueRefs {
     pub(crate) fn new(state_ref: &str) -> QueueRefs {
         let branch = state_ref.strip_prefix("refs/heads/").unwrap_or(state_ref);
         QueueRefs {
-            root: format!("refs/gitstate/queue/{branch}/"),
+            root: format!("{QUEUE_ROOT}{branch}/"),
         }
     }
 

@@ -27,7 +27,7 @@ use crate::batch::{QueuedWrite, WriteQueue};
 use crate::cache::{Cache, CacheHandle};
 use crate::objects::{entry_id, internal, lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::pack::write_pack;
-use crate::plumbing::sendpack::{is_cas_failure, ReceivePack, RefResult, RefUpdate, Report};
+use crate::plumbing::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
 use crate::plumbing::transport::Endpoint;
 
 /// Default timeout of one store call (connect, stalls and the whole operation).
@@ -83,9 +83,13 @@ pub(crate) enum Pushed {
     Accepted,
     /// A compare-and-swap was lost: nothing was made.
     Lost,
-    /// The server refused an update for another reason (a hook, a protected ref); the error
-    /// says which and why.
-    Refused(StoreError),
+    /// The server refused an update for another reason (a hook, a protected ref).
+    Refused {
+        /// The ref it refused.
+        name: String,
+        /// Which and why, in a sentence.
+        error: StoreError,
+    },
 }
 
 /// Objects built in memory for one push, and the pack holding them.
@@ -336,7 +340,7 @@ impl RemoteStore {
         match self.push_updates(session, std::slice::from_ref(&update), objects)? {
             Pushed::Accepted => Ok(true),
             Pushed::Lost => Ok(false),
-            Pushed::Refused(e) => Err(e),
+            Pushed::Refused { error, .. } => Err(error),
         }
     }
 
@@ -369,7 +373,7 @@ impl RemoteStore {
                 RefResult::Rejected(reason) => Some((u.name.as_str(), reason)),
             })
             .collect();
-        let lost = !rejected.is_empty() && rejected.iter().all(|(_, r)| is_cas_failure(r));
+        let lost = !rejected.is_empty() && rejected.iter().all(|(_, r)| is_retryable(r));
         if let Err(e) = &report.unpack {
             // A refused ref also makes some servers report the unpack as failed; the ref's
             // reason is the better explanation then.
@@ -386,13 +390,16 @@ impl RemoteStore {
             tracing::debug!(refused = ?rejected, detail = %report.messages.trim(), "push lost a compare-and-swap");
             return Ok(Pushed::Lost);
         }
-        match rejected.iter().find(|(_, r)| !is_cas_failure(r)) {
+        match rejected.iter().find(|(_, r)| !is_retryable(r)) {
             None => Ok(Pushed::Accepted),
-            Some((name, reason)) => Ok(Pushed::Refused(remote(format!(
-                "{} refused the update of {name}: {reason} {}",
-                self.endpoint.display,
-                report.messages.trim()
-            )))),
+            Some((name, reason)) => Ok(Pushed::Refused {
+                name: (*name).to_owned(),
+                error: remote(format!(
+                    "{} refused the update of {name}: {reason} {}",
+                    self.endpoint.display,
+                    report.messages.trim()
+                )),
+            }),
         }
     }
 

@@ -89,6 +89,17 @@ pub fn is_cas_failure(reason: &str) -> bool {
     CAS_REASONS.iter().any(|r| reason.contains(r))
 }
 
+/// True when `reason` means the push changed nothing and may simply be sent again: a lost
+/// compare-and-swap, or git's race between two pushes of byte-identical packs (two processes
+/// folding the same writes in the same second build the same commits), which fails the later
+/// one with "unable to migrate objects to permanent storage".
+pub fn is_retryable(reason: &str) -> bool {
+    is_cas_failure(reason)
+        || reason
+            .to_ascii_lowercase()
+            .contains("unable to migrate objects")
+}
+
 /// An open receive-pack session after the ref advertisement.
 pub struct ReceivePack {
     transport: ShallowSafe,
