@@ -11,7 +11,7 @@
 //! which the remote then holds entirely or not at all.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gitstate_core::{Credentials, Revision, StateChange, StatePath, StoreError};
@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use crate::objects::{entry_id, internal, state_commit};
 use crate::pending::{
-    self, pending_commit, read_pending, Kind, Publication, PendingWrite, QueueRefs, QUEUE_ROOT,
+    self, pending_commit, read_pending, Kind, PendingWrite, Publication, QueueRefs, QUEUE_ROOT,
 };
 use crate::plumbing::sendpack::{ReceivePack, RefResult, RefUpdate};
 use crate::plumbing::transport::Endpoint;
@@ -110,12 +110,18 @@ pub(crate) struct WriteQueue {
     queue: Mutex<Queue>,
 }
 
-/// The queues of this process: per remote and branch, one per credential.
-type Registry = Mutex<HashMap<(String, String), Vec<(Option<Credentials>, Weak<WriteQueue>)>>>;
+/// The queues of this process: per remote and branch, one per credential, with when each was
+/// last used.
+type Registry =
+    Mutex<HashMap<(String, String), Vec<(Option<Credentials>, Arc<WriteQueue>, Instant)>>>;
+
+/// A queue nobody used for this long is dropped, and with it what it learned of the branch
+/// (contention, the time a push takes), which the next writes would need again.
+const QUEUE_KEPT: Duration = Duration::from_secs(120);
 
 impl WriteQueue {
     /// The queue of `remote` (the cache's name), `state_ref` and `credentials`, made on first
-    /// use and dropped when no write holds it.
+    /// use and dropped [`QUEUE_KEPT`] after its last.
     pub(crate) fn of(
         remote: &str,
         state_ref: &str,
@@ -126,26 +132,28 @@ impl WriteQueue {
             .get_or_init(Default::default)
             .lock()
             .map_err(|_| StoreError::Internal("the write queue registry is poisoned".into()))?;
-        // Queues no write holds any more go, and with them remotes left without any: the
-        // registry holds only what is in use (pass-through callers can name many remotes).
+        // Queues idle for long go, and with them remotes left without any: the registry holds
+        // only what is in use (pass-through callers can name many remotes).
         queues.retain(|_, slot| {
-            slot.retain(|(_, queue)| queue.strong_count() > 0);
+            slot.retain(|(_, queue, used)| {
+                Arc::strong_count(queue) > 1 || used.elapsed() < QUEUE_KEPT
+            });
             !slot.is_empty()
         });
         let slot = queues
             .entry((remote.to_owned(), state_ref.to_owned()))
             .or_default();
-        if let Some(queue) = slot
-            .iter()
-            .find(|(owner, _)| owner.as_ref() == credentials)
-            .and_then(|(_, queue)| queue.upgrade())
+        if let Some((_, queue, used)) = slot
+            .iter_mut()
+            .find(|(owner, _, _)| owner.as_ref() == credentials)
         {
-            return Ok(queue);
+            *used = Instant::now();
+            return Ok(queue.clone());
         }
         let queue = Arc::new(WriteQueue {
             queue: Mutex::new(Queue::default()),
         });
-        slot.push((credentials.cloned(), Arc::downgrade(&queue)));
+        slot.push((credentials.cloned(), queue.clone(), Instant::now()));
         Ok(queue)
     }
 
@@ -335,7 +343,11 @@ impl WriteQueue {
             } else {
                 losses = 0;
                 let others_pushed = own_tip.is_some() && round.base != own_tip;
-                self.observe(others_pushed || round.folded > 0, round.tip, started.elapsed());
+                self.observe(
+                    others_pushed || round.folded > 0,
+                    round.tip,
+                    started.elapsed(),
+                );
                 if round.tip.is_some() {
                     tracing::info!(
                         writes = count,
@@ -435,17 +447,19 @@ impl WriteQueue {
     }
 
     /// How long the oldest pending write of the remote may wait before this process pushes
-    /// in place of its (slow or gone) process: two attempts' time, at least a second.
+    /// in place of its (slow or gone) process: four attempts' time, at least two seconds (its
+    /// own process looks again within half an attempt's time; a takeover too early makes
+    /// processes race for the branch again).
     fn takeover(&self) -> Duration {
         let estimate = self
             .lock()
             .ok()
             .and_then(|q| q.estimate)
             .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
-        estimate.saturating_mul(2).max(Duration::from_secs(1))
+        estimate.saturating_mul(4).max(Duration::from_secs(2))
     }
 
-    /// A pause of up to one attempt's time (jittered), while this process's writes wait in the
+    /// A pause of a quarter to half an attempt's time (jittered), while this process's writes wait in the
     /// remote's queue for another process's push.
     fn poll_pause(&self) -> Duration {
         use rand::Rng;
@@ -455,7 +469,7 @@ impl WriteQueue {
             .and_then(|q| q.estimate)
             .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
         let nanos = estimate.as_nanos().min(u64::MAX as u128) as u64;
-        Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos))
+        Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos / 2))
     }
 }
 
@@ -589,7 +603,7 @@ fn push_batch(
     }
 
     let local = batch.iter().filter(|(_, p)| p.is_none()).count();
-    if queue && !leads(batch, &listing, &own, takeover, contended) {
+    if queue && !leads(&listing, &own, takeover, contended) {
         // Another process's write is older: it pushes, folding this batch's writes, which
         // are published for it here (DESIGN §9.4).
         let listing_empty = listing.pending.is_empty();
@@ -635,6 +649,10 @@ fn push_batch(
         .collect();
 
     let mut tip = session.tip(&state_ref);
+    if let Some(advertised) = tip.filter(|t| !repo.has_object(t)) {
+        let tips = HashMap::from([(state_ref.clone(), advertised)]);
+        cache.fetch_advertised(store.endpoint(), &tips)?;
+    }
     if tip.is_some_and(|t| !repo.has_object(t)) {
         // Another process wrote: fetch (shallow). A newer tip than advertised is fine:
         // receive-pack compares with the ref's value when it updates it.
@@ -642,8 +660,7 @@ fn push_batch(
             .refresh(store.endpoint(), &[&state_ref])?
             .get(&state_ref)
             .copied();
-        if tip.is_some_and(|t| !repo.has_object(t)) || (queue && tip != session.tip(&state_ref))
-        {
+        if tip.is_some_and(|t| !repo.has_object(t)) || (queue && tip != session.tip(&state_ref)) {
             // The branch moved since the advertisement, and with it the queue: its listing
             // may name writes already folded.
             return Ok(Round::lost(batch, queue));
@@ -677,7 +694,14 @@ fn push_batch(
                     base_file: write.base_file,
                     lock_tip: write.lock_tip,
                 };
-                match extend(&repo, &session, &mut chain, &conditions, &change, &write.message)? {
+                match extend(
+                    &repo,
+                    &session,
+                    &mut chain,
+                    &conditions,
+                    &change,
+                    &write.message,
+                )? {
                     Ok(commit) => {
                         commits.push((commit, write.path.as_str().to_owned()));
                         Fold::Folded(commit)
@@ -711,7 +735,14 @@ fn push_batch(
             base_file: write.base_file,
             lock_tip: write.lock_tip,
         };
-        match extend(&repo, &session, &mut chain, &conditions, &write.change, &write.message)? {
+        match extend(
+            &repo,
+            &session,
+            &mut chain,
+            &conditions,
+            &write.change,
+            &write.message,
+        )? {
             Ok(commit) => {
                 commits.push((commit, write.path.as_str().to_owned()));
                 results.push((i, Ok(commit.to_string())));
@@ -724,10 +755,15 @@ fn push_batch(
         let answered: std::collections::HashSet<String> =
             updates.iter().map(|u| u.name.clone()).collect();
         let mut stale = Vec::new();
-        for (kind, map) in [(Kind::Done, &listing.done), (Kind::Rejected, &listing.rejected)] {
+        for (kind, map) in [
+            (Kind::Done, &listing.done),
+            (Kind::Rejected, &listing.rejected),
+        ] {
             for (id, commit) in map {
                 let name = refs.name(kind, id);
-                if !answered.contains(name.as_str()) && pending::older_than(id, pending::ANSWER_KEPT) {
+                if !answered.contains(name.as_str())
+                    && pending::older_than(id, pending::ANSWER_KEPT)
+                {
                     stale.push(delete(name, *commit));
                 }
             }
@@ -759,8 +795,7 @@ fn push_batch(
     let objects = if updates.is_empty() {
         Vec::new()
     } else {
-        let paths: Vec<(ObjectId, &str)> =
-            commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
+        let paths: Vec<(ObjectId, &str)> = commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
         let objects = store.pack_objects(repo, &paths)?;
         let queue_refs = updates.len() > usize::from(new_tip.is_some());
         match store.push_updates(session, &updates, &objects)? {
@@ -817,34 +852,34 @@ fn push_batch(
     Ok(round)
 }
 
-/// Whether this process pushes the next chain (DESIGN §9.4): its oldest write (published, or
-/// still its own) is the oldest waiting on the remote, or the oldest pending write has waited
-/// longer than `takeover` (its process is slow or gone). With nothing pending, a process that
-/// writes alone goes at once; while others write to the branch (`contended`), it publishes
-/// first, and the oldest write's process leads.
+/// Whether this process pushes the next chain (DESIGN §9.4): the oldest pending write on the
+/// remote is its own, or has waited longer than `takeover` (its process is slow or gone). With
+/// nothing pending, a process that writes alone goes at once; while others write to the branch
+/// (`contended`), it publishes first, and the oldest write's process leads.
 fn leads(
-    batch: &[(QueuedWrite, Option<Published>)],
     listing: &pending::Listing,
     own: &HashMap<&str, usize>,
     takeover: Duration,
     contended: bool,
 ) -> bool {
     let Some((oldest_id, _)) = listing.pending.first_key_value() else {
+        tracing::debug!(contended, "nothing pending");
         return !contended;
     };
-    if own.contains_key(oldest_id.as_str()) || pending::older_than(oldest_id, takeover) {
+    if own.contains_key(oldest_id.as_str()) {
+        tracing::debug!("leads: the oldest pending write is this process's");
         return true;
     }
-    let Some(oldest_pending) = pending::parse_id_millis(oldest_id) else {
+    if pending::older_than(oldest_id, takeover) {
+        tracing::debug!(
+            takeover_ms = takeover.as_millis() as u64,
+            "leads: the oldest pending write waited too long"
+        );
         return true;
-    };
-    let now = pending::unix_millis(std::time::SystemTime::now());
-    batch
-        .iter()
-        .filter(|(_, p)| p.is_none())
-        .map(|(w, _)| now.saturating_sub(w.since.elapsed().as_millis() as u64))
-        .min()
-        .is_some_and(|oldest_local| oldest_local <= oldest_pending)
+    }
+    // This process's new writes are younger than any published one (they were not published
+    // yet): they join the queue behind them.
+    false
 }
 
 /// A round of a process that does not lead: publishes the batch's new writes, withdraws those
@@ -1039,10 +1074,15 @@ fn publish(
         .zip(&updates)
         .map(|(p, u)| (report.result(&u.name) == RefResult::Ok).then_some(p))
         .collect();
-    if let Some((name, RefResult::Rejected(reason))) = report.refs.iter().find(|(_, r)| *r != RefResult::Ok) {
+    if let Some((name, RefResult::Rejected(reason))) =
+        report.refs.iter().find(|(_, r)| *r != RefResult::Ok)
+    {
         refuse_queue(
             store.endpoint(),
-            &StoreError::Remote(format!("{} refused the creation of {name}: {reason}", store.endpoint().display)),
+            &StoreError::Remote(format!(
+                "{} refused the creation of {name}: {reason}",
+                store.endpoint().display
+            )),
         );
     }
     Ok(taken)

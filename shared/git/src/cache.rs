@@ -561,6 +561,29 @@ impl Cache {
                 tips.insert(name, id);
             }
         }
+        if self.fetch_tips(&mut session, endpoint, &tips)?.is_none() {
+            return Ok(None);
+        }
+        let blobs = self.missing_blobs(
+            tips.iter()
+                .filter_map(|(name, tip)| file(name).map(|path| (*tip, path))),
+        )?;
+        if !blobs.is_empty() {
+            self.fetch_ids(&mut session, endpoint, blobs)?;
+        }
+        keep_session(endpoint, session);
+        Ok(Some(tips))
+    }
+
+    /// Fetches the commits and trees of `tips` (name → id) the cache lacks at depth 1 without
+    /// blobs over `session`, and moves the tracking refs. `None` when another process holds the
+    /// cache's `shallow.lock`.
+    fn fetch_tips(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+    ) -> Result<Option<()>, StoreError> {
         if !tips.values().all(|id| self.repo().has_object(id)) {
             let _guard = self
                 .write_lock
@@ -593,9 +616,8 @@ impl Cache {
                 let shallow = read_shallow(&shallow_file)?;
                 // The tips this cache had give the server `have`s: a moved tip costs only the
                 // new trees.
-                let haves: Vec<ObjectId> = names
-                    .iter()
-                    .filter(|n| !n.ends_with('*'))
+                let haves: Vec<ObjectId> = tips
+                    .keys()
                     .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
                     .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
                     .filter(|id| repo.has_object(id))
@@ -613,19 +635,43 @@ impl Cache {
                 write_shallow(lock, shallow, &fetched.shallow)?;
                 self.packs.fetch_add(1, Ordering::Relaxed);
                 let repo = self.repo();
-                all_arrived(&repo, endpoint, &tips)?;
-                self.move_tracking_refs(&repo, &tips);
+                all_arrived(&repo, endpoint, tips)?;
+                self.move_tracking_refs(&repo, tips);
             }
         }
-        let blobs = self.missing_blobs(
-            tips.iter()
-                .filter_map(|(name, tip)| file(name).map(|path| (*tip, path))),
-        )?;
-        if !blobs.is_empty() {
-            self.fetch_ids(&mut session, endpoint, blobs)?;
+        Ok(Some(()))
+    }
+
+    /// Fetches the tips `tips` (name → id, as receive-pack advertised them) the cache lacks, as
+    /// [`Cache::refresh`] would but without listing the refs again: one request on a kept
+    /// protocol-v2 session. `false` when it cannot (a cache that fetches whole trees, a tip
+    /// gone meanwhile, a busy cache): the caller then refreshes.
+    pub fn fetch_advertised(
+        &self,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+    ) -> Result<bool, StoreError> {
+        if !self.fetches_by_id(endpoint) {
+            return Ok(false);
         }
-        keep_session(endpoint, session);
-        Ok(Some(tips))
+        let mut session = match kept_session(endpoint) {
+            Some(session) => session,
+            None => match UploadPack::connect(endpoint)? {
+                Ok(session) => session,
+                Err(_) => return Ok(false),
+            },
+        };
+        match self.fetch_tips(&mut session, endpoint, tips) {
+            Ok(Some(())) => {
+                keep_session(endpoint, session);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                tracing::debug!(error = %e, "fetching advertised tips failed; listing the refs again");
+                Ok(false)
+            }
+        }
     }
 
     /// Makes sure the blob at each `(commit, path)` (commits in the cache) is in the cache,

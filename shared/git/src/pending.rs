@@ -135,7 +135,9 @@ pub(crate) fn parse_id_millis(id: &str) -> Option<u64> {
     if millis.len() != 13
         || random.len() != 16
         || !millis.bytes().all(|b| b.is_ascii_digit())
-        || !random.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        || !random
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     {
         return None;
     }
@@ -252,7 +254,9 @@ pub(crate) fn read_pending(
             .split_once(": ")
             .ok_or_else(|| format!("the pending commit {commit} has a malformed trailer"))?;
         if fields.insert(key, value).is_some() {
-            return Err(format!("the pending commit {commit} repeats the trailer {key}"));
+            return Err(format!(
+                "the pending commit {commit} repeats the trailer {key}"
+            ));
         }
     }
     let field = |key: &str| {
@@ -264,9 +268,9 @@ pub(crate) fn read_pending(
     let object_id = |key: &str| -> Result<Option<ObjectId>, String> {
         match field(key)? {
             "none" => Ok(None),
-            hex => ObjectId::from_hex(hex.as_bytes())
-                .map(Some)
-                .map_err(|_| format!("the trailer {key} of the pending commit {commit} is not an object id")),
+            hex => ObjectId::from_hex(hex.as_bytes()).map(Some).map_err(|_| {
+                format!("the trailer {key} of the pending commit {commit} is not an object id")
+            }),
         }
     };
     if field(TRAILER_ID)? != id {
@@ -284,16 +288,24 @@ pub(crate) fn read_pending(
             let tree_id = tree;
             let found = repo
                 .find_tree(tree_id)
-                .map_err(|e| format!("the tree of the pending commit {commit} cannot be read: {e}"))?
+                .map_err(|e| {
+                    format!("the tree of the pending commit {commit} cannot be read: {e}")
+                })?
                 .lookup_entry_by_path(path.as_str())
-                .map_err(|e| format!("the tree of the pending commit {commit} cannot be read: {e}"))?
+                .map_err(|e| {
+                    format!("the tree of the pending commit {commit} cannot be read: {e}")
+                })?
                 .filter(|e| e.mode().is_blob())
                 .map(|e| e.object_id())
                 .ok_or_else(|| format!("the pending commit {commit} holds no file at its path"))?;
             Some(found)
         }
         "delete" => None,
-        _ => return Err(format!("the pending commit {commit} names an unknown change")),
+        _ => {
+            return Err(format!(
+                "the pending commit {commit} names an unknown change"
+            ))
+        }
     };
     Ok(PendingWrite {
         id: id.to_owned(),
@@ -314,7 +326,10 @@ pub(crate) fn expired(write: &PendingWrite) -> bool {
 /// The message bytes of a commit, for tests.
 #[cfg(test)]
 fn message_of(repo: &gix::Repository, commit: ObjectId) -> gix::bstr::BString {
-    repo.find_commit(commit).unwrap().message_raw_sloppy().to_owned()
+    repo.find_commit(commit)
+        .unwrap()
+        .message_raw_sloppy()
+        .to_owned()
 }
 
 #[cfg(test)]
@@ -334,11 +349,20 @@ mod tests {
         let b = new_id();
         assert!(a < b, "{a} < {b}");
         assert!(parse_id_millis(&a).is_some());
-        for bad in ["", "1-2", "123456789012-0123456789abcdef", "1234567890123-0123456789ABCDEF", "1234567890123-0123456789abcdef/x"] {
+        for bad in [
+            "",
+            "1-2",
+            "123456789012-0123456789abcdef",
+            "1234567890123-0123456789ABCDEF",
+            "1234567890123-0123456789abcdef/x",
+        ] {
             assert_eq!(parse_id_millis(bad), None, "{bad}");
         }
         assert!(!older_than(&a, Duration::from_secs(10)));
-        assert!(older_than("0000000000001-0123456789abcdef", Duration::from_secs(10)));
+        assert!(older_than(
+            "0000000000001-0123456789abcdef",
+            Duration::from_secs(10)
+        ));
     }
 
     #[test]
@@ -386,13 +410,18 @@ mod tests {
         assert_eq!(read.path, path);
         assert_eq!(read.base_file, Some(base));
         assert_eq!(read.lock_tip, None);
-        assert_eq!(read.message, "Update team/a/terraform.tfstate (serial 2) by x");
+        assert_eq!(
+            read.message,
+            "Update team/a/terraform.tfstate (serial 2) by x"
+        );
         let blob = repo.find_object(read.blob.unwrap()).unwrap();
         assert_eq!(&blob.data[..], b"{\"serial\":2}");
         assert!(!expired(&read));
-        assert!(read_pending(&repo, "1700000000000-0123456789abcdef", commit)
-            .unwrap_err()
-            .contains("another write"));
+        assert!(
+            read_pending(&repo, "1700000000000-0123456789abcdef", commit)
+                .unwrap_err()
+                .contains("another write")
+        );
 
         let deleted = pending_commit(
             &repo,

@@ -425,7 +425,20 @@ impl RemoteStore {
             tips.into_iter().flatten().all(|id| repo.has_object(id))
         };
         if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
-            // Written by another process, or the cache is new: fetch over upload-pack (shallow),
+            // Written by another process: fetch the advertised tips (one request on a kept
+            // protocol-v2 session), so that the push builds on exactly what was advertised.
+            let advertised: std::collections::HashMap<String, ObjectId> = [
+                (self.state_ref.clone(), state_tip),
+                (lock_ref.clone(), lock_tip),
+            ]
+            .into_iter()
+            .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
+            .collect();
+            self.cache()?
+                .fetch_advertised(&self.endpoint, &advertised)?;
+        }
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow),
             // keeping the session open for the push.
             let file = |name: &str| {
                 if name == self.state_ref {
