@@ -886,3 +886,26 @@ async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
         .expect("stored")
         .starts_with(b"\xfffake-aes pass "));
 }
+
+#[tokio::test]
+async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_seals_it() {
+    let store = MemoryStore::named("r");
+    store.plant(P, &MemoryOpener::seal("pass", &state(3)));
+    let b = Backend {
+        legacy: Some(MemoryOpener::new("pass")),
+        ..sealing(MemorySealer::enforced())
+    };
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::NotSealedHere(_)))
+    ));
+    let done = b
+        .migrate(&*store, &path(), false, &operator())
+        .await
+        .expect("migrate");
+    assert_eq!(
+        (done.from, done.to),
+        (StoredForm::LegacyAes, Some(StoredForm::Sealed))
+    );
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+}
