@@ -92,7 +92,10 @@ fn a_legacy_aes_state_is_served_and_the_next_write_is_sealed_with_sops() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repository = repository_with(
         dir.path(),
-        &[("envs/legacy.tfstate", &vector("state.tfstate.aes"))],
+        &[
+            ("envs/legacy.tfstate", &vector("state.tfstate.aes")),
+            ("envs/unsealed.tfstate", &vector("state.tfstate.aes")),
+        ],
     );
     let key = AgeKeyPair::generate();
     let key_file = key.write_key_file(dir.path(), "age");
@@ -129,6 +132,38 @@ fn a_legacy_aes_state_is_served_and_the_next_write_is_sealed_with_sops() {
     let (status, body) = http("GET", &url, None, None).expect("GET");
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).expect("JSON"), next);
+    assert!(
+        !server.log().contains(PASSPHRASE),
+        "the passphrase is in the log"
+    );
+    drop(server);
+
+    // Without sops keys, the next write stores the state as plaintext (gitstate never writes
+    // the legacy format); gitstate's own variable name works as well.
+    let server = Gitstate::start(
+        &["--repository", &repository_flag(&repository)],
+        &[("GITSTATE_LEGACY_AES_PASSPHRASE", PASSPHRASE)],
+        dir.path(),
+    );
+    let url = server.state_url("default", "envs/unsealed.tfstate");
+    let (status, body) = http("GET", &url, None, None).expect("GET");
+    assert_eq!(status, 200, "{body}\n{}", server.log());
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).expect("JSON"),
+        plaintext()
+    );
+    let (status, body) = http("POST", &url, Some(&next.to_string()), None).expect("POST");
+    assert_eq!(status, 200, "{body}");
+    let stored = git_show(&repository, "main", "envs/unsealed.tfstate").expect("stored");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&stored).expect("plaintext JSON"),
+        next
+    );
+    assert!(
+        server.log().contains("written back in plaintext"),
+        "no warning at start:\n{}",
+        server.log()
+    );
     assert!(
         !server.log().contains(PASSPHRASE),
         "the passphrase is in the log"
@@ -240,7 +275,11 @@ fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
         ("SOPS_AGE_RECIPIENTS", key.recipient.as_str()),
         ("SOPS_AGE_KEY_FILE", key_file.to_str().expect("utf-8")),
     ];
-    let tip = || git(Some(&repository), &["rev-parse", "main"]).trim().to_owned();
+    let tip = || {
+        git(Some(&repository), &["rev-parse", "main"])
+            .trim()
+            .to_owned()
+    };
     let before = tip();
 
     let dry = gitstate_run(dir.path(), &[&args[..], &["--dry-run"]].concat(), &env);
