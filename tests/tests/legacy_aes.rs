@@ -359,6 +359,29 @@ fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
             plaintext()
         );
     }
+    // The history lists the version terraform-backend-git wrote (no serial: nothing here opens
+    // it) and the migration; `?version=7` is the migrated one.
+    let history = gitstate_run(
+        dir.path(),
+        &[
+            "history",
+            "default",
+            "a.tfstate",
+            "--repository",
+            &repository_flag,
+        ],
+        &env[1..],
+    );
+    assert_eq!(history.code, Some(0), "{}", history.combined());
+    assert_eq!(history.stdout.lines().count(), 3, "{}", history.stdout);
+    let (status, body) = http(
+        "GET",
+        &format!("{}?version=7", server.state_url("default", "a.tfstate")),
+        None,
+        None,
+    )
+    .expect("GET");
+    assert_eq!(status, 200, "{body}");
     let after = tip();
     let again = gitstate_run(dir.path(), &args, &env);
     assert!(
