@@ -98,7 +98,7 @@ fn parse_path(raw: &str) -> Result<StatePath, String> {
 }
 
 /// A lock refusal in words an operator acts on.
-pub(crate) fn explain(e: BackendError, path: &StatePath) -> String {
+fn explain(e: BackendError, path: &StatePath) -> String {
     match e {
         BackendError::Locked(holder) => {
             let info: gitstate_core::LockInfo = serde_json::from_slice(&holder).unwrap_or_default();

@@ -8,10 +8,10 @@
 use clap::Args;
 use gitstate_app::Settings;
 use gitstate_core::backend::Caller;
-use gitstate_core::{CatalogChange, StateFacts, StatePath};
+use gitstate_core::{BackendError, CatalogChange, StateFacts, StatePath};
 use serde::Serialize;
 
-use crate::admin::{explain, operator, Repositories};
+use crate::admin::{operator, Repositories};
 use crate::output::{json, table};
 
 /// `gitstate migrate`.
@@ -103,7 +103,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
                     repository: name.clone(),
                     path: entry.path,
                     migration: None,
-                    error: Some(explain(e, &path)),
+                    error: Some(explain_refusal(e, &path)),
                 },
             };
             rows.push(row);
@@ -122,6 +122,20 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
     Err(format!(
         "{failed} state(s) were not migrated (see above): release their locks or configure the passphrase they were written with, then run it again; the others are done"
     ))
+}
+
+/// Why a state was not migrated, in words an operator acts on.
+fn explain_refusal(e: BackendError, path: &StatePath) -> String {
+    match e {
+        BackendError::Locked(holder) => {
+            let info: gitstate_core::LockInfo = serde_json::from_slice(&holder).unwrap_or_default();
+            format!(
+                "{path} is locked by {} ({}, ID {}); run migrate again once it is released (or release it with `gitstate unlock`)",
+                info.who, info.operation, info.id
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The table and a closing sentence.

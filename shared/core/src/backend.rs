@@ -276,21 +276,22 @@ impl Backend {
             Some(sealer) => sealer.open(at, stored).await?,
             None => stored,
         };
-        if let Err(refused) = crate::seal::refuse_sealed(at, &state) {
-            return Err(match &self.legacy {
-                Some(opener) if !crate::seal::is_sops_document(&state) => {
-                    SealError::NoKey(format!(
-                        "the stored file at {at} is not JSON ({} bytes) and does not open as {} with {}, so it is not served as a state; it needs the passphrase it was written with",
-                        state.len(),
-                        opener.format(),
-                        opener.key_source()
-                    ))
-                }
-                _ => refused,
-            }
-            .into());
-        }
+        self.refuse_sealed(at, &state)?;
         Ok(state)
+    }
+
+    /// [`crate::seal::refuse_sealed`], with the sentence naming the legacy passphrase when one
+    /// is configured and did not open the file.
+    pub(crate) fn refuse_sealed(&self, at: &Place, state: &[u8]) -> Result<(), SealError> {
+        crate::seal::refuse_sealed(at, state).map_err(|refused| match &self.legacy {
+            Some(opener) if !crate::seal::is_sops_document(state) => SealError::NoKey(format!(
+                "the stored file at {at} is not JSON ({} bytes) and does not open as {} with {}, so it is not served as a state; it needs the passphrase it was written with",
+                state.len(),
+                opener.format(),
+                opener.key_source()
+            )),
+            _ => refused,
+        })
     }
 
     /// `stored` opened by the legacy [`Opener`] when there is one and it opens it (`true`), else

@@ -214,10 +214,9 @@ impl Backend {
         if std::str::from_utf8(stored).is_ok() {
             return Ok((StoredForm::NotAState, None));
         }
-        // Binary: refused with the sentence a GET gets (it names the passphrase it needs).
-        match self.open_stored(at, stored.clone()).await {
-            Err(e) => Err(e),
-            Ok(_) => Ok((StoredForm::NotAState, None)),
-        }
+        // Binary: refused with the sentence a GET without a sealer gets (it names the passphrase
+        // it needs).
+        self.refuse_sealed(at, stored)?;
+        Ok((StoredForm::NotAState, None))
     }
 }
