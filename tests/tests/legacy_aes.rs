@@ -391,3 +391,51 @@ fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
     );
     assert_eq!(tip(), after, "nothing left to migrate");
 }
+
+/// Real Terraform 1.15.5 against a legacy aes state: `terraform state pull` prints it opened,
+/// and the next apply (the configuration dropped its output) stores the new state sealed.
+#[test]
+fn real_terraform_reads_a_legacy_aes_state_and_its_next_apply_is_sealed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repository = repository_with(
+        dir.path(),
+        &[("prod.tfstate", &vector("state.tfstate.aes"))],
+    );
+    let key = AgeKeyPair::generate();
+    let key_file = key.write_key_file(dir.path(), "age");
+    let server = Gitstate::start(
+        &["--repository", &repository_flag(&repository)],
+        &[
+            ("TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE", PASSPHRASE),
+            ("SOPS_AGE_RECIPIENTS", &key.recipient),
+            ("SOPS_AGE_KEY_FILE", key_file.to_str().expect("utf-8")),
+        ],
+        dir.path(),
+    );
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut tf = HttpBackend::new(&server.state_url("default", "prod.tfstate")).hcl();
+    tf.push_str(
+        "\nresource \"null_resource\" \"app\" {\n  triggers = {\n    unicode = \"žluťoučký kůň 🐎\"\n  }\n}\n",
+    );
+    fs::write(work.path().join("main.tf"), tf).expect("main.tf");
+    let terraform = Terraform::installed("1.15.5");
+    terraform.init(work.path()).expect_code(0, "init");
+    let pulled = terraform.run(work.path(), &["state", "pull"]);
+    pulled.expect_code(0, "state pull");
+    let pulled: Value = serde_json::from_str(&pulled.stdout).expect("state pull prints JSON");
+    assert_eq!(pulled["serial"], 7);
+    assert_eq!(pulled["lineage"], plaintext()["lineage"]);
+    assert_eq!(pulled["outputs"]["db_password"]["value"], SECRET);
+
+    terraform.apply(work.path()).expect_code(0, "apply");
+    let stored = git_show(&repository, "main", "prod.tfstate").expect("stored");
+    assert!(is_sops_document(&stored), "the new state is not sealed");
+    let state = real_sops_decrypt(&stored, &key_file);
+    assert_eq!(state["serial"], 8, "{state}");
+    assert_eq!(state["lineage"], plaintext()["lineage"]);
+    assert!(state["outputs"].get("db_password").is_none(), "{state}");
+    assert_eq!(
+        state["resources"][0]["instances"][0]["attributes"]["id"],
+        "5577006791947779410"
+    );
+}
