@@ -439,3 +439,61 @@ fn real_terraform_reads_a_legacy_aes_state_and_its_next_apply_is_sealed() {
         "5577006791947779410"
     );
 }
+
+/// A state locked when `gitstate migrate` runs (here a lock terraform-backend-git left: the
+/// branch `locks/<state>` holding `<state>.lock`) is reported and left; the others are migrated.
+#[test]
+fn gitstate_migrate_leaves_a_locked_state_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let legacy = vector("state.tfstate.aes");
+    let repository = repository_with(
+        dir.path(),
+        &[("held.tfstate", &legacy), ("free.tfstate", &legacy)],
+    );
+    let work = tempfile::tempdir().expect("tempdir");
+    git(
+        Some(work.path()),
+        &["init", "--quiet", "--initial-branch=locks/held.tfstate"],
+    );
+    fs::write(
+        work.path().join("held.tfstate.lock"),
+        r#"{"ID":"tbg-lock-1","Operation":"OperationTypeApply","Info":"","Who":"ci@old-runner","Version":"1.5.7","Created":"2026-11-20T09:15:02Z","Path":""}"#,
+    )
+    .expect("write");
+    git(Some(work.path()), &["add", "."]);
+    git(
+        Some(work.path()),
+        &["commit", "--quiet", "-m", "Lock held.tfstate"],
+    );
+    git(
+        Some(work.path()),
+        &[
+            "push",
+            "--quiet",
+            repository.to_str().expect("utf-8"),
+            "locks/held.tfstate:refs/heads/locks/held.tfstate",
+        ],
+    );
+    let key = AgeKeyPair::generate();
+    let repository_flag = repository_flag(&repository);
+    let run = gitstate_run(
+        dir.path(),
+        &["migrate", "--repository", &repository_flag],
+        &[
+            ("TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE", PASSPHRASE),
+            ("SOPS_AGE_RECIPIENTS", &key.recipient),
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.combined());
+    assert!(
+        run.stdout.contains(
+            "held.tfstate is locked by ci@old-runner (OperationTypeApply, ID tbg-lock-1)"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("1 state(s) migrated"), "{}", run.stdout);
+    assert_eq!(git_show(&repository, "main", "held.tfstate"), Some(legacy));
+    let free = git_show(&repository, "main", "free.tfstate").expect("stored");
+    assert!(is_sops_document(&free), "free.tfstate is not sealed");
+}
