@@ -2008,6 +2008,7 @@ pub fn without_gitstate_env(cmd: &mut Command) {
         let k = key.to_string_lossy();
         if k.starts_with("GITSTATE_")
             || k.starts_with("SOPS_")
+            || k.starts_with("TF_BACKEND_")
             || k == "GIT_USERNAME"
             || k == "GIT_PASSWORD"
             || k == "GITHUB_TOKEN"

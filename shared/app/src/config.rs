@@ -208,6 +208,20 @@ pub struct EncryptionConfig {
     /// How long unwrapped data keys stay in memory (0 disables the memory).
     #[serde(default = "default_data_key_cache_seconds")]
     pub data_key_cache_seconds: u64,
+    /// terraform-backend-git's encryption provider (`TF_BACKEND_HTTP_ENCRYPTION_PROVIDER`):
+    /// `"sops"` needs a key above; `"aes"` needs a legacy aes passphrase. Unset: whatever is
+    /// configured applies.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// A file holding the passphrase terraform-backend-git's `aes` provider encrypted states
+    /// with: such states are read (and written back sealed with the keys above, or as
+    /// plaintext without keys), never written in that format.
+    #[serde(default)]
+    pub legacy_aes_passphrase_file: Option<PathBuf>,
+    /// The passphrase itself, from the environment only (`GITSTATE_LEGACY_AES_PASSPHRASE`,
+    /// `TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE`): a credential, never in the file, never printed.
+    #[serde(skip)]
+    pub legacy_aes_passphrase: Option<gitstate_seal::Passphrase>,
 }
 
 fn default_encryption_mode() -> String {
@@ -228,6 +242,9 @@ impl Default for EncryptionConfig {
             age_key_file: None,
             enforced: false,
             data_key_cache_seconds: default_data_key_cache_seconds(),
+            provider: None,
+            legacy_aes_passphrase_file: None,
+            legacy_aes_passphrase: None,
         }
     }
 }

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gitstate_core::{Backend, Sealer};
-use gitstate_seal::{Mode, SealerConfig, SopsSealer};
+use gitstate_core::{Backend, Opener, Sealer};
+use gitstate_seal::{LegacyAes, Mode, Passphrase, SealerConfig, SopsSealer};
 
 use crate::config::{Config, ConfigError, EncryptionConfig};
 
@@ -64,6 +64,20 @@ pub async fn sealer_from_config(
         data_key_ttl: Duration::from_secs(encryption.data_key_cache_seconds),
         enforced: encryption.enforced,
     };
+    match encryption.provider.as_deref() {
+        None | Some("aes") => {}
+        Some("sops") if !config.has_write_keys() => {
+            return Err(ConfigError::BadValue(
+                "the encryption provider is \"sops\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER) but no key is configured: set encryption.kms_arns or encryption.age_recipients (or SOPS_KMS_ARN / SOPS_AGE_RECIPIENTS)".into(),
+            ))
+        }
+        Some("sops") => {}
+        Some(other) => {
+            return Err(ConfigError::BadValue(format!(
+                "the encryption provider '{other}' is unknown; use \"sops\" or \"aes\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER, GITSTATE_ENCRYPTION_PROVIDER, encryption.provider)"
+            )))
+        }
+    }
     if !config.has_write_keys() {
         if encryption.enforced {
             return Err(ConfigError::BadValue(
@@ -85,6 +99,59 @@ pub async fn sealer_from_config(
     Ok(sealer.map(|s| Arc::new(s) as Arc<dyn Sealer>))
 }
 
+/// The opener of terraform-backend-git's legacy aes files, when a passphrase is configured (from
+/// the environment, or `legacy_aes_passphrase_file`); with `provider = "aes"` one must be. The
+/// passphrase is never logged; only where it came from.
+pub fn legacy_opener_from_config(
+    encryption: &EncryptionConfig,
+) -> Result<Option<Arc<dyn Opener>>, ConfigError> {
+    let passphrase = match (
+        &encryption.legacy_aes_passphrase,
+        &encryption.legacy_aes_passphrase_file,
+    ) {
+        (Some(passphrase), _) => Some(passphrase.clone()),
+        (None, Some(file)) => {
+            let text = zeroizing(std::fs::read_to_string(file).map_err(|e| {
+                ConfigError::BadValue(format!(
+                    "cannot read the legacy aes passphrase file {}: {e}",
+                    file.display()
+                ))
+            })?);
+            let value = zeroizing(text.trim_end_matches(['\r', '\n']).to_owned());
+            Some(Passphrase::new(
+                value,
+                format!("the file {}", file.display()),
+            ))
+        }
+        (None, None) => None,
+    };
+    let Some(passphrase) = passphrase else {
+        if encryption.provider.as_deref() == Some("aes") {
+            return Err(ConfigError::BadValue(
+                "the encryption provider is \"aes\" but no passphrase is configured: set TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE (or GITSTATE_LEGACY_AES_PASSPHRASE, or encryption.legacy_aes_passphrase_file)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if encryption.kms_arns.is_empty()
+        && encryption
+            .age_recipients
+            .iter()
+            .all(|r| r.trim().is_empty())
+    {
+        tracing::warn!(
+            passphrase = %passphrase.source,
+            "states terraform-backend-git encrypted with its aes passphrase are read, and written back in plaintext: gitstate never writes that format; configure sops keys (encryption.age_recipients, encryption.kms_arns) to keep them encrypted at rest"
+        );
+    } else {
+        tracing::info!(
+            passphrase = %passphrase.source,
+            "states terraform-backend-git encrypted with its aes passphrase are read, and sealed with the sops keys when written"
+        );
+    }
+    Ok(Some(Arc::new(LegacyAes::new(&passphrase))))
+}
+
 /// Key material read from a file or the environment, zeroed when dropped.
 fn zeroizing(text: String) -> gitstate_seal::Zeroizing<String> {
     gitstate_seal::Zeroizing::new(text)
@@ -95,9 +162,105 @@ pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError
     let mut backend = Backend {
         max_state_bytes: config.max_state_bytes,
         sealer: sealer_from_config(&config.encryption).await?,
+        legacy: legacy_opener_from_config(&config.encryption)?,
         state_guard: config.state_guard,
         ..Backend::default()
     };
     backend.retry.budget = std::time::Duration::from_secs(config.write_budget_seconds);
     Ok(backend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VECTORS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../seal/tests/vectors/legacy-aes"
+    );
+
+    fn vector(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{VECTORS}/{name}")).expect("a vector")
+    }
+
+    #[test]
+    fn a_passphrase_file_opens_legacy_aes_states() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("passphrase");
+        std::fs::write(&file, "correct horse battery staple\n").expect("write");
+        let encryption = EncryptionConfig {
+            legacy_aes_passphrase_file: Some(file.clone()),
+            ..EncryptionConfig::default()
+        };
+        let opener = legacy_opener_from_config(&encryption)
+            .expect("valid")
+            .expect("an opener");
+        assert_eq!(
+            opener.open(&vector("state.tfstate.aes")).as_deref(),
+            Some(vector("state.tfstate.json").as_slice())
+        );
+        assert!(opener.key_source().contains(&file.display().to_string()));
+        let missing = EncryptionConfig {
+            legacy_aes_passphrase_file: Some(dir.path().join("absent")),
+            ..EncryptionConfig::default()
+        };
+        let e = legacy_opener_from_config(&missing).expect_err("a missing file");
+        assert!(e.to_string().contains("legacy aes passphrase file"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn providers_need_what_they_name() {
+        let aes = EncryptionConfig {
+            provider: Some("aes".into()),
+            ..EncryptionConfig::default()
+        };
+        let e = legacy_opener_from_config(&aes).expect_err("aes without a passphrase");
+        assert!(
+            e.to_string()
+                .contains("TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE"),
+            "{e}"
+        );
+        let sops = EncryptionConfig {
+            provider: Some("sops".into()),
+            ..EncryptionConfig::default()
+        };
+        let e = sealer_from_config(&sops)
+            .await
+            .expect_err("sops without a key");
+        assert!(e.to_string().contains("no key is configured"), "{e}");
+        let other = EncryptionConfig {
+            provider: Some("vault".into()),
+            ..EncryptionConfig::default()
+        };
+        let e = sealer_from_config(&other)
+            .await
+            .expect_err("an unknown provider");
+        assert!(e.to_string().contains("'vault' is unknown"), "{e}");
+        assert!(legacy_opener_from_config(&EncryptionConfig::default())
+            .expect("valid")
+            .is_none());
+    }
+
+    #[test]
+    fn the_passphrase_is_not_in_the_configurations_debug_output() {
+        let encryption = EncryptionConfig {
+            legacy_aes_passphrase: Some(Passphrase::new(
+                zeroizing("correct horse battery staple".into()),
+                "environment TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE",
+            )),
+            ..EncryptionConfig::default()
+        };
+        let shown = format!(
+            "{:?}",
+            crate::Config {
+                encryption,
+                ..crate::Config::default()
+            }
+        );
+        assert!(!shown.contains("staple"), "{shown}");
+        assert!(
+            shown.contains("TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE"),
+            "{shown}"
+        );
+    }
 }

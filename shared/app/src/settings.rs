@@ -156,6 +156,17 @@ pub struct Settings {
     /// encryption.kms_arns; without any, nothing is indexed].
     #[arg(long, value_name = "ARN", env = "GITSTATE_CATALOG_KMS_ARN")]
     pub catalog_kms_arn: Option<String>,
+    /// terraform-backend-git's encryption provider: "sops" (needs a key: --kms-arn,
+    /// --age-recipient) or "aes" (needs the legacy passphrase; its files are read, and written
+    /// back with the sops keys, or as plaintext without keys). Also read from
+    /// TF_BACKEND_HTTP_ENCRYPTION_PROVIDER.
+    #[arg(long, value_name = "sops|aes", env = "GITSTATE_ENCRYPTION_PROVIDER")]
+    pub encryption_provider: Option<String>,
+    /// A file holding the passphrase terraform-backend-git's aes provider encrypted states with
+    /// (read only, never written in that format). The passphrase itself can be given in
+    /// GITSTATE_LEGACY_AES_PASSPHRASE or TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE, never as a flag.
+    #[arg(long, value_name = "PATH", env = "GITSTATE_LEGACY_AES_PASSPHRASE_FILE")]
+    pub legacy_aes_passphrase_file: Option<PathBuf>,
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
     pub encryption_enforced: Option<bool>,
@@ -265,6 +276,20 @@ impl Settings {
         if let Some(enforced) = self.encryption_enforced {
             encryption.enforced = enforced;
         }
+        if let Some(provider) = self
+            .encryption_provider
+            .clone()
+            .or_else(|| std::env::var(TF_ENCRYPTION_PROVIDER).ok())
+            .filter(|p| !p.is_empty())
+        {
+            encryption.provider = Some(provider);
+        }
+        if let Some(file) = &self.legacy_aes_passphrase_file {
+            encryption.legacy_aes_passphrase_file = Some(file.clone());
+        } else if let Some(passphrase) = legacy_aes_passphrase_from_env()? {
+            encryption.legacy_aes_passphrase = Some(passphrase);
+            encryption.legacy_aes_passphrase_file = None;
+        }
         if let Some(hosts) = given(&self.allowed_hosts) {
             config.allowed_hosts = hosts;
         }
@@ -287,6 +312,40 @@ impl Settings {
         }
         Ok(config)
     }
+}
+
+/// terraform-backend-git's name for the encryption provider (`sops` or `aes`).
+pub const TF_ENCRYPTION_PROVIDER: &str = "TF_BACKEND_HTTP_ENCRYPTION_PROVIDER";
+/// terraform-backend-git's name for its aes passphrase.
+pub const TF_ENCRYPTION_PASSPHRASE: &str = "TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE";
+/// gitstate's name for the legacy aes passphrase.
+pub const LEGACY_AES_PASSPHRASE: &str = "GITSTATE_LEGACY_AES_PASSPHRASE";
+
+/// The legacy aes passphrase from the environment: `GITSTATE_LEGACY_AES_PASSPHRASE` when it is
+/// not empty, else `TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE` when it is set at all (empty
+/// included: terraform-backend-git then encrypted with the MD5 of the empty string).
+fn legacy_aes_passphrase_from_env() -> Result<Option<gitstate_seal::Passphrase>, ConfigError> {
+    for (name, empty_counts) in [
+        (LEGACY_AES_PASSPHRASE, false),
+        (TF_ENCRYPTION_PASSPHRASE, true),
+    ] {
+        let Some(value) = std::env::var_os(name) else {
+            continue;
+        };
+        let value = gitstate_seal::Zeroizing::new(value.into_string().map_err(|_| {
+            ConfigError::BadValue(format!(
+                "{name} is not UTF-8; give the passphrase as UTF-8 text"
+            ))
+        })?);
+        if value.is_empty() && !empty_counts {
+            continue;
+        }
+        return Ok(Some(gitstate_seal::Passphrase::new(
+            value,
+            format!("environment {name}"),
+        )));
+    }
+    Ok(None)
 }
 
 /// The non-empty values of a list flag, or `None` when none was given. An empty variable (a

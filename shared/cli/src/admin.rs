@@ -58,7 +58,12 @@ impl Repositories {
 
     /// Tells the catalog (when there is one) about a change made from the command line; a
     /// failure is reported, not fatal: git holds the change.
-    async fn tell_catalog(&self, repository: &str, path: &StatePath, change: CatalogChange) {
+    pub(crate) async fn tell_catalog(
+        &self,
+        repository: &str,
+        path: &StatePath,
+        change: CatalogChange,
+    ) {
         let Some(catalog) = &self.catalog else {
             return;
         };
@@ -76,7 +81,7 @@ impl Repositories {
 }
 
 /// The name commit messages give the operator: `$USER@host`, as Terraform's `Who`.
-fn operator() -> String {
+pub(crate) fn operator() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())

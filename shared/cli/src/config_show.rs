@@ -186,6 +186,7 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
         ),
         sources.of("kms_arns", "encryption"),
     ));
+    lines.extend(legacy_encryption_lines(config, &sources));
     if let Some(tls) = &config.tls {
         lines.push((
             format!(
@@ -218,6 +219,44 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
         }
     }
     out
+}
+
+/// terraform-backend-git's encryption settings: the provider and the legacy aes passphrase
+/// (never its value), each with its source, naming terraform-backend-git's spellings.
+fn legacy_encryption_lines(config: &Config, sources: &Sources) -> Vec<(String, String)> {
+    use gitstate_app::settings::TF_ENCRYPTION_PROVIDER;
+    let tbg = |name: &str| format!("environment {name} (terraform-backend-git's name)");
+    let e = &config.encryption;
+    let mut lines = Vec::new();
+    if let Some(provider) = &e.provider {
+        let mut source = sources.of("encryption_provider", "encryption");
+        let from_tbg = std::env::var(TF_ENCRYPTION_PROVIDER).ok().as_deref() == Some(provider);
+        if source == "default" || (source.starts_with("file") && from_tbg) {
+            source = tbg(TF_ENCRYPTION_PROVIDER);
+        }
+        lines.push((
+            format!("encryption.provider = {}", quoted(provider)),
+            source,
+        ));
+    }
+    match (&e.legacy_aes_passphrase, &e.legacy_aes_passphrase_file) {
+        (Some(passphrase), _) => {
+            let source = match passphrase.source.strip_prefix("environment ") {
+                Some(name) if name.starts_with("TF_BACKEND_") => tbg(name),
+                _ => passphrase.source.clone(),
+            };
+            lines.push(("encryption.legacy_aes_passphrase = (hidden)".into(), source));
+        }
+        (None, Some(file)) => lines.push((
+            format!(
+                "encryption.legacy_aes_passphrase_file = {}",
+                quoted(&file.display().to_string())
+            ),
+            sources.of("legacy_aes_passphrase_file", "encryption"),
+        )),
+        (None, None) => {}
+    }
+    lines
 }
 
 /// Which variables provide the server's git credential, never their values.

@@ -6,6 +6,7 @@ mod admin;
 mod catalog;
 mod config_show;
 mod logfields;
+mod migrate;
 mod output;
 mod pidfile;
 mod tls;
@@ -117,6 +118,16 @@ enum Command {
     ///   gitstate unlock default prod.tfstate --yes    # no question (scripts)
     #[command(verbatim_doc_comment)]
     Unlock(admin::UnlockArgs),
+    /// Re-seal every state of a repository with the configured sops keys: terraform-backend-git's
+    /// legacy aes states (with its passphrase) and plaintext states, one commit per state
+    /// (compare-and-swap, never forced). Sealed states and other files are left as they are;
+    /// locked states are skipped and reported.
+    ///
+    ///   export TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE=…  SOPS_AGE_RECIPIENTS=age1…
+    ///   gitstate migrate --repository default=https://git.example.com/acme/tf-state.git --dry-run
+    ///   gitstate migrate --repository default=https://git.example.com/acme/tf-state.git
+    #[command(verbatim_doc_comment)]
+    Migrate(migrate::MigrateArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -285,6 +296,7 @@ async fn main() -> ExitCode {
         Command::Restore(args) => finish("gitstate restore", admin::restore(args).await),
         Command::Locks(args) => finish("gitstate locks", admin::locks(args).await),
         Command::Unlock(args) => finish("gitstate unlock", admin::unlock(args).await),
+        Command::Migrate(args) => finish("gitstate migrate", migrate::run(args).await),
         Command::Config(ConfigCommand::Show(args)) => {
             let shown = matches
                 .subcommand_matches("config")

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
-use crate::seal::{Place, SealError, Sealer};
+use crate::seal::{Opener, Place, SealError, Sealer};
 use crate::store::{
     Intent, LockCreate, Revision, StateChange, StateStore, StoreError, WriteBudget,
 };
@@ -182,6 +182,10 @@ pub struct Backend {
     pub max_state_bytes: usize,
     /// Encryption at rest; `None` stores states exactly as POSTed.
     pub sealer: Option<Arc<dyn Sealer>>,
+    /// A format read but never written (terraform-backend-git's legacy aes, with the configured
+    /// passphrase): tried first on every stored file read; what it opens is plaintext to the
+    /// rest of the protocol, so the next write seals it with `sealer` (or stores it plain).
+    pub legacy: Option<Arc<dyn Opener>>,
     /// What to do instead when a state is over `max_state_bytes` (ends the 413 sentence), e.g.
     /// the Lambda deployment points to the standalone server.
     pub size_advice: Option<String>,
@@ -197,6 +201,7 @@ impl Default for Backend {
             retry: RetryPolicy::default(),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             sealer: None,
+            legacy: None,
             size_advice: None,
             state_guard: true,
         }
@@ -261,13 +266,54 @@ impl Backend {
     /// The state held in `stored` at `at`: opened by the sealer when there is one, and never a
     /// file that is still sealed (a sops document without a key here, a binary file), which is
     /// refused with the keys it needs ([`crate::seal::refuse_sealed`]).
+    ///
+    /// With a legacy [`Opener`] (terraform-backend-git's aes passphrase), a file it opens is
+    /// plaintext from here on; a file it does not open goes on unchanged, and is served only
+    /// when it is JSON (terraform-backend-git passed such files through as well).
     pub async fn open_stored(&self, at: &Place, stored: Bytes) -> Result<Bytes, BackendError> {
+        let (stored, _) = self.open_legacy(stored).await;
         let state = match &self.sealer {
             Some(sealer) => sealer.open(at, stored).await?,
             None => stored,
         };
-        crate::seal::refuse_sealed(at, &state)?;
+        self.refuse_sealed(at, &state)?;
         Ok(state)
+    }
+
+    /// [`crate::seal::refuse_sealed`], with the sentence naming the legacy passphrase when one
+    /// is configured and did not open the file.
+    pub(crate) fn refuse_sealed(&self, at: &Place, state: &[u8]) -> Result<(), SealError> {
+        crate::seal::refuse_sealed(at, state).map_err(|refused| match &self.legacy {
+            Some(opener) if !crate::seal::is_sops_document(state) => SealError::NoKey(format!(
+                "the stored file at {at} is not JSON ({} bytes) and does not open as {} with {}, so it is not served as a state; it needs the passphrase it was written with",
+                state.len(),
+                opener.format(),
+                opener.key_source()
+            )),
+            _ => refused,
+        })
+    }
+
+    /// `stored` opened by the legacy [`Opener`] when there is one and it opens it (`true`), else
+    /// `stored` as it is (`false`). Large files are decrypted off the async workers.
+    pub(crate) async fn open_legacy(&self, stored: Bytes) -> (Bytes, bool) {
+        const INLINE: usize = 1 << 20;
+        let Some(opener) = &self.legacy else {
+            return (stored, false);
+        };
+        let opened = if stored.len() <= INLINE {
+            opener.open(&stored)
+        } else {
+            let (opener, input) = (opener.clone(), stored.clone());
+            tokio::task::spawn_blocking(move || opener.open(&input))
+                .await
+                .ok()
+                .flatten()
+        };
+        match opened {
+            Some(plain) => (plain, true),
+            None => (stored, false),
+        }
     }
 
     /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a document
@@ -451,13 +497,14 @@ impl Backend {
         body: &Bytes,
         incoming: &StateSummary,
     ) -> Result<(), BackendError> {
+        let (stored, _) = self.open_legacy(stored.clone()).await;
         let stored = match &self.sealer {
-            Some(sealer) => match sealer.open(at, stored.clone()).await {
+            Some(sealer) => match sealer.open(at, stored).await {
                 Ok(opened) => opened,
                 Err(e @ SealError::Unavailable(_)) => return Err(e.into()),
                 Err(_) => return Ok(()),
             },
-            None => stored.clone(),
+            None => stored,
         };
         let Ok(current) = validate_state(&stored) else {
             return Ok(());
@@ -600,6 +647,9 @@ fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
         waited_ms: started.elapsed().as_millis().min(u64::MAX as u128) as u64,
     }
 }
+
+mod migrate;
+pub use migrate::{Migration, StoredForm};
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use crate::catalog::{
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
 };
 use crate::path::StatePath;
-use crate::seal::{Place, SealError, Sealer};
+use crate::seal::{Opener, Place, SealError, Sealer};
 use crate::store::{
     Credentials, HeldLock, LockCreate, RegistryError, Revision, Snapshot, StateChange,
     StateListing, StateStore, StoreError, StoreRegistry,
@@ -396,6 +396,48 @@ impl Sealer for MemorySealer {
             )));
         }
         Ok(Bytes::copy_from_slice(state))
+    }
+}
+
+/// An [`Opener`] without cryptography, standing for terraform-backend-git's legacy aes: a file
+/// in its format is the byte 0xff, then `fake-aes {key} {state}` (binary: not JSON, not UTF-8);
+/// it opens under its key only.
+#[derive(Debug)]
+pub struct MemoryOpener {
+    key: String,
+}
+
+impl MemoryOpener {
+    /// An opener of files sealed under `key`.
+    pub fn new(key: &str) -> Arc<MemoryOpener> {
+        Arc::new(MemoryOpener {
+            key: key.to_owned(),
+        })
+    }
+
+    /// `state` in the fake legacy format under `key`.
+    pub fn seal(key: &str, state: &[u8]) -> Vec<u8> {
+        let mut out = vec![0xff];
+        out.extend_from_slice(format!("fake-aes {key} ").as_bytes());
+        out.extend_from_slice(state);
+        out
+    }
+}
+
+impl Opener for MemoryOpener {
+    fn format(&self) -> &str {
+        "fake legacy aes"
+    }
+
+    fn key_source(&self) -> &str {
+        "the configured fake passphrase"
+    }
+
+    fn open(&self, stored: &[u8]) -> Option<Bytes> {
+        let prefix = MemoryOpener::seal(&self.key, b"");
+        stored
+            .strip_prefix(prefix.as_slice())
+            .map(Bytes::copy_from_slice)
     }
 }
 

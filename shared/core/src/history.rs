@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 use crate::backend::{Backend, BackendError, Caller};
 use crate::lockinfo::LockInfo;
 use crate::path::StatePath;
+use crate::seal::SealError;
 use crate::store::{Revision, StateStore, StoreError, Version};
 
 /// Most versions a history lists unless asked otherwise.
@@ -144,10 +145,15 @@ impl Backend {
         for version in &versions {
             let mut info = VersionInfo::of(version, path);
             if info.serial.is_none() && !info.deleted {
-                // Not written by gitstate: the state itself says.
-                info.serial = self
-                    .read_version(store, path, &info.commit)
-                    .await?
+                // Not written by gitstate: the state itself says. A version that cannot be
+                // opened here (terraform-backend-git's legacy aes without its passphrase, a sops
+                // document without its key) is listed without a serial; reading it is refused.
+                let state = match self.read_version(store, path, &info.commit).await {
+                    Ok(state) => state,
+                    Err(BackendError::Seal(e)) if !matches!(e, SealError::Unavailable(_)) => None,
+                    Err(e) => return Err(e),
+                };
+                info.serial = state
                     .and_then(|state| crate::backend::validate_state(&state).ok())
                     .and_then(|summary| summary.serial);
             }

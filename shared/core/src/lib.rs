@@ -25,7 +25,7 @@ pub use catalog::{
 };
 pub use lockinfo::LockInfo;
 pub use path::{BranchName, PathError, RefError, StatePath};
-pub use seal::{Place, SealError, Sealer};
+pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,
     StateChange, StateListing, StateStore, StoreError, StoreRegistry, Version, WriteBudget,

@@ -117,19 +117,49 @@ pub fn same_json(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// Opens a format gitstate reads but never writes: terraform-backend-git's legacy `aes` output
+/// (AES-256-GCM under a passphrase, binary). The [`crate::Backend`] asks it first when it reads a
+/// stored file; what it opens is then handled like plaintext (served, and sealed with the
+/// configured keys, or stored as plaintext without keys, on the next write).
+pub trait Opener: Send + Sync + fmt::Debug + 'static {
+    /// What the format is called in messages, e.g. `terraform-backend-git's legacy aes`.
+    fn format(&self) -> &str;
+
+    /// Where the key comes from, for the sentence of a file it cannot open (a setting's name,
+    /// never its value), e.g. `the passphrase in TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE`.
+    fn key_source(&self) -> &str;
+
+    /// The plaintext held in `stored` when it is in this format and opens with the configured
+    /// key (its integrity checked); `None` otherwise: another format, or another key.
+    fn open(&self, stored: &[u8]) -> Option<Bytes>;
+}
+
+/// Whether `state` is one JSON value that serde_json reads completely (nesting deeper than its
+/// recursion limit counts as JSON: the sealer refuses that depth with its own sentence).
+pub fn is_json(state: &[u8]) -> bool {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(state) {
+        Ok(_) => true,
+        Err(e) => e.to_string().contains("recursion limit exceeded"),
+    }
+}
+
+/// Whether `state` is a sops document (a top-level `sops` object with a `mac` or `version`).
+pub fn is_sops_document(state: &[u8]) -> bool {
+    memchr::memmem::find(state, b"\"sops\"").is_some() && sops_keys(state).is_some()
+}
+
 /// Refuses to hand out, as a Terraform state, a stored file that is still sealed: a sops document
 /// this server could not open (no sealer, or one without its keys passed it through), or a file
 /// that is not JSON at all (terraform-backend-git's legacy `aes` output is binary). The error names
 /// the keys the document needs. Anything else (plaintext JSON) passes.
 pub fn refuse_sealed(at: &Place, state: &[u8]) -> Result<(), SealError> {
-    match state.iter().find(|b| !b.is_ascii_whitespace()) {
-        None | Some(b'{') => {}
-        Some(_) => {
-            return Err(SealError::NoKey(format!(
-                "the stored file at {at} is not JSON ({} bytes), so it is not served as a state; if terraform-backend-git wrote it with TF_BACKEND_HTTP_ENCRYPTION_PROVIDER=aes, it needs that passphrase",
-                state.len()
-            )))
-        }
+    let first = state.iter().find(|b| !b.is_ascii_whitespace());
+    // A legacy aes file starts with a random byte: `{` one time in 256, so JSON is checked whole.
+    if first.is_some() && (first != Some(&b'{') || !is_json(state)) {
+        return Err(SealError::NoKey(format!(
+            "the stored file at {at} is not JSON ({} bytes), so it is not served as a state; if terraform-backend-git wrote it with TF_BACKEND_HTTP_ENCRYPTION_PROVIDER=aes, it needs that passphrase (TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE)",
+            state.len()
+        )));
     }
     // Cheap first: a sops document holds both of these; a plain state almost never does.
     if memchr::memmem::find(state, b"\"sops\"").is_none()

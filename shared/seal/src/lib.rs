@@ -22,6 +22,7 @@
 //!   sealing is enforced (then they are sealed like any state).
 
 mod kms;
+mod legacy;
 mod memory;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +39,7 @@ use gitstate_sops::{
 
 pub use gitstate_sops::Zeroizing;
 pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
+pub use legacy::{LegacyAes, Passphrase};
 pub use memory::DataKeyMemory;
 
 /// The KMS encryption-context key (and `sops` metadata field) naming the repository a document

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::fakes::{MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
+use crate::fakes::{MemoryOpener, MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
 
 const P: &str = "team/app.tfstate";
 
@@ -653,4 +653,259 @@ async fn ciphertext_is_never_served_as_a_state() {
         .expect("post")
         .expect("a commit");
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+}
+
+/// A backend that reads the fake legacy format under `key`, sealing with `sealer` when given.
+fn legacy(key: &str, sealer: Option<Arc<MemorySealer>>) -> Backend {
+    Backend {
+        legacy: Some(MemoryOpener::new(key)),
+        sealer: sealer.map(|s| s as Arc<dyn Sealer>),
+        ..backend()
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_aes_state_is_served_open_and_resealed_by_the_next_write() {
+    let store = MemoryStore::named("r");
+    store.plant(P, &MemoryOpener::seal("pass", &state(3)));
+    let sealer = MemorySealer::new();
+    let b = legacy("pass", Some(sealer.clone()));
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+    // The guard reads the opened state: an older serial is refused.
+    assert!(matches!(
+        b.post(&*store, &path(), state(2), None, &alice()).await,
+        Err(BackendError::Conflict(_))
+    ));
+    // Even the same state is written once more: sealed with the configured keys.
+    b.post(&*store, &path(), state(3), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit re-sealing the legacy state");
+    assert!(store
+        .file(P)
+        .expect("stored")
+        .starts_with(FAKE_SEAL_PREFIX.as_bytes()));
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+
+    // Without sealing keys the next write stores plaintext.
+    let plain = MemoryStore::named("r");
+    plain.plant(P, &MemoryOpener::seal("pass", &state(3)));
+    let b = legacy("pass", None);
+    b.post(&*plain, &path(), state(4), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(plain.file(P), Some(state(4)));
+}
+
+#[tokio::test]
+async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
+    let store = MemoryStore::named("r");
+    let sealed = MemoryOpener::seal("pass", &state(3));
+    store.plant(P, &sealed);
+    for b in [
+        legacy("another", None),
+        backend(),
+        sealing(MemorySealer::new()),
+    ] {
+        match b.get(&*store, &path()).await {
+            Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+                assert!(sentence.contains("passphrase"), "{sentence}");
+                assert!(!sentence.contains("fake-aes"), "{sentence}");
+            }
+            other => panic!("a legacy file was served without its passphrase: {other:?}"),
+        }
+    }
+    match legacy("another", None).get(&*store, &path()).await {
+        Err(e) => assert!(
+            e.to_string()
+                .contains("does not open as fake legacy aes with the configured fake passphrase"),
+            "{e}"
+        ),
+        Ok(served) => panic!("served {served:?}"),
+    }
+    // Plaintext still passes, as terraform-backend-git passed it through.
+    store.plant(P, &state(5));
+    assert_eq!(
+        legacy("another", None).get(&*store, &path()).await,
+        Ok(Some(state(5)))
+    );
+    // A binary file that happens to start with `{` is not JSON either.
+    store.plant(P, b"{\x9c\x01\xfe\x7b\x00\x42");
+    assert!(matches!(
+        backend().get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::NoKey(_)))
+    ));
+}
+
+fn operator() -> Caller {
+    Caller {
+        name: "op@host".into(),
+        deadline: None,
+        force: false,
+    }
+}
+
+#[tokio::test]
+async fn migrate_reseals_legacy_and_plaintext_states_in_one_commit_each() {
+    let store = MemoryStore::named("r");
+    let paths = ["a.tfstate", "b.tfstate", "c.tfstate", "README.md"];
+    store.plant(paths[0], &MemoryOpener::seal("pass", &state(3)));
+    store.plant(paths[1], &state(7));
+    store.plant(paths[3], b"# states\n");
+    let sealer = MemorySealer::new();
+    let b = legacy("pass", Some(sealer.clone()));
+    let at = |p: &str| StatePath::parse(p).expect("path");
+    let commits = store.commits().len();
+
+    let planned = b
+        .migrate(&*store, &at(paths[0]), true, &operator())
+        .await
+        .expect("dry run");
+    assert_eq!(
+        (planned.from, planned.to, planned.serial, planned.commit),
+        (
+            StoredForm::LegacyAes,
+            Some(StoredForm::Sealed),
+            Some(3),
+            None
+        )
+    );
+    let planned = b
+        .migrate(&*store, &at(paths[1]), true, &operator())
+        .await
+        .expect("dry run");
+    assert_eq!(
+        (planned.from, planned.to),
+        (StoredForm::Plaintext, Some(StoredForm::Sealed))
+    );
+    assert_eq!(store.commits().len(), commits, "a dry run writes nothing");
+    assert_eq!(sealer.seals(), 0, "and seals nothing");
+
+    let done = b
+        .migrate(&*store, &at(paths[0]), false, &operator())
+        .await
+        .expect("migrate");
+    assert!(done.commit.is_some());
+    assert_eq!(done.state, Some(state(3)));
+    let messages: Vec<String> = store
+        .commits_of(paths[0])
+        .into_iter()
+        .map(|c| c.message)
+        .collect();
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some("Migrate a.tfstate (serial 3) from legacy aes to sealed by op@host")
+    );
+    b.migrate(&*store, &at(paths[1]), false, &operator())
+        .await
+        .expect("migrate")
+        .commit
+        .expect("a commit");
+    assert_eq!(store.commits().len(), commits + 2, "one commit per state");
+    for p in &paths[..2] {
+        assert!(store
+            .file(p)
+            .expect("stored")
+            .starts_with(FAKE_SEAL_PREFIX.as_bytes()));
+    }
+    assert_eq!(b.get(&*store, &at(paths[0])).await, Ok(Some(state(3))));
+    assert_eq!(b.get(&*store, &at(paths[1])).await, Ok(Some(state(7))));
+
+    // Again: everything is sealed, absent or not a state; nothing is written.
+    for (p, form) in [
+        (paths[0], StoredForm::Sealed),
+        (paths[1], StoredForm::Sealed),
+        (paths[2], StoredForm::Absent),
+        (paths[3], StoredForm::NotAState),
+    ] {
+        let again = b
+            .migrate(&*store, &at(p), false, &operator())
+            .await
+            .expect("again");
+        assert_eq!(
+            (again.from, again.to, again.commit),
+            (form, None, None),
+            "{p}"
+        );
+    }
+    assert_eq!(store.commits().len(), commits + 2);
+
+    // Without keys, legacy aes becomes plaintext and plaintext stays as it is.
+    let plain = MemoryStore::named("r");
+    plain.plant(paths[0], &MemoryOpener::seal("pass", &state(3)));
+    plain.plant(paths[1], &state(7));
+    let b = legacy("pass", None);
+    let done = b
+        .migrate(&*plain, &at(paths[0]), false, &operator())
+        .await
+        .expect("migrate");
+    assert_eq!(
+        (done.from, done.to),
+        (StoredForm::LegacyAes, Some(StoredForm::Plaintext))
+    );
+    assert_eq!(plain.file(paths[0]), Some(state(3)));
+    let left = b
+        .migrate(&*plain, &at(paths[1]), false, &operator())
+        .await
+        .expect("migrate");
+    assert_eq!(
+        (left.from, left.to, left.commit),
+        (StoredForm::Plaintext, None, None)
+    );
+}
+
+#[tokio::test]
+async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
+    let store = MemoryStore::named("r");
+    store.plant(P, &MemoryOpener::seal("pass", &state(3)));
+    let b = legacy("pass", Some(MemorySealer::new()));
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        .await
+        .expect("lock");
+    let commits = store.commits().len();
+    for dry_run in [true, false] {
+        assert!(matches!(
+            b.migrate(&*store, &path(), dry_run, &operator()).await,
+            Err(BackendError::Locked(_))
+        ));
+    }
+    let other = legacy("another", Some(MemorySealer::new()));
+    b.unlock(&*store, &path(), Bytes::new())
+        .await
+        .expect("unlock");
+    match other.migrate(&*store, &path(), false, &operator()).await {
+        Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+            assert!(sentence.contains("passphrase"), "{sentence}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.commits().len(), commits, "nothing was written");
+    assert!(store
+        .file(P)
+        .expect("stored")
+        .starts_with(b"\xfffake-aes pass "));
+}
+
+#[tokio::test]
+async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_seals_it() {
+    let store = MemoryStore::named("r");
+    store.plant(P, &MemoryOpener::seal("pass", &state(3)));
+    let b = Backend {
+        legacy: Some(MemoryOpener::new("pass")),
+        ..sealing(MemorySealer::enforced())
+    };
+    assert!(matches!(
+        b.get(&*store, &path()).await,
+        Err(BackendError::Seal(SealError::NotSealedHere(_)))
+    ));
+    let done = b
+        .migrate(&*store, &path(), false, &operator())
+        .await
+        .expect("migrate");
+    assert_eq!(
+        (done.from, done.to),
+        (StoredForm::LegacyAes, Some(StoredForm::Sealed))
+    );
+    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
 }
