@@ -572,6 +572,9 @@ fn push_batch(
         old,
         new: zero,
     };
+    if !listing.pending.is_empty() {
+        pending::crash_point("queue.listed");
+    }
     let mut outcomes: Vec<Option<Outcome>> = batch.iter().map(|_| None).collect();
     // Updates besides the branch, all in the one (atomic) push.
     let mut updates: Vec<RefUpdate> = Vec::new();
@@ -581,6 +584,7 @@ fn push_batch(
     for (i, (write, published)) in batch.iter().enumerate() {
         let Some(p) = published else { continue };
         if let Some(commit) = listing.done.get(&p.id) {
+            pending::crash_point("queue.answered");
             outcomes[i] = Some(Outcome::Answer(Ok(commit.to_string())));
             updates.push(delete(refs.name(Kind::Done, &p.id), *commit));
         } else if let Some(commit) = listing.rejected.get(&p.id) {
@@ -665,6 +669,9 @@ fn push_batch(
             // may name writes already folded.
             return Ok(Round::lost(batch, queue));
         }
+    }
+    if !pending.is_empty() {
+        pending::crash_point("queue.fetched");
     }
     let mut chain = tip;
     let mut commits: Vec<(ObjectId, String)> = Vec::new();
@@ -811,6 +818,9 @@ fn push_batch(
         }
         objects
     };
+    if !round.lost && !pending.is_empty() {
+        pending::crash_point("queue.pushed");
+    }
     if !round.lost {
         if let Some(new_tip) = new_tip {
             cache.record_pushed(&objects, &state_ref, Some(new_tip))?;
@@ -929,6 +939,7 @@ fn follow(
         }
     }
     if !publications.is_empty() {
+        pending::crash_point("queue.published");
         store.pinned_cache()?.record_objects(&objects)?;
     }
     for (i, publication) in publications {
@@ -1068,6 +1079,7 @@ fn publish(
         .collect();
     let objects = store.pack_objects(repo, &[])?;
     let report = store.push_report(session, &updates, &objects)?;
+    pending::crash_point("queue.published");
     store.pinned_cache()?.record_objects(&objects)?;
     let taken: Vec<Option<Published>> = published
         .into_iter()

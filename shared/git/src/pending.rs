@@ -23,6 +23,19 @@ use gix::ObjectId;
 
 use crate::objects::internal;
 
+/// Test hook of the crash tests (tests/tests/crash.rs): when the environment variable
+/// `GITSTATE_TEST_CRASH_AT` names `step`, the process aborts there, as a container killed at
+/// that moment would. Steps: `queue.listed`, `queue.fetched`, `queue.pushed`,
+/// `queue.published`, `queue.answered`.
+pub(crate) fn crash_point(step: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| std::env::var("GITSTATE_TEST_CRASH_AT").ok());
+    if at.as_deref() == Some(step) {
+        eprintln!("GITSTATE_TEST_CRASH_AT={step}: the process aborts here");
+        std::process::abort();
+    }
+}
+
 /// Where every queue lives.
 pub(crate) const QUEUE_ROOT: &str = "refs/gitstate/queue/";
 
