@@ -316,6 +316,7 @@ impl WriteQueue {
                     }
                 }
                 Ok((writes, Ok(Attempt::Lost(failed)))) => {
+                    metrics::counter!(gitstate_core::metrics::GIT_CAS_LOSSES).increment(1);
                     losses += 1;
                     self.observe(true, None, started.elapsed());
                     tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
