@@ -1,7 +1,8 @@
 //! Metrics (issue 20): `gitstate serve` in team mode on a smart-HTTP remote (lighttpd + git
 //! http-backend, basic auth), real Terraform init + two applies, then `/_/metrics` is scraped:
 //! anonymous callers get 401 like on the API; with the team token the request, lock and git
-//! series hold the counts the run implies (pushes = locks taken + locks released + commits).
+//! series hold the counts the run implies (pushes = locks taken + locks released + commits), and a
+//! state another writer pushed with plain git is a cache miss that fetches.
 //!
 //! Needs `scripts/install-test-deps.sh` and a built `gitstate` binary (see gitstate_tests docs).
 
@@ -121,6 +122,43 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
     let (status, _) = http("UNLOCK", &url, Some(""), Some(("ops", TOKEN))).unwrap();
     assert_eq!(status, 200, "force-unlock{}", ctx());
 
+    // Another writer pushes a state with plain git: gitstate's next read of it must fetch (a
+    // cache miss: the commit and trees, then the file's blob).
+    let clone = tempfile::tempdir().unwrap();
+    let checkout = clone.path().join("c");
+    git(
+        None,
+        &[
+            "clone",
+            "-q",
+            git_dir.to_str().unwrap(),
+            checkout.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(
+        checkout.join("other.tfstate"),
+        r#"{"version":4,"serial":1,"lineage":"o","outputs":{},"resources":[]}"#,
+    )
+    .unwrap();
+    git(Some(&checkout), &["add", "other.tfstate"]);
+    git(
+        Some(&checkout),
+        &[
+            "-c",
+            "user.name=other",
+            "-c",
+            "user.email=other@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "Update other.tfstate by other",
+        ],
+    );
+    git(Some(&checkout), &["push", "-q", "origin", "HEAD:main"]);
+    let other = server.state_url("default", "other.tfstate");
+    let (status, body) = http("GET", &other, None, Some(("ops", TOKEN))).unwrap();
+    assert_eq!(status, 200, "{body}{}", ctx());
+
     let (status, text) = http("GET", &metrics_url, None, Some(("prom", TOKEN))).unwrap();
     assert_eq!(status, 200, "{text}{}", ctx());
     println!("{text}");
@@ -181,7 +219,9 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
         "{text}"
     );
 
-    // Git: every lock taken and released is one push, every commit on main one more.
+    // Git: every lock taken and released is one push, every commit gitstate made on main one
+    // more (all but the other writer's).
+    let commits = commits - 1.0;
     assert!(commits >= 2.0, "two applies commit at least twice");
     let pushes = value(&m, "gitstate_git_pushes_total");
     assert_eq!(pushes, 3.0 + 3.0 + commits, "pushes\n{text}");
@@ -202,13 +242,44 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
     );
     assert!(value(&m, "gitstate_git_pushed_bytes_total") > 0.0, "{text}");
     assert_eq!(value(&m, "gitstate_git_cas_losses_total"), 0.0, "{text}");
+    // The cache: what this server pushed it keeps (hits); the other writer's commit it fetched.
     assert!(
-        sum(&m, "gitstate_cache_reads_total", "") >= 1.0,
-        "reads go through the cache\n{text}"
+        value(&m, "gitstate_cache_reads_total{result=\"hit\"}") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(&m, "gitstate_cache_reads_total{result=\"miss\"}") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(&m, "gitstate_git_fetches_total{kind=\"tips\"}") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(&m, "gitstate_git_fetches_total{kind=\"blobs\"}") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        sum(&m, "gitstate_git_fetched_bytes_total", "") > 0.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &m,
+            "gitstate_git_round_trips_total{service=\"upload-pack\",step=\"fetch\"}"
+        ) >= 2.0,
+        "{text}"
     );
 
     // No label carries a path, a repository URL or a credential.
-    for secret in [STATE, "states.git", GIT_PASS, TOKEN, "127.0.0.1"] {
+    for secret in [
+        STATE,
+        "other.tfstate",
+        "states.git",
+        GIT_PASS,
+        TOKEN,
+        "127.0.0.1",
+    ] {
         assert!(!text.contains(secret), "{secret:?} in the metrics:\n{text}");
     }
 }

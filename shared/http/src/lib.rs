@@ -346,4 +346,47 @@ mod tests {
             "no path or repository in a label:\n{text}"
         );
     }
+
+    /// A pass-through registry: what spans repositories is not served.
+    struct PassThrough(Arc<gitstate_core::fakes::MemoryRegistry>);
+
+    impl StoreRegistry for PassThrough {
+        fn named(
+            &self,
+            name: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.named(name, caller)
+        }
+
+        fn adhoc(
+            &self,
+            url: &str,
+            git_ref: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.adhoc(url, git_ref, caller)
+        }
+
+        fn admit_operator(&self, _: Option<&Credentials>) -> Result<(), RegistryError> {
+            Err(RegistryError::NotAllowed("spans repositories".into()))
+        }
+    }
+
+    /// Pass-through mode cannot check a scraper: 403 with a sentence saying where metrics are
+    /// served; a runtime without an exporter answers 404.
+    #[tokio::test]
+    async fn metrics_are_refused_in_passthrough_mode_and_absent_without_an_exporter() {
+        let memory = || gitstate_core::fakes::MemoryRegistry::with(&["default"]);
+        let passthrough = router(
+            AppState::new(Arc::new(PassThrough(memory())), Backend::default(), None)
+                .with_metrics(Arc::new(String::new)),
+        );
+        let (status, text) = answer(&passthrough, request("GET", "/_/metrics", "", true)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+        assert!(text.contains("team and server mode"), "{text}");
+        let without = router(AppState::new(memory(), Backend::default(), None));
+        let (status, text) = answer(&without, request("GET", "/_/metrics", "", false)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    }
 }
