@@ -283,3 +283,67 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
         assert!(!text.contains(secret), "{secret:?} in the metrics:\n{text}");
     }
 }
+
+/// Sealing with AWS KMS (moto): a write seals (one KMS Encrypt), a read opens; with KMS gone a
+/// write is a 503 and the failed Encrypt and seal are counted as errors, with their latencies.
+#[test]
+fn seal_and_kms_calls_are_counted_with_their_latency_and_failures() {
+    let mut moto = gitstate_tests::crypto::MotoServer::start();
+    let arn = moto.create_kms_key();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut env = moto.aws_env();
+    env.push(("SOPS_KMS_ARN".into(), arn));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Gitstate::start(&["--encryption-mode", "all"], &env, cwd.path());
+    let url = server.state_url("default", STATE);
+    let metrics_url = format!("{}/_/metrics", server.base_url());
+    let state = |serial: u32| {
+        format!(r#"{{"version":4,"serial":{serial},"lineage":"k","outputs":{{}},"resources":[]}}"#)
+    };
+
+    let (status, body) = http("POST", &url, Some(&state(1)), None).unwrap();
+    assert_eq!(status, 200, "{body}\n{}", server.log());
+    let (status, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!(status, 200, "{body}\n{}", server.log());
+    moto.stop();
+    let (status, body) = http("POST", &url, Some(&state(2)), None).unwrap();
+    assert_eq!(status, 503, "KMS is gone: {body}\n{}", server.log());
+
+    let (status, text) = http("GET", &metrics_url, None, None).unwrap();
+    assert_eq!(status, 200, "server mode on loopback: {text}");
+    println!("{text}");
+    let m = samples(&text);
+    let calls = |operation: &str, result: &str| {
+        value(
+            &m,
+            &format!("gitstate_seal_calls_total{{operation=\"{operation}\",result=\"{result}\"}}"),
+        )
+    };
+    assert_eq!(calls("seal", "ok"), 1.0, "{text}");
+    assert_eq!(calls("seal", "error"), 1.0, "{text}");
+    assert!(calls("open", "ok") >= 1.0, "{text}");
+    let kms = |call: &str, result: &str| {
+        value(
+            &m,
+            &format!("gitstate_kms_requests_total{{call=\"{call}\",result=\"{result}\"}}"),
+        )
+    };
+    assert_eq!(kms("Encrypt", "ok"), 1.0, "{text}");
+    assert!(kms("Encrypt", "error") >= 1.0, "{text}");
+    assert_eq!(
+        value(
+            &m,
+            "gitstate_seal_duration_seconds_count{operation=\"seal\"}"
+        ),
+        2.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &m,
+            "gitstate_kms_request_duration_seconds_count{call=\"Encrypt\"}"
+        ) >= 2.0,
+        "{text}"
+    );
+    assert_eq!(requests(&m, "POST", 503), 1.0, "{text}");
+}
