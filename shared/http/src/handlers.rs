@@ -264,9 +264,15 @@ pub async fn query_style(
         }))
         .into_response());
     }
-    let operation = Operation::on_state(&method)?;
     let started = Instant::now();
-    let result = match Address::from_query(uri.query()) {
+    // A bad address is answered before a bad method (as before the metrics); with a method
+    // that is an operation, both are counted under it.
+    let address = Address::from_query(uri.query());
+    let operation = match Operation::on_state(&method) {
+        Ok(operation) => operation,
+        Err(e) => return Err(address.err().unwrap_or(e)),
+    };
+    let result = match address {
         Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
         Err(e) => Err(e),
     };
