@@ -325,7 +325,7 @@ impl UploadPack {
     /// Sends `command=<name>` with `arguments` (pkt-lines) and returns the reader of the answer.
     fn command(
         &mut self,
-        name: &str,
+        name: &'static str,
         arguments: &[u8],
         what: &str,
     ) -> Result<Box<dyn ExtendedBufRead<'_> + Unpin + '_>, StoreError> {
@@ -342,7 +342,7 @@ impl UploadPack {
         request.extend_from_slice(arguments);
         request.extend_from_slice(pktline::FLUSH);
         let endpoint = self.endpoint.clone();
-        round_trip("upload-pack", name.to_owned());
+        round_trip("upload-pack", name);
         let writer = self
             .transport
             .request(WriteMode::Binary, MessageKind::Flush, false)
