@@ -7,6 +7,7 @@ pub mod boundary;
 pub mod catalog;
 pub mod config;
 pub mod credentials;
+pub mod metrics;
 pub mod registry;
 pub mod sealing;
 pub mod settings;

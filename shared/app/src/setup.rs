@@ -10,7 +10,8 @@
 //! 3. the deployment's own git credential (possibly KMS-encrypted, decrypted once);
 //! 4. the registry: the start-time security rules (refs, pass-through URLs, team tokens), then
 //!    every configured repository is opened;
-//! 5. the catalog (optional; its failures never fail a request).
+//! 5. the catalog (optional; its failures never fail a request);
+//! 6. the metrics exporter (`serve` and `wrap`: Prometheus at `/_/metrics`).
 
 use std::sync::Arc;
 
@@ -59,6 +60,8 @@ pub struct Deployment {
     pub registry: Arc<Registry>,
     /// The catalog, when one is configured.
     pub catalog: Option<Arc<dyn Catalog>>,
+    /// The Prometheus exporter (`serve` and `wrap` only; see [`crate::metrics`]).
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 impl Deployment {
@@ -84,22 +87,32 @@ impl Deployment {
         let catalog = crate::catalog::catalog_from_config(&config)
             .await
             .map(|c| c as Arc<dyn Catalog>);
+        // 6. the metrics exporter, where a server answers `/_/metrics`.
+        let metrics = match runtime {
+            Runtime::Server | Runtime::Wrap => crate::metrics::prometheus(),
+            Runtime::Lambda | Runtime::Admin => None,
+        };
         Ok(Deployment {
             config,
             backend,
             registry,
             catalog,
+            metrics,
         })
     }
 
     /// The state of the HTTP router serving this deployment behind `guard`'s browser rules.
     pub fn app_state(&self, guard: RequestGuard) -> AppState {
-        AppState::new(
+        let state = AppState::new(
             self.registry.clone(),
             self.backend.clone(),
             self.catalog.clone(),
         )
-        .with_guard(guard)
+        .with_guard(guard);
+        match &self.metrics {
+            Some(handle) => state.with_metrics(crate::metrics::render(handle.clone())),
+            None => state,
+        }
     }
 }
 

@@ -542,6 +542,7 @@ impl Backend {
         deadline: Instant,
     ) -> Result<(), BackendError> {
         if self.retry.back_off(*attempt, deadline).await {
+            metrics::counter!(crate::metrics::WRITE_RETRIES).increment(1);
             *attempt += 1;
             Ok(())
         } else {
@@ -576,6 +577,8 @@ impl Backend {
         );
         match store.create_lock(path, body, &message).await? {
             LockCreate::Created => {
+                metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
+                metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
                 tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
                 Ok(())
             }
@@ -627,6 +630,8 @@ impl Backend {
             }
             match session.delete_lock().await {
                 Ok(()) => {
+                    metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
+                    metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
                     tracing::info!(%path, force, "lock released");
                     return Ok(());
                 }

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod fakes;
 pub mod history;
 pub mod lockinfo;
+pub mod metrics;
 pub mod path;
 pub mod process;
 pub mod seal;

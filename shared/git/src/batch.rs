@@ -337,6 +337,7 @@ impl WriteQueue {
             if !round.led {
                 tracing::debug!(writes = count, "batch waits for another process's push");
             } else if round.lost {
+                metrics::counter!(gitstate_core::metrics::GIT_CAS_LOSSES).increment(1);
                 losses += 1;
                 self.observe(true, None, started.elapsed());
                 tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");

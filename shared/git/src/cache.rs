@@ -20,6 +20,7 @@
 //! belongs to one process (its pid is in the name), so no process ever deletes a directory
 //! another one uses; directories of processes that are gone are removed at start.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +35,12 @@ use gix::ObjectId;
 use crate::objects::internal;
 use crate::plumbing::fetchpack::{FetchRequest, NotOffered, ShallowUpdate, UploadPack};
 use crate::plumbing::transport::{classify, connect, http_options, Endpoint};
+
+thread_local! {
+    /// Whether the read running on this thread fetched a pack (a cache miss): set by
+    /// [`Cache::fetched_pack`], read by [`Cache::refresh_reading`]. A read runs on one thread.
+    static FETCHED: Cell<bool> = const { Cell::new(false) };
+}
 
 /// One generation of a remote's cache: a repository and the lock that serializes writes into it.
 pub struct Cache {
@@ -472,10 +479,20 @@ impl Cache {
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
         // Another process sharing the cache directory may hold its `shallow.lock` for the
         // duration of a fetch; gix then fails at once. Wait for it a little, bounded.
+        FETCHED.with(|f| f.set(false));
         let mut attempt = 0u32;
         loop {
             match self.refresh_once(endpoint, names, file)? {
-                Some(tips) => return Ok(tips),
+                Some(tips) => {
+                    let result = if FETCHED.with(Cell::get) {
+                        "miss"
+                    } else {
+                        "hit"
+                    };
+                    metrics::counter!(gitstate_core::metrics::CACHE_READS, "result" => result)
+                        .increment(1);
+                    return Ok(tips);
+                }
                 None if attempt < 100 => {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(
@@ -633,7 +650,7 @@ impl Cache {
                     &self.pack_dir(),
                 )?;
                 write_shallow(lock, shallow, &fetched.shallow)?;
-                self.packs.fetch_add(1, Ordering::Relaxed);
+                self.fetched_pack("tips", fetched.pack.as_deref());
                 let repo = self.repo();
                 all_arrived(&repo, endpoint, tips)?;
                 self.move_tracking_refs(&repo, tips);
@@ -764,14 +781,14 @@ impl Cache {
         if wants.is_empty() {
             return Ok(()); // another request brought them meanwhile
         }
-        session.fetch(
+        let fetched = session.fetch(
             &FetchRequest {
                 wants: wants.clone(),
                 ..Default::default()
             },
             &self.pack_dir(),
         )?;
-        self.packs.fetch_add(1, Ordering::Relaxed);
+        self.fetched_pack("blobs", fetched.pack.as_deref());
         let repo = self.repo();
         for id in &wants {
             if !repo.has_object(id) {
@@ -782,6 +799,19 @@ impl Cache {
             }
         }
         Ok(())
+    }
+
+    /// Counts a pack fetched into this cache (`pack`: the file written, when the pack held
+    /// objects), for the cache's budget and the metrics; marks this thread's read as a miss.
+    fn fetched_pack(&self, kind: &'static str, pack: Option<&Path>) {
+        self.packs.fetch_add(1, Ordering::Relaxed);
+        FETCHED.with(|f| f.set(true));
+        let bytes = pack
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len());
+        metrics::counter!(gitstate_core::metrics::GIT_FETCHES, "kind" => kind).increment(1);
+        metrics::counter!(gitstate_core::metrics::GIT_FETCHED_BYTES, "kind" => kind)
+            .increment(bytes);
     }
 
     /// Where fetched packs go.
@@ -846,6 +876,7 @@ impl Cache {
         if is_http {
             connection = connection.with_transport_options(Box::new(http_options(endpoint)));
         }
+        crate::plumbing::fetchpack::round_trip("upload-pack", "advertisement");
         let prepare = connection
             .prepare_fetch(
                 gix::progress::Discard,
@@ -879,14 +910,20 @@ impl Cache {
         } else {
             prepare
         };
+        crate::plumbing::fetchpack::round_trip("upload-pack", "fetch");
         let received = prepare.receive(gix::progress::Discard, &AtomicBool::new(false));
-        if let Err(e) = received {
-            if is_local_lock_busy(&e) {
-                return Ok(None);
-            }
-            return Err(classify(endpoint, "fetching from", &e));
-        }
-        self.packs.fetch_add(1, Ordering::Relaxed);
+        let received = match received {
+            Ok(received) => received,
+            Err(e) if is_local_lock_busy(&e) => return Ok(None),
+            Err(e) => return Err(classify(endpoint, "fetching from", &e)),
+        };
+        let pack = match &received.status {
+            gix::remote::fetch::Status::Change {
+                write_pack_bundle, ..
+            } => write_pack_bundle.data_path.as_deref(),
+            gix::remote::fetch::Status::NoPackReceived { .. } => None,
+        };
+        self.fetched_pack("whole", pack);
         all_arrived(&self.repo(), endpoint, &tips)?;
         Ok(Some(tips))
     }

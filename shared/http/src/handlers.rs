@@ -51,6 +51,32 @@ impl Operation {
         }
     }
 
+    /// The `operation` label of the request metrics (docs/METRICS.md): the Terraform protocol's
+    /// names (`HEAD` counts as GET, `PUT` as POST, the `/lock/` alias as LOCK and UNLOCK).
+    fn label(self) -> &'static str {
+        match self {
+            Operation::Get => "GET",
+            Operation::Write => "POST",
+            Operation::Delete => "DELETE",
+            Operation::Lock => "LOCK",
+            Operation::Unlock => "UNLOCK",
+        }
+    }
+
+    /// Counts a request of this operation answered with `status` after `started`.
+    fn observe(self, started: Instant, status: StatusCode) {
+        use gitstate_core::metrics::{LOCK_CONFLICTS, REQUESTS, REQUEST_SECONDS};
+        let operation = self.label();
+        let status_label = status_label(status);
+        metrics::counter!(REQUESTS, "operation" => operation, "status" => status_label.clone())
+            .increment(1);
+        metrics::histogram!(REQUEST_SECONDS, "operation" => operation, "status" => status_label)
+            .record(started.elapsed().as_secs_f64());
+        if status == StatusCode::LOCKED {
+            metrics::counter!(LOCK_CONFLICTS, "operation" => operation).increment(1);
+        }
+    }
+
     /// Methods on the `/lock/...` alias for gateways that refuse WebDAV verbs.
     fn on_lock_alias(method: &Method) -> Result<Self, ApiError> {
         match method.as_str() {
@@ -58,6 +84,33 @@ impl Operation {
             "DELETE" | "UNLOCK" => Ok(Operation::Unlock),
             other => Err(method_not_allowed(other, "POST (lock), DELETE (unlock)")),
         }
+    }
+}
+
+/// The `status` label: the code's three digits, from a fixed set (no allocation per request).
+fn status_label(status: StatusCode) -> metrics::SharedString {
+    match status.as_u16() {
+        200 => "200".into(),
+        204 => "204".into(),
+        400 => "400".into(),
+        401 => "401".into(),
+        403 => "403".into(),
+        404 => "404".into(),
+        409 => "409".into(),
+        413 => "413".into(),
+        423 => "423".into(),
+        500 => "500".into(),
+        502 => "502".into(),
+        503 => "503".into(),
+        other => other.to_string().into(),
+    }
+}
+
+/// The status a handler's result is answered with.
+fn status_of(result: &Result<Response, ApiError>) -> StatusCode {
+    match result {
+        Ok(response) => response.status(),
+        Err(error) => error.status(),
     }
 }
 
@@ -120,6 +173,40 @@ pub async fn health() -> Response {
     .into_response()
 }
 
+/// `GET /_/metrics`: the Prometheus text of this process's metrics (docs/METRICS.md), to the
+/// callers the API admits that may read what spans repositories: in team mode a team token or
+/// user (anonymous: 401), in server mode whoever reached the server. In pass-through mode the git
+/// server decides per repository and nothing here can check a caller, so it is not served (403).
+pub async fn metrics(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let credentials = authenticated_caller(&app, &headers).await?;
+    match app.registry.admit_operator(credentials.as_ref()) {
+        Err(gitstate_core::RegistryError::NotAllowed(_)) => {
+            return Err(ApiError::Message(
+                StatusCode::FORBIDDEN,
+                "this deployment passes each caller's credentials to the git server, so it cannot tell who may read its metrics; they are served in team and server mode".into(),
+            ))
+        }
+        other => other?,
+    }
+    let Some(render) = &app.metrics else {
+        return Err(ApiError::Message(
+            StatusCode::NOT_FOUND,
+            "this runtime does not collect metrics; gitstate serve and gitstate wrap serve them here".into(),
+        ));
+    };
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(),
+    )
+        .into_response())
+}
+
 /// Anything unrouted.
 pub async fn not_found(uri: Uri) -> ApiError {
     ApiError::Message(
@@ -150,8 +237,13 @@ pub async fn path_style(
             Operation::on_state(&method)?,
         ),
     };
-    let address = Address::from_path(rest, uri.query())?;
-    dispatch(&app, address, operation, deadline, &headers, body).await
+    let started = Instant::now();
+    let result = match Address::from_path(rest, uri.query()) {
+        Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    operation.observe(started, status_of(&result));
+    result
 }
 
 /// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).
@@ -172,9 +264,20 @@ pub async fn query_style(
         }))
         .into_response());
     }
-    let address = Address::from_query(uri.query())?;
-    let operation = Operation::on_state(&method)?;
-    dispatch(&app, address, operation, deadline, &headers, body).await
+    let started = Instant::now();
+    // A bad address is answered before a bad method (as before the metrics); with a method
+    // that is an operation, both are counted under it.
+    let address = Address::from_query(uri.query());
+    let operation = match Operation::on_state(&method) {
+        Ok(operation) => operation,
+        Err(e) => return Err(address.err().unwrap_or(e)),
+    };
+    let result = match address {
+        Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    operation.observe(started, status_of(&result));
+    result
 }
 
 /// The caller's credentials from `Authorization`: `Basic` (user and password, what Terraform's

@@ -36,7 +36,13 @@ pub struct AppState {
     recorder: Option<Arc<recorder::Recorder>>,
     /// The browser rules every request passes first (Host on loopback, cross-site changes).
     guard: Arc<RequestGuard>,
+    /// Renders the metrics for `/_/metrics` (`None`: this runtime exports none).
+    metrics: Option<MetricsRender>,
 }
+
+/// Renders the process's metrics as Prometheus text (the exporter's handle, installed by the
+/// runtime; this crate records through the `metrics` facade only).
+pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl AppState {
     /// The state of a router over `registry` with `backend`'s policy, recording every change in
@@ -55,7 +61,14 @@ impl AppState {
             catalog,
             recorder,
             guard: Arc::new(RequestGuard::any_host()),
+            metrics: None,
         }
+    }
+
+    /// The same state serving `render`'s text at `/_/metrics`.
+    pub fn with_metrics(mut self, render: MetricsRender) -> AppState {
+        self.metrics = Some(render);
+        self
     }
 
     /// The same state with `guard`'s browser rules (by default: any `Host`, cross-site changes
@@ -80,6 +93,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/_/health", get(handlers::health))
+        .route("/_/metrics", get(handlers::metrics))
         .route("/_/states/{repo}", get(inspect::states))
         .route("/_/history/{repo}/{*path}", get(inspect::history))
         .route("/_/locks/{repo}", get(inspect::locks))
@@ -204,5 +218,175 @@ mod tests {
         let sentence = json["error"].as_str().unwrap();
         assert!(sentence.contains("bug"), "{sentence}");
         assert!(!sentence.contains("a bug in the registry"), "{sentence}");
+    }
+
+    /// A team-mode registry: only the token `team-token` is admitted, anonymous callers get 401.
+    struct Team(Arc<gitstate_core::fakes::MemoryRegistry>);
+
+    #[async_trait::async_trait]
+    impl StoreRegistry for Team {
+        async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+            match caller {
+                Some(c) if c.password == "team-token" => Ok(()),
+                _ => Err(RegistryError::Unauthenticated("send the team token".into())),
+            }
+        }
+
+        fn named(
+            &self,
+            name: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.named(name, caller)
+        }
+
+        fn adhoc(
+            &self,
+            url: &str,
+            git_ref: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.adhoc(url, git_ref, caller)
+        }
+    }
+
+    /// A request with the team token as basic-auth password (`token`) or none.
+    fn request(method: &str, uri: &str, body: &str, token: bool) -> Request<Body> {
+        let mut builder = Request::builder().method(method).uri(uri);
+        if token {
+            // "bot:team-token"
+            builder = builder.header("authorization", "Basic Ym90OnRlYW0tdG9rZW4=");
+        }
+        builder.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    async fn answer(app: &Router, request: Request<Body>) -> (StatusCode, String) {
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Every state request is counted by operation and status (with its latency), 423s also as
+    /// lock conflicts, locks as acquisitions and releases; `/_/metrics` serves the text only to
+    /// callers the API admits (an anonymous caller of a team deployment gets 401).
+    #[test]
+    fn requests_are_counted_by_operation_and_status_and_metrics_need_the_apis_auth() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let registry = Arc::new(Team(gitstate_core::fakes::MemoryRegistry::with(&[
+            "default",
+        ])));
+        let state = AppState::new(registry, Backend::default(), None)
+            .with_metrics(Arc::new(move || handle.render()));
+        let app = router(state);
+        let url = "/state/default/prod.tfstate";
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (text, anonymous) = metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                let steps = [
+                    ("LOCK", url.to_owned(), r#"{"ID":"a","Who":"me"}"#, 200),
+                    ("GET", url.to_owned(), "", 204),
+                    (
+                        "POST",
+                        format!("{url}?ID=a"),
+                        r#"{"version":4,"serial":1,"lineage":"l","outputs":{},"resources":[]}"#,
+                        200,
+                    ),
+                    ("GET", url.to_owned(), "", 200),
+                    ("LOCK", url.to_owned(), r#"{"ID":"b","Who":"you"}"#, 423),
+                    ("UNLOCK", url.to_owned(), r#"{"ID":"a","Who":"me"}"#, 200),
+                ];
+                for (method, uri, body, expected) in steps {
+                    let (status, text) = answer(&app, request(method, &uri, body, true)).await;
+                    assert_eq!(status.as_u16(), expected, "{method} {uri}: {text}");
+                }
+                let (status, _) = answer(&app, request("GET", url, "", false)).await;
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "an anonymous GET");
+                let anonymous = app
+                    .clone()
+                    .oneshot(request("GET", "/_/metrics", "", false))
+                    .await
+                    .unwrap();
+                let (status, text) = answer(&app, request("GET", "/_/metrics", "", true)).await;
+                assert_eq!(status, StatusCode::OK, "{text}");
+                (text, anonymous)
+            })
+        });
+        assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+        assert!(anonymous
+            .headers()
+            .contains_key(axum::http::header::WWW_AUTHENTICATE));
+        for line in [
+            r#"gitstate_requests_total{operation="LOCK",status="200"} 1"#,
+            r#"gitstate_requests_total{operation="LOCK",status="423"} 1"#,
+            r#"gitstate_requests_total{operation="GET",status="204"} 1"#,
+            r#"gitstate_requests_total{operation="GET",status="200"} 1"#,
+            r#"gitstate_requests_total{operation="GET",status="401"} 1"#,
+            r#"gitstate_requests_total{operation="POST",status="200"} 1"#,
+            r#"gitstate_requests_total{operation="UNLOCK",status="200"} 1"#,
+            r#"gitstate_request_duration_seconds_count{operation="POST",status="200"} 1"#,
+            r#"gitstate_lock_conflicts_total{operation="LOCK"} 1"#,
+            "gitstate_lock_acquisitions_total 1",
+            "gitstate_lock_releases_total 1",
+            "gitstate_locks_held 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains("prod.tfstate") && !text.contains("default"),
+            "no path or repository in a label:\n{text}"
+        );
+    }
+
+    /// A pass-through registry: what spans repositories is not served.
+    struct PassThrough(Arc<gitstate_core::fakes::MemoryRegistry>);
+
+    impl StoreRegistry for PassThrough {
+        fn named(
+            &self,
+            name: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.named(name, caller)
+        }
+
+        fn adhoc(
+            &self,
+            url: &str,
+            git_ref: &str,
+            caller: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            self.0.adhoc(url, git_ref, caller)
+        }
+
+        fn admit_operator(&self, _: Option<&Credentials>) -> Result<(), RegistryError> {
+            Err(RegistryError::NotAllowed("spans repositories".into()))
+        }
+    }
+
+    /// Pass-through mode cannot check a scraper: 403 with a sentence saying where metrics are
+    /// served; a runtime without an exporter answers 404.
+    #[tokio::test]
+    async fn metrics_are_refused_in_passthrough_mode_and_absent_without_an_exporter() {
+        let memory = || gitstate_core::fakes::MemoryRegistry::with(&["default"]);
+        let passthrough = router(
+            AppState::new(Arc::new(PassThrough(memory())), Backend::default(), None)
+                .with_metrics(Arc::new(String::new)),
+        );
+        let (status, text) = answer(&passthrough, request("GET", "/_/metrics", "", true)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+        assert!(text.contains("team and server mode"), "{text}");
+        let without = router(AppState::new(memory(), Backend::default(), None));
+        let (status, text) = answer(&without, request("GET", "/_/metrics", "", false)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
     }
 }

@@ -191,10 +191,10 @@ impl MasterKey for KmsKey {
             .plaintext(Blob::new(data_key))
             .set_encryption_context(context)
             .send();
-        let out = self
-            .runtime
-            .block_on(request)
-            .map_err(|e| self.failure("Encrypt", e))?;
+        let started = std::time::Instant::now();
+        let out = self.runtime.block_on(request);
+        observe("Encrypt", started, out.is_ok());
+        let out = out.map_err(|e| self.failure("Encrypt", e))?;
         let blob = out.ciphertext_blob().ok_or_else(|| SopsError::Key {
             kind: "kms".into(),
             id: self.arn.clone(),
@@ -243,10 +243,10 @@ impl MasterKey for KmsKey {
             .ciphertext_blob(Blob::new(blob))
             .set_encryption_context(context_of(entry))
             .send();
-        let out = self
-            .runtime
-            .block_on(request)
-            .map_err(|e| self.failure("Decrypt", e))?;
+        let started = std::time::Instant::now();
+        let out = self.runtime.block_on(request);
+        observe("Decrypt", started, out.is_ok());
+        let out = out.map_err(|e| self.failure("Decrypt", e))?;
         let plain = out.plaintext().ok_or_else(|| SopsError::Key {
             kind: "kms".into(),
             id: self.arn.clone(),
@@ -255,6 +255,14 @@ impl MasterKey for KmsKey {
         // The SDK's own buffers of the response are out of reach; this copy is zeroed on drop.
         Ok(Some(Zeroizing::new(plain.as_ref().to_vec())))
     }
+}
+
+/// Counts one KMS request and its time (docs/METRICS.md).
+fn observe(call: &'static str, started: std::time::Instant, ok: bool) {
+    use gitstate_core::metrics::{KMS_REQUESTS, KMS_SECONDS};
+    let result = if ok { "ok" } else { "error" };
+    metrics::counter!(KMS_REQUESTS, "call" => call, "result" => result).increment(1);
+    metrics::histogram!(KMS_SECONDS, "call" => call).record(started.elapsed().as_secs_f64());
 }
 
 /// Loads the AWS configuration once (default credential chain, region, `AWS_ENDPOINT_URL*`), with

@@ -487,12 +487,16 @@ impl Sealer for SopsSealer {
         let this = self.clone();
         let at = at.clone();
         let span = tracing::info_span!("seal", %at);
-        tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let sealed = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
             this.seal_blocking(&at, &plain)
         })
         .await
-        .map_err(|e| SealError::Internal(format!("the sealing task failed: {e}")))?
+        .map_err(|e| SealError::Internal(format!("the sealing task failed: {e}")))
+        .and_then(|sealed| sealed);
+        observe("seal", started, sealed.is_ok());
+        sealed
     }
 
     async fn holds(&self, at: &Place, stored: Bytes, plain: &Bytes) -> Result<bool, SealError> {
@@ -512,14 +516,26 @@ impl Sealer for SopsSealer {
         let this = self.clone();
         let span = tracing::info_span!("open", %at);
         let input = (at.clone(), stored.clone());
+        let started = std::time::Instant::now();
         let opened = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
             this.open_blocking(&input.0, &input.1)
         })
         .await
-        .map_err(|e| SealError::Internal(format!("the opening task failed: {e}")))??;
-        Ok(opened.unwrap_or(stored))
+        .map_err(|e| SealError::Internal(format!("the opening task failed: {e}")))
+        .and_then(|opened| opened);
+        observe("open", started, opened.is_ok());
+        Ok(opened?.unwrap_or(stored))
     }
+}
+
+/// Counts one seal or open call and its time (docs/METRICS.md).
+fn observe(operation: &'static str, started: std::time::Instant, ok: bool) {
+    use gitstate_core::metrics::{SEAL_CALLS, SEAL_SECONDS};
+    let result = if ok { "ok" } else { "error" };
+    metrics::counter!(SEAL_CALLS, "operation" => operation, "result" => result).increment(1);
+    metrics::histogram!(SEAL_SECONDS, "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// The `sops` metadata of a document.

@@ -109,6 +109,7 @@ impl UploadPack {
     /// answered with protocol v0/v1 or offers no `ls-refs`/`fetch`.
     pub fn connect(endpoint: &Endpoint) -> Result<Result<UploadPack, NotOffered>, StoreError> {
         let mut transport = connect(endpoint, Protocol::V2)?;
+        round_trip("upload-pack", "advertisement");
         let handshake = gix::protocol::handshake(
             &mut transport,
             Service::UploadPack,
@@ -324,7 +325,7 @@ impl UploadPack {
     /// Sends `command=<name>` with `arguments` (pkt-lines) and returns the reader of the answer.
     fn command(
         &mut self,
-        name: &str,
+        name: &'static str,
         arguments: &[u8],
         what: &str,
     ) -> Result<Box<dyn ExtendedBufRead<'_> + Unpin + '_>, StoreError> {
@@ -341,6 +342,7 @@ impl UploadPack {
         request.extend_from_slice(arguments);
         request.extend_from_slice(pktline::FLUSH);
         let endpoint = self.endpoint.clone();
+        round_trip("upload-pack", name);
         let writer = self
             .transport
             .request(WriteMode::Binary, MessageKind::Flush, false)
@@ -354,6 +356,16 @@ impl UploadPack {
         reader.reset(Protocol::V2);
         Ok(reader)
     }
+}
+
+/// Counts one request to a git server (see [`gitstate_core::metrics::GIT_ROUND_TRIPS`]).
+pub(crate) fn round_trip(service: &'static str, step: impl Into<metrics::SharedString>) {
+    metrics::counter!(
+        gitstate_core::metrics::GIT_ROUND_TRIPS,
+        "service" => service,
+        "step" => step.into()
+    )
+    .increment(1);
 }
 
 /// Appends one pkt-line.

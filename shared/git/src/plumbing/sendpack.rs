@@ -113,6 +113,7 @@ impl ReceivePack {
     pub fn connect(endpoint: &Endpoint) -> Result<Self, StoreError> {
         // receive-pack has no protocol v2.
         let mut transport = connect(endpoint, Protocol::V1)?;
+        super::fetchpack::round_trip("receive-pack", "advertisement");
         let handshake = gix::protocol::handshake(
             &mut transport,
             Service::ReceivePack,
@@ -208,6 +209,12 @@ impl ReceivePack {
         }
 
         let endpoint = self.endpoint.clone();
+        super::fetchpack::round_trip("receive-pack", "push");
+        metrics::counter!(gitstate_core::metrics::GIT_PUSHES).increment(1);
+        if !all_deletes {
+            metrics::counter!(gitstate_core::metrics::GIT_PUSHED_BYTES)
+                .increment(pack.len() as u64);
+        }
         let writer = self
             .transport
             .request(WriteMode::Binary, MessageKind::Flush, false)

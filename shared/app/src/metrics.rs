@@ -1,0 +1,56 @@
+//! The Prometheus exporter of `gitstate serve` and `gitstate wrap` (docs/METRICS.md): installed
+//! once per process as the `metrics` facade's recorder, rendered at `/_/metrics` (behind the
+//! API's auth, see [`gitstate_http`]). Lambda and the operator commands install none, so their
+//! facade calls cost nothing.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Histogram buckets of every `*_seconds` series: 1 ms to 60 s.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// How often the exporter's histograms are folded in when nobody scrapes (bounds their memory).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+static EXPORTER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The process's exporter, installed on first use. `None` when another recorder was installed
+/// first (logged; the server serves without metrics then).
+pub fn prometheus() -> Option<PrometheusHandle> {
+    EXPORTER
+        .get_or_init(|| match install() {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "the metrics exporter could not be installed; /_/metrics answers 404");
+                None
+            }
+        })
+        .clone()
+}
+
+/// What `/_/metrics` renders: the exporter's text.
+pub fn render(handle: PrometheusHandle) -> gitstate_http::MetricsRender {
+    Arc::new(move || handle.render())
+}
+
+fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+        .install_recorder()?;
+    gitstate_core::metrics::describe();
+    let upkeep = handle.clone();
+    let spawned = std::thread::Builder::new()
+        .name("gitstate-metrics".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            upkeep.run_upkeep();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "the metrics upkeep thread could not start; histograms are folded in at each scrape only");
+    }
+    Ok(handle)
+}

@@ -1,0 +1,118 @@
+//! The names of gitstate's metrics, in one place (docs/METRICS.md lists them with their types
+//! and labels). Every crate records through the `metrics` facade, which does nothing until a
+//! runtime installs an exporter (`gitstate serve` and `gitstate wrap`: Prometheus at
+//! `/_/metrics`).
+//!
+//! Labels take values from small fixed sets only (an operation, a status code, a step): never a
+//! state path, a repository URL or anything a caller chose, which would be unbounded and may be
+//! secret.
+
+/// Requests on a state address, by `operation` (GET, POST, DELETE, LOCK, UNLOCK) and `status`.
+pub const REQUESTS: &str = "gitstate_requests_total";
+/// Seconds from a state request's arrival to its answer, by `operation` and `status`.
+pub const REQUEST_SECONDS: &str = "gitstate_request_duration_seconds";
+
+/// Locks this process created and has not released.
+pub const LOCKS_HELD: &str = "gitstate_locks_held";
+/// Lock branches created (a LOCK that acquired; a replay by the holder is not counted).
+pub const LOCK_ACQUISITIONS: &str = "gitstate_lock_acquisitions_total";
+/// Lock branches deleted (UNLOCK, force-unlock included).
+pub const LOCK_RELEASES: &str = "gitstate_lock_releases_total";
+/// Requests answered 423 (another holder), by `operation`.
+pub const LOCK_CONFLICTS: &str = "gitstate_lock_conflicts_total";
+/// Writes read again and retried because the branch moved under them (a lost compare-and-swap
+/// seen by the protocol layer).
+pub const WRITE_RETRIES: &str = "gitstate_write_retries_total";
+
+/// Requests to a git server, by `service` (upload-pack, receive-pack) and `step`
+/// (advertisement, ls-refs, fetch, push).
+pub const GIT_ROUND_TRIPS: &str = "gitstate_git_round_trips_total";
+/// Packs fetched, by `kind` (tips: commits and trees; blobs: files by id; whole: gix's fetch).
+pub const GIT_FETCHES: &str = "gitstate_git_fetches_total";
+/// Bytes of the packs fetched, by `kind`.
+pub const GIT_FETCHED_BYTES: &str = "gitstate_git_fetched_bytes_total";
+/// Pushes sent (one receive-pack request each).
+pub const GIT_PUSHES: &str = "gitstate_git_pushes_total";
+/// Bytes of the packs pushed.
+pub const GIT_PUSHED_BYTES: &str = "gitstate_git_pushed_bytes_total";
+/// Batched pushes that lost a compare-and-swap on the state branch (and were retried).
+pub const GIT_CAS_LOSSES: &str = "gitstate_git_cas_losses_total";
+
+/// Reads of a remote through the cache, by `result`: `hit` (the advertised tips and files were
+/// all in the cache, nothing fetched) or `miss` (something was fetched).
+pub const CACHE_READS: &str = "gitstate_cache_reads_total";
+
+/// Seal and open calls of the sealer, by `operation` (seal, open) and `result` (ok, error).
+pub const SEAL_CALLS: &str = "gitstate_seal_calls_total";
+/// Seconds a seal or open took, by `operation`.
+pub const SEAL_SECONDS: &str = "gitstate_seal_duration_seconds";
+/// AWS KMS requests, by `call` (Encrypt, Decrypt) and `result` (ok, error).
+pub const KMS_REQUESTS: &str = "gitstate_kms_requests_total";
+/// Seconds an AWS KMS request took, by `call`.
+pub const KMS_SECONDS: &str = "gitstate_kms_request_duration_seconds";
+
+/// Registers the description of every series with the installed recorder (the `# HELP` lines).
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        REQUESTS,
+        "Requests on a state address, by operation and status"
+    );
+    describe_histogram!(
+        REQUEST_SECONDS,
+        Unit::Seconds,
+        "Seconds from a state request's arrival to its answer, by operation and status"
+    );
+    describe_gauge!(
+        LOCKS_HELD,
+        "Locks this process created and has not released"
+    );
+    describe_counter!(LOCK_ACQUISITIONS, "Lock branches created");
+    describe_counter!(
+        LOCK_RELEASES,
+        "Lock branches deleted (force-unlock included)"
+    );
+    describe_counter!(
+        LOCK_CONFLICTS,
+        "Requests answered 423 because another holder has the lock, by operation"
+    );
+    describe_counter!(
+        WRITE_RETRIES,
+        "Writes retried because the state branch moved under them"
+    );
+    describe_counter!(
+        GIT_ROUND_TRIPS,
+        "Requests to a git server, by service and step"
+    );
+    describe_counter!(GIT_FETCHES, "Packs fetched from a git server, by kind");
+    describe_counter!(
+        GIT_FETCHED_BYTES,
+        Unit::Bytes,
+        "Bytes of the packs fetched, by kind"
+    );
+    describe_counter!(GIT_PUSHES, "Pushes sent to a git server");
+    describe_counter!(GIT_PUSHED_BYTES, Unit::Bytes, "Bytes of the packs pushed");
+    describe_counter!(
+        GIT_CAS_LOSSES,
+        "Batched pushes that lost a compare-and-swap on the state branch"
+    );
+    describe_counter!(
+        CACHE_READS,
+        "Reads of a remote through the cache: hit (nothing fetched) or miss"
+    );
+    describe_counter!(
+        SEAL_CALLS,
+        "Seal and open calls of the sealer, by operation and result"
+    );
+    describe_histogram!(
+        SEAL_SECONDS,
+        Unit::Seconds,
+        "Seconds a seal or open took, by operation"
+    );
+    describe_counter!(KMS_REQUESTS, "AWS KMS requests, by call and result");
+    describe_histogram!(
+        KMS_SECONDS,
+        Unit::Seconds,
+        "Seconds an AWS KMS request took, by call"
+    );
+}
