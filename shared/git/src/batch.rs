@@ -1,14 +1,17 @@
-//! Group commit (DESIGN §9.2): the state writes of one process to one remote branch, under one
-//! git credential, share a push. Each write stays its own commit; the commits of a batch form a
-//! chain pushed with one compare-and-swap of the branch.
+//! Group commit (DESIGN §9.2) and the write queue on the remote (§9.4): the state writes of one
+//! process to one remote branch, under one git credential, share a push, and writes of several
+//! processes share one through pending refs. Each write stays its own commit; the commits of a
+//! batch form a chain pushed with one compare-and-swap of the branch.
 //!
 //! A write joins the [`WriteQueue`] of its remote, branch and credential. When no batch is being
 //! driven, it starts a driver task (with its own receive-pack session, so a lone write costs what
-//! it did before); the driver takes the waiting writes oldest first, checks each one's own
-//! conditions (§9.1: the file and the lock branch it read are unchanged), builds the chain and
-//! pushes it. A write whose conditions fail is answered on its own; a lost compare-and-swap
-//! puts the batch back (with jittered back-off); any other failure answers the whole batch,
-//! which the remote then holds entirely or not at all.
+//! it did before). Each round of the driver reads the remote's queue (`pending`), answers this
+//! process's published writes, and then either leads (folds the pending writes of every
+//! process, oldest first, and its own new writes into one chain, one atomic push) or publishes
+//! its new writes for the leader and looks again shortly. A write whose conditions fail is
+//! answered on its own; a lost compare-and-swap puts the batch back (with jittered back-off);
+//! any other failure answers the whole batch, which the remote then holds entirely or not at
+//! all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
