@@ -2,10 +2,12 @@
 //!
 //! Two `gitstate serve` processes with their own caches write to one smart-HTTP repository
 //! (`uploadpack.allowFilter` on, as on GitHub and GitLab: the queue is on). Writers spread over
-//! both; one process is told (`GITSTATE_TEST_CRASH_AT`) to abort at one step of the queue, as a
-//! container killed at that moment would. Its writers then send their write again to the other
+//! both; one process is told (`GITSTATE_TEST_CRASH_AT`) to abort at one step of the queue (the
+//! third time it gets there, so that both processes' writes are in the queue), as a container
+//! killed at that moment would. Its writers then send their write again to the other
 //! process, as Terraform retries a failed request. Afterwards, for every step:
-//! - the victim really died at that step;
+//! - the victim really died at that step, and the queue was in use (a push folded another
+//!   process's writes, or the victim left its writes to the other's push);
 //! - every write answered 200 is a commit on the branch (`git log`), and each state on the branch
 //!   is its writer's last answered write or the one after it (sent, never answered);
 //! - a later write of every state succeeds through the survivor, and the queue is then empty (no
@@ -20,6 +22,8 @@ use gitstate_tests::*;
 const USER: &str = "crash-bot";
 const PASSWORD: &str = "crash-secret";
 const WRITERS: usize = 6;
+/// The victim dies the HIT-th time it reaches its step.
+const HIT: u32 = 3;
 
 fn state(step: &str, writer: usize, serial: u64) -> String {
     format!(
@@ -67,7 +71,9 @@ fn crash_at(step: &str) {
     let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
     let repository = format!("default={url}");
     let mut victim_env = env.to_vec();
-    victim_env.push(("GITSTATE_TEST_CRASH_AT", step));
+    // Not at the first time: the queue is busy with both processes' writes when it dies.
+    let crash_at = format!("{step}@{HIT}");
+    victim_env.push(("GITSTATE_TEST_CRASH_AT", &crash_at));
     victim_env.push(("RUST_LOG", "info,gitstate_git=debug"));
     let mut victim = Gitstate::start(&["--repository", &repository], &victim_env, cwd.path());
     let survivor = Gitstate::start(&["--repository", &repository], &env, cwd.path());
@@ -127,6 +133,16 @@ fn crash_at(step: &str) {
     assert!(
         died && victim_log.contains(&format!("GITSTATE_TEST_CRASH_AT={step}")),
         "the victim did not abort at {step} within 60 s of contended writes:\n{victim_log}"
+    );
+    // The queue was really used: a push carried another process's writes, or the victim left
+    // its writes to another process's push.
+    let logs = format!("{victim_log}\n{}", survivor.log());
+    assert!(
+        logs.lines().any(|l| {
+            (l.contains("batch pushed") && l.contains("folded=") && !l.contains("folded=0"))
+                || l.contains("batch waits for another process's push")
+        }),
+        "{step}: the write queue was not used; logs:\n{logs}"
     );
     let failures = failures.lock().unwrap().clone();
     assert!(

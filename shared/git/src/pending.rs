@@ -24,13 +24,21 @@ use gix::ObjectId;
 use crate::objects::internal;
 
 /// Test hook of the crash tests (tests/tests/crash.rs): when the environment variable
-/// `GITSTATE_TEST_CRASH_AT` names `step`, the process aborts there, as a container killed at
-/// that moment would. Steps: `queue.listed`, `queue.fetched`, `queue.pushed`,
-/// `queue.published`, `queue.answered`.
+/// `GITSTATE_TEST_CRASH_AT` is `step` (or `step@n`: the n-th time the process reaches it), the
+/// process aborts there, as a container killed at that moment would. Steps: `queue.listed`,
+/// `queue.fetched`, `queue.pushed`, `queue.published`, `queue.answered`.
 pub(crate) fn crash_point(step: &str) {
-    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let at = AT.get_or_init(|| std::env::var("GITSTATE_TEST_CRASH_AT").ok());
-    if at.as_deref() == Some(step) {
+    static AT: std::sync::OnceLock<Option<(String, u32)>> = std::sync::OnceLock::new();
+    static HITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let at = AT.get_or_init(|| {
+        let value = std::env::var("GITSTATE_TEST_CRASH_AT").ok()?;
+        Some(match value.split_once('@') {
+            Some((step, n)) => (step.to_owned(), n.parse().unwrap_or(1)),
+            None => (value, 1),
+        })
+    });
+    let Some((at, nth)) = at else { return };
+    if at == step && HITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= *nth {
         eprintln!("GITSTATE_TEST_CRASH_AT={step}: the process aborts here");
         std::process::abort();
     }
