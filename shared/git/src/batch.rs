@@ -679,6 +679,14 @@ fn push_batch(
     }
     let mut chain = tip;
     let mut commits: Vec<(ObjectId, String)> = Vec::new();
+    // One write onto the chain (when its conditions hold), recorded for the pack.
+    let mut add = |conditions: &Conditions<'_>, change: &StateChange, message: &str| {
+        let made = extend(&repo, &session, &mut chain, conditions, change, message)?;
+        if let Ok(commit) = &made {
+            commits.push((*commit, conditions.path.as_str().to_owned()));
+        }
+        Ok::<_, StoreError>(made)
+    };
     let mut folds: Vec<Fold> = Vec::with_capacity(pending.len());
     for foreign in &pending {
         let fold = match &foreign.write {
@@ -705,18 +713,8 @@ fn push_batch(
                     base_file: write.base_file,
                     lock_tip: write.lock_tip,
                 };
-                match extend(
-                    &repo,
-                    &session,
-                    &mut chain,
-                    &conditions,
-                    &change,
-                    &write.message,
-                )? {
-                    Ok(commit) => {
-                        commits.push((commit, write.path.as_str().to_owned()));
-                        Fold::Folded(commit)
-                    }
+                match add(&conditions, &change, &write.message)? {
+                    Ok(commit) => Fold::Folded(commit),
                     Err(_) => Fold::Rejected,
                 }
             }
@@ -746,20 +744,8 @@ fn push_batch(
             base_file: write.base_file,
             lock_tip: write.lock_tip,
         };
-        match extend(
-            &repo,
-            &session,
-            &mut chain,
-            &conditions,
-            &write.change,
-            &write.message,
-        )? {
-            Ok(commit) => {
-                commits.push((commit, write.path.as_str().to_owned()));
-                results.push((i, Ok(commit.to_string())));
-            }
-            Err(e) => results.push((i, Err(e))),
-        }
+        let made = add(&conditions, &write.change, &write.message)?;
+        results.push((i, made.map(|commit| commit.to_string())));
     }
     if queue {
         // Answers nobody will read any more (their writer has read them, or is gone).
