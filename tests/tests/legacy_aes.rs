@@ -17,8 +17,13 @@ const PASSPHRASE: &str = "correct horse battery staple";
 const SECRET: &str = "hunter2-legacy-aes";
 
 fn vector(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/seal/tests/vectors/legacy-aes")
+    // The workspace root is this crate's parent; the vectors live with the seal crate.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace");
+    let path = root
+        .join("shared")
+        .join("seal/tests/vectors/legacy-aes")
         .join(name);
     fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -28,7 +28,7 @@ use crate::objects::{entry_id, internal, state_commit};
 use crate::pending::{
     self, pending_commit, read_pending, Kind, PendingWrite, Publication, QueueRefs, QUEUE_ROOT,
 };
-use crate::plumbing::sendpack::{ReceivePack, RefResult, RefUpdate};
+use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::plumbing::transport::Endpoint;
 use crate::remote::{Pushed, RemoteStore};
 
@@ -411,14 +411,13 @@ impl WriteQueue {
         if writes.is_empty() {
             return writes;
         }
-        let (queued, rest): (Vec<QueuedWrite>, Vec<_>) = writes
+        let (queued, rest): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = writes
             .into_iter()
-            .map(|w| (w.write, (w.seq, w.reply)))
+            .map(|w| ((w.write, None), (w.seq, w.reply)))
             .unzip();
         let outcome = store
             .run(move |store| {
-                let refs: Vec<&QueuedWrite> = queued.iter().collect();
-                let published = publish(&store, &refs);
+                let published = publish(&store, &queued);
                 Ok((queued, published))
             })
             .await;
@@ -441,7 +440,7 @@ impl WriteQueue {
             .into_iter()
             .zip(rest)
             .zip(published)
-            .map(|((write, (seq, reply)), published)| Waiting {
+            .map(|(((write, _), (seq, reply)), published)| Waiting {
                 write,
                 seq,
                 reply,
@@ -1044,50 +1043,24 @@ impl Round {
     }
 }
 
-/// Publishes `writes` as pending refs of the remote's queue (DESIGN §9.4), in one push of
-/// creates (which never conflict). Per write, its publication, or `None` when the server did
-/// not take it (it stays this process's own).
+/// Publishes `batch` (this process's new writes) as pending refs of the remote's queue
+/// (DESIGN §9.4) over a new session: a [`follow`] round. Per write, its publication, or `None`
+/// when the server did not take it (it stays this process's own).
 fn publish(
     store: &RemoteStore,
-    writes: &[&QueuedWrite],
+    batch: &[(QueuedWrite, Option<Published>)],
 ) -> Result<Vec<Option<Published>>, StoreError> {
     let session = ReceivePack::connect(store.endpoint())?;
-    let refs = QueueRefs::new(store.state_ref());
-    let repo = store.pinned_cache()?.repo().with_object_memory();
-    let zero = ObjectId::null(gix::hash::Kind::Sha1);
-    let mut published = Vec::with_capacity(writes.len());
-    for write in writes {
-        published.push(publication(&repo, write)?);
-    }
-    let updates: Vec<RefUpdate> = published
-        .iter()
-        .map(|p| RefUpdate {
-            name: refs.name(Kind::Pending, &p.id),
-            old: zero,
-            new: p.commit,
-        })
-        .collect();
-    let objects = store.pack_objects(repo, &[])?;
-    let report = store.push_report(session, &updates, &objects)?;
-    pending::crash_point("queue.published");
-    store.pinned_cache()?.record_objects(&objects)?;
-    let taken: Vec<Option<Published>> = published
+    let none = batch.iter().map(|_| None).collect();
+    let round = follow(store, session, batch, Vec::new(), &[], none, false)?;
+    Ok(round
+        .outcomes
         .into_iter()
-        .zip(&updates)
-        .map(|(p, u)| (report.result(&u.name) == RefResult::Ok).then_some(p))
-        .collect();
-    if let Some((name, RefResult::Rejected(reason))) =
-        report.refs.iter().find(|(_, r)| *r != RefResult::Ok)
-    {
-        refuse_queue(
-            store.endpoint(),
-            &StoreError::Remote(format!(
-                "{} refused the creation of {name}: {reason}",
-                store.endpoint().display
-            )),
-        );
-    }
-    Ok(taken)
+        .map(|outcome| match outcome {
+            Outcome::Queued(published) => Some(published),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Remotes that refused the queue's refs (a hook, a protected namespace): this process writes
