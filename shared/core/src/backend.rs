@@ -420,7 +420,7 @@ impl Backend {
         let mut attempt = 0;
         loop {
             // One session: the read and the compare-and-swap push share one remote check.
-            let mut session = match store.begin(path, Intent::Write).await {
+            let session = match store.begin(path, Intent::Write).await {
                 Ok(session) => session,
                 Err(StoreError::Stale) => {
                     self.retry_or_busy(&mut attempt, started, deadline).await?;
@@ -457,32 +457,55 @@ impl Backend {
                 (Some(bytes), None) => StateChange::Write(bytes.clone()),
                 (None, _) => StateChange::Delete,
             };
-            if Instant::now() >= deadline {
-                return Err(busy_error(
-                    "this write's time ran out before it could be pushed",
-                    attempt + 1,
-                    started,
-                ));
+            let timing = (&mut attempt, started, deadline);
+            let message = message(&who);
+            if let Some(revision) = self
+                .push_attempt(session, change, &message, "write", timing)
+                .await?
+            {
+                tracing::info!(%path, %revision, attempt, "state written");
+                return Ok(Some(Written {
+                    commit: revision,
+                    who,
+                }));
             }
-            session.set_budget(WriteBudget {
-                since: started,
-                deadline,
-            });
-            match session.update_state(change, &message(&who)).await {
-                Ok(revision) => {
-                    tracing::info!(%path, %revision, attempt, "state written");
-                    return Ok(Some(Written {
-                        commit: revision,
-                        who,
-                    }));
-                }
-                Err(StoreError::Stale) => {
-                    tracing::debug!(%path, attempt, "the state, its lock or the branch moved; reading again");
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
-                }
-                Err(StoreError::Busy(why)) => return Err(busy_error(&why, attempt + 1, started)),
-                Err(e) => return Err(e.into()),
+        }
+    }
+
+    /// The push of one attempt of a read-then-write loop (a write, a migration): refused when
+    /// the time ran out, else pushed within the budget. `Ok(None)` when it lost to another
+    /// writer: the loop reads again (after the retry policy's pause).
+    pub(crate) async fn push_attempt(
+        &self,
+        mut session: Box<dyn crate::store::WriteSession + '_>,
+        change: StateChange,
+        message: &str,
+        what: &str,
+        (attempt, started, deadline): (&mut u32, Instant, Instant),
+    ) -> Result<Option<Revision>, BackendError> {
+        if Instant::now() >= deadline {
+            return Err(busy_error(
+                &format!("this {what}'s time ran out before it could be pushed"),
+                *attempt + 1,
+                started,
+            ));
+        }
+        session.set_budget(WriteBudget {
+            since: started,
+            deadline,
+        });
+        match session.update_state(change, message).await {
+            Ok(revision) => Ok(Some(revision)),
+            Err(StoreError::Stale) => {
+                tracing::debug!(
+                    attempt = *attempt,
+                    "the state, its lock or the branch moved; reading again"
+                );
+                self.retry_or_busy(attempt, started, deadline).await?;
+                Ok(None)
             }
+            Err(StoreError::Busy(why)) => Err(busy_error(&why, *attempt + 1, started)),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -446,17 +446,44 @@ impl Opener for MemoryOpener {
 #[derive(Debug, Default)]
 pub struct MemoryRegistry {
     stores: BTreeMap<String, Arc<MemoryStore>>,
+    /// Team mode: only callers with this password are admitted (anonymous ones get 401).
+    token: Option<String>,
+    /// Pass-through mode: what spans repositories is refused to everyone.
+    passthrough: bool,
 }
 
 impl MemoryRegistry {
-    /// A registry of one store per name.
+    /// A registry of one store per name that admits every caller (server mode).
     pub fn with(names: &[&str]) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry::of(names))
+    }
+
+    /// [`MemoryRegistry::with`] in team mode: only the password `token` is admitted.
+    pub fn team(names: &[&str], token: &str) -> Arc<MemoryRegistry> {
         Arc::new(MemoryRegistry {
+            token: Some(token.to_owned()),
+            ..MemoryRegistry::of(names)
+        })
+    }
+
+    /// [`MemoryRegistry::with`] in pass-through mode: nothing that spans repositories is
+    /// served.
+    pub fn passthrough(names: &[&str]) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry {
+            passthrough: true,
+            ..MemoryRegistry::of(names)
+        })
+    }
+
+    fn of(names: &[&str]) -> MemoryRegistry {
+        MemoryRegistry {
             stores: names
                 .iter()
                 .map(|name| ((*name).to_owned(), MemoryStore::named(name)))
                 .collect(),
-        })
+            token: None,
+            passthrough: false,
+        }
     }
 
     /// The store named `name`.
@@ -465,7 +492,16 @@ impl MemoryRegistry {
     }
 }
 
+#[async_trait]
 impl StoreRegistry for MemoryRegistry {
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        match (&self.token, caller) {
+            (None, _) => Ok(()),
+            (Some(token), Some(c)) if c.password == *token => Ok(()),
+            (Some(_), _) => Err(RegistryError::Unauthenticated("send the team token".into())),
+        }
+    }
+
     fn named(
         &self,
         name: &str,
@@ -490,6 +526,13 @@ impl StoreRegistry for MemoryRegistry {
 
     fn names(&self) -> Vec<String> {
         self.stores.keys().cloned().collect()
+    }
+
+    fn admit_operator(&self, _caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        if self.passthrough {
+            return Err(RegistryError::NotAllowed("spans repositories".into()));
+        }
+        Ok(())
     }
 }
 

@@ -220,36 +220,6 @@ mod tests {
         assert!(!sentence.contains("a bug in the registry"), "{sentence}");
     }
 
-    /// A team-mode registry: only the token `team-token` is admitted, anonymous callers get 401.
-    struct Team(Arc<gitstate_core::fakes::MemoryRegistry>);
-
-    #[async_trait::async_trait]
-    impl StoreRegistry for Team {
-        async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
-            match caller {
-                Some(c) if c.password == "team-token" => Ok(()),
-                _ => Err(RegistryError::Unauthenticated("send the team token".into())),
-            }
-        }
-
-        fn named(
-            &self,
-            name: &str,
-            caller: Option<&Credentials>,
-        ) -> Result<Arc<dyn StateStore>, RegistryError> {
-            self.0.named(name, caller)
-        }
-
-        fn adhoc(
-            &self,
-            url: &str,
-            git_ref: &str,
-            caller: Option<&Credentials>,
-        ) -> Result<Arc<dyn StateStore>, RegistryError> {
-            self.0.adhoc(url, git_ref, caller)
-        }
-    }
-
     /// A request with the team token as basic-auth password (`token`) or none.
     fn request(method: &str, uri: &str, body: &str, token: bool) -> Request<Body> {
         let mut builder = Request::builder().method(method).uri(uri);
@@ -276,9 +246,7 @@ mod tests {
     fn requests_are_counted_by_operation_and_status_and_metrics_need_the_apis_auth() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        let registry = Arc::new(Team(gitstate_core::fakes::MemoryRegistry::with(&[
-            "default",
-        ])));
+        let registry = gitstate_core::fakes::MemoryRegistry::team(&["default"], "team-token");
         let state = AppState::new(registry, Backend::default(), None)
             .with_metrics(Arc::new(move || handle.render()));
         let app = router(state);
@@ -347,45 +315,27 @@ mod tests {
         );
     }
 
-    /// A pass-through registry: what spans repositories is not served.
-    struct PassThrough(Arc<gitstate_core::fakes::MemoryRegistry>);
-
-    impl StoreRegistry for PassThrough {
-        fn named(
-            &self,
-            name: &str,
-            caller: Option<&Credentials>,
-        ) -> Result<Arc<dyn StateStore>, RegistryError> {
-            self.0.named(name, caller)
-        }
-
-        fn adhoc(
-            &self,
-            url: &str,
-            git_ref: &str,
-            caller: Option<&Credentials>,
-        ) -> Result<Arc<dyn StateStore>, RegistryError> {
-            self.0.adhoc(url, git_ref, caller)
-        }
-
-        fn admit_operator(&self, _: Option<&Credentials>) -> Result<(), RegistryError> {
-            Err(RegistryError::NotAllowed("spans repositories".into()))
-        }
-    }
-
     /// Pass-through mode cannot check a scraper: 403 with a sentence saying where metrics are
     /// served; a runtime without an exporter answers 404.
     #[tokio::test]
     async fn metrics_are_refused_in_passthrough_mode_and_absent_without_an_exporter() {
-        let memory = || gitstate_core::fakes::MemoryRegistry::with(&["default"]);
+        use gitstate_core::fakes::MemoryRegistry;
         let passthrough = router(
-            AppState::new(Arc::new(PassThrough(memory())), Backend::default(), None)
-                .with_metrics(Arc::new(String::new)),
+            AppState::new(
+                MemoryRegistry::passthrough(&["default"]),
+                Backend::default(),
+                None,
+            )
+            .with_metrics(Arc::new(String::new)),
         );
         let (status, text) = answer(&passthrough, request("GET", "/_/metrics", "", true)).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
         assert!(text.contains("team and server mode"), "{text}");
-        let without = router(AppState::new(memory(), Backend::default(), None));
+        let without = router(AppState::new(
+            MemoryRegistry::with(&["default"]),
+            Backend::default(),
+            None,
+        ));
         let (status, text) = answer(&without, request("GET", "/_/metrics", "", false)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
     }

@@ -9,10 +9,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::{busy_error, validate_state, Backend, BackendError, Caller};
+use super::{validate_state, Backend, BackendError, Caller};
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
-use crate::store::{Intent, Revision, StateChange, StateStore, StoreError, WriteBudget};
+use crate::store::{Intent, Revision, StateChange, StateStore, StoreError};
 use crate::text::escape_controls;
 
 /// What a stored file is, as far as a migration is concerned.
@@ -95,7 +95,7 @@ impl Backend {
         let at = Place::new(store.repository(), path);
         let mut attempt = 0;
         loop {
-            let mut session = match store.begin(path, Intent::Write).await {
+            let session = match store.begin(path, Intent::Write).await {
                 Ok(session) => session,
                 Err(StoreError::Stale) => {
                     self.retry_or_busy(&mut attempt, started, deadline).await?;
@@ -137,17 +137,6 @@ impl Backend {
                 // A state the sealer stores as it is (an OpenTofu client-encrypted one).
                 return Ok(Migration::left(from, serial));
             }
-            if Instant::now() >= deadline {
-                return Err(busy_error(
-                    "this migration's time ran out before it could be pushed",
-                    attempt + 1,
-                    started,
-                ));
-            }
-            session.set_budget(WriteBudget {
-                since: started,
-                deadline,
-            });
             let who = escape_controls(caller.display()).into_owned();
             let message = match serial {
                 Some(serial) => {
@@ -155,25 +144,20 @@ impl Backend {
                 }
                 None => format!("Migrate {path} from {from} to {to} by {who}"),
             };
-            match session
-                .update_state(StateChange::Write(content), &message)
-                .await
+            let timing = (&mut attempt, started, deadline);
+            let change = StateChange::Write(content);
+            if let Some(revision) = self
+                .push_attempt(session, change, &message, "migration", timing)
+                .await?
             {
-                Ok(revision) => {
-                    tracing::info!(%path, %revision, %from, %to, "state migrated");
-                    return Ok(Migration {
-                        from,
-                        to: Some(to),
-                        serial,
-                        commit: Some(revision),
-                        state: Some(plain),
-                    });
-                }
-                Err(StoreError::Stale) => {
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
-                }
-                Err(StoreError::Busy(why)) => return Err(busy_error(&why, attempt + 1, started)),
-                Err(e) => return Err(e.into()),
+                tracing::info!(%path, %revision, %from, %to, "state migrated");
+                return Ok(Migration {
+                    from,
+                    to: Some(to),
+                    serial,
+                    commit: Some(revision),
+                    state: Some(plain),
+                });
             }
         }
     }
