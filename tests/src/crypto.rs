@@ -255,3 +255,48 @@ pub fn sha256_hex(text: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// A file of the legacy-aes vectors (terraform-backend-git's `aes` provider, made with Python's
+/// `cryptography`, see their README), which live with the seal crate.
+pub fn legacy_aes_vector(name: &str) -> Vec<u8> {
+    // The workspace root is this crate's parent.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the workspace")
+        .join("shared/seal/tests/vectors/legacy-aes")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Real `sops -e` of `plain` (JSON in and out) with the creation rules in `config_yaml` (a
+/// `.sops.yaml` text: key groups, a Shamir threshold...), as a tool other than gitstate leaves
+/// documents: every leaf encrypted unless the rules say otherwise.
+pub fn sops_encrypt_with_config(plain: &serde_json::Value, config_yaml: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("sops.yaml"), config_yaml).expect("write sops.yaml");
+    std::fs::write(dir.path().join("state.json"), plain.to_string()).expect("write state");
+    let out = Command::new(sops_bin())
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .args([
+            "--disable-version-check",
+            "--config",
+            "sops.yaml",
+            "encrypt",
+            "--input-type",
+            "json",
+            "--output-type",
+            "json",
+            "state.json",
+        ])
+        .output()
+        .expect("run sops");
+    assert!(
+        out.status.success(),
+        "sops -e failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

@@ -9,27 +9,16 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use gitstate_tests::crypto::{sops_decrypt, AgeKeyPair};
+use gitstate_tests::crypto::{legacy_aes_vector, sops_decrypt, AgeKeyPair};
 use gitstate_tests::*;
 use serde_json::Value;
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const SECRET: &str = "hunter2-legacy-aes";
 
-fn vector(name: &str) -> Vec<u8> {
-    // The workspace root is this crate's parent; the vectors live with the seal crate.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace");
-    let path = root
-        .join("shared")
-        .join("seal/tests/vectors/legacy-aes")
-        .join(name);
-    fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 fn plaintext() -> Value {
-    serde_json::from_slice(&vector("state.tfstate.json")).expect("the vector's plaintext")
+    serde_json::from_slice(&legacy_aes_vector("state.tfstate.json"))
+        .expect("the vector's plaintext")
 }
 
 /// A bare repository whose `main` holds `files`, committed and pushed with plain git as
@@ -98,8 +87,14 @@ fn a_legacy_aes_state_is_served_and_the_next_write_is_sealed_with_sops() {
     let repository = repository_with(
         dir.path(),
         &[
-            ("envs/legacy.tfstate", &vector("state.tfstate.aes")),
-            ("envs/unsealed.tfstate", &vector("state.tfstate.aes")),
+            (
+                "envs/legacy.tfstate",
+                &legacy_aes_vector("state.tfstate.aes"),
+            ),
+            (
+                "envs/unsealed.tfstate",
+                &legacy_aes_vector("state.tfstate.aes"),
+            ),
         ],
     );
     let key = AgeKeyPair::generate();
@@ -178,7 +173,7 @@ fn a_legacy_aes_state_is_served_and_the_next_write_is_sealed_with_sops() {
 #[test]
 fn without_its_passphrase_a_legacy_aes_state_is_a_500_and_never_served() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sealed = vector("state.tfstate.aes");
+    let sealed = legacy_aes_vector("state.tfstate.aes");
     let repository = repository_with(dir.path(), &[("legacy.tfstate", &sealed)]);
     let commit = git(Some(&repository), &["rev-parse", "main"]);
     let wrong = "correct horse battery stapler";
@@ -258,9 +253,9 @@ fn config_show_names_terraform_backend_gits_variables_and_hides_the_passphrase()
 #[test]
 fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let legacy = vector("state.tfstate.aes");
-    let plain = vector("state.tfstate.json");
-    let other_passphrase = vector("state-unicode-passphrase.tfstate.aes");
+    let legacy = legacy_aes_vector("state.tfstate.aes");
+    let plain = legacy_aes_vector("state.tfstate.json");
+    let other_passphrase = legacy_aes_vector("state-unicode-passphrase.tfstate.aes");
     let repository = repository_with(
         dir.path(),
         &[
@@ -404,7 +399,7 @@ fn real_terraform_reads_a_legacy_aes_state_and_its_next_apply_is_sealed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repository = repository_with(
         dir.path(),
-        &[("prod.tfstate", &vector("state.tfstate.aes"))],
+        &[("prod.tfstate", &legacy_aes_vector("state.tfstate.aes"))],
     );
     let key = AgeKeyPair::generate();
     let key_file = key.write_key_file(dir.path(), "age");
@@ -450,7 +445,7 @@ fn real_terraform_reads_a_legacy_aes_state_and_its_next_apply_is_sealed() {
 #[test]
 fn gitstate_migrate_leaves_a_locked_state_and_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let legacy = vector("state.tfstate.aes");
+    let legacy = legacy_aes_vector("state.tfstate.aes");
     let repository = repository_with(
         dir.path(),
         &[("held.tfstate", &legacy), ("free.tfstate", &legacy)],
