@@ -459,10 +459,11 @@ server.document-root = "{docroot}"
 server.errorlog = "{errorlog}"
 server.max-request-size = 0
 server.stream-request-body = 0
-alias.url = ( "/git/" => "{backend}/" )
+alias.url = ( "/git/" => "{backend}/", "/ro/" => "{backend}/" )
 auth.backend = "htpasswd"
 auth.backend.htpasswd.userfile = "{htpasswd}"
-auth.require = ( "/git/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
+auth.require = ( "/git/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ),
+                 "/ro/" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
 $HTTP["url"] =~ "^/git/" {{
     cgi.assign = ( "" => "" )
     setenv.add-environment = (
@@ -472,6 +473,20 @@ $HTTP["url"] =~ "^/git/" {{
         "GIT_CONFIG_COUNT" => "2",
         "GIT_CONFIG_KEY_0" => "http.receivepack",
         "GIT_CONFIG_VALUE_0" => "true",
+        "GIT_CONFIG_KEY_1" => "safe.directory",
+        "GIT_CONFIG_VALUE_1" => "*",
+        "PATH" => "{path_env}"
+    )
+}}
+$HTTP["url"] =~ "^/ro/" {{
+    cgi.assign = ( "" => "" )
+    setenv.add-environment = (
+        "GIT_PROJECT_ROOT" => "{root}",
+        "GIT_HTTP_EXPORT_ALL" => "1",
+        "GIT_CONFIG_NOSYSTEM" => "1",
+        "GIT_CONFIG_COUNT" => "2",
+        "GIT_CONFIG_KEY_0" => "http.receivepack",
+        "GIT_CONFIG_VALUE_0" => "false",
         "GIT_CONFIG_KEY_1" => "safe.directory",
         "GIT_CONFIG_VALUE_1" => "*",
         "PATH" => "{path_env}"
@@ -518,6 +533,15 @@ $HTTP["url"] =~ "^/git/" {{
         )
     }
 
+    /// The same repository where pushing is forbidden (`http.receivepack false`: receive-pack
+    /// answers 403), at `/ro/NAME.git`.
+    pub fn read_only_url(&self, repo_name: &str) -> String {
+        format!(
+            "{}://127.0.0.1:{}/ro/{repo_name}.git",
+            self.scheme, self.port
+        )
+    }
+
     /// `http://USER:PASSWORD@127.0.0.1:PORT/git/NAME.git`, for plain git in assertions.
     pub fn url_with_credentials(&self, repo_name: &str) -> String {
         format!(
@@ -552,6 +576,12 @@ pub struct GitDaemon {
 impl GitDaemon {
     /// Serves the repositories in `repos_dir` at `git://127.0.0.1:PORT/NAME.git`.
     pub fn start(repos_dir: &Path) -> GitDaemon {
+        GitDaemon::start_with_env(repos_dir, &[])
+    }
+
+    /// [`GitDaemon::start`] with extra environment for its upload-pack and receive-pack (e.g.
+    /// `GIT_TRACE_PACKET` to see what a client asked for).
+    pub fn start_with_env(repos_dir: &Path, env: &[(&str, &str)]) -> GitDaemon {
         let git_bin = require_tool("git");
         let repos_dir = fs::canonicalize(repos_dir).expect("repos_dir exists");
         let dir = tempfile::Builder::new()
@@ -586,7 +616,8 @@ impl GitDaemon {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", "safe.directory")
-            .env("GIT_CONFIG_VALUE_0", "*");
+            .env("GIT_CONFIG_VALUE_0", "*")
+            .envs(env.iter().copied());
             ChildGuard::spawn(cmd, &dir.path().join("daemon.log"), "git daemon")
         };
         let (guard, port) =

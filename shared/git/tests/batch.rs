@@ -11,10 +11,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::servers::{bare_repo, GitDaemon};
 use common::{git, sp};
 use gitstate_core::{Intent, LockCreate, StateChange, StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::{bare_repo, GitDaemon};
 
 fn store(url: &str, cache: &Path) -> RemoteStore {
     RemoteStore::new(RemoteConfig {

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::servers::{bare_repo, GitDaemon};
 use common::{git, sp, write_retrying};
 use gitstate_core::{LockCreate, StateStore};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
+use gitstate_tests::{bare_repo, GitDaemon};
 
 /// A repository whose history mixes gitstate's writes with plain git commits (a deletion, a
 /// re-creation, other files, a nested path), made through `store` and a clone of `bare`.

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::servers::{bare_repo, bare_repo_without_filter, have_lighttpd, GitDaemon, GitHttp};
 use common::{git, git_ok, sp};
 use gitstate_core::{Credentials, LockCreate, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::{bare_repo, bare_repo_without_filter, GitDaemon, GitHttpServer};
 
 /// The small state read, and the big ones next to it.
 const SMALL: &str = "small.tfstate";
@@ -230,13 +230,9 @@ async fn git_daemon_cold_read_brings_only_the_state_it_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn smart_http_cold_read_brings_only_the_state_it_reads() {
-    if !have_lighttpd() {
-        eprintln!("skipped: lighttpd is not installed");
-        return;
-    }
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "states");
-    let http = GitHttp::start(repos.path(), "alice", "s3cret");
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
     let credentials = Credentials {
         username: "alice".into(),
         password: "s3cret".into(),
@@ -329,13 +325,9 @@ async fn git_daemon_without_filter_falls_back_to_whole_trees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn smart_http_without_filter_falls_back_to_whole_trees() {
-    if !have_lighttpd() {
-        eprintln!("skipped: lighttpd is not installed");
-        return;
-    }
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo_without_filter(repos.path(), "plain");
-    let http = GitHttp::start(repos.path(), "alice", "s3cret");
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
     let credentials = Credentials {
         username: "alice".into(),
         password: "s3cret".into(),

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::servers::{bare_repo, free_port, have_lighttpd, GitDaemon, GitHttp};
 use common::{git, sp, write_retrying};
 use gitstate_core::{Credentials, LockCreate, StateChange, StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::{bare_repo, free_port, GitDaemon, GitHttpServer};
 
 fn store(url: &str, cache: &Path, credentials: Option<Credentials>) -> RemoteStore {
     RemoteStore::new(RemoteConfig {
@@ -320,14 +320,10 @@ async fn missing_repository_is_a_remote_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn smart_http_with_basic_auth() {
-    if !have_lighttpd() {
-        eprintln!("lighttpd is not installed: skipping the smart HTTP test");
-        return;
-    }
     let repos = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "states");
-    let http = GitHttp::start(repos.path(), "alice", "s3cret-pw");
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret-pw");
     let url = http.url("states");
     let good = Some(Credentials {
         username: "alice".into(),
@@ -363,7 +359,7 @@ async fn smart_http_with_basic_auth() {
     let embedded = store(
         &format!(
             "http://alice:s3cret-pw@127.0.0.1:{}/git/states.git",
-            http.port
+            http.port()
         ),
         cache.path(),
         None,
@@ -374,7 +370,7 @@ async fn smart_http_with_basic_auth() {
     let bad_embedded = store(
         &format!(
             "http://alice:wrong-pw-123@127.0.0.1:{}/git/states.git",
-            http.port
+            http.port()
         ),
         cache.path(),
         None,
@@ -483,21 +479,19 @@ async fn latency() {
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "states");
     let daemon = GitDaemon::start(repos.path());
-    let http = have_lighttpd().then(|| GitHttp::start(repos.path(), "u", "p"));
-    let mut urls = vec![
+    let http = GitHttpServer::start(repos.path(), "u", "p");
+    let urls = vec![
         ("git://", daemon.url("states"), None),
         ("file://", format!("file://{}", bare.display()), None),
-    ];
-    if let Some(h) = &http {
-        urls.push((
+        (
             "http",
-            h.url("states"),
+            http.url("states"),
             Some(Credentials {
                 username: "u".into(),
                 password: "p".into(),
             }),
-        ));
-    }
+        ),
+    ];
     let big = Bytes::from(vec![b'x'; 1 << 20]);
     for (name, url, creds) in urls {
         let cache = tempfile::tempdir().unwrap();

@@ -8,9 +8,9 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::servers::bare_repo;
 use common::{git, sp};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::bare_repo;
 
 #[tokio::test]
 async fn shallow_fetch_over_protocol_v1_stays_shallow() {

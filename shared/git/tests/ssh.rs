@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::servers::bare_repo;
 use common::{git, sp};
 use gitstate_core::{StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
+use gitstate_tests::bare_repo;
 use gitstate_tests::{children_of, ssh_keygen, Sshd};
 
 /// Held by each test for its whole run: they set `GIT_SSH_COMMAND` (process-wide), and one

@@ -1,48 +1,22 @@
-//! Helpers shared by the integration tests: running the real git CLI to set up and check
-//! repositories. Product code never runs git; tests may.
+//! Helpers shared by this crate's integration tests: the store conformance suite, and running
+//! the real git CLI to set up and check repositories (through `gitstate_tests`, the harness the
+//! end-to-end tests use too; its git servers are used directly). Product code never runs git;
+//! tests may.
 
 #![allow(dead_code)]
 
-pub mod servers;
-
 use std::path::Path;
-use std::process::Command;
 
 use gitstate_core::StatePath;
 
-/// Runs `git args…` in `dir` and returns its stdout; panics with stderr when git fails.
+/// Runs `git args…` in `dir` and returns its stdout; panics with its output when git fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    gitstate_tests::git(Some(dir), args)
 }
 
 /// Like [`git`] but returns whether it succeeded instead of panicking.
 pub fn git_ok(dir: &Path, args: &[&str]) -> bool {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("run git")
-        .status
-        .success()
+    gitstate_tests::git_output(Some(dir), args).status.success()
 }
 
 /// A parsed state path.
