@@ -4,6 +4,7 @@
 //! status codes, the git engine implements the port.
 
 pub mod backend;
+pub mod blocking;
 pub mod catalog;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
@@ -20,6 +21,7 @@ pub mod time;
 pub mod url;
 
 pub use backend::{Backend, BackendError, RetryPolicy, Written};
+pub use blocking::BlockingStore;
 pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,

@@ -234,23 +234,34 @@ pub trait StateStore: Send + Sync + 'static {
         path: &StatePath,
         intent: Intent,
     ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
-        let snapshot = match intent {
-            Intent::Write => self.snapshot(path).await?,
-            Intent::Unlock => {
-                let lock = self.read_lock(path).await?;
-                Snapshot {
-                    lock_tip: lock.as_ref().map(|(tip, _)| tip.clone()),
-                    lock: lock.map(|(_, content)| content),
-                    ..Snapshot::default()
-                }
-            }
-        };
-        Ok(Box::new(SeparateCalls {
-            store: self,
-            path: path.clone(),
-            snapshot,
-        }))
+        begin_with_separate_calls(self, path, intent).await
     }
+}
+
+/// The default [`StateStore::begin`]: reads through [`StateStore::snapshot`] /
+/// [`StateStore::read_lock`] and returns a session that writes through
+/// [`StateStore::update_state`] / [`StateStore::delete_lock`].
+pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
+    store: &'a S,
+    path: &StatePath,
+    intent: Intent,
+) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+    let snapshot = match intent {
+        Intent::Write => store.snapshot(path).await?,
+        Intent::Unlock => {
+            let lock = store.read_lock(path).await?;
+            Snapshot {
+                lock_tip: lock.as_ref().map(|(tip, _)| tip.clone()),
+                lock: lock.map(|(_, content)| content),
+                ..Snapshot::default()
+            }
+        }
+    };
+    Ok(Box::new(SeparateCalls {
+        store,
+        path: path.clone(),
+        snapshot,
+    }))
 }
 
 /// A store with the name its repository has in this deployment ([`StateStore::repository`]);

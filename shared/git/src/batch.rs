@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gitstate_core::{Credentials, Revision, StateChange, StatePath, StoreError};
+use gitstate_core::{BlockingStore, Credentials, Revision, StateChange, StatePath, StoreError};
 use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;

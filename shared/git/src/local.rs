@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use gitstate_core::{LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError};
+use gitstate_core::{
+    BlockingStore, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
+};
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 use gix::ObjectId;
@@ -164,7 +166,9 @@ impl LocalStore {
         .map_err(ref_edit_error)?;
         Ok(())
     }
+}
 
+impl BlockingStore for LocalStore {
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let repo = self.repo.to_thread_local();
         let state_tip = self.tip(&self.state_ref)?;
@@ -242,9 +246,6 @@ impl LocalStore {
             .await
             .map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?
     }
-}
-
-impl LocalStore {
     fn read_lock_blocking(
         &self,
         path: &StatePath,
@@ -268,9 +269,6 @@ impl LocalStore {
             "unlock",
         )
     }
-}
-
-impl LocalStore {
     fn history_blocking(
         &self,
         path: &StatePath,
@@ -320,6 +318,8 @@ impl LocalStore {
         }
         crate::held_locks(&repo, tips)
     }
-}
 
-crate::state_store_via_blocking!(LocalStore, |store| Some(store.writes.clone()));
+    fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
+        Some(self.writes.clone())
+    }
+}

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gitstate_core::{
-    Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
-    WriteBudget, WriteSession,
+    BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
+    StoreError, WriteBudget, WriteSession,
 };
 use gix::objs::Kind;
 use gix::ObjectId;
@@ -175,38 +175,6 @@ impl RemoteStore {
         }
     }
 
-    /// Runs blocking git work on a cache generation, bounded by the store timeout.
-    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
-    {
-        let mut store = self.clone();
-        let cache = match &self.pinned {
-            Some(cache) => cache.clone(),
-            None => self.handle.current()?,
-        };
-        store.pinned = Some(cache.clone());
-        let task = tokio::task::spawn_blocking(move || work(store));
-        match tokio::time::timeout(self.timeout, task).await {
-            Ok(joined) => {
-                let result =
-                    joined.map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?;
-                self.handle.retire_if_spent(&cache);
-                result
-            }
-            // The blocking task finishes on its own (every answer it reads must come within the
-            // timeout, see plumbing::limits; ssh's pipes have a watchdog, plumbing::ssh); a push
-            // still in flight is atomic on the server, so the remote is either unchanged or
-            // fully updated.
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "{} did not answer within {} s",
-                self.endpoint.display,
-                self.timeout.as_secs_f32()
-            ))),
-        }
-    }
-
     /// The file at `tip`, its blob fetched by id first when the (partial) cache lacks it.
     fn read(&self, tip: Option<ObjectId>, file: &str) -> Result<Option<Bytes>, StoreError> {
         match tip {
@@ -215,54 +183,6 @@ impl RemoteStore {
                 cache.ensure_files(&self.endpoint, &[(tip, file)])?;
                 read_file(&cache.repo(), tip, file)
             }
-            None => Ok(None),
-        }
-    }
-
-    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
-        let lock_ref = path.lock_ref();
-        let lock_file = path.lock_file();
-        // The state and lock blobs come over the same session as the tips.
-        let file = |name: &str| {
-            if name == self.state_ref {
-                Some(path.as_str().to_owned())
-            } else if name == lock_ref {
-                Some(lock_file.clone())
-            } else {
-                None
-            }
-        };
-        let tips =
-            self.cache()?
-                .refresh_reading(&self.endpoint, &[&self.state_ref, &lock_ref], &file)?;
-        let state_tip = tips.get(&self.state_ref).copied();
-        let lock_tip = tips.get(&lock_ref).copied();
-        Ok(Snapshot {
-            state_tip: state_tip.map(|id| id.to_string()),
-            state: self.read(state_tip, path.as_str())?,
-            lock_tip: lock_tip.map(|id| id.to_string()),
-            lock: match lock_tip {
-                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
-                None => None,
-            },
-        })
-    }
-
-    fn read_lock_blocking(
-        &self,
-        path: &StatePath,
-    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
-        let lock_ref = path.lock_ref();
-        let lock_file = path.lock_file();
-        let tips = self
-            .cache()?
-            .refresh_reading(&self.endpoint, &[&lock_ref], &|_| Some(lock_file.clone()))?;
-        match tips.get(&lock_ref) {
-            Some(tip) => Ok(Some((
-                tip.to_string(),
-                self.read(Some(*tip), &path.lock_file())?
-                    .unwrap_or_default(),
-            ))),
             None => Ok(None),
         }
     }
@@ -403,13 +323,150 @@ impl RemoteStore {
         }
     }
 
+    /// Pushes a one-file commit on `base` over `session`, expecting the state branch at `base`.
+    fn push_state(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        base: Option<ObjectId>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let outgoing = self.build(path.as_str(), |repo| {
+            state_commit(repo, base, path.as_str(), change, message)
+        })?;
+        let null = ObjectId::null(gix::hash::Kind::Sha1);
+        let update = RefUpdate {
+            name: self.state_ref.clone(),
+            old: base.unwrap_or(null),
+            new: outgoing.commit,
+        };
+        if !self.push_one(session, update, Some(&outgoing))? {
+            return Err(StoreError::Stale);
+        }
+        self.cache()?
+            .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
+        Ok(outgoing.commit.to_string())
+    }
+
+    /// Deletes the lock branch over `session`, expecting it at `old`.
+    fn push_lock_delete(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        old: ObjectId,
+    ) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        if !self.push_one(session, update, None)? {
+            return Err(StoreError::Stale);
+        }
+        self.cache()?.record_pushed(&[], &lock_ref, None)?;
+        Ok(())
+    }
+
+    /// The lock that beat us, read fresh from the remote.
+    fn held(&self, path: &StatePath) -> Result<LockCreate, StoreError> {
+        match self.read_lock_blocking(path)? {
+            Some((tip, content)) => Ok(LockCreate::Held { tip, content }),
+            // Released meanwhile: the caller retries from a fresh read.
+            None => Err(StoreError::Stale),
+        }
+    }
+}
+
+impl RemoteStore {
+    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
+    /// fetch of the state branch's missing history) and returns it with the branch tip.
+    fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
+        let cache = self.handle.history()?;
+        let tips = cache.refresh(&self.endpoint, &[&self.state_ref])?;
+        self.history_checked
+            .store(true, std::sync::atomic::Ordering::Release);
+        let tip = tips.get(&self.state_ref).copied();
+        Ok((cache, tip))
+    }
+}
+
+/// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
+/// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
+/// that is the same connection; over smart HTTP the push is the second request.
+pub struct RemoteSession {
+    store: RemoteStore,
+    path: StatePath,
+    intent: Intent,
+    /// The entry at `path` on `state_tip`: a write's condition (DESIGN §9.1).
+    base_file: Option<ObjectId>,
+    lock_tip: Option<ObjectId>,
+    snapshot: Snapshot,
+    receive_pack: ReceivePack,
+    budget: Option<WriteBudget>,
+}
+
+#[async_trait::async_trait]
+impl WriteSession for RemoteSession {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    fn set_budget(&mut self, budget: WriteBudget) {
+        self.budget = Some(budget);
+    }
+
+    /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
+    /// batch, as its own commit, once its own conditions (the file and the lock it read are
+    /// unchanged) hold on the branch tip.
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        if self.intent != Intent::Write {
+            return Err(StoreError::Internal(
+                "a state write in a session that did not read the state".into(),
+            ));
+        }
+        let this = *self;
+        let store = this.store.unpinned();
+        let queue = WriteQueue::of(
+            &format!("{:p}", Arc::as_ptr(&store.handle)),
+            &store.state_ref,
+            store.endpoint.credentials.as_ref(),
+        )?;
+        let write = QueuedWrite {
+            path: this.path,
+            base_file: this.base_file,
+            lock_tip: this.lock_tip,
+            change,
+            message: message.to_owned(),
+            since: this
+                .budget
+                .map_or_else(std::time::Instant::now, |b| b.since),
+            deadline: this.budget.map(|b| b.deadline),
+        };
+        queue.submit(&store, write, this.receive_pack).await
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        let this = *self;
+        let Some(old) = this.lock_tip else {
+            return Err(StoreError::Stale);
+        };
+        let store = this.store.clone();
+        store
+            .run(move |store| store.push_lock_delete(this.receive_pack, &this.path, old))
+            .await
+    }
+}
+
+impl RemoteStore {
     /// Opens a receive-pack session, takes the tips `intent` needs from its advertisement (the
     /// fresh remote check), fetches those the cache lacks and reads the files.
-    fn begin_blocking(
-        &self,
-        path: &StatePath,
-        intent: Intent,
-    ) -> Result<RemoteSession, StoreError> {
+    fn begin_session(&self, path: &StatePath, intent: Intent) -> Result<RemoteSession, StoreError> {
         let lock_ref = path.lock_ref();
         let names: Vec<&str> = match intent {
             Intent::Write => vec![&self.state_ref, &lock_ref],
@@ -493,51 +550,72 @@ impl RemoteStore {
             budget: None,
         })
     }
+}
 
-    /// Pushes a one-file commit on `base` over `session`, expecting the state branch at `base`.
-    fn push_state(
-        &self,
-        session: ReceivePack,
-        path: &StatePath,
-        base: Option<ObjectId>,
-        change: &StateChange,
-        message: &str,
-    ) -> Result<Revision, StoreError> {
-        let outgoing = self.build(path.as_str(), |repo| {
-            state_commit(repo, base, path.as_str(), change, message)
-        })?;
-        let null = ObjectId::null(gix::hash::Kind::Sha1);
-        let update = RefUpdate {
-            name: self.state_ref.clone(),
-            old: base.unwrap_or(null),
-            new: outgoing.commit,
+// No per-process write serializer (the default): concurrent writes share pushes through the
+// write queue.
+impl BlockingStore for RemoteStore {
+    const OWN_WRITE_SESSIONS: bool = true;
+
+    /// Runs blocking git work on a cache generation, bounded by the store timeout.
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let mut store = self.clone();
+        let cache = match &self.pinned {
+            Some(cache) => cache.clone(),
+            None => self.handle.current()?,
         };
-        if !self.push_one(session, update, Some(&outgoing))? {
-            return Err(StoreError::Stale);
+        store.pinned = Some(cache.clone());
+        let task = tokio::task::spawn_blocking(move || work(store));
+        match tokio::time::timeout(self.timeout, task).await {
+            Ok(joined) => {
+                let result =
+                    joined.map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?;
+                self.handle.retire_if_spent(&cache);
+                result
+            }
+            // The blocking task finishes on its own (every answer it reads must come within the
+            // timeout, see plumbing::limits; ssh's pipes have a watchdog, plumbing::ssh); a push
+            // still in flight is atomic on the server, so the remote is either unchanged or
+            // fully updated.
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{} did not answer within {} s",
+                self.endpoint.display,
+                self.timeout.as_secs_f32()
+            ))),
         }
-        self.cache()?
-            .record_pushed(&outgoing.objects, &self.state_ref, Some(outgoing.commit))?;
-        Ok(outgoing.commit.to_string())
     }
 
-    /// Deletes the lock branch over `session`, expecting it at `old`.
-    fn push_lock_delete(
-        &self,
-        session: ReceivePack,
-        path: &StatePath,
-        old: ObjectId,
-    ) -> Result<(), StoreError> {
+    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let lock_ref = path.lock_ref();
-        let update = RefUpdate {
-            name: lock_ref.clone(),
-            old,
-            new: ObjectId::null(gix::hash::Kind::Sha1),
+        let lock_file = path.lock_file();
+        // The state and lock blobs come over the same session as the tips.
+        let file = |name: &str| {
+            if name == self.state_ref {
+                Some(path.as_str().to_owned())
+            } else if name == lock_ref {
+                Some(lock_file.clone())
+            } else {
+                None
+            }
         };
-        if !self.push_one(session, update, None)? {
-            return Err(StoreError::Stale);
-        }
-        self.cache()?.record_pushed(&[], &lock_ref, None)?;
-        Ok(())
+        let tips =
+            self.cache()?
+                .refresh_reading(&self.endpoint, &[&self.state_ref, &lock_ref], &file)?;
+        let state_tip = tips.get(&self.state_ref).copied();
+        let lock_tip = tips.get(&lock_ref).copied();
+        Ok(Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        })
     }
 
     fn update_state_blocking(
@@ -595,12 +673,22 @@ impl RemoteStore {
         }
     }
 
-    /// The lock that beat us, read fresh from the remote.
-    fn held(&self, path: &StatePath) -> Result<LockCreate, StoreError> {
-        match self.read_lock_blocking(path)? {
-            Some((tip, content)) => Ok(LockCreate::Held { tip, content }),
-            // Released meanwhile: the caller retries from a fresh read.
-            None => Err(StoreError::Stale),
+    fn read_lock_blocking(
+        &self,
+        path: &StatePath,
+    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let lock_ref = path.lock_ref();
+        let lock_file = path.lock_file();
+        let tips = self
+            .cache()?
+            .refresh_reading(&self.endpoint, &[&lock_ref], &|_| Some(lock_file.clone()))?;
+        match tips.get(&lock_ref) {
+            Some(tip) => Ok(Some((
+                tip.to_string(),
+                self.read(Some(*tip), &path.lock_file())?
+                    .unwrap_or_default(),
+            ))),
+            None => Ok(None),
         }
     }
 
@@ -612,19 +700,6 @@ impl RemoteStore {
             return Err(StoreError::Stale);
         }
         self.push_lock_delete(session, path, old)
-    }
-}
-
-impl RemoteStore {
-    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
-    /// fetch of the state branch's missing history) and returns it with the branch tip.
-    fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
-        let cache = self.handle.history()?;
-        let tips = cache.refresh(&self.endpoint, &[&self.state_ref])?;
-        self.history_checked
-            .store(true, std::sync::atomic::Ordering::Release);
-        let tip = tips.get(&self.state_ref).copied();
-        Ok((cache, tip))
     }
 
     fn history_blocking(
@@ -678,90 +753,12 @@ impl RemoteStore {
             .refresh_reading(&self.endpoint, &[&pattern], &lock_file)?;
         crate::held_locks(&self.cache()?.repo(), tips)
     }
-}
 
-/// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
-/// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
-/// that is the same connection; over smart HTTP the push is the second request.
-pub struct RemoteSession {
-    store: RemoteStore,
-    path: StatePath,
-    intent: Intent,
-    /// The entry at `path` on `state_tip`: a write's condition (DESIGN §9.1).
-    base_file: Option<ObjectId>,
-    lock_tip: Option<ObjectId>,
-    snapshot: Snapshot,
-    receive_pack: ReceivePack,
-    budget: Option<WriteBudget>,
-}
-
-#[async_trait::async_trait]
-impl WriteSession for RemoteSession {
-    fn snapshot(&self) -> &Snapshot {
-        &self.snapshot
-    }
-
-    fn set_budget(&mut self, budget: WriteBudget) {
-        self.budget = Some(budget);
-    }
-
-    /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
-    /// batch, as its own commit, once its own conditions (the file and the lock it read are
-    /// unchanged) hold on the branch tip.
-    async fn update_state(
-        self: Box<Self>,
-        change: StateChange,
-        message: &str,
-    ) -> Result<Revision, StoreError> {
-        if self.intent != Intent::Write {
-            return Err(StoreError::Internal(
-                "a state write in a session that did not read the state".into(),
-            ));
-        }
-        let this = *self;
-        let store = this.store.unpinned();
-        let queue = WriteQueue::of(
-            &format!("{:p}", Arc::as_ptr(&store.handle)),
-            &store.state_ref,
-            store.endpoint.credentials.as_ref(),
-        )?;
-        let write = QueuedWrite {
-            path: this.path,
-            base_file: this.base_file,
-            lock_tip: this.lock_tip,
-            change,
-            message: message.to_owned(),
-            since: this
-                .budget
-                .map_or_else(std::time::Instant::now, |b| b.since),
-            deadline: this.budget.map(|b| b.deadline),
-        };
-        queue.submit(&store, write, this.receive_pack).await
-    }
-
-    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
-        let this = *self;
-        let Some(old) = this.lock_tip else {
-            return Err(StoreError::Stale);
-        };
-        let store = this.store.clone();
-        store
-            .run(move |store| store.push_lock_delete(this.receive_pack, &this.path, old))
-            .await
-    }
-}
-
-// No per-process write serializer: concurrent writes share pushes through the write queue.
-crate::state_store_via_blocking!(RemoteStore, |_store| None, {
-    async fn begin<'a>(
-        &'a self,
+    fn begin_blocking(
+        &self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
-        let path = path.clone();
-        let session = self
-            .run(move |store| store.begin_blocking(&path, intent))
-            .await?;
-        Ok(Box::new(session))
+    ) -> Result<Box<dyn WriteSession>, StoreError> {
+        Ok(Box::new(self.begin_session(path, intent)?))
     }
-});
+}

@@ -1,0 +1,178 @@
+//! Stores whose work blocks a thread (git object databases, pipes to a git server): they
+//! implement [`BlockingStore`], one plain method per [`StateStore`] operation, and the generic
+//! adapter below makes each of them a `StateStore` by running those methods through the store's
+//! own [`BlockingStore::run`] (off the async threads; a remote store adds its cache and its
+//! timeout there). The rules of every operation are those of the port: see [`StateStore`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::store::begin_with_separate_calls;
+use crate::{
+    HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateListing, StatePath,
+    StateStore, StoreError, Version, WriteSession,
+};
+
+/// A [`StateStore`] written as blocking calls. Each `*_blocking` method has the contract of the
+/// `StateStore` method of the same name.
+pub trait BlockingStore: Clone + Send + Sync + 'static {
+    /// Whether writes begin with [`BlockingStore::begin_blocking`] (one session that reads and
+    /// then pushes, see [`StateStore::begin`]); otherwise they read and write through separate
+    /// calls.
+    const OWN_WRITE_SESSIONS: bool = false;
+
+    /// Runs `work` on a clone of this store where it may block, and returns its result.
+    fn run<T, F>(&self, work: F) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(Self) -> Result<T, StoreError> + Send + 'static;
+
+    /// See [`StateStore::snapshot`].
+    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
+
+    /// See [`StateStore::update_state`].
+    fn update_state_blocking(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError>;
+
+    /// See [`StateStore::create_lock`].
+    fn create_lock_blocking(
+        &self,
+        path: &StatePath,
+        content: &[u8],
+        message: &str,
+    ) -> Result<LockCreate, StoreError>;
+
+    /// See [`StateStore::read_lock`].
+    fn read_lock_blocking(&self, path: &StatePath)
+        -> Result<Option<(Revision, Bytes)>, StoreError>;
+
+    /// See [`StateStore::delete_lock`].
+    fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;
+
+    /// See [`StateStore::history`].
+    fn history_blocking(&self, path: &StatePath, limit: usize) -> Result<Vec<Version>, StoreError>;
+
+    /// See [`StateStore::read_version`].
+    fn read_version_blocking(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError>;
+
+    /// See [`StateStore::list_states`].
+    fn list_states_blocking(&self) -> Result<Vec<StateListing>, StoreError>;
+
+    /// See [`StateStore::list_locks`].
+    fn list_locks_blocking(&self) -> Result<Vec<HeldLock>, StoreError>;
+
+    /// See [`StateStore::write_serializer`].
+    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        None
+    }
+
+    /// The session a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
+    /// store has its own (see [`StateStore::begin`]). Never called otherwise.
+    fn begin_blocking(
+        &self,
+        _path: &StatePath,
+        _intent: Intent,
+    ) -> Result<Box<dyn WriteSession>, StoreError> {
+        Err(StoreError::Internal(
+            "this store has no write sessions of its own".into(),
+        ))
+    }
+}
+
+/// The adapter: every blocking store is a [`StateStore`].
+#[async_trait]
+impl<S: BlockingStore> StateStore for S {
+    async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.snapshot_blocking(&path)).await
+    }
+
+    async fn update_state(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
+        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
+            .await
+    }
+
+    async fn create_lock(
+        &self,
+        path: &StatePath,
+        content: Bytes,
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let (path, message) = (path.clone(), message.to_owned());
+        self.run(move |store| store.create_lock_blocking(&path, &content, &message))
+            .await
+    }
+
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.read_lock_blocking(&path)).await
+    }
+
+    fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        BlockingStore::write_serializer(self)
+    }
+
+    async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let (path, tip) = (path.clone(), tip.clone());
+        self.run(move |store| store.delete_lock_blocking(&path, &tip))
+            .await
+    }
+
+    async fn history(&self, path: &StatePath, limit: usize) -> Result<Vec<Version>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.history_blocking(&path, limit))
+            .await
+    }
+
+    async fn read_version(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let (path, commit) = (path.clone(), commit.clone());
+        self.run(move |store| store.read_version_blocking(&path, &commit))
+            .await
+    }
+
+    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
+        self.run(move |store| store.list_states_blocking()).await
+    }
+
+    async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
+        self.run(move |store| store.list_locks_blocking()).await
+    }
+
+    async fn begin<'a>(
+        &'a self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+        if !S::OWN_WRITE_SESSIONS {
+            return begin_with_separate_calls(self, path, intent).await;
+        }
+        let path = path.clone();
+        let session = self
+            .run(move |store| store.begin_blocking(&path, intent))
+            .await?;
+        Ok(session)
+    }
+}
