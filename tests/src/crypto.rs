@@ -216,6 +216,23 @@ pub fn sops_decrypt(file: &Path, env: &[(String, String)]) -> (bool, Vec<u8>, St
     )
 }
 
+/// Real `sops -d` of the document `bytes` with the age key file `key_file`, parsed; panics
+/// with sops' message when it fails.
+pub fn sops_decrypt_with_age_key(bytes: &[u8], key_file: &Path) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("state.json");
+    std::fs::write(&file, bytes).expect("write");
+    let (ok, stdout, stderr) = sops_decrypt(
+        &file,
+        &[(
+            "SOPS_AGE_KEY_FILE".into(),
+            key_file.to_str().expect("utf-8").into(),
+        )],
+    );
+    assert!(ok, "sops -d failed: {stderr}");
+    serde_json::from_slice(&stdout).expect("sops printed JSON")
+}
+
 /// A fresh age X25519 key pair.
 pub struct AgeKeyPair {
     /// `age1…`

@@ -256,6 +256,33 @@ pub fn bare_repo_without_filter(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
+/// Pushes a new root commit holding exactly `files` (path, content) to `branch` of the bare
+/// repository `repository`, with plain git, as another tool would leave them there (the push is
+/// a create: it fails when the branch exists).
+pub fn push_root_commit(repository: &Path, branch: &str, files: &[(&str, &[u8])], message: &str) {
+    let work = tempfile::tempdir().expect("tempdir");
+    git(
+        Some(work.path()),
+        &["init", "--quiet", "--initial-branch=work"],
+    );
+    for (path, content) in files {
+        let file = work.path().join(path);
+        fs::create_dir_all(file.parent().expect("a parent")).expect("mkdir");
+        fs::write(file, content).expect("write");
+    }
+    git(Some(work.path()), &["add", "."]);
+    git(Some(work.path()), &["commit", "--quiet", "-m", message]);
+    git(
+        Some(work.path()),
+        &[
+            "push",
+            "--quiet",
+            repository.to_str().expect("utf-8"),
+            &format!("work:refs/heads/{branch}"),
+        ],
+    );
+}
+
 /// Puts one commit (a README) on `main` of the bare repository `repo`, like a repository created
 /// on a forge with "initialize with README". Returns the commit id.
 pub fn seed_commit(repo: &Path) -> String {

@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use gitstate_tests::crypto::{legacy_aes_vector, sops_decrypt, AgeKeyPair};
+use gitstate_tests::crypto::{legacy_aes_vector, sops_decrypt_with_age_key, AgeKeyPair};
 use gitstate_tests::*;
 use serde_json::Value;
 
@@ -25,56 +25,17 @@ fn plaintext() -> Value {
 /// terraform-backend-git left them.
 fn repository_with(dir: &Path, files: &[(&str, &[u8])]) -> PathBuf {
     let repository = bare_repo(dir, "states");
-    let work = tempfile::tempdir().expect("tempdir");
-    git(
-        Some(work.path()),
-        &["init", "--quiet", "--initial-branch=main"],
-    );
-    for (path, content) in files {
-        let file = work.path().join(path);
-        fs::create_dir_all(file.parent().expect("a parent")).expect("mkdir");
-        fs::write(file, content).expect("write");
-    }
-    git(Some(work.path()), &["add", "."]);
-    git(
-        Some(work.path()),
-        &[
-            "commit",
-            "--quiet",
-            "-m",
-            "states left by terraform-backend-git",
-        ],
-    );
-    git(
-        Some(work.path()),
-        &[
-            "push",
-            "--quiet",
-            repository.to_str().expect("utf-8"),
-            "main:refs/heads/main",
-        ],
+    push_root_commit(
+        &repository,
+        "main",
+        files,
+        "states left by terraform-backend-git",
     );
     repository
 }
 
 fn repository_flag(repository: &Path) -> String {
     format!("default={}", repository.display())
-}
-
-/// Real `sops -d` of `bytes` with the age key file, parsed.
-fn real_sops_decrypt(bytes: &[u8], key_file: &Path) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("state.json");
-    fs::write(&file, bytes).expect("write");
-    let (ok, stdout, stderr) = sops_decrypt(
-        &file,
-        &[(
-            "SOPS_AGE_KEY_FILE".into(),
-            key_file.to_str().expect("utf-8").into(),
-        )],
-    );
-    assert!(ok, "sops -d failed: {stderr}");
-    serde_json::from_slice(&stdout).expect("sops printed JSON")
 }
 
 fn is_sops_document(bytes: &[u8]) -> bool {
@@ -128,7 +89,7 @@ fn a_legacy_aes_state_is_served_and_the_next_write_is_sealed_with_sops() {
         !String::from_utf8_lossy(&stored).contains(SECRET),
         "the secret is stored in clear"
     );
-    assert_eq!(real_sops_decrypt(&stored, &key_file), next);
+    assert_eq!(sops_decrypt_with_age_key(&stored, &key_file), next);
     let (status, body) = http("GET", &url, None, None).expect("GET");
     assert_eq!(status, 200, "{body}");
     assert_eq!(serde_json::from_str::<Value>(&body).expect("JSON"), next);
@@ -335,7 +296,11 @@ fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
         assert_eq!(changed.lines().count(), 1, "{path} changed in one commit");
         let stored = git_show(&repository, "main", path).expect("stored");
         assert!(is_sops_document(&stored), "{path} is not sealed");
-        assert_eq!(real_sops_decrypt(&stored, &key_file), plaintext(), "{path}");
+        assert_eq!(
+            sops_decrypt_with_age_key(&stored, &key_file),
+            plaintext(),
+            "{path}"
+        );
     }
     assert_eq!(
         git_show(&repository, "main", "other.tfstate"),
@@ -430,7 +395,7 @@ fn real_terraform_reads_a_legacy_aes_state_and_its_next_apply_is_sealed() {
     terraform.apply(work.path()).expect_code(0, "apply");
     let stored = git_show(&repository, "main", "prod.tfstate").expect("stored");
     assert!(is_sops_document(&stored), "the new state is not sealed");
-    let state = real_sops_decrypt(&stored, &key_file);
+    let state = sops_decrypt_with_age_key(&stored, &key_file);
     assert_eq!(state["serial"], 8, "{state}");
     assert_eq!(state["lineage"], plaintext()["lineage"]);
     assert!(state["outputs"].get("db_password").is_none(), "{state}");

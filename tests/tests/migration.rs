@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use gitstate_tests::crypto::{
-    legacy_aes_vector, sops_decrypt, sops_encrypt_with_config, AgeKeyPair,
+    legacy_aes_vector, sops_decrypt_with_age_key, sops_encrypt_with_config, AgeKeyPair,
 };
 use gitstate_tests::*;
 use serde_json::Value;
@@ -21,39 +21,11 @@ const LEFT_BEHIND: &str = r#"{"ID":"5d8c3f0e-tbg-lock","Operation":"OperationTyp
 /// Pushes the branch `locks/{state}` holding `{state}.lock` = `lock_info` to `repository`, with
 /// plain git, as terraform-backend-git does when it takes a lock.
 fn leave_a_lock(repository: &Path, state: &str, lock_info: &str) {
-    let work = tempfile::tempdir().expect("tempdir");
-    let url = format!("file://{}", repository.display());
-    git(
-        None,
-        &[
-            "clone",
-            "--quiet",
-            &url,
-            work.path().to_str().expect("utf-8"),
-        ],
-    );
-    git(
-        Some(work.path()),
-        &["checkout", "--quiet", "-b", &format!("locks/{state}")],
-    );
-    std::fs::write(work.path().join(format!("{state}.lock")), lock_info).expect("write");
-    git(Some(work.path()), &["add", "."]);
-    git(
-        Some(work.path()),
-        &[
-            "-c",
-            "user.name=terraform-backend-git",
-            "-c",
-            "user.email=tbg@example.com",
-            "commit",
-            "--quiet",
-            "-m",
-            &format!("Lock {state}"),
-        ],
-    );
-    git(
-        Some(work.path()),
-        &["push", "--quiet", "origin", &format!("locks/{state}")],
+    push_root_commit(
+        repository,
+        &format!("locks/{state}"),
+        &[(&format!("{state}.lock"), lock_info.as_bytes())],
+        &format!("Lock {state}"),
     );
 }
 
@@ -140,38 +112,11 @@ fn tbg_repository(repos: &Path, files: &[(&str, &[u8])]) -> PathBuf {
         Some(&repository),
         &["symbolic-ref", "HEAD", "refs/heads/master"],
     );
-    let work = tempfile::tempdir().expect("tempdir");
-    git(
-        Some(work.path()),
-        &["init", "--quiet", "--initial-branch=master"],
-    );
-    for (path, content) in files {
-        let file = work.path().join(path);
-        fs::create_dir_all(file.parent().expect("a parent")).expect("mkdir");
-        fs::write(file, content).expect("write");
-    }
-    git(Some(work.path()), &["add", "."]);
-    git(
-        Some(work.path()),
-        &[
-            "-c",
-            "user.name=terraform-backend-git",
-            "-c",
-            "user.email=tbg@example.com",
-            "commit",
-            "--quiet",
-            "-m",
-            "states written by terraform-backend-git",
-        ],
-    );
-    git(
-        Some(work.path()),
-        &[
-            "push",
-            "--quiet",
-            repository.to_str().expect("utf-8"),
-            "master:refs/heads/master",
-        ],
+    push_root_commit(
+        &repository,
+        "master",
+        files,
+        "states written by terraform-backend-git",
     );
     repository
 }
@@ -185,22 +130,6 @@ fn tbg_address(gitstate: &Gitstate, repository: &str, state: &str) -> String {
         .append_pair("state", state)
         .finish();
     format!("{}/?{query}", gitstate.base_url())
-}
-
-/// Real `sops -d` of `bytes` with the age key file, parsed.
-fn real_sops_decrypt(bytes: &[u8], key_file: &Path) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("state.json");
-    fs::write(&file, bytes).expect("write");
-    let (ok, stdout, stderr) = sops_decrypt(
-        &file,
-        &[(
-            "SOPS_AGE_KEY_FILE".into(),
-            key_file.to_str().expect("utf-8").into(),
-        )],
-    );
-    assert!(ok, "sops -d failed: {stderr}");
-    serde_json::from_slice(&stdout).expect("sops printed JSON")
 }
 
 fn json(body: &str) -> Value {
@@ -360,7 +289,7 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
         !String::from_utf8_lossy(&stored).contains(SECRET),
         "the secret is stored in clear"
     );
-    let written = real_sops_decrypt(&stored, &k1_file);
+    let written = sops_decrypt_with_age_key(&stored, &k1_file);
     assert_eq!(written["lineage"], app_state["lineage"]);
     assert!(written["serial"].as_u64() > Some(serial), "{written}");
     assert_eq!(
@@ -394,7 +323,7 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
     );
     migrated.expect_code(0, "gitstate migrate");
     let resealed = git_show(&repository, "master", "envs/old/legacy.tfstate").expect("stored");
-    assert_eq!(real_sops_decrypt(&resealed, &k1_file), net_state);
+    assert_eq!(sops_decrypt_with_age_key(&resealed, &k1_file), net_state);
     assert_eq!(
         git_show(&repository, "master", "envs/prod/net.tfstate"),
         net_before,
