@@ -420,14 +420,9 @@ impl Backend {
         let mut attempt = 0;
         loop {
             // One session: the read and the compare-and-swap push share one remote check.
-            let session = match store.begin(path, Intent::Write).await {
-                Ok(session) => session,
-                Err(StoreError::Stale) => {
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
+            let session = self
+                .begin_write(store, path, (&mut attempt, started, deadline))
+                .await?;
             let snapshot = session.snapshot();
             // The writer's name goes into the commit message: escaped, so it stays one line.
             let mut who = escape_controls(caller.display()).into_owned();
@@ -468,6 +463,24 @@ impl Backend {
                     commit: revision,
                     who,
                 }));
+            }
+        }
+    }
+
+    /// The read of one attempt of a read-then-write loop (a write, a migration): a write session
+    /// on `path`, begun again (after the retry policy's pause, within the deadline) while the
+    /// refs move under the read.
+    pub(crate) async fn begin_write<'a>(
+        &self,
+        store: &'a dyn StateStore,
+        path: &StatePath,
+        (attempt, started, deadline): (&mut u32, Instant, Instant),
+    ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
+        loop {
+            match store.begin(path, Intent::Write).await {
+                Ok(session) => return Ok(session),
+                Err(StoreError::Stale) => self.retry_or_busy(attempt, started, deadline).await?,
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{validate_state, Backend, BackendError, Caller};
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
-use crate::store::{Intent, Revision, StateChange, StateStore, StoreError};
+use crate::store::{Revision, StateChange, StateStore};
 use crate::text::escape_controls;
 
 /// What a stored file is, as far as a migration is concerned.
@@ -95,14 +95,9 @@ impl Backend {
         let at = Place::new(store.repository(), path);
         let mut attempt = 0;
         loop {
-            let session = match store.begin(path, Intent::Write).await {
-                Ok(session) => session,
-                Err(StoreError::Stale) => {
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
+            let session = self
+                .begin_write(store, path, (&mut attempt, started, deadline))
+                .await?;
             let snapshot = session.snapshot();
             let Some(stored) = snapshot.state.clone() else {
                 return Ok(Migration::left(StoredForm::Absent, None));
