@@ -52,7 +52,7 @@ pub struct RemoteConfig {
 impl std::fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("url", &crate::plumbing::transport::redact_url(&self.url))
+            .field("url", &gitstate_core::url::redact_in_text(&self.url))
             .field("git_ref", &self.git_ref)
             .field("credentials", &self.credentials)
             .field("cache_dir", &self.cache_dir)

@@ -110,7 +110,7 @@ impl Endpoint {
     /// Removes every trace of the password from `message` (a last line of defence: messages are
     /// built from URLs without credentials already).
     pub fn scrub(&self, message: &str) -> String {
-        let mut out = redact_url(message);
+        let mut out = redact_in_text(message);
         if let Some(c) = &self.credentials {
             if !c.password.is_empty() {
                 out = out.replace(&c.password, "***");
@@ -118,12 +118,6 @@ impl Endpoint {
         }
         out
     }
-}
-
-/// Replaces `user:password@` in every URL inside `text` with `***@` (see
-/// [`gitstate_core::url::redact_in_text`]).
-pub fn redact_url(text: &str) -> String {
-    redact_in_text(text)
 }
 
 /// Opens a transport to `endpoint` asking for protocol `version`. Nothing is sent yet, except
@@ -631,15 +625,6 @@ fn chain(error: &gix::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_userinfo_everywhere() {
-        assert_eq!(
-            redact_url("failed for \"https://bob:s3cret@host/x.git\" and http://h/y"),
-            "failed for \"https://***@host/x.git\" and http://h/y"
-        );
-        assert_eq!(redact_url("no url"), "no url");
-    }
 
     #[test]
     fn moves_embedded_credentials_out_of_the_url() {
