@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gitstate_core::{Credentials, RegistryError, StateStore, StoreRegistry};
+use gitstate_core::{Credentials, RegistryError, StateStore, StoreError, StoreRegistry};
 
 use crate::access::Access;
 use crate::config::{Config, ConfigError};
@@ -49,6 +49,10 @@ impl StoreRegistry for Registry {
 
     fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
         self.access.admit_operator(caller)
+    }
+
+    async fn check_repositories(&self) -> Vec<(String, Result<(), StoreError>)> {
+        self.stores.check_all().await
     }
 
     fn named(

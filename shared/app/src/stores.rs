@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore};
+use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreError};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{
@@ -110,6 +110,20 @@ fn open_unnamed_store(
     Ok(Arc::new(store))
 }
 
+/// How long a readiness check waits for a repository's answer.
+pub const READINESS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `store`'s check, within [`READINESS_TIMEOUT`].
+async fn check_one(store: &dyn StateStore) -> Result<(), StoreError> {
+    match tokio::time::timeout(READINESS_TIMEOUT, store.check()).await {
+        Ok(checked) => checked,
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "the repository did not answer within {} s",
+            READINESS_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 impl Stores {
     /// Opens every configured repository; with none configured, the embedded default at
     /// `{data_dir}/default.git`.
@@ -179,6 +193,40 @@ impl Stores {
     /// The configured repository names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.repositories.keys().cloned().collect()
+    }
+
+    /// Readiness: every configured repository checked at once, each within
+    /// [`READINESS_TIMEOUT`], with the deployment's credential. Pass-through holds none: its
+    /// check has no credential, and a repository that answers by asking for one is ready.
+    pub async fn check_all(&self) -> Vec<(String, Result<(), StoreError>)> {
+        let mut checks = tokio::task::JoinSet::new();
+        for (name, repository) in &self.repositories {
+            let store = match self.passthrough {
+                true => open_store(name, repository, &self.config, None),
+                false => self.named(name, None),
+            };
+            let (name, passthrough) = (name.clone(), self.passthrough);
+            checks.spawn(async move {
+                let checked = match store {
+                    Ok(store) => check_one(store.as_ref()).await,
+                    Err(e) => Err(StoreError::Internal(e.to_string())),
+                };
+                let checked = match checked {
+                    Err(StoreError::Unauthorized(_)) if passthrough => Ok(()),
+                    other => other,
+                };
+                (name, checked)
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = checks.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(e) => tracing::error!(error = %e, "a readiness check failed to run"),
+            }
+        }
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        results
     }
 
     /// The configured repository `name`; in pass-through mode, a store holding `caller`'s

@@ -73,6 +73,9 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// See [`StateStore::list_locks`].
     fn list_locks_blocking(&self) -> Result<Vec<HeldLock>, StoreError>;
 
+    /// See [`StateStore::check`].
+    fn check_blocking(&self) -> Result<(), StoreError>;
+
     /// See [`StateStore::write_serializer`].
     fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
         None
@@ -129,6 +132,10 @@ impl<S: BlockingStore> StateStore for S {
 
     fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
         BlockingStore::write_serializer(self)
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        self.run(move |store| store.check_blocking()).await
     }
 
     async fn delete_lock(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {

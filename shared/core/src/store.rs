@@ -167,6 +167,14 @@ pub trait StateStore: Send + Sync + 'static {
         true
     }
 
+    /// Readiness (`/_/ready`): whether the repository answers with this store's credential. A
+    /// remote store asks for one receive-pack advertisement (the check every write starts with;
+    /// nothing is fetched or pushed); a local one reads its branch. The default has nothing to
+    /// check.
+    async fn check(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// A lock that serializes this process's state writes to the repository. Requests in one
     /// process then never race each other for the state branch (no wasted pushes, no starved
     /// writer); compare-and-swap retries only resolve contention with other processes.
@@ -325,6 +333,10 @@ impl StateStore for NamedStore {
 
     fn guards_states(&self) -> bool {
         self.guards_states
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        self.inner.check().await
     }
 
     fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
@@ -538,6 +550,14 @@ pub trait StoreRegistry: Send + Sync + 'static {
 
     /// The configured repository names, sorted.
     fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Readiness (`/_/ready`): each configured repository, by name, checked with the
+    /// deployment's own credential ([`StateStore::check`]). In pass-through mode the deployment
+    /// has none: a repository that answers by asking for credentials is ready. The default has
+    /// nothing to check.
+    async fn check_repositories(&self) -> Vec<(String, Result<(), StoreError>)> {
         Vec::new()
     }
 

@@ -322,4 +322,8 @@ impl BlockingStore for LocalStore {
     fn write_serializer(&self) -> Option<std::sync::Arc<tokio::sync::Mutex<()>>> {
         Some(self.writes.clone())
     }
+
+    fn check_blocking(&self) -> Result<(), StoreError> {
+        self.tip(&self.state_ref).map(|_| ())
+    }
 }

@@ -761,4 +761,8 @@ impl BlockingStore for RemoteStore {
     ) -> Result<Box<dyn WriteSession>, StoreError> {
         Ok(Box::new(self.begin_session(path, intent)?))
     }
+
+    fn check_blocking(&self) -> Result<(), StoreError> {
+        ReceivePack::connect(&self.endpoint).map(|_| ())
+    }
 }

@@ -261,6 +261,7 @@ pub async fn query_style(
             "service": "gitstate",
             "state_address": "/state/{repository}/{path}",
             "health": "/_/health",
+            "ready": "/_/ready",
         }))
         .into_response());
     }

@@ -9,6 +9,7 @@ mod error;
 mod guard;
 mod handlers;
 mod inspect;
+mod ready;
 mod recorder;
 mod ui;
 
@@ -38,6 +39,8 @@ pub struct AppState {
     guard: Arc<RequestGuard>,
     /// Renders the metrics for `/_/metrics` (`None`: this runtime exports none).
     metrics: Option<MetricsRender>,
+    /// The last `/_/ready` result.
+    readiness: Arc<ready::Readiness>,
 }
 
 /// Renders the process's metrics as Prometheus text (the exporter's handle, installed by the
@@ -62,6 +65,7 @@ impl AppState {
             recorder,
             guard: Arc::new(RequestGuard::any_host()),
             metrics: None,
+            readiness: Arc::default(),
         }
     }
 
@@ -88,12 +92,13 @@ impl AppState {
 }
 
 /// Builds the router: `/state/{repo}/{path}`, `/lock/{repo}/{path}`, the query-style address on
-/// `/`, `/_/health`, and the read-only operational endpoints under `/_/` (states, history,
+/// `/`, `/_/health`, `/_/ready`, and the read-only operational endpoints under `/_/` (states, history,
 /// locks, catalog).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/_/health", get(handlers::health))
         .route("/_/metrics", get(handlers::metrics))
+        .route("/_/ready", get(ready::ready))
         .route("/_/states/{repo}", get(inspect::states))
         .route("/_/history/{repo}/{*path}", get(inspect::history))
         .route("/_/locks/{repo}", get(inspect::locks))
@@ -218,6 +223,92 @@ mod tests {
         let sentence = json["error"].as_str().unwrap();
         assert!(sentence.contains("bug"), "{sentence}");
         assert!(!sentence.contains("a bug in the registry"), "{sentence}");
+    }
+
+    /// A registry whose repository `b` does not answer; counts its checks.
+    #[derive(Default)]
+    struct HalfDown {
+        checks: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl StoreRegistry for HalfDown {
+        fn named(
+            &self,
+            name: &str,
+            _: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            Err(RegistryError::UnknownRepository(name.to_owned()))
+        }
+
+        fn adhoc(
+            &self,
+            url: &str,
+            _: &str,
+            _: Option<&Credentials>,
+        ) -> Result<Arc<dyn StateStore>, RegistryError> {
+            Err(RegistryError::UnknownRepository(url.to_owned()))
+        }
+
+        async fn check_repositories(&self) -> Vec<(String, Result<(), gitstate_core::StoreError>)> {
+            self.checks
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            vec![
+                ("a".to_owned(), Ok(())),
+                (
+                    "b".to_owned(),
+                    Err(gitstate_core::StoreError::Unavailable(
+                        "git.example did not answer within 5 s".into(),
+                    )),
+                ),
+            ]
+        }
+    }
+
+    /// `/_/ready` is 503 while a repository does not answer, names it to an operator (server
+    /// mode: anyone who reached the server), and asks the repositories once however many
+    /// probes arrive within the cache time.
+    #[tokio::test]
+    async fn ready_is_503_while_a_repository_does_not_answer_and_checks_are_cached() {
+        let registry = Arc::new(HalfDown::default());
+        let app = router(AppState::new(registry.clone(), Backend::default(), None));
+        for _ in 0..3 {
+            let response = app
+                .clone()
+                .oneshot(request("GET", "/_/ready", "", false))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(response.headers().contains_key("retry-after"));
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["status"], "not ready");
+            assert_eq!(json["repositories"]["a"], "ok");
+            let why = json["repositories"]["b"].as_str().unwrap_or_default();
+            assert!(why.contains("git.example did not answer"), "{json}");
+        }
+        assert_eq!(registry.checks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// In team mode an anonymous probe gets the status only; a team token also gets each
+    /// repository's result.
+    #[tokio::test]
+    async fn ready_shows_repositories_only_to_a_caller_team_mode_admits() {
+        let registry = gitstate_core::fakes::MemoryRegistry::team(&["default"], "team-token");
+        let app = router(AppState::new(registry, Backend::default(), None));
+        let (status, body) = answer(&app, request("GET", "/_/ready", "", false)).await;
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (status, json["status"].as_str()),
+            (StatusCode::OK, Some("ready"))
+        );
+        assert!(json.get("repositories").is_none(), "{body}");
+        let (status, body) = answer(&app, request("GET", "/_/ready", "", true)).await;
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert!(json["repositories"].is_object(), "{body}");
     }
 
     /// A request with the team token as basic-auth password (`token`) or none.
