@@ -124,6 +124,8 @@ pub struct VaultKey {
     uri: VaultKeyUri,
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// A token given explicitly (instead of the environment's).
+    token: Option<std::sync::Arc<Zeroizing<String>>>,
 }
 
 impl std::fmt::Debug for VaultKey {
@@ -161,7 +163,14 @@ impl VaultKey {
             uri,
             client,
             runtime,
+            token: None,
         })
+    }
+
+    /// This key with an explicit token instead of `VAULT_TOKEN` / `~/.vault-token`.
+    pub fn with_token(mut self, token: Zeroizing<String>) -> VaultKey {
+        self.token = Some(std::sync::Arc::new(token));
+        self
     }
 
     /// Where the key lives.
@@ -191,7 +200,11 @@ impl VaultKey {
         operation: &str,
         body: Zeroizing<Vec<u8>>,
     ) -> Result<serde_json::Map<String, serde_json::Value>, SopsError> {
-        let token = token().ok_or_else(|| {
+        let token = match &self.token {
+            Some(t) => Some(Zeroizing::new(t.as_str().to_owned())),
+            None => token(),
+        };
+        let token = token.ok_or_else(|| {
             self.err(format!(
                 "{operation}: no Vault token: set VAULT_TOKEN or write one to ~/.vault-token"
             ))
@@ -201,7 +214,7 @@ impl VaultKey {
             .post(self.uri.call_url(operation))
             .header("X-Vault-Token", token.as_str())
             .header("Content-Type", "application/json")
-            .body(body.to_vec());
+            .body(body.to_vec()); // reqwest's copy of the body is out of reach
         drop(token);
         drop(body);
         if let Some(ns) = std::env::var("VAULT_NAMESPACE").ok().filter(|n| !n.is_empty()) {
