@@ -199,6 +199,15 @@ pub struct EncryptionConfig {
     /// age recipients new versions are wrapped for.
     #[serde(default)]
     pub age_recipients: Vec<String>,
+    /// PGP fingerprints new versions are wrapped for, through the `gpg` binary (the secret key
+    /// in gpg's keyring reads: `GNUPGHOME`, else `~/.gnupg`).
+    #[serde(default)]
+    pub pgp_fingerprints: Vec<String>,
+    /// Vault / OpenBao transit keys new versions are wrapped for, in sops' URI form
+    /// (`https://vault:8200/v1/transit/keys/NAME`); the token comes from `VAULT_TOKEN` or
+    /// `~/.vault-token`.
+    #[serde(default)]
+    pub vault_uris: Vec<String>,
     /// A file of age identities for reading (besides `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`).
     #[serde(default)]
     pub age_key_file: Option<PathBuf>,
@@ -239,6 +248,8 @@ impl Default for EncryptionConfig {
             kms_context: BTreeMap::new(),
             fallback_kms_arns: Vec::new(),
             age_recipients: Vec::new(),
+            pgp_fingerprints: Vec::new(),
+            vault_uris: Vec::new(),
             age_key_file: None,
             enforced: false,
             data_key_cache_seconds: default_data_key_cache_seconds(),

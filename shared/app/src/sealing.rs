@@ -61,6 +61,8 @@ pub async fn sealer_from_config(
             .filter(|r| !r.is_empty())
             .collect(),
         age_identities: identities,
+        pgp_fingerprints: trimmed(&encryption.pgp_fingerprints),
+        vault_uris: trimmed(&encryption.vault_uris),
         data_key_ttl: Duration::from_secs(encryption.data_key_cache_seconds),
         enforced: encryption.enforced,
     };
@@ -68,7 +70,7 @@ pub async fn sealer_from_config(
         None | Some("aes") => {}
         Some("sops") if !config.has_write_keys() => {
             return Err(ConfigError::BadValue(
-                "the encryption provider is \"sops\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER) but no key is configured: set encryption.kms_arns or encryption.age_recipients (or SOPS_KMS_ARN / SOPS_AGE_RECIPIENTS)".into(),
+                format!("the encryption provider is \"sops\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER) but no key is configured: {KEY_SETTINGS}"),
             ))
         }
         Some("sops") => {}
@@ -81,7 +83,7 @@ pub async fn sealer_from_config(
     if !config.has_write_keys() {
         if encryption.enforced {
             return Err(ConfigError::BadValue(
-                "encryption is enforced but no key is configured: set encryption.kms_arns or encryption.age_recipients (or SOPS_KMS_ARN / SOPS_AGE_RECIPIENTS)".into(),
+                format!("encryption is enforced but no key is configured: {KEY_SETTINGS}"),
             ));
         }
         return Ok(None);
@@ -94,6 +96,8 @@ pub async fn sealer_from_config(
         kms_keys = encryption.kms_arns.len(),
         fallback_kms_keys = encryption.fallback_kms_arns.len(),
         age_recipients = config.age_recipients.len(),
+        pgp_keys = config.pgp_fingerprints.len(),
+        vault_keys = config.vault_uris.len(),
         "states are encrypted at rest (sops)"
     );
     Ok(sealer.map(|s| Arc::new(s) as Arc<dyn Sealer>))
@@ -134,10 +138,9 @@ pub fn legacy_opener_from_config(
         return Ok(None);
     };
     if encryption.kms_arns.is_empty()
-        && encryption
-            .age_recipients
-            .iter()
-            .all(|r| r.trim().is_empty())
+        && trimmed(&encryption.age_recipients).is_empty()
+        && trimmed(&encryption.pgp_fingerprints).is_empty()
+        && trimmed(&encryption.vault_uris).is_empty()
     {
         tracing::warn!(
             passphrase = %passphrase.source,
@@ -150,6 +153,18 @@ pub fn legacy_opener_from_config(
         );
     }
     Ok(Some(Arc::new(LegacyAes::new(&passphrase))))
+}
+
+/// Where the keys that wrap new versions are configured, for the sentences that ask for one.
+const KEY_SETTINGS: &str = "set encryption.kms_arns, encryption.age_recipients, encryption.pgp_fingerprints or encryption.vault_uris (or SOPS_KMS_ARN, SOPS_AGE_RECIPIENTS, SOPS_PGP_FP, SOPS_VAULT_URIS)";
+
+/// The non-empty values of a list, trimmed.
+fn trimmed(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
 }
 
 /// Key material read from a file or the environment, zeroed when dropped.

@@ -186,6 +186,16 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
         ),
         sources.of("kms_arns", "encryption"),
     ));
+    if !e.pgp_fingerprints.is_empty() || !e.vault_uris.is_empty() {
+        lines.push((
+            format!(
+                "encryption keys {{ pgp_fingerprints = {}, vault_uris = {} }}",
+                list(&e.pgp_fingerprints),
+                list(&e.vault_uris)
+            ),
+            sources.of("pgp_fingerprints", "encryption"),
+        ));
+    }
     lines.extend(legacy_encryption_lines(config, &sources));
     if let Some(tls) = &config.tls {
         lines.push((
