@@ -135,7 +135,11 @@ impl Bao {
             std::thread::sleep(Duration::from_millis(200));
         }
         let out = bao.cli(&["write", "-f", "transit/keys/tfstate"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         bao
     }
 
@@ -192,10 +196,7 @@ fn terraform_through_a_pgp_key() {
     let sealed = stored(cwd.path());
     let doc: Value = serde_json::from_slice(&sealed).unwrap();
     assert_eq!(doc["sops"]["pgp"][0]["fp"], gnupg.fingerprint.as_str());
-    let opened = real_sops(
-        &sealed,
-        &[("GNUPGHOME".into(), gnupg.home().to_owned())],
-    );
+    let opened = real_sops(&sealed, &[("GNUPGHOME".into(), gnupg.home().to_owned())]);
     assert_eq!(opened["resources"][0]["type"], "null_resource");
     drop(server);
 
@@ -234,7 +235,11 @@ impl GnuPg {
                 .args(args)
                 .output()
                 .expect("run gpg");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             String::from_utf8(out.stdout).unwrap()
         };
         gpg(&[
@@ -277,7 +282,10 @@ fn terraform_through_a_vault_transit_key_and_the_token_stays_out_of_logs() {
     apply_and_plan(&server, tfdir.path());
     let sealed = stored(cwd.path());
     let doc: Value = serde_json::from_slice(&sealed).unwrap();
-    assert_eq!(doc["sops"]["hc_vault"][0]["vault_address"], bao.addr.as_str());
+    assert_eq!(
+        doc["sops"]["hc_vault"][0]["vault_address"],
+        bao.addr.as_str()
+    );
     assert_eq!(doc["sops"]["hc_vault"][0]["key_name"], "tfstate");
     let opened = real_sops(
         &sealed,
@@ -288,14 +296,20 @@ fn terraform_through_a_vault_transit_key_and_the_token_stays_out_of_logs() {
     );
     assert_eq!(opened["resources"][0]["type"], "null_resource");
     let log = server.log();
-    assert!(!log.contains(ROOT_TOKEN), "the Vault token is in the log:\n{log}");
+    assert!(
+        !log.contains(ROOT_TOKEN),
+        "the Vault token is in the log:\n{log}"
+    );
     drop(server);
 
     // Without a token: 500 naming the key and why, and still no token anywhere.
     let home = tempfile::tempdir().unwrap();
     let server = Gitstate::start(
         &["--vault-uri", &uri],
-        &[("HOME", home.path().to_str().unwrap()), ("RUST_LOG", "debug")],
+        &[
+            ("HOME", home.path().to_str().unwrap()),
+            ("RUST_LOG", "debug"),
+        ],
         cwd.path(),
     );
     let (status, text) = http(

@@ -82,9 +82,9 @@ pub async fn sealer_from_config(
     }
     if !config.has_write_keys() {
         if encryption.enforced {
-            return Err(ConfigError::BadValue(
-                format!("encryption is enforced but no key is configured: {KEY_SETTINGS}"),
-            ));
+            return Err(ConfigError::BadValue(format!(
+                "encryption is enforced but no key is configured: {KEY_SETTINGS}"
+            )));
         }
         return Ok(None);
     }

@@ -282,7 +282,10 @@ impl SopsSealer {
         let sealing_with = seal_keys
             .iter()
             .position(|k| recipients.contains(&k.recipient));
-        if config.enforced && kms_write.is_empty() && sealing_with.is_none() && !other_write.is_empty()
+        if config.enforced
+            && kms_write.is_empty()
+            && sealing_with.is_none()
+            && !other_write.is_empty()
         {
             return Err(SealConfigError(
                 "encryption is enforced, but none of the keys can vouch for what this server wrote: PGP and Vault transit entries do not bind a document to its place, so enforcement needs a KMS key (its encryption context binds) or an age recipient whose identity the server holds (its seal binds) besides them".into(),

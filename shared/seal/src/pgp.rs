@@ -214,7 +214,11 @@ impl MasterKey for PgpKey {
         let enc = entry.field("enc").ok_or_else(|| {
             SopsError::Metadata(format!("pgp entry for {} has no enc", self.fingerprint))
         })?;
-        let key = self.run("gpg --decrypt", &["--use-agent", "--decrypt"], enc.as_bytes())?;
+        let key = self.run(
+            "gpg --decrypt",
+            &["--use-agent", "--decrypt"],
+            enc.as_bytes(),
+        )?;
         if key.is_empty() {
             return Err(self.err("gpg --decrypt returned nothing".into()));
         }
@@ -229,7 +233,10 @@ mod tests {
     #[test]
     fn fingerprints_are_normalized_and_checked() {
         let key = PgpKey::new("1e2f 3a4b 5c6d 7e8f 9a0b 1c2d 3e4f 5a6b 7c8d 9e0f").unwrap();
-        assert_eq!(key.fingerprint(), "1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F");
+        assert_eq!(
+            key.fingerprint(),
+            "1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F"
+        );
         for bad in ["", "DEADBEEF", "1E2F3A4B5C6D7E8F", &"Z".repeat(40)] {
             let e = PgpKey::new(bad).expect_err(bad);
             assert!(e.0.contains("not a full fingerprint"), "{e}");
@@ -255,7 +262,10 @@ mod tests {
         };
         let e = key.wrap(&[7u8; 32]).expect_err("no gpg");
         let text = e.to_string();
-        assert!(text.contains("1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F"), "{text}");
+        assert!(
+            text.contains("1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F"),
+            "{text}"
+        );
         assert!(text.contains("/nonexistent/gpg"), "{text}");
     }
 
@@ -265,7 +275,10 @@ mod tests {
         let entry = KeyEntry {
             kind: "pgp".into(),
             fields: vec![
-                ("fp".into(), Node::Str("AAAA3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F".into())),
+                (
+                    "fp".into(),
+                    Node::Str("AAAA3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F".into()),
+                ),
                 ("enc".into(), Node::Str("x".into())),
             ],
         };

@@ -41,9 +41,7 @@ impl VaultKeyUri {
             ))
         };
         let uri = uri.trim();
-        let (scheme, rest) = uri
-            .split_once("://")
-            .ok_or_else(|| bad("missing scheme"))?;
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| bad("missing scheme"))?;
         if !matches!(scheme, "http" | "https") {
             return Err(bad("the scheme must be http or https"));
         }
@@ -96,7 +94,10 @@ impl VaultKeyUri {
 
     /// Whether `entry` names this key (address compared without a trailing `/`).
     fn names(&self, entry: &KeyEntry) -> bool {
-        entry.field("vault_address").map(|a| a.trim_end_matches('/')) == Some(&self.address)
+        entry
+            .field("vault_address")
+            .map(|a| a.trim_end_matches('/'))
+            == Some(&self.address)
             && entry.field("engine_path").map(|p| p.trim_matches('/'))
                 == Some(self.engine_path.as_str())
             && entry.field("key_name") == Some(self.key_name.as_str())
@@ -217,7 +218,10 @@ impl VaultKey {
             .body(body.to_vec()); // reqwest's copy of the body is out of reach
         drop(token);
         drop(body);
-        if let Some(ns) = std::env::var("VAULT_NAMESPACE").ok().filter(|n| !n.is_empty()) {
+        if let Some(ns) = std::env::var("VAULT_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty())
+        {
             request = request.header("X-Vault-Namespace", ns);
         }
         let (status, bytes) = self
@@ -250,7 +254,10 @@ impl VaultKey {
                     .iter()
                     .map(|e| e.lines().next().unwrap_or("").chars().take(200).collect())
                     .collect();
-                format!("{operation}: Vault answered {status}: {}", errors.join("; "))
+                format!(
+                    "{operation}: Vault answered {status}: {}",
+                    errors.join("; ")
+                )
             };
             return Err(if status.is_server_error() || status.as_u16() == 429 {
                 self.unavailable(reason)
@@ -274,8 +281,7 @@ impl MasterKey for VaultKey {
     }
 
     fn wrap(&self, data_key: &[u8]) -> Result<KeyEntry, SopsError> {
-        let plaintext =
-            Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(data_key));
+        let plaintext = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(data_key));
         let mut body = Zeroizing::new(Vec::with_capacity(plaintext.len() + 32));
         body.extend_from_slice(b"{\"plaintext\":\"");
         body.extend_from_slice(plaintext.as_bytes());
@@ -289,10 +295,7 @@ impl MasterKey for VaultKey {
         Ok(KeyEntry {
             kind: "hc_vault".into(),
             fields: vec![
-                (
-                    "vault_address".into(),
-                    Node::Str(self.uri.address.clone()),
-                ),
+                ("vault_address".into(), Node::Str(self.uri.address.clone())),
                 (
                     "engine_path".into(),
                     Node::Str(self.uri.engine_path.clone()),
@@ -336,7 +339,10 @@ mod tests {
         assert_eq!(k.address, "https://vault.example.com:8200");
         assert_eq!(k.engine_path, "transit");
         assert_eq!(k.key_name, "mykey");
-        assert_eq!(k.uri(), "https://vault.example.com:8200/v1/transit/keys/mykey");
+        assert_eq!(
+            k.uri(),
+            "https://vault.example.com:8200/v1/transit/keys/mykey"
+        );
         assert_eq!(
             k.call_url("encrypt"),
             "https://vault.example.com:8200/v1/transit/encrypt/mykey"

@@ -17,7 +17,8 @@ const PLAIN: &str = r#"{"version":4,"serial":7,"lineage":"l-1","outputs":{"pw":{
 /// The root token of every OpenBao dev server these tests start (a test value, not a secret).
 const ROOT_TOKEN: &str = "gitstate-test-root-token";
 
-const INSTALL: &str = "run scripts/install-test-deps.sh (GITSTATE_TOOLS defaults to ~/.cache/gitstate-tools)";
+const INSTALL: &str =
+    "run scripts/install-test-deps.sh (GITSTATE_TOOLS defaults to ~/.cache/gitstate-tools)";
 
 fn tools() -> PathBuf {
     std::env::var("GITSTATE_TOOLS")
@@ -186,11 +187,7 @@ fn pgp_gitstate_writes_and_real_sops_reads() {
     assert!(entry["created_at"].is_string());
     let dir = tmpdir("pgp-w-files");
     std::fs::write(dir.join("state.json"), &sealed).unwrap();
-    let plain = sops(
-        &dir,
-        &[("GNUPGHOME", gnupg.home())],
-        &["-d", "state.json"],
-    );
+    let plain = sops(&dir, &[("GNUPGHOME", gnupg.home())], &["-d", "state.json"]);
     assert_eq!(json(&plain), json(PLAIN.as_bytes()));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -343,7 +340,10 @@ impl Bao {
     }
 
     fn sops_env(&self) -> [(&str, &str); 2] {
-        [("VAULT_ADDR", self.addr.as_str()), ("VAULT_TOKEN", ROOT_TOKEN)]
+        [
+            ("VAULT_ADDR", self.addr.as_str()),
+            ("VAULT_TOKEN", ROOT_TOKEN),
+        ]
     }
 }
 
@@ -442,7 +442,8 @@ fn vault_errors_name_the_key_and_never_the_token() {
     )
     .unwrap();
     // an entry of "sops" is not "absent"'s: not tried
-    let e = Document::decrypt(&sealed, &KeySource::new().with(Box::new(absent))).expect_err("not mine");
+    let e =
+        Document::decrypt(&sealed, &KeySource::new().with(Box::new(absent))).expect_err("not mine");
     assert!(matches!(e, SopsError::NoKey { .. }), "{e}");
     assert!(!e.to_string().contains(ROOT_TOKEN), "{e}");
 
