@@ -208,6 +208,11 @@ pub struct EncryptionConfig {
     /// `~/.vault-token`.
     #[serde(default)]
     pub vault_uris: Vec<String>,
+    /// GCP KMS keys (`projects/P/locations/L/keyRings/R/cryptoKeys/K`) new versions are wrapped
+    /// for; credentials from `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_CREDENTIALS`,
+    /// `GOOGLE_OAUTH_ACCESS_TOKEN` or the metadata server.
+    #[serde(default)]
+    pub gcp_kms_keys: Vec<String>,
     /// A file of age identities for reading (besides `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`).
     #[serde(default)]
     pub age_key_file: Option<PathBuf>,
@@ -250,6 +255,7 @@ impl Default for EncryptionConfig {
             age_recipients: Vec::new(),
             pgp_fingerprints: Vec::new(),
             vault_uris: Vec::new(),
+            gcp_kms_keys: Vec::new(),
             age_key_file: None,
             enforced: false,
             data_key_cache_seconds: default_data_key_cache_seconds(),

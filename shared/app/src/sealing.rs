@@ -63,6 +63,7 @@ pub async fn sealer_from_config(
         age_identities: identities,
         pgp_fingerprints: trimmed(&encryption.pgp_fingerprints),
         vault_uris: trimmed(&encryption.vault_uris),
+        gcp_kms_keys: trimmed(&encryption.gcp_kms_keys),
         data_key_ttl: Duration::from_secs(encryption.data_key_cache_seconds),
         enforced: encryption.enforced,
     };
@@ -98,6 +99,7 @@ pub async fn sealer_from_config(
         age_recipients = config.age_recipients.len(),
         pgp_keys = config.pgp_fingerprints.len(),
         vault_keys = config.vault_uris.len(),
+        gcp_kms_keys = config.gcp_kms_keys.len(),
         "states are encrypted at rest (sops)"
     );
     Ok(sealer.map(|s| Arc::new(s) as Arc<dyn Sealer>))
@@ -141,6 +143,7 @@ pub fn legacy_opener_from_config(
         && trimmed(&encryption.age_recipients).is_empty()
         && trimmed(&encryption.pgp_fingerprints).is_empty()
         && trimmed(&encryption.vault_uris).is_empty()
+        && trimmed(&encryption.gcp_kms_keys).is_empty()
     {
         tracing::warn!(
             passphrase = %passphrase.source,
@@ -156,7 +159,7 @@ pub fn legacy_opener_from_config(
 }
 
 /// Where the keys that wrap new versions are configured, for the sentences that ask for one.
-const KEY_SETTINGS: &str = "set encryption.kms_arns, encryption.age_recipients, encryption.pgp_fingerprints or encryption.vault_uris (or SOPS_KMS_ARN, SOPS_AGE_RECIPIENTS, SOPS_PGP_FP, SOPS_VAULT_URIS)";
+const KEY_SETTINGS: &str = "set encryption.kms_arns, encryption.age_recipients, encryption.pgp_fingerprints, encryption.vault_uris or encryption.gcp_kms_keys (or SOPS_KMS_ARN, SOPS_AGE_RECIPIENTS, SOPS_PGP_FP, SOPS_VAULT_URIS, SOPS_GCP_KMS_IDS)";
 
 /// The non-empty values of a list, trimmed.
 fn trimmed(values: &[String]) -> Vec<String> {

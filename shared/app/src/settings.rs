@@ -152,6 +152,16 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub vault_uris: Vec<String>,
+    /// GCP KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) new state versions are
+    /// wrapped for (repeatable, or comma-separated in the variable, as sops reads it); replaces
+    /// the file's `encryption.gcp_kms_keys`.
+    #[arg(
+        long = "gcp-kms-key",
+        value_name = "RESOURCE_ID",
+        env = "SOPS_GCP_KMS_IDS",
+        value_delimiter = ','
+    )]
+    pub gcp_kms_keys: Vec<String>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
     #[arg(
         long,
@@ -299,6 +309,9 @@ impl Settings {
         }
         if let Some(uris) = given(&self.vault_uris) {
             encryption.vault_uris = uris;
+        }
+        if let Some(keys) = given(&self.gcp_kms_keys) {
+            encryption.gcp_kms_keys = keys;
         }
         if let Some(enforced) = self.encryption_enforced {
             encryption.enforced = enforced;

@@ -21,6 +21,7 @@
 //! - States an OpenTofu client encrypted itself (`encrypted_data`) are stored untouched, unless
 //!   sealing is enforced (then they are sealed like any state).
 
+mod gcpkms;
 mod kms;
 mod legacy;
 mod memory;
@@ -39,6 +40,7 @@ use gitstate_sops::{
     EncryptOptions, KeyEntry, KeySource, MasterKey, Node, Rules, SopsError,
 };
 
+pub use gcpkms::{check_resource_id as check_gcp_kms_key, GcpKmsKey, GCP_KMS_ENDPOINT};
 pub use gitstate_sops::Zeroizing;
 pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
 pub use legacy::{LegacyAes, Passphrase};
@@ -121,6 +123,8 @@ pub struct SealerConfig {
     pub pgp_fingerprints: Vec<String>,
     /// Vault / OpenBao transit keys (sops' URI form) new versions are wrapped for (and that read).
     pub vault_uris: Vec<String>,
+    /// GCP KMS keys (`projects/…/cryptoKeys/…`) new versions are wrapped for (and that read).
+    pub gcp_kms_keys: Vec<String>,
     /// How long an unwrapped data key is kept in memory.
     pub data_key_ttl: Duration,
     /// Open only documents this server sealed, bound to their place; refuse plaintext.
@@ -139,6 +143,7 @@ impl std::fmt::Debug for SealerConfig {
             .field("age_identities", &self.age_identities.len())
             .field("pgp_fingerprints", &self.pgp_fingerprints)
             .field("vault_uris", &self.vault_uris)
+            .field("gcp_kms_keys", &self.gcp_kms_keys)
             .field("data_key_ttl", &self.data_key_ttl)
             .field("enforced", &self.enforced)
             .finish()
@@ -152,6 +157,7 @@ impl SealerConfig {
             || !self.age_recipients.is_empty()
             || !self.pgp_fingerprints.is_empty()
             || !self.vault_uris.is_empty()
+            || !self.gcp_kms_keys.is_empty()
     }
 }
 
@@ -174,7 +180,7 @@ struct Inner {
     kms_write: Vec<KmsKey>,
     /// age recipients new versions are wrapped for.
     age_write: Vec<AgeKey>,
-    /// PGP and Vault transit keys new versions are wrapped for.
+    /// PGP, Vault transit and GCP KMS keys new versions are wrapped for.
     other_write: Vec<Arc<dyn MasterKey>>,
     /// Identities of the write keys, for logs.
     write_set: Vec<String>,
@@ -265,6 +271,12 @@ impl SopsSealer {
             read_keys.push(Box::new(key.clone()));
             other_write.push(Arc::new(key));
         }
+        for id in &config.gcp_kms_keys {
+            let key = GcpKmsKey::new(id, runtime.clone())?;
+            write_set.push(format!("gcp_kms:{}", key.id()));
+            read_keys.push(Box::new(key.clone()));
+            other_write.push(Arc::new(key));
+        }
         let mut seal_keys = Vec::new();
         for text in &config.age_identities {
             let keys = AgeKey::parse_identities(text)
@@ -288,7 +300,7 @@ impl SopsSealer {
             && !other_write.is_empty()
         {
             return Err(SealConfigError(
-                "encryption is enforced, but none of the keys can vouch for what this server wrote: PGP and Vault transit entries do not bind a document to its place, so enforcement needs a KMS key (its encryption context binds) or an age recipient whose identity the server holds (its seal binds) besides them".into(),
+                "encryption is enforced, but none of the keys can vouch for what this server wrote: PGP, Vault transit and GCP KMS entries do not bind a document to its place, so enforcement needs a KMS key (its encryption context binds) or an age recipient whose identity the server holds (its seal binds) besides them".into(),
             ));
         }
         write_set.sort();
