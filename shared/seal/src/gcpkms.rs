@@ -287,6 +287,9 @@ fn token_of(answer: &[u8]) -> Option<(Zeroizing<String>, Duration)> {
     })
 }
 
+/// An access token and the instant to stop using it.
+type HeldToken = (Zeroizing<String>, Instant);
+
 /// One Cloud KMS key. Like [`crate::KmsKey`], calls run on `runtime` with `block_on`: use it from
 /// a blocking thread.
 #[derive(Clone)]
@@ -296,7 +299,7 @@ pub struct GcpKmsKey {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
     /// The access token and when to stop using it.
-    token: Arc<Mutex<Option<(Zeroizing<String>, Instant)>>>,
+    token: Arc<Mutex<Option<HeldToken>>>,
 }
 
 impl std::fmt::Debug for GcpKmsKey {
@@ -420,12 +423,20 @@ impl GcpKmsKey {
                     .client
                     .get(METADATA_TOKEN_URL)
                     .header("Metadata-Flavor", "Google");
-                let (status, body) = self.send("the metadata server's token", request)?;
+                let no_credentials = |why: String| {
+                    self.err(format!(
+                        "no Google credentials: set GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CREDENTIALS or GOOGLE_OAUTH_ACCESS_TOKEN ({why})"
+                    ))
+                };
+                // Off GCP the metadata server does not exist: a configuration error, not an outage.
+                let (status, body) = self
+                    .send("the metadata server's token", request)
+                    .map_err(|_| no_credentials("the metadata server cannot be reached".into()))?;
                 match (status, token_of(&body)) {
                     (200, Some(t)) => t,
                     _ => {
-                        return Err(self.err(format!(
-                            "no Google credentials: set GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_OAUTH_ACCESS_TOKEN (the metadata server answered {status})"
+                        return Err(no_credentials(format!(
+                            "the metadata server answered {status}"
                         )))
                     }
                 }
