@@ -259,6 +259,64 @@ mod tests {
             .is_none());
     }
 
+    #[tokio::test]
+    async fn bad_master_keys_are_refused_naming_them() {
+        for (encryption, named) in [
+            (
+                EncryptionConfig {
+                    pgp_fingerprints: vec!["DEADBEEF".into()],
+                    ..EncryptionConfig::default()
+                },
+                "PGP key 'DEADBEEF' is not a full fingerprint",
+            ),
+            (
+                EncryptionConfig {
+                    vault_uris: vec!["vault:8200/transit/keys/k".into()],
+                    ..EncryptionConfig::default()
+                },
+                "Vault transit key 'vault:8200/transit/keys/k'",
+            ),
+            (
+                EncryptionConfig {
+                    gcp_kms_keys: vec!["projects/p/keyRings/r".into()],
+                    ..EncryptionConfig::default()
+                },
+                "GCP KMS key 'projects/p/keyRings/r' is not a key name",
+            ),
+        ] {
+            let e = sealer_from_config(&encryption)
+                .await
+                .expect_err("a bad key");
+            assert!(e.to_string().contains(named), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_new_master_keys_come_from_the_file() {
+        let config = crate::Config::from_hcl(
+            r#"
+encryption {
+  pgp_fingerprints = ["85D77543B3D624B63CEA9E6DBC17301B491B3F21"]
+  vault_uris = ["https://vault:8200/v1/transit/keys/tfstate"]
+  gcp_kms_keys = ["projects/p/locations/global/keyRings/r/cryptoKeys/k"]
+}
+"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            config.encryption.pgp_fingerprints,
+            ["85D77543B3D624B63CEA9E6DBC17301B491B3F21"]
+        );
+        assert_eq!(
+            config.encryption.vault_uris,
+            ["https://vault:8200/v1/transit/keys/tfstate"]
+        );
+        assert_eq!(
+            config.encryption.gcp_kms_keys,
+            ["projects/p/locations/global/keyRings/r/cryptoKeys/k"]
+        );
+    }
+
     #[test]
     fn the_passphrase_is_not_in_the_configurations_debug_output() {
         let encryption = EncryptionConfig {
