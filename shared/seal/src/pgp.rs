@@ -25,7 +25,11 @@ pub struct PgpKey {
     fingerprint: String,
     gpg: PathBuf,
     home: PathBuf,
+    timeout: std::time::Duration,
 }
+
+/// How long one gpg run may take before it is stopped.
+pub const GPG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Upper-case hex without spaces (sops removes spaces; fingerprints compare case-insensitively).
 pub fn normalize_fingerprint(fp: &str) -> String {
@@ -59,6 +63,7 @@ impl PgpKey {
             fingerprint: fp,
             gpg,
             home,
+            timeout: GPG_TIMEOUT,
         })
     }
 
@@ -113,21 +118,45 @@ impl PgpKey {
             }
             text
         });
-        let wrote = match child.stdin.take() {
+        // A gpg that hangs (an agent that does not answer) is killed at the deadline, so a
+        // request never waits on it for longer.
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let deadline = std::time::Instant::now() + self.timeout;
+        let waiter = std::thread::spawn(move || loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Ok(Some(status)),
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Ok(None);
+                }
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                Err(e) => return Err(e),
+            }
+        });
+        let wrote = match stdin {
             Some(mut stdin) => stdin.write_all(input),
             None => Ok(()),
         };
         // room for an armored message or a data key, so reading does not reallocate (a
         // reallocation would leave a copy of the key behind)
         let mut out = Zeroizing::new(Vec::with_capacity(8192));
-        let read = match child.stdout.take() {
+        let read = match stdout {
             Some(mut stdout) => stdout.read_to_end(&mut out).map(|_| ()),
             None => Ok(()),
         };
-        let status = child
-            .wait()
+        let status = waiter
+            .join()
+            .map_err(|_| self.err(format!("{action}: waiting for gpg failed")))?
             .map_err(|e| self.err(format!("{action}: waiting for gpg failed: {e}")))?;
         let stderr = errors.join().unwrap_or_default();
+        let Some(status) = status else {
+            return Err(self.err(format!(
+                "{action}: gpg did not finish within {} s and was stopped (is gpg-agent answering?)",
+                self.timeout.as_secs()
+            )));
+        };
         if !status.success() {
             return Err(self.err(format!(
                 "{action} failed: {}",
@@ -259,6 +288,7 @@ mod tests {
             fingerprint: "1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F".into(),
             gpg: PathBuf::from("/nonexistent/gpg"),
             home: PathBuf::from("/nonexistent"),
+            timeout: GPG_TIMEOUT,
         };
         let e = key.wrap(&[7u8; 32]).expect_err("no gpg");
         let text = e.to_string();
@@ -267,6 +297,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("/nonexistent/gpg"), "{text}");
+    }
+
+    #[test]
+    fn a_gpg_that_hangs_is_stopped() {
+        let dir = std::env::temp_dir().join(format!("gs-hang-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("gpg");
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let key = PgpKey {
+            fingerprint: "1E2F3A4B5C6D7E8F9A0B1C2D3E4F5A6B7C8D9E0F".into(),
+            gpg: script,
+            home: dir.clone(),
+            timeout: std::time::Duration::from_millis(300),
+        };
+        let started = std::time::Instant::now();
+        let e = key.wrap(&[7u8; 32]).expect_err("stopped");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert!(e.to_string().contains("did not finish"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
