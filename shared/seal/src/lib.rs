@@ -1,5 +1,6 @@
 //! gitstate's [`Sealer`] adapter: states at rest as sops v3 JSON documents (DESIGN §5) whose data
-//! key is wrapped by AWS KMS keys and/or age recipients.
+//! key is wrapped by AWS KMS keys, age recipients, PGP fingerprints ([`PgpKey`], through `gpg`),
+//! Vault / OpenBao transit keys ([`VaultKey`]) and GCP KMS keys ([`GcpKmsKey`]), one module each.
 //!
 //! - Modes: [`Mode::All`] encrypts every value; [`Mode::Structure`] keeps `version`, `serial`,
 //!   `lineage` and each resource's `mode`/`type`/`name`/`provider` readable, so `git diff` shows
