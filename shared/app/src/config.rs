@@ -199,6 +199,20 @@ pub struct EncryptionConfig {
     /// age recipients new versions are wrapped for.
     #[serde(default)]
     pub age_recipients: Vec<String>,
+    /// PGP fingerprints new versions are wrapped for, through the `gpg` binary (the secret key
+    /// in gpg's keyring reads: `GNUPGHOME`, else `~/.gnupg`).
+    #[serde(default)]
+    pub pgp_fingerprints: Vec<String>,
+    /// Vault / OpenBao transit keys new versions are wrapped for, in sops' URI form
+    /// (`https://vault:8200/v1/transit/keys/NAME`); the token comes from `VAULT_TOKEN` or
+    /// `~/.vault-token`.
+    #[serde(default)]
+    pub vault_uris: Vec<String>,
+    /// GCP KMS keys (`projects/P/locations/L/keyRings/R/cryptoKeys/K`) new versions are wrapped
+    /// for; credentials from `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_CREDENTIALS`,
+    /// `GOOGLE_OAUTH_ACCESS_TOKEN` or the metadata server.
+    #[serde(default)]
+    pub gcp_kms_keys: Vec<String>,
     /// A file of age identities for reading (besides `SOPS_AGE_KEY_FILE` / `SOPS_AGE_KEY`).
     #[serde(default)]
     pub age_key_file: Option<PathBuf>,
@@ -239,6 +253,9 @@ impl Default for EncryptionConfig {
             kms_context: BTreeMap::new(),
             fallback_kms_arns: Vec::new(),
             age_recipients: Vec::new(),
+            pgp_fingerprints: Vec::new(),
+            vault_uris: Vec::new(),
+            gcp_kms_keys: Vec::new(),
             age_key_file: None,
             enforced: false,
             data_key_cache_seconds: default_data_key_cache_seconds(),

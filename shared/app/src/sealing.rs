@@ -61,6 +61,9 @@ pub async fn sealer_from_config(
             .filter(|r| !r.is_empty())
             .collect(),
         age_identities: identities,
+        pgp_fingerprints: trimmed(&encryption.pgp_fingerprints),
+        vault_uris: trimmed(&encryption.vault_uris),
+        gcp_kms_keys: trimmed(&encryption.gcp_kms_keys),
         data_key_ttl: Duration::from_secs(encryption.data_key_cache_seconds),
         enforced: encryption.enforced,
     };
@@ -68,7 +71,7 @@ pub async fn sealer_from_config(
         None | Some("aes") => {}
         Some("sops") if !config.has_write_keys() => {
             return Err(ConfigError::BadValue(
-                "the encryption provider is \"sops\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER) but no key is configured: set encryption.kms_arns or encryption.age_recipients (or SOPS_KMS_ARN / SOPS_AGE_RECIPIENTS)".into(),
+                format!("the encryption provider is \"sops\" (TF_BACKEND_HTTP_ENCRYPTION_PROVIDER) but no key is configured: {KEY_SETTINGS}"),
             ))
         }
         Some("sops") => {}
@@ -80,9 +83,9 @@ pub async fn sealer_from_config(
     }
     if !config.has_write_keys() {
         if encryption.enforced {
-            return Err(ConfigError::BadValue(
-                "encryption is enforced but no key is configured: set encryption.kms_arns or encryption.age_recipients (or SOPS_KMS_ARN / SOPS_AGE_RECIPIENTS)".into(),
-            ));
+            return Err(ConfigError::BadValue(format!(
+                "encryption is enforced but no key is configured: {KEY_SETTINGS}"
+            )));
         }
         return Ok(None);
     }
@@ -94,6 +97,9 @@ pub async fn sealer_from_config(
         kms_keys = encryption.kms_arns.len(),
         fallback_kms_keys = encryption.fallback_kms_arns.len(),
         age_recipients = config.age_recipients.len(),
+        pgp_keys = config.pgp_fingerprints.len(),
+        vault_keys = config.vault_uris.len(),
+        gcp_kms_keys = config.gcp_kms_keys.len(),
         "states are encrypted at rest (sops)"
     );
     Ok(sealer.map(|s| Arc::new(s) as Arc<dyn Sealer>))
@@ -134,10 +140,10 @@ pub fn legacy_opener_from_config(
         return Ok(None);
     };
     if encryption.kms_arns.is_empty()
-        && encryption
-            .age_recipients
-            .iter()
-            .all(|r| r.trim().is_empty())
+        && trimmed(&encryption.age_recipients).is_empty()
+        && trimmed(&encryption.pgp_fingerprints).is_empty()
+        && trimmed(&encryption.vault_uris).is_empty()
+        && trimmed(&encryption.gcp_kms_keys).is_empty()
     {
         tracing::warn!(
             passphrase = %passphrase.source,
@@ -150,6 +156,18 @@ pub fn legacy_opener_from_config(
         );
     }
     Ok(Some(Arc::new(LegacyAes::new(&passphrase))))
+}
+
+/// Where the keys that wrap new versions are configured, for the sentences that ask for one.
+const KEY_SETTINGS: &str = "set encryption.kms_arns, encryption.age_recipients, encryption.pgp_fingerprints, encryption.vault_uris or encryption.gcp_kms_keys (or SOPS_KMS_ARN, SOPS_AGE_RECIPIENTS, SOPS_PGP_FP, SOPS_VAULT_URIS, SOPS_GCP_KMS_IDS)";
+
+/// The non-empty values of a list, trimmed.
+fn trimmed(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
 }
 
 /// Key material read from a file or the environment, zeroed when dropped.
@@ -239,6 +257,64 @@ mod tests {
         assert!(legacy_opener_from_config(&EncryptionConfig::default())
             .expect("valid")
             .is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_master_keys_are_refused_naming_them() {
+        for (encryption, named) in [
+            (
+                EncryptionConfig {
+                    pgp_fingerprints: vec!["DEADBEEF".into()],
+                    ..EncryptionConfig::default()
+                },
+                "PGP key 'DEADBEEF' is not a full fingerprint",
+            ),
+            (
+                EncryptionConfig {
+                    vault_uris: vec!["vault:8200/transit/keys/k".into()],
+                    ..EncryptionConfig::default()
+                },
+                "Vault transit key 'vault:8200/transit/keys/k'",
+            ),
+            (
+                EncryptionConfig {
+                    gcp_kms_keys: vec!["projects/p/keyRings/r".into()],
+                    ..EncryptionConfig::default()
+                },
+                "GCP KMS key 'projects/p/keyRings/r' is not a key name",
+            ),
+        ] {
+            let e = sealer_from_config(&encryption)
+                .await
+                .expect_err("a bad key");
+            assert!(e.to_string().contains(named), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_new_master_keys_come_from_the_file() {
+        let config = crate::Config::from_hcl(
+            r#"
+encryption {
+  pgp_fingerprints = ["85D77543B3D624B63CEA9E6DBC17301B491B3F21"]
+  vault_uris = ["https://vault:8200/v1/transit/keys/tfstate"]
+  gcp_kms_keys = ["projects/p/locations/global/keyRings/r/cryptoKeys/k"]
+}
+"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            config.encryption.pgp_fingerprints,
+            ["85D77543B3D624B63CEA9E6DBC17301B491B3F21"]
+        );
+        assert_eq!(
+            config.encryption.vault_uris,
+            ["https://vault:8200/v1/transit/keys/tfstate"]
+        );
+        assert_eq!(
+            config.encryption.gcp_kms_keys,
+            ["projects/p/locations/global/keyRings/r/cryptoKeys/k"]
+        );
     }
 
     #[test]

@@ -131,6 +131,37 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub age_recipients: Vec<String>,
+    /// PGP key fingerprint new state versions are wrapped for through gpg (repeatable, or
+    /// comma-separated in the variable, as sops reads it); replaces the file's
+    /// `encryption.pgp_fingerprints`. The secret key in gpg's keyring (GNUPGHOME) reads.
+    #[arg(
+        long = "pgp-fingerprint",
+        value_name = "FINGERPRINT",
+        env = "SOPS_PGP_FP",
+        value_delimiter = ','
+    )]
+    pub pgp_fingerprints: Vec<String>,
+    /// Vault / OpenBao transit key new state versions are wrapped for, as sops takes it
+    /// (https://vault:8200/v1/transit/keys/NAME; repeatable, or comma-separated in the variable);
+    /// replaces the file's `encryption.vault_uris`. The token comes from VAULT_TOKEN or
+    /// ~/.vault-token.
+    #[arg(
+        long = "vault-uri",
+        value_name = "URI",
+        env = "SOPS_VAULT_URIS",
+        value_delimiter = ','
+    )]
+    pub vault_uris: Vec<String>,
+    /// GCP KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) new state versions are
+    /// wrapped for (repeatable, or comma-separated in the variable, as sops reads it); replaces
+    /// the file's `encryption.gcp_kms_keys`.
+    #[arg(
+        long = "gcp-kms-key",
+        value_name = "RESOURCE_ID",
+        env = "SOPS_GCP_KMS_IDS",
+        value_delimiter = ','
+    )]
+    pub gcp_kms_keys: Vec<String>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
     #[arg(
         long,
@@ -272,6 +303,15 @@ impl Settings {
         }
         if let Some(recipients) = given(&self.age_recipients) {
             encryption.age_recipients = recipients;
+        }
+        if let Some(fingerprints) = given(&self.pgp_fingerprints) {
+            encryption.pgp_fingerprints = fingerprints;
+        }
+        if let Some(uris) = given(&self.vault_uris) {
+            encryption.vault_uris = uris;
+        }
+        if let Some(keys) = given(&self.gcp_kms_keys) {
+            encryption.gcp_kms_keys = keys;
         }
         if let Some(enforced) = self.encryption_enforced {
             encryption.enforced = enforced;

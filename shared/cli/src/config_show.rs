@@ -186,6 +186,17 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
         ),
         sources.of("kms_arns", "encryption"),
     ));
+    if !e.pgp_fingerprints.is_empty() || !e.vault_uris.is_empty() || !e.gcp_kms_keys.is_empty() {
+        lines.push((
+            format!(
+                "encryption keys {{ pgp_fingerprints = {}, vault_uris = {}, gcp_kms_keys = {} }}",
+                list(&e.pgp_fingerprints),
+                list(&e.vault_uris),
+                list(&e.gcp_kms_keys)
+            ),
+            sources.of("pgp_fingerprints", "encryption"),
+        ));
+    }
     lines.extend(legacy_encryption_lines(config, &sources));
     if let Some(tls) = &config.tls {
         lines.push((

@@ -1,5 +1,6 @@
 //! gitstate's [`Sealer`] adapter: states at rest as sops v3 JSON documents (DESIGN §5) whose data
-//! key is wrapped by AWS KMS keys and/or age recipients.
+//! key is wrapped by AWS KMS keys, age recipients, PGP fingerprints ([`PgpKey`], through `gpg`),
+//! Vault / OpenBao transit keys ([`VaultKey`]) and GCP KMS keys ([`GcpKmsKey`]), one module each.
 //!
 //! - Modes: [`Mode::All`] encrypts every value; [`Mode::Structure`] keeps `version`, `serial`,
 //!   `lineage` and each resource's `mode`/`type`/`name`/`provider` readable, so `git diff` shows
@@ -21,9 +22,12 @@
 //! - States an OpenTofu client encrypted itself (`encrypted_data`) are stored untouched, unless
 //!   sealing is enforced (then they are sealed like any state).
 
+mod gcpkms;
 mod kms;
 mod legacy;
 mod memory;
+mod pgp;
+mod vault;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,10 +41,13 @@ use gitstate_sops::{
     EncryptOptions, KeyEntry, KeySource, MasterKey, Node, Rules, SopsError,
 };
 
+pub use gcpkms::{check_resource_id as check_gcp_kms_key, GcpKmsKey, GCP_KMS_ENDPOINT};
 pub use gitstate_sops::Zeroizing;
 pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
 pub use legacy::{LegacyAes, Passphrase};
 pub use memory::DataKeyMemory;
+pub use pgp::{normalize_fingerprint, PgpKey, SOPS_GPG_EXEC};
+pub use vault::{VaultKey, VaultKeyUri, VAULT_CONNECT_TIMEOUT, VAULT_REQUEST_TIMEOUT};
 
 /// The KMS encryption-context key (and `sops` metadata field) naming the repository a document
 /// is bound to.
@@ -112,6 +119,13 @@ pub struct SealerConfig {
     pub age_recipients: Vec<String>,
     /// age identities (secret keys) for reading, e.g. from `SOPS_AGE_KEY_FILE`.
     pub age_identities: Vec<Zeroizing<String>>,
+    /// PGP fingerprints new versions are wrapped for (and that read, with the secret key in
+    /// gpg's keyring), through the `gpg` binary.
+    pub pgp_fingerprints: Vec<String>,
+    /// Vault / OpenBao transit keys (sops' URI form) new versions are wrapped for (and that read).
+    pub vault_uris: Vec<String>,
+    /// GCP KMS keys (`projects/…/cryptoKeys/…`) new versions are wrapped for (and that read).
+    pub gcp_kms_keys: Vec<String>,
     /// How long an unwrapped data key is kept in memory.
     pub data_key_ttl: Duration,
     /// Open only documents this server sealed, bound to their place; refuse plaintext.
@@ -128,6 +142,9 @@ impl std::fmt::Debug for SealerConfig {
             .field("fallback_kms_arns", &self.fallback_kms_arns)
             .field("age_recipients", &self.age_recipients)
             .field("age_identities", &self.age_identities.len())
+            .field("pgp_fingerprints", &self.pgp_fingerprints)
+            .field("vault_uris", &self.vault_uris)
+            .field("gcp_kms_keys", &self.gcp_kms_keys)
             .field("data_key_ttl", &self.data_key_ttl)
             .field("enforced", &self.enforced)
             .finish()
@@ -137,7 +154,11 @@ impl std::fmt::Debug for SealerConfig {
 impl SealerConfig {
     /// Whether any key would wrap new versions.
     pub fn has_write_keys(&self) -> bool {
-        !self.kms_arns.is_empty() || !self.age_recipients.is_empty()
+        !self.kms_arns.is_empty()
+            || !self.age_recipients.is_empty()
+            || !self.pgp_fingerprints.is_empty()
+            || !self.vault_uris.is_empty()
+            || !self.gcp_kms_keys.is_empty()
     }
 }
 
@@ -160,6 +181,8 @@ struct Inner {
     kms_write: Vec<KmsKey>,
     /// age recipients new versions are wrapped for.
     age_write: Vec<AgeKey>,
+    /// PGP, Vault transit and GCP KMS keys new versions are wrapped for.
+    other_write: Vec<Arc<dyn MasterKey>>,
     /// Identities of the write keys, for logs.
     write_set: Vec<String>,
     /// Every key that reads (KMS current and fallback, age identities), with the key memory.
@@ -236,6 +259,25 @@ impl SopsSealer {
             recipients.insert(key.id());
             age_write.push(key);
         }
+        let mut other_write: Vec<Arc<dyn MasterKey>> = Vec::new();
+        for fp in &config.pgp_fingerprints {
+            let key = PgpKey::new(fp)?;
+            write_set.push(format!("pgp:{}", key.id()));
+            read_keys.push(Box::new(key.clone()));
+            other_write.push(Arc::new(key));
+        }
+        for uri in &config.vault_uris {
+            let key = VaultKey::new(uri, runtime.clone())?;
+            write_set.push(format!("hc_vault:{}", key.id()));
+            read_keys.push(Box::new(key.clone()));
+            other_write.push(Arc::new(key));
+        }
+        for id in &config.gcp_kms_keys {
+            let key = GcpKmsKey::new(id, runtime.clone())?;
+            write_set.push(format!("gcp_kms:{}", key.id()));
+            read_keys.push(Box::new(key.clone()));
+            other_write.push(Arc::new(key));
+        }
         let mut seal_keys = Vec::new();
         for text in &config.age_identities {
             let keys = AgeKey::parse_identities(text)
@@ -253,6 +295,15 @@ impl SopsSealer {
         let sealing_with = seal_keys
             .iter()
             .position(|k| recipients.contains(&k.recipient));
+        if config.enforced
+            && kms_write.is_empty()
+            && sealing_with.is_none()
+            && !other_write.is_empty()
+        {
+            return Err(SealConfigError(
+                "encryption is enforced, but none of the keys can vouch for what this server wrote: PGP, Vault transit and GCP KMS entries do not bind a document to its place, so enforcement needs a KMS key (its encryption context binds) or an age recipient whose identity the server holds (its seal binds) besides them".into(),
+            ));
+        }
         write_set.sort();
         write_set.dedup();
         Ok(Some(SopsSealer {
@@ -260,6 +311,7 @@ impl SopsSealer {
                 rules: config.mode.rules(),
                 kms_write,
                 age_write,
+                other_write,
                 write_set,
                 read_keys,
                 kms_by_arn,
@@ -294,6 +346,7 @@ impl SopsSealer {
         let bound: Vec<KmsKey> = inner.kms_write.iter().map(|k| k.bound_to(at)).collect();
         let mut keys: Vec<&dyn MasterKey> = bound.iter().map(|k| k as &dyn MasterKey).collect();
         keys.extend(inner.age_write.iter().map(|k| k as &dyn MasterKey));
+        keys.extend(inner.other_write.iter().map(|k| k.as_ref()));
         let mut options = EncryptOptions {
             rules: inner.rules.clone(),
             data_key: Some(data_key.clone()),

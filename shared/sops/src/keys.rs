@@ -28,8 +28,20 @@ impl KeyEntry {
             .and_then(|(_, v)| v.as_str())
     }
 
-    /// A public identifier for messages: the recipient, ARN, fingerprint... (never `enc`).
+    /// A public identifier for messages: the recipient, ARN, fingerprint, GCP resource id, or
+    /// for Vault transit the key's URI as sops takes it (never `enc`).
     pub fn id(&self) -> String {
+        if let (Some(address), Some(engine), Some(name)) = (
+            self.field("vault_address"),
+            self.field("engine_path"),
+            self.field("key_name"),
+        ) {
+            return format!(
+                "{}/v1/{}/keys/{name}",
+                address.trim_end_matches('/'),
+                engine.trim_matches('/')
+            );
+        }
         for f in [
             "recipient",
             "arn",
