@@ -217,4 +217,55 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
         !log.contains(PASSWORD),
         "the password reached the function's log"
     );
+
+    // The function's metrics: CloudWatch Embedded Metric Format documents on its output, one
+    // per invocation, in the namespace `gitstate`, counting the apply's requests, lock and push.
+    let documents: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|line| line.find("{\"_aws\"").map(|at| &line[at..]))
+        .filter_map(|json| serde_json::from_str(json).ok())
+        .collect();
+    assert!(
+        !documents.is_empty(),
+        "no EMF line in the function's output:\n{log}"
+    );
+    let total = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        documents
+            .iter()
+            .filter(|d| labels.iter().all(|(k, v)| d[*k] == *v))
+            .filter_map(|d| d[metric].as_f64())
+            .sum()
+    };
+    for d in &documents {
+        assert_eq!(
+            d["_aws"]["CloudWatchMetrics"][0]["Namespace"], "gitstate",
+            "{d}"
+        );
+    }
+    assert!(
+        total(
+            "gitstate_requests_total",
+            &[("operation", "LOCK"), ("status", "200")]
+        ) >= 1.0,
+        "no LOCK counted: {documents:?}"
+    );
+    assert!(
+        total(
+            "gitstate_requests_total",
+            &[("operation", "POST"), ("status", "200")]
+        ) >= 1.0,
+        "no POST counted: {documents:?}"
+    );
+    assert!(
+        total("gitstate_lock_acquisitions_total", &[]) >= 1.0,
+        "no lock acquisition counted: {documents:?}"
+    );
+    assert!(
+        total("gitstate_git_pushes_total", &[]) >= 1.0,
+        "no push counted: {documents:?}"
+    );
+    assert!(
+        !log.contains("lambda.tfstate\",\"_aws"),
+        "a state path is a dimension"
+    );
 }

@@ -60,5 +60,10 @@ async fn main() -> Result<(), lambda_http::Error> {
         },
         DEADLINE_MARGIN,
     );
+    // The invocation's metrics, as one EMF line on stdout once it is answered.
+    let app = match deployment.after_each_answer() {
+        Some(after) => gitstate_http::after_each_answer(app, after),
+        None => app,
+    };
     lambda_http::run(app).await
 }

@@ -1,11 +1,14 @@
-//! The Prometheus exporter of `gitstate serve` and `gitstate wrap` (docs/METRICS.md): installed
-//! once per process as the `metrics` facade's recorder, rendered at `/_/metrics` (behind the
-//! API's auth, see [`gitstate_http`]). Lambda and the operator commands install none, so their
-//! facade calls cost nothing.
+//! The metrics exporters (docs/METRICS.md), each installed once per process as the `metrics`
+//! facade's recorder: Prometheus for `gitstate serve` and `gitstate wrap`, rendered at
+//! `/_/metrics` (behind the API's auth, see [`gitstate_http`]); CloudWatch Embedded Metric Format
+//! for Lambda, one JSON line on stdout after each invocation, which CloudWatch Logs turns into
+//! metrics without an agent. The operator commands install none, so their facade calls cost
+//! nothing.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use metrics_cloudwatch_embedded::Collector;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Histogram buckets of every `*_seconds` series: 1 ms to 60 s.
@@ -53,4 +56,38 @@ fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError
         tracing::warn!(error = %e, "the metrics upkeep thread could not start; histograms are folded in at each scrape only");
     }
     Ok(handle)
+}
+
+/// The CloudWatch namespace of the Lambda's metrics.
+pub const EMF_NAMESPACE: &str = "gitstate";
+
+static EMF: OnceLock<Option<&'static Collector>> = OnceLock::new();
+
+/// The Lambda's exporter, installed on first use. `None` when another recorder was installed
+/// first (logged; the function runs without metrics then).
+pub fn emf() -> Option<&'static Collector> {
+    *EMF.get_or_init(|| {
+        match metrics_cloudwatch_embedded::Builder::new()
+            .cloudwatch_namespace(EMF_NAMESPACE)
+            .init()
+        {
+            Ok(collector) => {
+                gitstate_core::metrics::describe();
+                Some(collector)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the EMF metrics exporter could not be installed; no metrics are written");
+                None
+            }
+        }
+    })
+}
+
+/// Writes what `collector` recorded since the last call as one EMF document on stdout (whole,
+/// under stdout's lock, so log lines never interleave with it).
+pub fn flush_emf(collector: &Collector) {
+    let stdout = std::io::stdout();
+    if let Err(e) = collector.flush(stdout.lock()) {
+        tracing::warn!(error = %e, "the EMF metrics could not be written");
+    }
 }

@@ -62,6 +62,8 @@ pub struct Deployment {
     pub catalog: Option<Arc<dyn Catalog>>,
     /// The Prometheus exporter (`serve` and `wrap` only; see [`crate::metrics`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// The Embedded Metric Format exporter (Lambda only; see [`crate::metrics`]).
+    pub emf: Option<&'static metrics_cloudwatch_embedded::Collector>,
 }
 
 impl Deployment {
@@ -87,10 +89,12 @@ impl Deployment {
         let catalog = crate::catalog::catalog_from_config(&config)
             .await
             .map(|c| c as Arc<dyn Catalog>);
-        // 6. the metrics exporter, where a server answers `/_/metrics`.
-        let metrics = match runtime {
-            Runtime::Server | Runtime::Wrap => crate::metrics::prometheus(),
-            Runtime::Lambda | Runtime::Admin => None,
+        // 6. the metrics exporter: Prometheus where a server answers `/_/metrics`, EMF lines on
+        // Lambda.
+        let (metrics, emf) = match runtime {
+            Runtime::Server | Runtime::Wrap => (crate::metrics::prometheus(), None),
+            Runtime::Lambda => (None, crate::metrics::emf()),
+            Runtime::Admin => (None, None),
         };
         Ok(Deployment {
             config,
@@ -98,7 +102,15 @@ impl Deployment {
             registry,
             catalog,
             metrics,
+            emf,
         })
+    }
+
+    /// What runs after each answer (Lambda: the EMF metrics of the invocation go to stdout), if
+    /// anything.
+    pub fn after_each_answer(&self) -> Option<gitstate_http::AfterAnswer> {
+        let collector = self.emf?;
+        Some(Arc::new(move || crate::metrics::flush_emf(collector)))
     }
 
     /// The state of the HTTP router serving this deployment behind `guard`'s browser rules.

@@ -127,6 +127,24 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Work a runtime does after each answer (Lambda: writing the invocation's metrics).
+pub type AfterAnswer = Arc<dyn Fn() + Send + Sync>;
+
+/// `router` calling `after` once each answer is ready (after every layer inside has recorded
+/// what it counts), before it leaves.
+pub fn after_each_answer(router: Router, after: AfterAnswer) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let after = after.clone();
+            async move {
+                let response = next.run(request).await;
+                after();
+                response
+            }
+        },
+    ))
+}
+
 /// [`router`] whose answers wait (at most `limit`) until the catalog has recorded their change:
 /// for runtimes that freeze the process once it has answered (Lambda), where background work
 /// would wait for the next invocation or be lost with the container.
