@@ -440,7 +440,8 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Git credentials from the environment: `GIT_USERNAME` + `GIT_PASSWORD`, or `GITHUB_TOKEN`
-/// (each also as `*_FILE` holding the value).
+/// (with `GIT_USERNAME` when set, as terraform-backend-git sent it; each also as `*_FILE`
+/// holding the value).
 pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
     fn var(name: &str) -> Result<Option<String>, ConfigError> {
         if let Ok(v) = std::env::var(name) {
@@ -461,8 +462,12 @@ pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
         return Ok(Some(Credentials { username, password }));
     }
     if let Some(token) = var("GITHUB_TOKEN")?.filter(|t| !t.is_empty()) {
+        // terraform-backend-git sent the token with GIT_USERNAME; GitHub accepts any name.
+        let username = var("GIT_USERNAME")?
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "x-access-token".to_owned());
         return Ok(Some(Credentials {
-            username: "x-access-token".to_owned(),
+            username,
             password: token,
         }));
     }

@@ -33,6 +33,9 @@ pub struct Address {
     pub version: Option<String>,
     /// `?force=true` — the write skips the state guard (another lineage, an older serial).
     pub force: bool,
+    /// `?amend=true` — terraform-backend-git's "amend the last commit and force-push": accepted,
+    /// and the write is a normal commit (gitstate never force-pushes); the handler logs that.
+    pub amend: bool,
 }
 
 fn decode(raw: &str) -> Result<String, ApiError> {
@@ -57,15 +60,20 @@ fn param(pairs: &[(String, String)], name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// `?force=`: `true` or `false` (absent: `false`); anything else is a 400.
-fn forced(pairs: &[(String, String)]) -> Result<bool, ApiError> {
-    match param(pairs, "force").as_deref() {
+/// A boolean query parameter: `true` or `false` (absent: `false`); anything else is a 400.
+fn flag(pairs: &[(String, String)], name: &str) -> Result<bool, ApiError> {
+    match param(pairs, name).as_deref() {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
         Some(other) => Err(ApiError::bad_request(format!(
-            "?force= takes true or false, not '{other}'"
+            "?{name}= takes true or false, not '{other}'"
         ))),
     }
+}
+
+/// `?force=`.
+fn forced(pairs: &[(String, String)]) -> Result<bool, ApiError> {
+    flag(pairs, "force")
 }
 
 impl Address {
@@ -89,6 +97,7 @@ impl Address {
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
             force: forced(&pairs)?,
+            amend: flag(&pairs, "amend")?,
         })
     }
 
@@ -136,6 +145,7 @@ impl Address {
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
             force: forced(&pairs)?,
+            amend: flag(&pairs, "amend")?,
         })
     }
 }
@@ -178,6 +188,32 @@ mod tests {
             matches!(&main.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "main")
         );
         assert!(Address::from_query(None).is_err());
+    }
+
+    #[test]
+    fn amend_is_a_boolean_like_force() {
+        let q = "type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x";
+        assert!(
+            Address::from_query(Some(&format!("{q}&amend=true")))
+                .unwrap()
+                .amend
+        );
+        assert!(
+            !Address::from_query(Some(&format!("{q}&amend=false")))
+                .unwrap()
+                .amend
+        );
+        assert!(!Address::from_query(Some(q)).unwrap().amend);
+        assert!(
+            Address::from_path("default/x", Some("amend=true"))
+                .unwrap()
+                .amend
+        );
+        let err = Address::from_query(Some(&format!("{q}&amend=yes"))).unwrap_err();
+        assert!(
+            format!("{err:?}").contains("?amend= takes true or false"),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -495,6 +495,12 @@ async fn dispatch(
                 .post(store, path, body.clone(), lock_id, &caller)
                 .await?;
             let (commit, who) = written_by(written, &caller);
+            if address.amend {
+                tracing::info!(
+                    commit = commit.as_deref().unwrap_or("none (unchanged)"),
+                    "?amend=true: written as a normal commit (gitstate never amends or force-pushes)"
+                );
+            }
             // The facts are read in the background, off the answer's path.
             tell_catalog(app, &address, who, move || {
                 let mut facts = StateFacts::of(&body);

@@ -1,0 +1,587 @@
+//! terraform-backend-git (plumber-cd) spellings mapped onto gitstate's settings, so its users
+//! switch by changing the binary's name: its environment variables (`TF_BACKEND_GIT_*`,
+//! `TF_BACKEND_HTTP_SOPS_*`, `SSH_PRIVATE_KEY`), its file `terraform-backend-git.hcl` and the
+//! flags of its command line (parsed by the CLI into [`TbgFlags`]).
+//!
+//! Precedence, as terraform-backend-git's (viper: flag > environment > file) inside gitstate's:
+//! its flags > gitstate's flags and `GITSTATE_*` variables > its variables > gitstate's file >
+//! its file > defaults. Its file is read only when gitstate's own (`--config`) is not given.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::{
+    key_value_pairs, AuthMode, Config, ConfigError, TlsConfig, DEFAULT_REPOSITORY,
+};
+
+/// terraform-backend-git's file name (its viper config name with type `hcl`).
+pub const FILE_NAME: &str = "terraform-backend-git.hcl";
+/// terraform-backend-git's branch when none is given (`--ref`'s default, and its query
+/// addresses' without `ref=`).
+pub const TBG_DEFAULT_REF: &str = "master";
+
+/// Which terraform-backend-git file to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TbgFile {
+    /// None (gitstate's own commands).
+    #[default]
+    Off,
+    /// Look for `terraform-backend-git.hcl` as it did: in the home directory, then the current
+    /// directory (viper's search order: the first found is used).
+    Search,
+    /// Its `--config FILE`.
+    Path(PathBuf),
+}
+
+/// terraform-backend-git's command-line flags (the highest precedence).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TbgFlags {
+    /// `--address`/`-a`.
+    pub address: Option<String>,
+    /// `--access-logs`/`-l`.
+    pub access_logs: bool,
+    /// `git --repository`/`-r`.
+    pub repository: Option<String>,
+    /// `git --ref`/`-b`.
+    pub git_ref: Option<String>,
+    /// `git --state`/`-s`.
+    pub state: Option<String>,
+    /// `git --amend`.
+    pub amend: bool,
+    /// `git --dir`/`-d`.
+    pub dir: Option<String>,
+    /// `terraform --tf`/`-t`.
+    pub tf: Option<String>,
+}
+
+/// What the CLI hands to [`Settings::resolve`] in terraform-backend-git mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TbgInput {
+    /// Its file.
+    pub file: TbgFile,
+    /// Its flags.
+    pub flags: TbgFlags,
+    /// Its standalone server (no `git` subcommand): query addresses naming its repository
+    /// (`git.repository`) are served with this server's git credential, as it served them.
+    pub standalone: bool,
+}
+
+/// What gitstate's own flags and `GITSTATE_*` variables set (they come before
+/// terraform-backend-git's variables and file).
+#[derive(Debug, Clone, Default)]
+pub struct Given<'a> {
+    /// `--config` / `GITSTATE_CONFIG`: its file is then not read.
+    pub config_file: bool,
+    /// `--listen` / `GITSTATE_LISTEN`.
+    pub listen: bool,
+    /// `--repository` / `GITSTATE_REPOSITORY`.
+    pub repositories: bool,
+    /// `--ref` / `GITSTATE_REF`.
+    pub git_ref: Option<&'a str>,
+    /// `--auth-mode` / `GITSTATE_AUTH_MODE`.
+    pub auth_mode: Option<&'a str>,
+    /// `--tls-cert` / `GITSTATE_TLS_CERT`.
+    pub tls: bool,
+    /// `--kms-arn` / `SOPS_KMS_ARN`.
+    pub kms_arns: bool,
+    /// `--kms-context` / `GITSTATE_KMS_CONTEXT`.
+    pub kms_context: bool,
+    /// `--age-recipient` / `SOPS_AGE_RECIPIENTS`.
+    pub age_recipients: bool,
+}
+
+/// The wrapper-only values of terraform-backend-git's configuration, and where every value that
+/// came from one of its spellings came from (for `gitstate config show`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TbgConfig {
+    /// The state path (`git.state`), for the wrapper.
+    pub state: Option<String>,
+    /// The directory the wrapper changes to first (`git.dir`).
+    pub dir: Option<String>,
+    /// The program the wrapper runs (`wrapper.tf.bin`).
+    pub tf: Option<String>,
+    /// `git.amend`: accepted; the writes are normal commits.
+    pub amend: bool,
+    /// `accessLogs`: a line per request (the wrapper logs at info).
+    pub access_logs: bool,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+    /// gitstate setting (`repository`, `ref`, `listen`, …) → the spelling it came from.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// A value and the spelling it came from.
+#[derive(Debug, Clone)]
+struct Sourced {
+    value: String,
+    source: String,
+}
+
+/// The keys of terraform-backend-git's file, lower-case (viper's keys are case-insensitive), each
+/// with its value as text.
+type FileValues = BTreeMap<String, String>;
+
+/// terraform-backend-git's variable for a viper key: prefix `TF_BACKEND_GIT`, `.` → `_`.
+fn env_name(key: &str) -> String {
+    format!("TF_BACKEND_GIT_{}", key.replace('.', "_").to_uppercase())
+}
+
+/// A variable's value; empty counts as unset (the project's rule, and viper's default).
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Reads terraform-backend-git's HCL file. Both spellings it accepted (HCL 1 through viper) are
+/// read: dotted keys (`git.repository = "…"`) and blocks (`git { repository = "…" }`).
+pub fn read_file(path: &Path) -> Result<FileValues, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_file(&text).map_err(|message| ConfigError::Invalid {
+        path: path.to_owned(),
+        message,
+    })
+}
+
+/// The separator a dotted key's dots become before HCL 2 parsing (HCL 1 allowed dots in
+/// identifiers, HCL 2 does not).
+const DOT: &str = "__dot__";
+
+fn parse_file(text: &str) -> Result<FileValues, String> {
+    // `git.repository = "…"` → `git__dot__repository = "…"`: only the key before the `=` of a
+    // line that starts with one, so values are never touched.
+    let rewritten: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let trimmed = line.trim_start();
+            let key_len = trimmed
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+                .unwrap_or(trimmed.len());
+            let (key, rest) = trimmed.split_at(key_len);
+            if key.contains('.') && rest.trim_start().starts_with('=') {
+                format!(
+                    "{}{}{rest}",
+                    &line[..line.len() - trimmed.len()],
+                    key.replace('.', DOT)
+                )
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    let body = hcl::parse(&rewritten.join("\n")).map_err(|e| {
+        // hcl-rs's message quotes the line, which may hold a credential: keep its first line.
+        e.to_string().lines().next().unwrap_or_default().to_owned()
+    })?;
+    let mut values = FileValues::new();
+    flatten(&body, "", &mut values)?;
+    Ok(values)
+}
+
+fn flatten(body: &hcl::Body, prefix: &str, out: &mut FileValues) -> Result<(), String> {
+    for attribute in body.attributes() {
+        let key = format!("{prefix}{}", attribute.key().replace(DOT, ".")).to_lowercase();
+        let value = match attribute.expr() {
+            hcl::Expression::String(s) => s.clone(),
+            hcl::Expression::Bool(b) => b.to_string(),
+            hcl::Expression::Number(n) => n.to_string(),
+            _ => return Err(format!("{key}: expected a string, a number or true/false")),
+        };
+        out.insert(key, value);
+    }
+    for block in body.blocks() {
+        let prefix = format!("{prefix}{}.", block.identifier());
+        flatten(block.body(), &prefix, out)?;
+    }
+    Ok(())
+}
+
+/// The file to read for `input`, if any (and whether it exists: a missing `--config` file is an
+/// error, a missing searched one is not).
+fn file_path(input: &TbgFile) -> Option<PathBuf> {
+    match input {
+        TbgFile::Off => None,
+        TbgFile::Path(path) => Some(path.clone()),
+        TbgFile::Search => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let cwd = std::env::current_dir().ok();
+            home.into_iter()
+                .chain(cwd)
+                .map(|dir| dir.join(FILE_NAME))
+                .find(|p| p.is_file())
+        }
+    }
+}
+
+/// The keys of its file this mapping reads; others are reported once (it ignored them).
+const FILE_KEYS: &[&str] = &[
+    "git.repository",
+    "git.ref",
+    "git.state",
+    "git.amend",
+    "git.dir",
+    "address",
+    "accesslogs",
+    "wrapper.tf.bin",
+];
+
+/// Its configuration, one key: flag > its variable > its file.
+struct Layers<'a> {
+    file: &'a FileValues,
+    file_shown: String,
+}
+
+impl Layers<'_> {
+    /// The variable, else the file's value of viper key `key`.
+    fn env_or_file(&self, key: &str) -> Option<Sourced> {
+        let name = env_name(key);
+        if let Some(value) = env(&name) {
+            return Some(Sourced {
+                value,
+                source: format!("environment {name}"),
+            });
+        }
+        self.file
+            .get(&key.to_lowercase())
+            .filter(|v| !v.is_empty())
+            .map(|value| Sourced {
+                value: value.clone(),
+                source: format!("file {} key {key}", self.file_shown),
+            })
+    }
+
+    /// `flag` (its command line) over [`Layers::env_or_file`].
+    fn get(&self, flag: &Option<String>, long: &str, key: &str) -> Option<Sourced> {
+        match flag.as_ref().filter(|v| !v.is_empty()) {
+            Some(value) => Some(Sourced {
+                value: value.clone(),
+                source: format!("flag --{long}"),
+            }),
+            None => self.env_or_file(key),
+        }
+    }
+}
+
+fn truthy(value: &str, what: &str) -> Result<bool, ConfigError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "t" => Ok(true),
+        "false" | "0" | "f" => Ok(false),
+        other => Err(ConfigError::BadValue(format!(
+            "{what} takes true or false, not '{other}'"
+        ))),
+    }
+}
+
+/// The comma-separated items of a list variable (as sops splits them), blanks dropped.
+fn items(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Applies terraform-backend-git's spellings to `config` (already resolved from gitstate's own
+/// settings, its file and defaults; `given` says which of those settings were given) with the
+/// precedence in the module's documentation.
+pub fn apply(
+    input: &TbgInput,
+    given: &Given,
+    config: &mut Config,
+) -> Result<TbgConfig, ConfigError> {
+    let file_path = if given.config_file {
+        None
+    } else {
+        file_path(&input.file)
+    };
+    let file = match &file_path {
+        Some(path) => read_file(path)?,
+        None => FileValues::new(),
+    };
+    let shown = file_path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    for key in file.keys().filter(|k| !FILE_KEYS.contains(&k.as_str())) {
+        tracing::warn!(file = %shown, %key, "terraform-backend-git's file sets a key gitstate does not read; it is ignored");
+    }
+    let layers = Layers {
+        file: &file,
+        file_shown: shown,
+    };
+    let flags = &input.flags;
+    let mut out = TbgConfig {
+        file: file_path.clone(),
+        ..TbgConfig::default()
+    };
+    let gitstate_listen = given.listen;
+    let gitstate_repository = given.repositories;
+    let gitstate_ref = given.git_ref.is_some_and(|r| !r.is_empty());
+
+    // Listen address: its flag over GITSTATE_LISTEN over its variable over the files.
+    if let Some(address) = layers.get(&flags.address, "address", "address") {
+        if flags.address.is_some() || !gitstate_listen {
+            config.listen = address.value;
+            out.sources.insert("listen".into(), address.source);
+        }
+    }
+
+    // The repository, and its ref: master when the repository is its and no ref is given.
+    let tbg_ref = layers.get(&flags.git_ref, "ref", "git.ref");
+    let repository = layers.get(&flags.repository, "repository", "git.repository");
+    match repository {
+        Some(repository) if flags.repository.is_some() || !gitstate_repository => {
+            let (git_ref, ref_source) = match (&tbg_ref, gitstate_ref) {
+                (Some(r), false) => (r.value.clone(), r.source.clone()),
+                (Some(r), true) if flags.git_ref.is_some() => (r.value.clone(), r.source.clone()),
+                (_, true) => (
+                    given.git_ref.unwrap_or_default().to_owned(),
+                    "gitstate --ref / GITSTATE_REF".into(),
+                ),
+                (None, false) => (
+                    TBG_DEFAULT_REF.to_owned(),
+                    "terraform-backend-git's default".into(),
+                ),
+            };
+            config.repositories.clear();
+            config.add_repository_flag(
+                &format!("{DEFAULT_REPOSITORY}={}", repository.value),
+                &git_ref,
+            )?;
+            if input.standalone {
+                // Exactly this repository (no wildcard), for its query addresses.
+                let url = crate::config::redact_url(&repository.value);
+                match crate::url_policy::AllowPattern::parse(&url) {
+                    Ok(_) if url == repository.value => config.allow_with_credential.push(url),
+                    _ => {
+                        tracing::warn!(repository = %url, "query addresses naming this repository are refused (it is not a URL an allow pattern can name exactly); use /state/default/PATH")
+                    }
+                }
+            }
+            out.sources.insert("repository".into(), repository.source);
+            out.sources.insert("ref".into(), ref_source);
+        }
+        _ => {
+            // gitstate's own repository: its ref applies where --ref would.
+            if let Some(r) = tbg_ref.filter(|_| gitstate_repository && !gitstate_ref) {
+                for repository in config.repositories.values_mut() {
+                    repository.git_ref = r.value.clone();
+                }
+                out.sources.insert("ref".into(), r.source);
+            }
+        }
+    }
+
+    if let Some(state) = layers.get(&flags.state, "state", "git.state") {
+        out.state = Some(state.value);
+        out.sources.insert("state".into(), state.source);
+    }
+    if let Some(dir) = layers.get(&flags.dir, "dir", "git.dir") {
+        out.dir = Some(dir.value);
+        out.sources.insert("dir".into(), dir.source);
+    }
+    if let Some(tf) = layers.get(&flags.tf, "tf", "wrapper.tf.bin") {
+        out.tf = Some(tf.value);
+        out.sources.insert("tf".into(), tf.source);
+    }
+    let flag_bool = |set: bool| set.then(|| "true".to_owned());
+    if let Some(amend) = layers.get(&flag_bool(flags.amend), "amend", "git.amend") {
+        out.amend = truthy(&amend.value, &amend.source)?;
+        out.sources.insert("amend".into(), amend.source);
+    }
+    if let Some(logs) = layers.get(&flag_bool(flags.access_logs), "access-logs", "accessLogs") {
+        out.access_logs = truthy(&logs.value, &logs.source)?;
+        out.sources.insert("access_logs".into(), logs.source);
+    }
+
+    apply_http(given, config, &mut out)?;
+    apply_sops(given, config, &mut out)?;
+    Ok(out)
+}
+
+/// Its endpoint's basic auth and HTTPS (`TF_BACKEND_GIT_HTTP_*`, `TF_BACKEND_GIT_HTTPS_*`).
+fn apply_http(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result<(), ConfigError> {
+    const USER: &str = "TF_BACKEND_GIT_HTTP_USERNAME";
+    const PASSWORD: &str = "TF_BACKEND_GIT_HTTP_PASSWORD";
+    match (env(USER), zeroize::Zeroizing::new(env(PASSWORD))) {
+        (Some(user), password) if password.is_some() => {
+            let password = password.as_deref().unwrap_or_default();
+            let gitstate_mode = given.auth_mode.filter(|m| !m.is_empty());
+            match gitstate_mode {
+                None | Some("team") => {}
+                Some(other) => {
+                    return Err(ConfigError::BadValue(format!(
+                        "{USER} and {PASSWORD} ask for basic auth on the endpoint, but the auth mode is \"{other}\"; unset one of them"
+                    )))
+                }
+            }
+            if user.contains(':') {
+                return Err(ConfigError::BadValue(format!(
+                    "{USER} must not contain ':' (basic auth cannot carry it)"
+                )));
+            }
+            config.auth.mode = AuthMode::Team;
+            config
+                .auth
+                .users
+                .push(format!("{user}:{}", crate::tokens::hash_of(password)));
+            out.sources
+                .insert("auth".into(), format!("environment {USER} and {PASSWORD}"));
+        }
+        (None, password) if password.is_some() => return Err(ConfigError::BadValue(format!(
+            "{PASSWORD} is set without {USER}; set both for basic auth on the endpoint, or neither"
+        ))),
+        (Some(_), _) => return Err(ConfigError::BadValue(format!(
+            "{USER} is set without {PASSWORD}; set both for basic auth on the endpoint, or neither"
+        ))),
+        _ => {}
+    }
+    const CERT: &str = "TF_BACKEND_GIT_HTTPS_CERT";
+    const KEY: &str = "TF_BACKEND_GIT_HTTPS_KEY";
+    if !given.tls {
+        match (env(CERT), env(KEY)) {
+            (Some(cert), Some(key)) => {
+                config.tls = Some(TlsConfig {
+                    cert_file: cert.into(),
+                    key_file: key.into(),
+                });
+                out.sources
+                    .insert("tls".into(), format!("environment {CERT} and {KEY}"));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(ConfigError::BadValue(format!(
+                    "HTTPS needs both {CERT} and {KEY}; one of them is not set"
+                )))
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Its sops master keys (`TF_BACKEND_HTTP_SOPS_*`), under gitstate's own (`--kms-arn`,
+/// `SOPS_KMS_ARN`, `--age-recipient`, `SOPS_AGE_RECIPIENTS`, `GITSTATE_KMS_CONTEXT`).
+fn apply_sops(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result<(), ConfigError> {
+    const ARNS: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS";
+    const CONTEXT: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_CONTEXT";
+    const AGE: &str = "TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS";
+    const SHAMIR: &str = "TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD";
+    let e = &mut config.encryption;
+    if let Some(arns) = env(ARNS).map(|v| items(&v)).filter(|v| !v.is_empty()) {
+        if !given.kms_arns {
+            e.kms_arns = arns;
+            out.sources
+                .insert("kms_arns".into(), format!("environment {ARNS}"));
+        }
+    }
+    if let Some(pairs) = env(CONTEXT) {
+        if !given.kms_context {
+            e.kms_context = key_value_pairs(pairs.trim().split(','), CONTEXT)?;
+            out.sources
+                .insert("kms_context".into(), format!("environment {CONTEXT}"));
+        }
+    }
+    if let Some(recipients) = env(AGE).map(|v| items(&v)).filter(|v| !v.is_empty()) {
+        if !given.age_recipients {
+            e.age_recipients = recipients;
+            out.sources
+                .insert("age_recipients".into(), format!("environment {AGE}"));
+        }
+    }
+    if let Some(threshold) = env(SHAMIR) {
+        match threshold.trim().parse::<u32>() {
+            Ok(0 | 1) => {}
+            Ok(n) => {
+                return Err(ConfigError::BadValue(format!(
+                    "{SHAMIR}={n} asks for {n} key groups to open a state, but gitstate wraps each data key for every configured key in one group (any one key opens it); unset it, or set it to 1"
+                )))
+            }
+            Err(_) => {
+                return Err(ConfigError::BadValue(format!(
+                    "{SHAMIR} must be a whole number, not '{threshold}'"
+                )))
+            }
+        }
+    }
+    for (name, kind) in [
+        ("TF_BACKEND_HTTP_SOPS_PGP_FP", "PGP"),
+        ("TF_BACKEND_HTTP_SOPS_GCP_KMS_KEYS", "GCP KMS"),
+        (
+            "TF_BACKEND_HTTP_SOPS_HC_VAULT_URIS",
+            "HashiCorp Vault transit",
+        ),
+    ] {
+        if env(name).is_some() {
+            return Err(ConfigError::BadValue(format!(
+                "{name} is set, but gitstate cannot seal states for {kind} master keys yet; unset it and give an AWS KMS key (TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS) or an age recipient (TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS) instead, so no state is written without the key you configured"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Variables the process should set for the libraries and programs it uses, translated from
+/// terraform-backend-git's: `SSH_PRIVATE_KEY` (a key file's path) becomes `GIT_SSH_COMMAND`
+/// (`ssh -i PATH`, when neither `GIT_SSH_COMMAND` nor `GIT_SSH` is set; the ssh agent of
+/// `SSH_AUTH_SOCK` is still asked first, as it did), and `TF_BACKEND_HTTP_SOPS_AWS_PROFILE`
+/// becomes `AWS_PROFILE` (when that is not set).
+pub fn process_environment() -> Vec<(&'static str, String)> {
+    let mut vars = Vec::new();
+    if let Some(key) = env("SSH_PRIVATE_KEY") {
+        if env("GIT_SSH_COMMAND").is_none() && env("GIT_SSH").is_none() {
+            vars.push(("GIT_SSH_COMMAND", format!("ssh -i {}", shell_quoted(&key))));
+        }
+    }
+    if let Some(profile) = env("TF_BACKEND_HTTP_SOPS_AWS_PROFILE") {
+        if env("AWS_PROFILE").is_none() {
+            vars.push(("AWS_PROFILE", profile));
+        }
+    }
+    vars
+}
+
+/// `s` as one POSIX shell word.
+fn shell_quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_both_spellings_of_its_file() {
+        let values = parse_file(
+            "git.repository = \"https://h/a.git\"\ngit.state = \"s.json\"\naddress = \"127.0.0.1:7000\"\naccessLogs = true\n",
+        )
+        .unwrap();
+        assert_eq!(values["git.repository"], "https://h/a.git");
+        assert_eq!(values["git.state"], "s.json");
+        assert_eq!(values["address"], "127.0.0.1:7000");
+        assert_eq!(values["accesslogs"], "true");
+        let values =
+            parse_file("git {\n  repository = \"https://h/b.git\"\n  ref = \"states\"\n}\n")
+                .unwrap();
+        assert_eq!(values["git.repository"], "https://h/b.git");
+        assert_eq!(values["git.ref"], "states");
+        // A value with a dot and an `=` is left alone.
+        let values = parse_file("git.state = \"a.b=c.json\"\n").unwrap();
+        assert_eq!(values["git.state"], "a.b=c.json");
+        assert!(parse_file("git.repository = [1, 2]\n").is_err());
+    }
+
+    #[test]
+    fn its_variables_follow_vipers_names() {
+        assert_eq!(env_name("git.repository"), "TF_BACKEND_GIT_GIT_REPOSITORY");
+        assert_eq!(env_name("accessLogs"), "TF_BACKEND_GIT_ACCESSLOGS");
+        assert_eq!(env_name("wrapper.tf.bin"), "TF_BACKEND_GIT_WRAPPER_TF_BIN");
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quoted("/k/id rsa"), "'/k/id rsa'");
+        assert_eq!(shell_quoted("a'b"), r"'a'\''b'");
+    }
+}
