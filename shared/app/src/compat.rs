@@ -226,17 +226,21 @@ const FILE_KEYS: &[&str] = &[
     "wrapper.tf.bin",
 ];
 
+/// How variables are read (the process environment; a map in tests).
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Its configuration, one key: flag > its variable > its file.
 struct Layers<'a> {
     file: &'a FileValues,
     file_shown: String,
+    env: Lookup<'a>,
 }
 
 impl Layers<'_> {
     /// The variable, else the file's value of viper key `key`.
     fn env_or_file(&self, key: &str) -> Option<Sourced> {
         let name = env_name(key);
-        if let Some(value) = env(&name) {
+        if let Some(value) = (self.env)(&name).filter(|v| !v.is_empty()) {
             return Some(Sourced {
                 value,
                 source: format!("environment {name}"),
@@ -291,6 +295,16 @@ pub fn apply(
     given: &Given,
     config: &mut Config,
 ) -> Result<TbgConfig, ConfigError> {
+    apply_with(input, given, config, &env)
+}
+
+/// [`apply`] with variables read by `env`.
+fn apply_with(
+    input: &TbgInput,
+    given: &Given,
+    config: &mut Config,
+    env: Lookup,
+) -> Result<TbgConfig, ConfigError> {
     let file_path = if given.config_file {
         None
     } else {
@@ -310,6 +324,7 @@ pub fn apply(
     let layers = Layers {
         file: &file,
         file_shown: shown,
+        env,
     };
     let flags = &input.flags;
     let mut out = TbgConfig {
@@ -334,15 +349,17 @@ pub fn apply(
     match repository {
         Some(repository) if flags.repository.is_some() || !gitstate_repository => {
             let (git_ref, ref_source) = match (&tbg_ref, gitstate_ref) {
-                (Some(r), false) => (r.value.clone(), r.source.clone()),
-                (Some(r), true) if flags.git_ref.is_some() => (r.value.clone(), r.source.clone()),
+                (Some(r), false) => (r.value.clone(), format!("ref: {}", r.source)),
+                (Some(r), true) if flags.git_ref.is_some() => {
+                    (r.value.clone(), format!("ref: {}", r.source))
+                }
                 (_, true) => (
                     given.git_ref.unwrap_or_default().to_owned(),
-                    "gitstate --ref / GITSTATE_REF".into(),
+                    "ref: --ref or GITSTATE_REF".into(),
                 ),
                 (None, false) => (
                     TBG_DEFAULT_REF.to_owned(),
-                    "terraform-backend-git's default".into(),
+                    format!("ref: its default {TBG_DEFAULT_REF}"),
                 ),
             };
             config.repositories.clear();
@@ -369,7 +386,8 @@ pub fn apply(
                 for repository in config.repositories.values_mut() {
                     repository.git_ref = r.value.clone();
                 }
-                out.sources.insert("ref".into(), r.source);
+                out.sources
+                    .insert("ref".into(), format!("ref: {}", r.source));
             }
         }
     }
@@ -396,13 +414,19 @@ pub fn apply(
         out.sources.insert("access_logs".into(), logs.source);
     }
 
-    apply_http(given, config, &mut out)?;
-    apply_sops(given, config, &mut out)?;
+    apply_http(given, config, &mut out, env)?;
+    apply_sops(given, config, &mut out, env)?;
     Ok(out)
 }
 
 /// Its endpoint's basic auth and HTTPS (`TF_BACKEND_GIT_HTTP_*`, `TF_BACKEND_GIT_HTTPS_*`).
-fn apply_http(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result<(), ConfigError> {
+fn apply_http(
+    given: &Given,
+    config: &mut Config,
+    out: &mut TbgConfig,
+    env: Lookup,
+) -> Result<(), ConfigError> {
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
     const USER: &str = "TF_BACKEND_GIT_HTTP_USERNAME";
     const PASSWORD: &str = "TF_BACKEND_GIT_HTTP_PASSWORD";
     match (env(USER), zeroize::Zeroizing::new(env(PASSWORD))) {
@@ -430,12 +454,16 @@ fn apply_http(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result
             out.sources
                 .insert("auth".into(), format!("environment {USER} and {PASSWORD}"));
         }
-        (None, password) if password.is_some() => return Err(ConfigError::BadValue(format!(
+        (None, password) if password.is_some() => {
+            return Err(ConfigError::BadValue(format!(
             "{PASSWORD} is set without {USER}; set both for basic auth on the endpoint, or neither"
-        ))),
-        (Some(_), _) => return Err(ConfigError::BadValue(format!(
+        )))
+        }
+        (Some(_), _) => {
+            return Err(ConfigError::BadValue(format!(
             "{USER} is set without {PASSWORD}; set both for basic auth on the endpoint, or neither"
-        ))),
+        )))
+        }
         _ => {}
     }
     const CERT: &str = "TF_BACKEND_GIT_HTTPS_CERT";
@@ -463,7 +491,13 @@ fn apply_http(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result
 
 /// Its sops master keys (`TF_BACKEND_HTTP_SOPS_*`), under gitstate's own (`--kms-arn`,
 /// `SOPS_KMS_ARN`, `--age-recipient`, `SOPS_AGE_RECIPIENTS`, `GITSTATE_KMS_CONTEXT`).
-fn apply_sops(given: &Given, config: &mut Config, out: &mut TbgConfig) -> Result<(), ConfigError> {
+fn apply_sops(
+    given: &Given,
+    config: &mut Config,
+    out: &mut TbgConfig,
+    env: Lookup,
+) -> Result<(), ConfigError> {
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
     const ARNS: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS";
     const CONTEXT: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_CONTEXT";
     const AGE: &str = "TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS";
@@ -577,6 +611,197 @@ mod tests {
         assert_eq!(env_name("git.repository"), "TF_BACKEND_GIT_GIT_REPOSITORY");
         assert_eq!(env_name("accessLogs"), "TF_BACKEND_GIT_ACCESSLOGS");
         assert_eq!(env_name("wrapper.tf.bin"), "TF_BACKEND_GIT_WRAPPER_TF_BIN");
+    }
+
+    /// `apply` with `vars` as the environment and `file_text` as its file.
+    fn applied(
+        vars: &[(&str, &str)],
+        file_text: Option<&str>,
+        flags: TbgFlags,
+        given: Given,
+    ) -> Result<(Config, TbgConfig), ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match file_text {
+            Some(text) => {
+                let path = dir.path().join(FILE_NAME);
+                std::fs::write(&path, text).unwrap();
+                TbgFile::Path(path)
+            }
+            None => TbgFile::Off,
+        };
+        let vars: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = move |name: &str| vars.get(name).cloned();
+        let input = TbgInput {
+            file,
+            flags,
+            standalone: false,
+        };
+        let mut config = Config::default();
+        let tbg = apply_with(&input, &given, &mut config, &lookup)?;
+        Ok((config, tbg))
+    }
+
+    const FILE: &str = "git.repository = \"https://file.example/a.git\"\ngit.ref = \"states\"\ngit.state = \"file.tfstate\"\naddress = \"127.0.0.1:7001\"\naccessLogs = true\n";
+
+    #[test]
+    fn its_file_alone_configures_repository_ref_state_address() {
+        let (config, tbg) =
+            applied(&[], Some(FILE), TbgFlags::default(), Given::default()).unwrap();
+        let default = &config.repositories[DEFAULT_REPOSITORY];
+        assert_eq!(default.url, "https://file.example/a.git");
+        assert_eq!(default.git_ref, "states");
+        assert_eq!(config.listen, "127.0.0.1:7001");
+        assert_eq!(tbg.state.as_deref(), Some("file.tfstate"));
+        assert!(tbg.access_logs);
+        assert!(
+            tbg.sources["repository"].contains("key git.repository"),
+            "{tbg:?}"
+        );
+    }
+
+    #[test]
+    fn its_variables_win_over_its_file_and_its_flags_over_both() {
+        let vars = [
+            ("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git"),
+            ("TF_BACKEND_GIT_GIT_STATE", "env.tfstate"),
+            ("TF_BACKEND_GIT_ADDRESS", "127.0.0.1:7002"),
+            ("TF_BACKEND_GIT_ACCESSLOGS", "false"),
+        ];
+        let (config, tbg) =
+            applied(&vars, Some(FILE), TbgFlags::default(), Given::default()).unwrap();
+        let default = &config.repositories[DEFAULT_REPOSITORY];
+        assert_eq!(default.url, "https://env.example/b.git");
+        assert_eq!(default.git_ref, "states", "the file's ref still applies");
+        assert_eq!(config.listen, "127.0.0.1:7002");
+        assert_eq!(tbg.state.as_deref(), Some("env.tfstate"));
+        assert!(!tbg.access_logs);
+        assert_eq!(
+            tbg.sources["repository"],
+            "environment TF_BACKEND_GIT_GIT_REPOSITORY"
+        );
+
+        let flags = TbgFlags {
+            repository: Some("https://flag.example/c.git".into()),
+            git_ref: Some("flagref".into()),
+            address: Some("127.0.0.1:7003".into()),
+            ..TbgFlags::default()
+        };
+        let (config, tbg) = applied(&vars, Some(FILE), flags, Given::default()).unwrap();
+        let default = &config.repositories[DEFAULT_REPOSITORY];
+        assert_eq!(default.url, "https://flag.example/c.git");
+        assert_eq!(default.git_ref, "flagref");
+        assert_eq!(config.listen, "127.0.0.1:7003");
+        assert_eq!(tbg.sources["listen"], "flag --address");
+    }
+
+    #[test]
+    fn its_repository_without_a_ref_stays_on_master() {
+        let vars = [("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git")];
+        let (config, _) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        assert_eq!(
+            config.repositories[DEFAULT_REPOSITORY].git_ref,
+            TBG_DEFAULT_REF
+        );
+        // gitstate's own --ref applies to its repository too.
+        let given = Given {
+            git_ref: Some("trunk"),
+            ..Given::default()
+        };
+        let (config, _) = applied(&vars, None, TbgFlags::default(), given).unwrap();
+        assert_eq!(config.repositories[DEFAULT_REPOSITORY].git_ref, "trunk");
+    }
+
+    #[test]
+    fn gitstates_own_settings_come_before_its_variables_and_its_file_is_not_read_with_gitstates() {
+        let vars = [
+            ("TF_BACKEND_GIT_ADDRESS", "127.0.0.1:7002"),
+            ("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git"),
+        ];
+        let given = Given {
+            listen: true,
+            repositories: true,
+            ..Given::default()
+        };
+        let (config, tbg) = applied(&vars, None, TbgFlags::default(), given).unwrap();
+        assert_eq!(config.listen, Config::default().listen);
+        assert!(config.repositories.is_empty());
+        assert!(!tbg.sources.contains_key("repository"));
+        let given = Given {
+            config_file: true,
+            ..Given::default()
+        };
+        let (config, tbg) = applied(&[], Some(FILE), TbgFlags::default(), given).unwrap();
+        assert!(config.repositories.is_empty() && tbg.file.is_none());
+    }
+
+    #[test]
+    fn its_basic_auth_is_a_team_user_and_needs_both_halves() {
+        let vars = [
+            ("TF_BACKEND_GIT_HTTP_USERNAME", "bob"),
+            ("TF_BACKEND_GIT_HTTP_PASSWORD", "hunter2"),
+        ];
+        let (config, _) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        assert_eq!(config.auth.mode, AuthMode::Team);
+        assert_eq!(
+            config.auth.users,
+            vec![format!("bob:{}", crate::tokens::hash_of("hunter2"))]
+        );
+        let err = applied(&vars[1..], None, TbgFlags::default(), Given::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("without TF_BACKEND_GIT_HTTP_USERNAME"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("hunter2"));
+        let given = Given {
+            auth_mode: Some("passthrough"),
+            ..Given::default()
+        };
+        let err = applied(&vars, None, TbgFlags::default(), given).unwrap_err();
+        assert!(err.to_string().contains("\"passthrough\""), "{err}");
+    }
+
+    #[test]
+    fn its_sops_keys_map_and_unsupported_ones_stop_the_start() {
+        let vars = [
+            (
+                "TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS",
+                "arn:aws:kms:eu-west-1:1:key/a,arn:aws:kms:eu-west-1:1:key/b",
+            ),
+            (
+                "TF_BACKEND_HTTP_SOPS_AWS_KMS_CONTEXT",
+                "team=payments,env=prod",
+            ),
+            ("TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS", "age1xyz"),
+            ("TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD", "1"),
+        ];
+        let (config, tbg) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        let e = &config.encryption;
+        assert_eq!(e.kms_arns.len(), 2);
+        assert_eq!(e.kms_context["team"], "payments");
+        assert_eq!(e.age_recipients, vec!["age1xyz".to_owned()]);
+        assert!(tbg.sources["kms_arns"].contains("TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS"));
+        for name in [
+            "TF_BACKEND_HTTP_SOPS_PGP_FP",
+            "TF_BACKEND_HTTP_SOPS_GCP_KMS_KEYS",
+            "TF_BACKEND_HTTP_SOPS_HC_VAULT_URIS",
+        ] {
+            let err = applied(&[(name, "x")], None, TbgFlags::default(), Given::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("{name} is set")), "{err}");
+        }
+        let err = applied(
+            &[("TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD", "2")],
+            None,
+            TbgFlags::default(),
+            Given::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("SHAMIR_THRESHOLD=2"), "{err}");
     }
 
     #[test]

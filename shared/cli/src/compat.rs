@@ -33,7 +33,12 @@ pub fn invoked_as_tbg(argv0: Option<&OsString>) -> bool {
 /// Terraform HTTP backend implementation that uses Git as storage (gitstate, under
 /// terraform-backend-git's command line).
 #[derive(Parser, Debug)]
-#[command(name = BINARY, version, about, long_about = None)]
+#[command(
+    name = BINARY,
+    version,
+    about = "Terraform HTTP backend that uses git as storage: gitstate under terraform-backend-git's command line",
+    long_about = None
+)]
 struct TbgCli {
     /// config file (default is terraform-backend-git.hcl in the home or current directory).
     #[arg(short = 'c', long, global = true, value_name = "FILE")]

@@ -74,7 +74,7 @@ fn tbg_source(tbg: &TbgConfig, keys: &[&str]) -> Option<String> {
     let found: Vec<&String> = keys.iter().filter_map(|k| tbg.sources.get(*k)).collect();
     (!found.is_empty()).then(|| {
         let names: Vec<&str> = found.iter().map(|s| s.as_str()).collect();
-        format!("{} (terraform-backend-git's name)", names.join(", "))
+        format!("{} (terraform-backend-git's spelling)", names.join("; "))
     })
 }
 
