@@ -235,11 +235,10 @@ fn its_standalone_server_reads_its_hcl_file_and_serves_its_query_addresses_with_
     .unwrap();
     let mut server = s.serve(server_dir.path(), &[], port);
 
-    // A backend block as terraform-backend-git's users wrote it for its standalone server.
-    let address = format!(
-        "http://127.0.0.1:{port}/?type=git&repository={}&ref=master&state=app.tfstate",
-        remote
-    );
+    // A backend block as terraform-backend-git's users wrote it for its standalone server, here
+    // without `ref=`: its default branch, master, as before the switch.
+    let address =
+        format!("http://127.0.0.1:{port}/?type=git&repository={remote}&state=app.tfstate");
     let work = tempfile::tempdir().unwrap();
     let mut backend = HttpBackend::new(&address);
     backend.address = format!("{address}&amend=true");
@@ -260,6 +259,8 @@ fn its_standalone_server_reads_its_hcl_file_and_serves_its_query_addresses_with_
         "{first} is not an ancestor of {second}"
     );
     assert_ne!(first.trim(), second.trim());
+    let state = git_show(&s.git_dir, "master", "app.tfstate").expect("the state is on master");
+    assert!(String::from_utf8_lossy(&state).contains("\"two\""));
     let log = server.log_text();
     assert!(
         log.contains("written as a normal commit"),

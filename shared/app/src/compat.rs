@@ -327,6 +327,10 @@ fn apply_with(
         env,
     };
     let flags = &input.flags;
+    if input.standalone {
+        // Its query addresses without `ref=` were on master: they stay there.
+        config.query_default_ref = TBG_DEFAULT_REF.to_owned();
+    }
     let mut out = TbgConfig {
         file: file_path.clone(),
         ..TbgConfig::default()

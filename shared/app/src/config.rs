@@ -145,6 +145,10 @@ pub struct Config {
     /// default; a repository block can turn it off for itself.
     #[serde(default = "default_true")]
     pub state_guard: bool,
+    /// The branch of a query-style address without `ref=`: `main`, or `master` under
+    /// terraform-backend-git's standalone command line (its default); not a file key.
+    #[serde(skip, default = "default_ref")]
+    pub query_default_ref: String,
 }
 
 fn default_true() -> bool {
@@ -291,6 +295,7 @@ impl Default for Config {
             allowed_hosts: Vec::new(),
             insecure_no_auth_on_public_address: false,
             state_guard: true,
+            query_default_ref: default_ref(),
         }
     }
 }

@@ -101,8 +101,9 @@ impl Address {
         })
     }
 
-    /// Parses the query-style address `?type=git&repository=URL&ref=REF&state=PATH`.
-    pub fn from_query(query: Option<&str>) -> Result<Self, ApiError> {
+    /// Parses the query-style address `?type=git&repository=URL&ref=REF&state=PATH`; without
+    /// `ref`, the branch is `default_ref`.
+    pub fn from_query(query: Option<&str>, default_ref: &str) -> Result<Self, ApiError> {
         let pairs = query_pairs(query);
         let get = |name: &str| {
             pairs
@@ -134,7 +135,9 @@ impl Address {
             Some((_, raw)) if !raw.is_empty() => {
                 BranchName::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?
             }
-            _ => BranchName::parse("main").map_err(|e| ApiError::bad_request(e.to_string()))?,
+            _ => {
+                BranchName::parse(default_ref).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
         };
         Ok(Address {
             repository: Repository::AdHoc {
@@ -170,7 +173,7 @@ mod tests {
     fn query_addresses() {
         let a = Address::from_query(Some(
             "type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&ref=states&state=x%2Fy.json&ID=7",
-        ))
+        ), "main")
         .unwrap();
         assert_eq!(
             a.repository,
@@ -181,35 +184,47 @@ mod tests {
         );
         assert_eq!(a.path.as_str(), "x/y.json");
         assert_eq!(a.lock_id.as_deref(), Some("7"));
-        assert!(Address::from_query(Some("type=s3&state=x")).is_err());
-        let main = Address::from_query(Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"))
-            .unwrap();
+        assert!(Address::from_query(Some("type=s3&state=x"), "main").is_err());
+        let main = Address::from_query(
+            Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"),
+            "main",
+        )
+        .unwrap();
         assert!(
             matches!(&main.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "main")
         );
-        assert!(Address::from_query(None).is_err());
+        assert!(Address::from_query(None, "main").is_err());
+        // terraform-backend-git's standalone server: its default branch.
+        let master = Address::from_query(
+            Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"),
+            "master",
+        )
+        .unwrap();
+        assert!(
+            matches!(&master.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "master")
+        );
     }
 
     #[test]
     fn amend_is_a_boolean_like_force() {
         let q = "type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x";
         assert!(
-            Address::from_query(Some(&format!("{q}&amend=true")))
+            Address::from_query(Some(&format!("{q}&amend=true")), "main")
                 .unwrap()
                 .amend
         );
         assert!(
-            !Address::from_query(Some(&format!("{q}&amend=false")))
+            !Address::from_query(Some(&format!("{q}&amend=false")), "main")
                 .unwrap()
                 .amend
         );
-        assert!(!Address::from_query(Some(q)).unwrap().amend);
+        assert!(!Address::from_query(Some(q), "main").unwrap().amend);
         assert!(
             Address::from_path("default/x", Some("amend=true"))
                 .unwrap()
                 .amend
         );
-        let err = Address::from_query(Some(&format!("{q}&amend=yes"))).unwrap_err();
+        let err = Address::from_query(Some(&format!("{q}&amend=yes")), "main").unwrap_err();
         assert!(
             format!("{err:?}").contains("?amend= takes true or false"),
             "{err:?}"
@@ -229,7 +244,7 @@ mod tests {
             ("%40", "'@'"),
         ] {
             let query = format!("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x&ref={bad}");
-            let err = Address::from_query(Some(&query)).unwrap_err();
+            let err = Address::from_query(Some(&query), "main").unwrap_err();
             let (status, message) = match err {
                 ApiError::Message(status, message) => (status, message),
                 other => panic!("{bad}: {other:?}"),

@@ -267,7 +267,7 @@ pub async fn query_style(
     let started = Instant::now();
     // A bad address is answered before a bad method (as before the metrics); with a method
     // that is an operation, both are counted under it.
-    let address = Address::from_query(uri.query());
+    let address = Address::from_query(uri.query(), &app.query_default_ref);
     let operation = match Operation::on_state(&method) {
         Ok(operation) => operation,
         Err(e) => return Err(address.err().unwrap_or(e)),

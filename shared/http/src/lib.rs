@@ -38,6 +38,9 @@ pub struct AppState {
     guard: Arc<RequestGuard>,
     /// Renders the metrics for `/_/metrics` (`None`: this runtime exports none).
     metrics: Option<MetricsRender>,
+    /// The branch of a query-style address without `ref=` (`main`; terraform-backend-git's
+    /// standalone server: `master`).
+    pub query_default_ref: Arc<str>,
 }
 
 /// Renders the process's metrics as Prometheus text (the exporter's handle, installed by the
@@ -62,7 +65,14 @@ impl AppState {
             recorder,
             guard: Arc::new(RequestGuard::any_host()),
             metrics: None,
+            query_default_ref: Arc::from("main"),
         }
+    }
+
+    /// The same state with `git_ref` as the branch of query-style addresses without `ref=`.
+    pub fn with_query_default_ref(mut self, git_ref: &str) -> AppState {
+        self.query_default_ref = Arc::from(git_ref);
+        self
     }
 
     /// The same state serving `render`'s text at `/_/metrics`.
