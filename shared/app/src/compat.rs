@@ -170,10 +170,9 @@ fn parse_file(text: &str) -> Result<FileValues, String> {
             }
         })
         .collect();
-    let body = hcl::parse(&rewritten.join("\n")).map_err(|e| {
-        // hcl-rs's message quotes the line, which may hold a credential: keep its first line.
-        e.to_string().lines().next().unwrap_or_default().to_owned()
-    })?;
+    // hcl-rs's message quotes the line, which may hold a credential: position and reason only.
+    let body = hcl::parse(&rewritten.join("\n"))
+        .map_err(|e| crate::config::one_line_parse_error(&e.to_string()))?;
     let mut values = FileValues::new();
     flatten(&body, "", &mut values)?;
     Ok(values)
@@ -306,6 +305,12 @@ fn apply_with(
     env: Lookup,
 ) -> Result<TbgConfig, ConfigError> {
     let file_path = if given.config_file {
+        if let TbgFile::Path(path) = &input.file {
+            return Err(ConfigError::BadValue(format!(
+                "both --config {} (terraform-backend-git's file) and GITSTATE_CONFIG (gitstate's) are given; use one",
+                path.display()
+            )));
+        }
         None
     } else {
         file_path(&input.file)
@@ -719,7 +724,7 @@ mod tests {
     }
 
     #[test]
-    fn gitstates_own_settings_come_before_its_variables_and_its_file_is_not_read_with_gitstates() {
+    fn gitstates_own_settings_come_before_its_variables_and_its_file_is_one_or_the_other() {
         let vars = [
             ("TF_BACKEND_GIT_ADDRESS", "127.0.0.1:7002"),
             ("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git"),
@@ -737,8 +742,9 @@ mod tests {
             config_file: true,
             ..Given::default()
         };
-        let (config, tbg) = applied(&[], Some(FILE), TbgFlags::default(), given).unwrap();
-        assert!(config.repositories.is_empty() && tbg.file.is_none());
+        // Its --config and GITSTATE_CONFIG together: one file at a time.
+        let err = applied(&[], Some(FILE), TbgFlags::default(), given).unwrap_err();
+        assert!(err.to_string().contains("use one"), "{err}");
     }
 
     #[test]

@@ -413,7 +413,7 @@ impl Config {
 
 /// hcl-rs reports syntax errors over several lines with an excerpt of the file; keep the position
 /// and the reason on one line, and drop the excerpt (the line may hold a credential).
-fn one_line_parse_error(message: &str) -> String {
+pub(crate) fn one_line_parse_error(message: &str) -> String {
     let parts: Vec<&str> = message
         .lines()
         .map(str::trim)
