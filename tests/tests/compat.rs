@@ -14,6 +14,7 @@
 //!   a 401.
 //! - `gitstate config show` names the variables values came from, and no credential.
 //! - A PGP key (not supported yet) stops the start with one sentence naming the variable.
+//! - `SSH_PRIVATE_KEY` (a key file) and `StrictHostKeyChecking=no` reach a real sshd.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -80,6 +81,9 @@ impl Setup {
                 || k.starts_with("TF_CLI_ARGS")
                 || k.starts_with("TF_VAR_")
                 || k.starts_with("SSH_")
+                || k == "GIT_SSH_COMMAND"
+                || k == "GIT_SSH"
+                || k == "StrictHostKeyChecking"
                 || k.eq_ignore_ascii_case("http_proxy")
                 || k.eq_ignore_ascii_case("https_proxy")
                 || k.eq_ignore_ascii_case("all_proxy")
@@ -373,4 +377,37 @@ fn an_unsupported_master_key_stops_the_start_naming_its_variable() {
         out.combined()
     );
     assert!(!out.combined().contains("Terraform v"), "nothing ran");
+}
+
+#[test]
+fn its_ssh_private_key_variable_reaches_an_ssh_remote() {
+    let s = Setup::new();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("id_ed25519");
+    ssh_keygen(&key);
+    let public = fs::read_to_string(keys.path().join("id_ed25519.pub")).unwrap();
+    let sshd = Sshd::start(&public);
+    let remote = format!(
+        "ssh://root@127.0.0.1:{}{}",
+        sshd.port(),
+        s.git_dir.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let key_path = key.to_string_lossy().into_owned();
+    let env = [
+        ("TF_BACKEND_GIT_GIT_REPOSITORY", remote.as_str()),
+        ("TF_BACKEND_GIT_ADDRESS", address.as_str()),
+        ("SSH_PRIVATE_KEY", key_path.as_str()),
+        ("StrictHostKeyChecking", "no"),
+    ];
+    let server = s.serve(dir.path(), &env, port);
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"0b5c6a4e-ssh","outputs":{},"resources":[]}"#;
+    let url = format!("http://127.0.0.1:{port}/state/default/ssh.tfstate");
+    let (status, body) = http("POST", &url, Some(state), None).unwrap();
+    assert_eq!(status, 200, "{body}\n{}\n{}", server.log_text(), sshd.log());
+    let stored = git_show(&s.git_dir, "master", "ssh.tfstate").expect("written over ssh on master");
+    assert!(String::from_utf8_lossy(&stored).contains("0b5c6a4e-ssh"));
+    assert!(sshd.log().contains("Accepted publickey"), "{}", sshd.log());
 }

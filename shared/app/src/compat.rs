@@ -566,16 +566,15 @@ fn apply_sops(
 }
 
 /// Variables the process should set for the libraries and programs it uses, translated from
-/// terraform-backend-git's: `SSH_PRIVATE_KEY` (a key file's path) becomes `GIT_SSH_COMMAND`
-/// (`ssh -i PATH`, when neither `GIT_SSH_COMMAND` nor `GIT_SSH` is set; the ssh agent of
-/// `SSH_AUTH_SOCK` is still asked first, as it did), and `TF_BACKEND_HTTP_SOPS_AWS_PROFILE`
-/// becomes `AWS_PROFILE` (when that is not set).
+/// terraform-backend-git's: `SSH_PRIVATE_KEY` (a key file's path) and `StrictHostKeyChecking=no`
+/// become `GIT_SSH_COMMAND` (`ssh -i PATH -o StrictHostKeyChecking=no
+/// -o UserKnownHostsFile=/dev/null`, when neither `GIT_SSH_COMMAND` nor `GIT_SSH` is set; the ssh
+/// agent of `SSH_AUTH_SOCK` is still asked first, as it did), and
+/// `TF_BACKEND_HTTP_SOPS_AWS_PROFILE` becomes `AWS_PROFILE` (when that is not set).
 pub fn process_environment() -> Vec<(&'static str, String)> {
     let mut vars = Vec::new();
-    if let Some(key) = env("SSH_PRIVATE_KEY") {
-        if env("GIT_SSH_COMMAND").is_none() && env("GIT_SSH").is_none() {
-            vars.push(("GIT_SSH_COMMAND", format!("ssh -i {}", shell_quoted(&key))));
-        }
+    if let Some(command) = ssh_command(&env) {
+        vars.push(("GIT_SSH_COMMAND", command));
     }
     if let Some(profile) = env("TF_BACKEND_HTTP_SOPS_AWS_PROFILE") {
         if env("AWS_PROFILE").is_none() {
@@ -583,6 +582,27 @@ pub fn process_environment() -> Vec<(&'static str, String)> {
         }
     }
     vars
+}
+
+/// The ssh command for its `SSH_PRIVATE_KEY` and `StrictHostKeyChecking=no`, if either is set
+/// and no ssh command is configured.
+fn ssh_command(env: Lookup) -> Option<String> {
+    if env("GIT_SSH_COMMAND").is_some() || env("GIT_SSH").is_some() {
+        return None;
+    }
+    let key = env("SSH_PRIVATE_KEY").filter(|k| !k.is_empty());
+    let unchecked = env("StrictHostKeyChecking").is_some_and(|v| v == "no");
+    if key.is_none() && !unchecked {
+        return None;
+    }
+    let mut command = String::from("ssh");
+    if let Some(key) = key {
+        command.push_str(&format!(" -i {}", shell_quoted(&key)));
+    }
+    if unchecked {
+        command.push_str(" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null");
+    }
+    Some(command)
 }
 
 /// `s` as one POSIX shell word.
@@ -812,6 +832,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("SHAMIR_THRESHOLD=2"), "{err}");
+    }
+
+    #[test]
+    fn its_ssh_key_and_host_key_choice_become_an_ssh_command() {
+        let lookup = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let key = lookup(&[("SSH_PRIVATE_KEY", "/k/id rsa")]);
+        assert_eq!(ssh_command(&key).as_deref(), Some("ssh -i '/k/id rsa'"));
+        let both = lookup(&[
+            ("SSH_PRIVATE_KEY", "/k/id"),
+            ("StrictHostKeyChecking", "no"),
+        ]);
+        assert_eq!(
+            ssh_command(&both).as_deref(),
+            Some("ssh -i '/k/id' -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
+        );
+        let own = lookup(&[("SSH_PRIVATE_KEY", "/k/id"), ("GIT_SSH_COMMAND", "ssh -v")]);
+        assert_eq!(ssh_command(&own), None);
+        assert_eq!(ssh_command(&lookup(&[])), None);
     }
 
     #[test]
