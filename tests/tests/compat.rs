@@ -15,6 +15,7 @@
 //! - `gitstate config show` names the variables values came from, and no credential.
 //! - A PGP key (not supported yet) stops the start with one sentence naming the variable.
 //! - `SSH_PRIVATE_KEY` (a key file) and `StrictHostKeyChecking=no` reach a real sshd.
+//! - `TF_BACKEND_GIT_HTTPS_CERT`/`_KEY` serve Terraform over HTTPS.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -119,21 +120,31 @@ impl Setup {
 
     /// Its standalone server, ready once `/_/health` answers.
     fn serve(&self, dir: &Path, env: &[(&str, &str)], port: u16) -> ChildGuard {
+        self.serve_until(dir, env, || {
+            matches!(
+                http(
+                    "GET",
+                    &format!("http://127.0.0.1:{port}/_/health"),
+                    None,
+                    None
+                ),
+                Ok((200, _))
+            )
+        })
+    }
+
+    /// Its standalone server, ready once `ready()` holds.
+    fn serve_until(
+        &self,
+        dir: &Path,
+        env: &[(&str, &str)],
+        ready: impl FnMut() -> bool,
+    ) -> ChildGuard {
         let log = self.tmp.path().join("server.log");
         let mut server =
             ChildGuard::spawn(self.command(dir, &[], env), &log, "terraform-backend-git");
         server
-            .wait_ready(Duration::from_secs(60), || {
-                matches!(
-                    http(
-                        "GET",
-                        &format!("http://127.0.0.1:{port}/_/health"),
-                        None,
-                        None
-                    ),
-                    Ok((200, _))
-                )
-            })
+            .wait_ready(Duration::from_secs(60), ready)
             .unwrap_or_else(|log| panic!("{log}"));
         server
     }
@@ -410,4 +421,60 @@ fn its_ssh_private_key_variable_reaches_an_ssh_remote() {
     let stored = git_show(&s.git_dir, "master", "ssh.tfstate").expect("written over ssh on master");
     assert!(String::from_utf8_lossy(&stored).contains("0b5c6a4e-ssh"));
     assert!(sshd.log().contains("Accepted publickey"), "{}", sshd.log());
+}
+
+#[test]
+fn its_https_variables_serve_terraform_over_tls() {
+    let s = Setup::new();
+    let tf = Terraform::installed("1.15.5");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "self.key",
+            "-out",
+            "self.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cert = dir.path().join("self.pem").to_string_lossy().into_owned();
+    let key = dir.path().join("self.key").to_string_lossy().into_owned();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let remote = s.remote();
+    let env = [
+        ("TF_BACKEND_GIT_GIT_REPOSITORY", remote.as_str()),
+        ("TF_BACKEND_GIT_ADDRESS", address.as_str()),
+        ("TF_BACKEND_GIT_HTTPS_CERT", cert.as_str()),
+        ("TF_BACKEND_GIT_HTTPS_KEY", key.as_str()),
+    ];
+    let _server = s.serve_until(dir.path(), &env, || port_open(port));
+    let mut backend = HttpBackend::new(&format!(
+        "https://127.0.0.1:{port}/state/default/tls.tfstate"
+    ));
+    backend
+        .extra
+        .push(("skip_cert_verification".into(), "true".into()));
+    let work = tempfile::tempdir().unwrap();
+    tf_config(work.path(), Some(&backend), "tls");
+    tf.init(work.path()).expect_code(0, "init over https");
+    tf.apply(work.path()).expect_code(0, "apply over https");
+    assert!(git_show(&s.git_dir, "master", "tls.tfstate").is_some());
 }

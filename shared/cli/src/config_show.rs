@@ -227,7 +227,7 @@ pub fn render(
         .max()
         .unwrap_or(0);
     let mut out = String::from(
-        "# effective configuration: flags > GITSTATE_* environment > configuration file > defaults\n",
+        "# effective configuration: flags > GITSTATE_* environment > terraform-backend-git's variables > configuration file > defaults\n",
     );
     for (line, source) in lines {
         if source.is_empty() {
