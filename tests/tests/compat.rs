@@ -362,6 +362,25 @@ fn config_show_names_its_variables_and_no_credential() {
     for secret in [GIT_PASS, "backend-secret"] {
         assert!(!text.contains(secret), "{secret} printed:\n{text}");
     }
+    // Its file, as its command line reads it.
+    fs::write(
+        dir.path().join("terraform-backend-git.hcl"),
+        format!("git.repository = \"{remote}\"\ngit.ref = \"states\"\n"),
+    )
+    .unwrap();
+    let out = gitstate_run(
+        dir.path(),
+        &["config", "show", "--as-terraform-backend-git"],
+        &[("HOME", dir.path().to_str().unwrap())],
+    );
+    out.expect_code(0, "gitstate config show --as-terraform-backend-git");
+    let text = out.combined();
+    let repository = text
+        .lines()
+        .find(|l| l.contains("repository \"default\""))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(repository.contains("ref = \"states\""), "{repository}");
+    assert!(repository.contains("key git.repository"), "{repository}");
 }
 
 #[test]

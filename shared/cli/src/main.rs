@@ -174,6 +174,10 @@ struct StopArgs {
 struct ShowArgs {
     #[command(flatten)]
     settings: Settings,
+    /// Show the configuration terraform-backend-git's standalone command line would use: its
+    /// terraform-backend-git.hcl (home, then current directory) is read too.
+    #[arg(long)]
+    as_terraform_backend_git: bool,
 }
 
 #[derive(Args, Debug)]
@@ -336,7 +340,15 @@ async fn main() -> ExitCode {
             let shown = matches
                 .subcommand_matches("config")
                 .and_then(|m| m.subcommand_matches("show"));
-            finish("gitstate", config_show::run(&args.settings, shown))
+            let mut settings = args.settings;
+            if args.as_terraform_backend_git {
+                settings.tbg = gitstate_app::compat::TbgInput {
+                    file: gitstate_app::compat::TbgFile::Search,
+                    standalone: true,
+                    ..Default::default()
+                };
+            }
+            finish("gitstate", config_show::run(&settings, shown))
         }
         Command::Serve(args) => {
             init_logging(&args.log_format, "info");
