@@ -380,7 +380,13 @@ fn apply_with(
                 // Exactly this repository (no wildcard), for its query addresses.
                 let url = crate::config::redact_url(&repository.value);
                 match crate::url_policy::AllowPattern::parse(&url) {
-                    Ok(_) if url == repository.value => config.allow_with_credential.push(url),
+                    Ok(_) if url == repository.value => {
+                        config.allow_with_credential.push(url);
+                        out.sources.insert(
+                            "allow_with_credential".into(),
+                            format!("its standalone server's repository, {}", repository.source),
+                        );
+                    }
                     _ => {
                         tracing::warn!(repository = %url, "query addresses naming this repository are refused (it is not a URL an allow pattern can name exactly); use /state/default/PATH")
                     }

@@ -134,7 +134,8 @@ pub fn render(
                 "allow_with_credential = {}",
                 list(&config.allow_with_credential)
             ),
-            sources.of("allow_with_credential", "allow_with_credential"),
+            tbg_source(tbg, &["allow_with_credential"])
+                .unwrap_or_else(|| sources.of("allow_with_credential", "allow_with_credential")),
         ),
         (
             format!("allowed_hosts = {}", list(&config.allowed_hosts)),
