@@ -212,7 +212,7 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
         ("GIT_PASSWORD", GIT_PASSWORD),
         ("TF_BACKEND_HTTP_ENCRYPTION_PROVIDER", "sops"),
         ("TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE", PASSPHRASE),
-        ("SOPS_AGE_RECIPIENTS", k1.recipient.as_str()),
+        ("TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS", k1.recipient.as_str()),
         ("SOPS_AGE_KEY_FILE", keys.to_str().expect("utf-8")),
     ];
     let server_dir = tempfile::tempdir().expect("tempdir");

@@ -145,6 +145,10 @@ pub struct Config {
     /// default; a repository block can turn it off for itself.
     #[serde(default = "default_true")]
     pub state_guard: bool,
+    /// The branch of a query-style address without `ref=`: `main`, or `master` under
+    /// terraform-backend-git's standalone command line (its default); not a file key.
+    #[serde(skip, default = "default_ref")]
+    pub query_default_ref: String,
 }
 
 fn default_true() -> bool {
@@ -308,6 +312,7 @@ impl Default for Config {
             allowed_hosts: Vec::new(),
             insecure_no_auth_on_public_address: false,
             state_guard: true,
+            query_default_ref: default_ref(),
         }
     }
 }
@@ -425,7 +430,7 @@ impl Config {
 
 /// hcl-rs reports syntax errors over several lines with an excerpt of the file; keep the position
 /// and the reason on one line, and drop the excerpt (the line may hold a credential).
-fn one_line_parse_error(message: &str) -> String {
+pub(crate) fn one_line_parse_error(message: &str) -> String {
     let parts: Vec<&str> = message
         .lines()
         .map(str::trim)
@@ -457,7 +462,8 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Git credentials from the environment: `GIT_USERNAME` + `GIT_PASSWORD`, or `GITHUB_TOKEN`
-/// (each also as `*_FILE` holding the value).
+/// (with `GIT_USERNAME` when set, as terraform-backend-git sent it; each also as `*_FILE`
+/// holding the value).
 pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
     fn var(name: &str) -> Result<Option<String>, ConfigError> {
         if let Ok(v) = std::env::var(name) {
@@ -478,8 +484,12 @@ pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
         return Ok(Some(Credentials { username, password }));
     }
     if let Some(token) = var("GITHUB_TOKEN")?.filter(|t| !t.is_empty()) {
+        // terraform-backend-git sent the token with GIT_USERNAME; GitHub accepts any name.
+        let username = var("GIT_USERNAME")?
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "x-access-token".to_owned());
         return Ok(Some(Credentials {
-            username: "x-access-token".to_owned(),
+            username,
             password: token,
         }));
     }

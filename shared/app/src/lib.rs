@@ -5,6 +5,7 @@
 pub mod access;
 pub mod boundary;
 pub mod catalog;
+pub mod compat;
 pub mod config;
 pub mod credentials;
 pub mod metrics;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::compat::{Given, TbgConfig, TbgInput};
 use crate::config::{Config, ConfigError, TlsConfig, DEFAULT_REF};
 
 /// Flags (each also a `GITSTATE_*` variable) that override the configuration file.
@@ -224,11 +225,42 @@ pub struct Settings {
     /// an older serial, unless its address says `?force=true`. On by default.
     #[arg(long, env = "GITSTATE_STATE_GUARD", num_args = 0..=1, default_missing_value = "true")]
     pub state_guard: Option<bool>,
+    /// terraform-backend-git's flags and file, when gitstate runs under its command line (see
+    /// [`crate::compat`]); its variables are read in every mode.
+    #[arg(skip)]
+    pub tbg: TbgInput,
 }
 
 impl Settings {
-    /// The effective configuration: these settings over the file over the defaults.
+    /// The effective configuration: these settings over the file over the defaults, with
+    /// terraform-backend-git's spellings mapped in (see [`crate::compat`]).
     pub fn resolve(&self) -> Result<Config, ConfigError> {
+        self.resolve_all().map(|(config, _)| config)
+    }
+
+    /// [`Settings::resolve`], and what came from terraform-backend-git's spellings.
+    pub fn resolve_all(&self) -> Result<(Config, TbgConfig), ConfigError> {
+        let mut config = self.resolve_own()?;
+        let given = Given {
+            config_file: self.config.is_some(),
+            listen: self.listen.is_some(),
+            repositories: given(&self.repositories).is_some(),
+            git_ref: self.git_ref.as_deref().filter(|r| !r.is_empty()),
+            auth_mode: self.auth_mode.as_deref().filter(|m| !m.is_empty()),
+            tls: self.tls_cert.is_some(),
+            kms_arns: given(&self.kms_arns).is_some(),
+            kms_context: given(&self.kms_context).is_some(),
+            age_recipients: given(&self.age_recipients).is_some(),
+            pgp_fingerprints: given(&self.pgp_fingerprints).is_some(),
+            vault_uris: given(&self.vault_uris).is_some(),
+            gcp_kms_keys: given(&self.gcp_kms_keys).is_some(),
+        };
+        let tbg = crate::compat::apply(&self.tbg, &given, &mut config)?;
+        Ok((config, tbg))
+    }
+
+    /// gitstate's own settings over its file over the defaults.
+    fn resolve_own(&self) -> Result<Config, ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),

@@ -120,7 +120,8 @@ impl Deployment {
             self.backend.clone(),
             self.catalog.clone(),
         )
-        .with_guard(guard);
+        .with_guard(guard)
+        .with_query_default_ref(&self.config.query_default_ref);
         match &self.metrics {
             Some(handle) => state.with_metrics(crate::metrics::render(handle.clone())),
             None => state,

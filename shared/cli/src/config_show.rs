@@ -3,6 +3,7 @@
 
 use clap::parser::ValueSource;
 use clap::ArgMatches;
+use gitstate_app::compat::TbgConfig;
 use gitstate_app::config::redact_url;
 use gitstate_app::{Config, Settings};
 
@@ -63,13 +64,27 @@ fn list(items: &[String]) -> String {
 /// `gitstate config show`: the effective configuration of `settings`, each value with where it
 /// came from (`matches` are the subcommand's own).
 pub fn run(settings: &Settings, matches: Option<&ArgMatches>) -> Result<String, String> {
-    let config = settings.resolve().map_err(|e| e.to_string())?;
+    let (config, tbg) = settings.resolve_all().map_err(|e| e.to_string())?;
     let matches = matches.ok_or("the command line of `config show` was not kept (a bug)")?;
-    Ok(render(&config, settings, matches))
+    Ok(render(&config, &tbg, settings, matches))
+}
+
+/// The source of a value that came from terraform-backend-git's spelling `key`, if it did.
+fn tbg_source(tbg: &TbgConfig, keys: &[&str]) -> Option<String> {
+    let found: Vec<&String> = keys.iter().filter_map(|k| tbg.sources.get(*k)).collect();
+    (!found.is_empty()).then(|| {
+        let names: Vec<&str> = found.iter().map(|s| s.as_str()).collect();
+        format!("{} (terraform-backend-git's spelling)", names.join("; "))
+    })
 }
 
 /// Renders `config` as annotated HCL-like lines.
-pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> String {
+pub fn render(
+    config: &Config,
+    tbg: &TbgConfig,
+    settings: &Settings,
+    matches: &ArgMatches,
+) -> String {
     let sources = Sources {
         matches,
         file: settings.config.as_ref().map(|p| p.display().to_string()),
@@ -82,7 +97,7 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
     let mut lines: Vec<(String, String)> = vec![
         (
             format!("listen = {}", quoted(&config.listen)),
-            sources.of("listen", "listen"),
+            tbg_source(tbg, &["listen"]).unwrap_or_else(|| sources.of("listen", "listen")),
         ),
         (
             format!(
@@ -119,7 +134,8 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
                 "allow_with_credential = {}",
                 list(&config.allow_with_credential)
             ),
-            sources.of("allow_with_credential", "allow_with_credential"),
+            tbg_source(tbg, &["allow_with_credential"])
+                .unwrap_or_else(|| sources.of("allow_with_credential", "allow_with_credential")),
         ),
         (
             format!("allowed_hosts = {}", list(&config.allowed_hosts)),
@@ -155,7 +171,8 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
                 quoted(&redact_url(&repository.url)),
                 quoted(&repository.git_ref)
             ),
-            sources.of("repositories", "repository"),
+            tbg_source(tbg, &["repository", "ref"])
+                .unwrap_or_else(|| sources.of("repositories", "repository")),
         ));
     }
     lines.push((
@@ -171,7 +188,7 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        sources.of("auth_mode", "auth"),
+        tbg_source(tbg, &["auth"]).unwrap_or_else(|| sources.of("auth_mode", "auth")),
     ));
     let e = &config.encryption;
     lines.push((
@@ -184,7 +201,8 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
             list(&e.age_recipients),
             e.enforced
         ),
-        sources.of("kms_arns", "encryption"),
+        tbg_source(tbg, &["kms_arns", "kms_context", "age_recipients"])
+            .unwrap_or_else(|| sources.of("kms_arns", "encryption")),
     ));
     if !e.pgp_fingerprints.is_empty() || !e.vault_uris.is_empty() || !e.gcp_kms_keys.is_empty() {
         lines.push((
@@ -205,9 +223,10 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
                 quoted(&tls.cert_file.display().to_string()),
                 quoted(&tls.key_file.display().to_string())
             ),
-            sources.of("tls_cert", "tls"),
+            tbg_source(tbg, &["tls"]).unwrap_or_else(|| sources.of("tls_cert", "tls")),
         ));
     }
+    lines.extend(tbg_wrapper_lines(tbg));
     lines.push((
         format!("# git credential: {}", git_credential_summary()),
         String::new(),
@@ -220,7 +239,7 @@ pub fn render(config: &Config, settings: &Settings, matches: &ArgMatches) -> Str
         .max()
         .unwrap_or(0);
     let mut out = String::from(
-        "# effective configuration: flags > GITSTATE_* environment > configuration file > defaults\n",
+        "# effective configuration: flags > GITSTATE_* environment > terraform-backend-git's variables > configuration file > defaults\n",
     );
     for (line, source) in lines {
         if source.is_empty() {
@@ -270,6 +289,38 @@ fn legacy_encryption_lines(config: &Config, sources: &Sources) -> Vec<(String, S
     lines
 }
 
+/// terraform-backend-git's wrapper settings (state, dir, program, amend, access logs), each
+/// with its source.
+fn tbg_wrapper_lines(tbg: &TbgConfig) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    let mut add = |key: &str, value: String| {
+        if let Some(source) = tbg_source(tbg, &[key]) {
+            lines.push((format!("terraform-backend-git.{key} = {value}"), source));
+        }
+    };
+    add("state", quoted(tbg.state.as_deref().unwrap_or_default()));
+    add("dir", quoted(tbg.dir.as_deref().unwrap_or_default()));
+    add("tf", quoted(tbg.tf.as_deref().unwrap_or_default()));
+    add(
+        "amend",
+        format!(
+            "{} (written as normal commits, never force-pushed)",
+            tbg.amend
+        ),
+    );
+    add("access_logs", tbg.access_logs.to_string());
+    if let Some(file) = &tbg.file {
+        lines.push((
+            format!(
+                "# terraform-backend-git's file: {}",
+                quoted(&file.display().to_string())
+            ),
+            String::new(),
+        ));
+    }
+    lines
+}
+
 /// Which variables provide the server's git credential, never their values.
 fn git_credential_summary() -> String {
     let set = |name: &str| {
@@ -280,9 +331,18 @@ fn git_credential_summary() -> String {
     let password = ["GIT_PASSWORD_KMS", "GIT_PASSWORD", "GITHUB_TOKEN"]
         .into_iter()
         .find(|name| set(name));
-    match (password, user) {
+    let http = match (password, user) {
         (Some(var), Some(user)) => format!("user {user}, secret from {var} (hidden)"),
         (Some(var), None) => format!("secret from {var} (hidden)"),
         (None, _) => "none (anonymous, or the caller's in passthrough mode)".into(),
+    };
+    let ssh: Vec<&str> = ["SSH_PRIVATE_KEY", "SSH_AUTH_SOCK"]
+        .into_iter()
+        .filter(|name| set(name))
+        .collect();
+    if ssh.is_empty() {
+        http
+    } else {
+        format!("{http}; ssh: {} set (hidden)", ssh.join(" and "))
     }
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod catalog;
+mod compat;
 mod config_show;
 mod logfields;
 mod migrate;
@@ -128,6 +129,24 @@ enum Command {
     ///   gitstate migrate --repository default=https://git.example.com/acme/tf-state.git
     #[command(verbatim_doc_comment)]
     Migrate(migrate::MigrateArgs),
+    /// terraform-backend-git's command line (the same as running gitstate under the name
+    /// terraform-backend-git, e.g. through a symlink): its flags, TF_BACKEND_GIT_* variables and
+    /// terraform-backend-git.hcl, mapped onto serve, wrap and stop.
+    ///
+    ///   gitstate compat git --repository https://git.example.com/acme/tf-state.git \
+    ///       --state envs/prod.tfstate terraform apply
+    ///   gitstate compat --address 127.0.0.1:6061          # its standalone server
+    ///   gitstate compat --help                            # its options
+    #[command(verbatim_doc_comment, disable_help_flag = true)]
+    Compat {
+        /// terraform-backend-git's arguments.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -155,6 +174,10 @@ struct StopArgs {
 struct ShowArgs {
     #[command(flatten)]
     settings: Settings,
+    /// Show the configuration terraform-backend-git's standalone command line would use: its
+    /// terraform-backend-git.hcl (home, then current directory) is read too.
+    #[arg(long)]
+    as_terraform_backend_git: bool,
 }
 
 #[derive(Args, Debug)]
@@ -281,7 +304,21 @@ fn finish(command: &str, result: Result<String, String>) -> ExitCode {
 async fn main() -> ExitCode {
     // Before any thread or file: the cache and the embedded repository are this user's only.
     let inherited_umask = restrict_umask();
-    let matches = Cli::command().get_matches();
+    // terraform-backend-git's SSH_PRIVATE_KEY and sops AWS profile, for ssh and the AWS SDK,
+    // before anything connects anywhere.
+    for (name, value) in gitstate_app::compat::process_environment() {
+        std::env::set_var(name, value);
+    }
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if compat::invoked_as_tbg(argv.first()) {
+        return run_compat(argv, inherited_umask).await;
+    }
+    if argv.get(1).is_some_and(|a| a == "compat") {
+        argv.remove(1);
+        argv[0] = compat::BINARY.into();
+        return run_compat(argv, inherited_umask).await;
+    }
+    let matches = Cli::command().get_matches_from(argv);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -297,11 +334,21 @@ async fn main() -> ExitCode {
         Command::Locks(args) => finish("gitstate locks", admin::locks(args).await),
         Command::Unlock(args) => finish("gitstate unlock", admin::unlock(args).await),
         Command::Migrate(args) => finish("gitstate migrate", migrate::run(args).await),
+        // Handled before parsing (its arguments are terraform-backend-git's).
+        Command::Compat { .. } => ExitCode::FAILURE,
         Command::Config(ConfigCommand::Show(args)) => {
             let shown = matches
                 .subcommand_matches("config")
                 .and_then(|m| m.subcommand_matches("show"));
-            finish("gitstate", config_show::run(&args.settings, shown))
+            let mut settings = args.settings;
+            if args.as_terraform_backend_git {
+                settings.tbg = gitstate_app::compat::TbgInput {
+                    file: gitstate_app::compat::TbgFile::Search,
+                    standalone: true,
+                    ..Default::default()
+                };
+            }
+            finish("gitstate", config_show::run(&settings, shown))
         }
         Command::Serve(args) => {
             init_logging(&args.log_format, "info");
@@ -310,13 +357,51 @@ async fn main() -> ExitCode {
         Command::Wrap(args) => {
             // Quiet by default: the program's output is what the user reads.
             init_logging(&args.log_format, "warn");
-            match wrap::run(args, inherited_umask).await {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("gitstate wrap: {}", e.message);
-                    ExitCode::from(e.code)
-                }
-            }
+            run_wrap("gitstate wrap", args, inherited_umask).await
+        }
+    }
+}
+
+async fn run_wrap(name: &str, args: wrap::WrapArgs, umask: libc::mode_t) -> ExitCode {
+    match wrap::run(args, umask).await {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("{name}: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// terraform-backend-git's command line, run as gitstate's `serve`, `wrap` or `stop`.
+async fn run_compat(argv: Vec<std::ffi::OsString>, umask: libc::mode_t) -> ExitCode {
+    let name = compat::BINARY;
+    let plan = match compat::parse(argv) {
+        Ok(Ok(plan)) => plan,
+        Ok(Err(message)) => {
+            eprintln!("{name}: {message}");
+            return ExitCode::from(wrap::EXIT_WRAPPER);
+        }
+        Err(e) => e.exit(),
+    };
+    match plan {
+        compat::Plan::Print(text) => finish(name, Ok(text)),
+        compat::Plan::Stop(pid_file) if !pid_file.exists() => ExitCode::SUCCESS,
+        compat::Plan::Stop(pid_file) => finish(
+            name,
+            pidfile::stop(&pid_file, std::time::Duration::from_secs(60)),
+        ),
+        compat::Plan::Serve { settings, pid_file } => {
+            init_logging("text", "info");
+            let args = ServeArgs {
+                settings,
+                pid_file: Some(pid_file),
+                log_format: "text".into(),
+            };
+            finish(name, serve(args).await.map(|()| String::new()))
+        }
+        compat::Plan::Wrap { args, access_logs } => {
+            init_logging(&args.log_format, if access_logs { "info" } else { "warn" });
+            run_wrap(name, args, umask).await
         }
     }
 }

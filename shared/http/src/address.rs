@@ -33,6 +33,9 @@ pub struct Address {
     pub version: Option<String>,
     /// `?force=true` — the write skips the state guard (another lineage, an older serial).
     pub force: bool,
+    /// `?amend=true` — terraform-backend-git's "amend the last commit and force-push": accepted,
+    /// and the write is a normal commit (gitstate never force-pushes); the handler logs that.
+    pub amend: bool,
 }
 
 fn decode(raw: &str) -> Result<String, ApiError> {
@@ -57,15 +60,20 @@ fn param(pairs: &[(String, String)], name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// `?force=`: `true` or `false` (absent: `false`); anything else is a 400.
-fn forced(pairs: &[(String, String)]) -> Result<bool, ApiError> {
-    match param(pairs, "force").as_deref() {
+/// A boolean query parameter: `true` or `false` (absent: `false`); anything else is a 400.
+fn flag(pairs: &[(String, String)], name: &str) -> Result<bool, ApiError> {
+    match param(pairs, name).as_deref() {
         None | Some("false") => Ok(false),
         Some("true") => Ok(true),
         Some(other) => Err(ApiError::bad_request(format!(
-            "?force= takes true or false, not '{other}'"
+            "?{name}= takes true or false, not '{other}'"
         ))),
     }
+}
+
+/// `?force=`.
+fn forced(pairs: &[(String, String)]) -> Result<bool, ApiError> {
+    flag(pairs, "force")
 }
 
 impl Address {
@@ -89,11 +97,13 @@ impl Address {
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
             force: forced(&pairs)?,
+            amend: flag(&pairs, "amend")?,
         })
     }
 
-    /// Parses the query-style address `?type=git&repository=URL&ref=REF&state=PATH`.
-    pub fn from_query(query: Option<&str>) -> Result<Self, ApiError> {
+    /// Parses the query-style address `?type=git&repository=URL&ref=REF&state=PATH`; without
+    /// `ref`, the branch is `default_ref`.
+    pub fn from_query(query: Option<&str>, default_ref: &str) -> Result<Self, ApiError> {
         let pairs = query_pairs(query);
         let get = |name: &str| {
             pairs
@@ -125,7 +135,9 @@ impl Address {
             Some((_, raw)) if !raw.is_empty() => {
                 BranchName::parse(raw).map_err(|e| ApiError::bad_request(e.to_string()))?
             }
-            _ => BranchName::parse("main").map_err(|e| ApiError::bad_request(e.to_string()))?,
+            _ => {
+                BranchName::parse(default_ref).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
         };
         Ok(Address {
             repository: Repository::AdHoc {
@@ -136,6 +148,7 @@ impl Address {
             lock_id: param(&pairs, "ID"),
             version: param(&pairs, "version"),
             force: forced(&pairs)?,
+            amend: flag(&pairs, "amend")?,
         })
     }
 }
@@ -160,7 +173,7 @@ mod tests {
     fn query_addresses() {
         let a = Address::from_query(Some(
             "type=git&repository=https%3A%2F%2Fexample.com%2Fa.git&ref=states&state=x%2Fy.json&ID=7",
-        ))
+        ), "main")
         .unwrap();
         assert_eq!(
             a.repository,
@@ -171,13 +184,51 @@ mod tests {
         );
         assert_eq!(a.path.as_str(), "x/y.json");
         assert_eq!(a.lock_id.as_deref(), Some("7"));
-        assert!(Address::from_query(Some("type=s3&state=x")).is_err());
-        let main = Address::from_query(Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"))
-            .unwrap();
+        assert!(Address::from_query(Some("type=s3&state=x"), "main").is_err());
+        let main = Address::from_query(
+            Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"),
+            "main",
+        )
+        .unwrap();
         assert!(
             matches!(&main.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "main")
         );
-        assert!(Address::from_query(None).is_err());
+        assert!(Address::from_query(None, "main").is_err());
+        // terraform-backend-git's standalone server: its default branch.
+        let master = Address::from_query(
+            Some("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x"),
+            "master",
+        )
+        .unwrap();
+        assert!(
+            matches!(&master.repository, Repository::AdHoc { git_ref, .. } if git_ref.as_str() == "master")
+        );
+    }
+
+    #[test]
+    fn amend_is_a_boolean_like_force() {
+        let q = "type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x";
+        assert!(
+            Address::from_query(Some(&format!("{q}&amend=true")), "main")
+                .unwrap()
+                .amend
+        );
+        assert!(
+            !Address::from_query(Some(&format!("{q}&amend=false")), "main")
+                .unwrap()
+                .amend
+        );
+        assert!(!Address::from_query(Some(q), "main").unwrap().amend);
+        assert!(
+            Address::from_path("default/x", Some("amend=true"))
+                .unwrap()
+                .amend
+        );
+        let err = Address::from_query(Some(&format!("{q}&amend=yes")), "main").unwrap_err();
+        assert!(
+            format!("{err:?}").contains("?amend= takes true or false"),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -193,7 +244,7 @@ mod tests {
             ("%40", "'@'"),
         ] {
             let query = format!("type=git&repository=https%3A%2F%2Fh%2Fa.git&state=x&ref={bad}");
-            let err = Address::from_query(Some(&query)).unwrap_err();
+            let err = Address::from_query(Some(&query), "main").unwrap_err();
             let (status, message) = match err {
                 ApiError::Message(status, message) => (status, message),
                 other => panic!("{bad}: {other:?}"),

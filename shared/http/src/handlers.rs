@@ -268,7 +268,7 @@ pub async fn query_style(
     let started = Instant::now();
     // A bad address is answered before a bad method (as before the metrics); with a method
     // that is an operation, both are counted under it.
-    let address = Address::from_query(uri.query());
+    let address = Address::from_query(uri.query(), &app.query_default_ref);
     let operation = match Operation::on_state(&method) {
         Ok(operation) => operation,
         Err(e) => return Err(address.err().unwrap_or(e)),
@@ -496,6 +496,12 @@ async fn dispatch(
                 .post(store, path, body.clone(), lock_id, &caller)
                 .await?;
             let (commit, who) = written_by(written, &caller);
+            if address.amend {
+                tracing::info!(
+                    commit = commit.as_deref().unwrap_or("none (unchanged)"),
+                    "?amend=true: written as a normal commit (gitstate never amends or force-pushes)"
+                );
+            }
             // The facts are read in the background, off the answer's path.
             tell_catalog(app, &address, who, move || {
                 let mut facts = StateFacts::of(&body);

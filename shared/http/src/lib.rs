@@ -41,6 +41,9 @@ pub struct AppState {
     metrics: Option<MetricsRender>,
     /// The last `/_/ready` result.
     readiness: Arc<ready::Readiness>,
+    /// The branch of a query-style address without `ref=` (`main`; terraform-backend-git's
+    /// standalone server: `master`).
+    pub query_default_ref: Arc<str>,
 }
 
 /// Renders the process's metrics as Prometheus text (the exporter's handle, installed by the
@@ -66,7 +69,14 @@ impl AppState {
             guard: Arc::new(RequestGuard::any_host()),
             metrics: None,
             readiness: Arc::default(),
+            query_default_ref: Arc::from("main"),
         }
+    }
+
+    /// The same state with `git_ref` as the branch of query-style addresses without `ref=`.
+    pub fn with_query_default_ref(mut self, git_ref: &str) -> AppState {
+        self.query_default_ref = Arc::from(git_ref);
+        self
     }
 
     /// The same state serving `render`'s text at `/_/metrics`.
