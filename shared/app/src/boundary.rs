@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 
 use gitstate_core::BranchName;
 
-use crate::config::{redact_url, AuthMode, Config, RepositoryConfig};
+use crate::config::{AuthMode, Config, RepositoryConfig};
+use gitstate_core::url::redact_in_text;
 
 /// Why a configuration was refused: one sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,7 +33,7 @@ pub fn check_ref(name: &str, repository: &RepositoryConfig) -> Result<BranchName
 /// In pass-through mode, repository `name` must be reachable with the caller's basic-auth pair
 /// and with nothing else: an `http://` or `https://` URL without a user name or password.
 pub fn check_passthrough_url(name: &str, url: &str) -> Result<(), Refused> {
-    let shown = redact_url(url);
+    let shown = redact_in_text(url);
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Refused(format!(
             "repository '{name}' ({shown}) is a local path or an scp-like ssh address; pass-through authentication passes the caller's basic-auth pair to the git server, which only http:// and https:// can carry, so configure an https:// URL or use auth mode \"team\""

@@ -384,7 +384,7 @@ fn apply_with(
             )?;
             if input.standalone {
                 // Exactly this repository (no wildcard), for its query addresses.
-                let url = crate::config::redact_url(&repository.value);
+                let url = gitstate_core::url::redact_in_text(&repository.value);
                 match crate::url_policy::AllowPattern::parse(&url) {
                     Ok(_) if url == repository.value => {
                         config.allow_with_credential.push(url);

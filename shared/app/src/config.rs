@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gitstate_core::url::redact_in_text;
 use gitstate_core::Credentials;
 use serde::Deserialize;
 
@@ -403,7 +404,7 @@ impl Config {
         let (name, url) = spec.split_once('=').ok_or_else(|| {
             ConfigError::BadValue(format!(
                 "--repository expects NAME=URL, got '{}'",
-                redact_url(spec)
+                redact_in_text(spec)
             ))
         })?;
         if name.is_empty() || url.is_empty() {
@@ -453,12 +454,6 @@ fn line_of(text: &str, word: &str) -> Option<usize> {
             })
         })
         .map(|i| i + 1)
-}
-
-/// Removes a `user:password@` part from a URL so it can be shown (see
-/// [`gitstate_core::url::redact_in_text`]).
-pub fn redact_url(url: &str) -> String {
-    gitstate_core::url::redact_in_text(url)
 }
 
 /// Git credentials from the environment: `GIT_USERNAME` + `GIT_PASSWORD`, or `GITHUB_TOKEN`
@@ -529,14 +524,5 @@ auth { mode = "passthrough" }
     fn unknown_keys_are_errors() {
         let err = Config::from_hcl("listne = \"x\"").unwrap_err();
         assert!(err.contains("listne"), "{err}");
-    }
-
-    #[test]
-    fn redacts_credentials() {
-        assert_eq!(
-            redact_url("https://u:p@host/x.git"),
-            "https://***@host/x.git"
-        );
-        assert_eq!(redact_url("https://host/x.git"), "https://host/x.git");
     }
 }

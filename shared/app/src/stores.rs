@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
+use gitstate_core::url::redact_in_text;
 use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreError};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{
-    redact_url, AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
+    AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
 };
 use crate::url_policy::UrlPolicy;
 
@@ -96,7 +97,7 @@ fn open_unnamed_store(
     gitstate_core::RepoUrl::parse(url).map_err(|e| {
         RegistryError::BadAddress(format!(
             "the repository URL {} cannot be used: {e}",
-            redact_url(url)
+            redact_in_text(url)
         ))
     })?;
     let store = RemoteStore::new(RemoteConfig {
@@ -175,7 +176,7 @@ impl Stores {
                         .map_err(|e| ConfigError::BadValue(e.to_string()))?,
                 );
             }
-            tracing::info!(repository = %name, url = %redact_url(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
+            tracing::info!(repository = %name, url = %redact_in_text(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
         let policy = UrlPolicy::new(&config.allow, &config.allow_with_credential)
             .map_err(ConfigError::BadValue)?;

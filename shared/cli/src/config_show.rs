@@ -4,8 +4,8 @@
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use gitstate_app::compat::TbgConfig;
-use gitstate_app::config::redact_url;
 use gitstate_app::{Config, Settings};
+use gitstate_core::url::redact_in_text;
 
 /// Which top-level keys (attributes and blocks) a configuration file sets.
 fn file_keys(path: &std::path::Path) -> Vec<String> {
@@ -168,7 +168,7 @@ pub fn render(
             format!(
                 "repository {} {{ url = {}, ref = {} }}",
                 quoted(name),
-                quoted(&redact_url(&repository.url)),
+                quoted(&redact_in_text(&repository.url)),
                 quoted(&repository.git_ref)
             ),
             tbg_source(tbg, &["repository", "ref"])

@@ -22,8 +22,9 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use gitstate_app::config::{redact_url, AuthConfig, DEFAULT_REPOSITORY};
+use gitstate_app::config::{AuthConfig, DEFAULT_REPOSITORY};
 use gitstate_app::{AuthMode, Config, Settings};
+use gitstate_core::url::redact_in_text;
 use gitstate_core::StatePath;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -428,7 +429,7 @@ fn shown_repository(config: &Config, repository: &str) -> String {
     config
         .repositories
         .get(repository)
-        .map(|r| format!("{} ({})", redact_url(&r.url), r.git_ref))
+        .map(|r| format!("{} ({})", redact_in_text(&r.url), r.git_ref))
         .unwrap_or_else(|| config.data_dir.join("default.git").display().to_string())
 }
 
