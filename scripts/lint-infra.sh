@@ -30,3 +30,7 @@ echo "lint-infra: infra/template.yaml passes sam validate --lint (SAM CLI $SAM_C
 # No default of the template deploys an open endpoint (issue 15): translated by samtranslator for
 # every AuthMode, checked with conditions resolved.
 SAM_CLI_TELEMETRY=0 "$sam_bin/python" scripts/check-template-auth.py infra/template.yaml
+
+# The dashboard's body is JSON once its variables are filled in (CloudFormation would only find
+# out at deploy time).
+SAM_CLI_TELEMETRY=0 "$sam_bin/python" scripts/check-template-dashboard.py infra/template.yaml

@@ -67,10 +67,14 @@ static EMF: OnceLock<Option<&'static Collector>> = OnceLock::new();
 /// first (logged; the function runs without metrics then).
 pub fn emf() -> Option<&'static Collector> {
     *EMF.get_or_init(|| {
-        match metrics_cloudwatch_embedded::Builder::new()
-            .cloudwatch_namespace(EMF_NAMESPACE)
-            .init()
-        {
+        let mut builder = metrics_cloudwatch_embedded::Builder::new()
+            .cloudwatch_namespace(EMF_NAMESPACE);
+        // Every series carries the function's name, so stacks sharing an account stay apart
+        // (the template's alarms select it).
+        if let Ok(name) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
+            builder = builder.with_dimension("FunctionName", name);
+        }
+        match builder.init() {
             Ok(collector) => {
                 gitstate_core::metrics::describe();
                 Some(collector)

@@ -622,6 +622,7 @@ impl Backend {
                 if LockInfo::holder_id(&content).as_deref() == Some(info.id.as_str()) {
                     Ok(())
                 } else {
+                    record_lock_age(&content, "conflict");
                     Err(BackendError::Locked(content))
                 }
             }
@@ -664,8 +665,10 @@ impl Backend {
                     return Err(BackendError::Locked(content.clone()));
                 }
             }
+            let held = content.clone();
             match session.delete_lock().await {
                 Ok(()) => {
+                    record_lock_age(&held, "release");
                     metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
                     metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
                     tracing::info!(%path, force, "lock released");
@@ -677,6 +680,21 @@ impl Backend {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not
+/// an RFC 3339 time, as in a lock written by hand).
+fn record_lock_age(content: &[u8], event: &'static str) {
+    let created = serde_json::from_slice::<LockInfo>(content)
+        .ok()
+        .and_then(|info| crate::time::parse_rfc3339(&info.created));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64);
+    if let (Some(created), Ok(now)) = (created, now) {
+        metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event)
+            .record((now - created).max(0) as f64);
     }
 }
 

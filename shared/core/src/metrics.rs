@@ -20,6 +20,9 @@ pub const LOCK_ACQUISITIONS: &str = "gitstate_lock_acquisitions_total";
 pub const LOCK_RELEASES: &str = "gitstate_lock_releases_total";
 /// Requests answered 423 (another holder), by `operation`.
 pub const LOCK_CONFLICTS: &str = "gitstate_lock_conflicts_total";
+/// Age in seconds (from its `Created`) of a lock that refused a LOCK, or that an UNLOCK
+/// released, by `event` (`conflict`, `release`): a lock left behind shows as old conflicts.
+pub const LOCK_AGE_SECONDS: &str = "gitstate_lock_age_seconds";
 /// Writes read again and retried because the branch moved under them (a lost compare-and-swap
 /// seen by the protocol layer).
 pub const WRITE_RETRIES: &str = "gitstate_write_retries_total";
@@ -68,6 +71,11 @@ pub fn describe() {
         "Locks this process created and has not released"
     );
     describe_counter!(LOCK_ACQUISITIONS, "Lock branches created");
+    describe_histogram!(
+        LOCK_AGE_SECONDS,
+        Unit::Seconds,
+        "Age of a lock (from its Created) that refused a LOCK or was released, by event"
+    );
     describe_counter!(
         LOCK_RELEASES,
         "Lock branches deleted (force-unlock included)"
