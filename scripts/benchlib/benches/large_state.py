@@ -63,7 +63,7 @@ def over_maximum(port, path, limit):
     alone and never reads the body, so only the headers are sent."""
     start = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port)) as raw:
-        raw.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        raw.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {limit + 1}\r\nConnection: close\r\n\r\n".encode())
         answer = raw.recv(4096).decode(errors="replace")
     over_ms = s.ms_since(start)

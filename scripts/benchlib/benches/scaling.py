@@ -102,6 +102,7 @@ def start_server(gitstate, root, name, args, env=None):
 
 
 def scaling(args, root, remote_base, repos, grid):
+    """Part 1: cold, warm and embedded latency and `git clone` for every (commits, states) cell."""
     rows = []
     target = "team/s0000.tfstate"
     path = f"/state/default/{target}"
@@ -177,6 +178,7 @@ def scaling(args, root, remote_base, repos, grid):
 
 
 def concurrency(args, root, remote):
+    """Part 2: concurrent writers on one server or --servers servers; one row per cell."""
     rows = []
     for servers_n in (1, args.servers):
         for writers in args.writers:

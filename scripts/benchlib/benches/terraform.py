@@ -72,6 +72,7 @@ COMMANDS = {
 
 # ------------------------------------------------------------------ PostgreSQL
 def pg_bindir():
+    """The directory of PostgreSQL's programs ($PG_BINDIR or the newest installed)."""
     for candidate in [os.environ.get("PG_BINDIR")] + sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
         if candidate and os.path.exists(os.path.join(candidate, "pg_ctl")):
             return candidate
@@ -101,10 +102,12 @@ class Postgres:
         self.version = version
 
     def run(self, tool, *args):
+        """Runs one of PostgreSQL's programs (as postgres when root)."""
         subprocess.run(self.as_user + [os.path.join(self.bindir, tool), *args], check=True,
                        stdout=subprocess.DEVNULL)
 
     def stop(self):
+        """Stops the cluster."""
         self.run("pg_ctl", "-D", f"{self.dir}/data", "-m", "fast", "-w", "stop")
 
 
@@ -142,6 +145,7 @@ def start_lambda(root, port, remote):
 
 # ------------------------------------------------------------------ configurations
 def backend_block(backend, count, ports):
+    """The `backend` block of main.tf for `backend` (none for local)."""
     if backend == "local":
         return ""
     if backend in ("gitstate", "gitstate-http", "lambda"):
@@ -177,6 +181,7 @@ def backend_block(backend, count, ports):
 
 
 def write_config(directory, backend, count, ports):
+    """A working directory with `count` null_resources on `backend`."""
     os.makedirs(directory)
     with open(os.path.join(directory, "main.tf"), "w") as f:
         f.write("terraform {\n" + backend_block(backend, count, ports) + "}\n\n")
@@ -185,10 +190,11 @@ def write_config(directory, backend, count, ports):
 
 
 class Hung(Exception):
-    pass
+    """A terraform command that did not finish within --timeout."""
 
 
 def terraform(tf, directory, command, env, timeout=None):
+    """(seconds, output) of one terraform command; Hung after `timeout`."""
     start = time.perf_counter()
     try:
         result = subprocess.run([tf, *COMMANDS[command]], cwd=directory, env=env, timeout=timeout,

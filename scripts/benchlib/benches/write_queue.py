@@ -56,6 +56,7 @@ def git_push_latency(root, remote, runs):
 
 
 def rev_count(bare):
+    """Commits on main."""
     return int(s.git("--git-dir", bare, "rev-list", "--count", "main").decode())
 
 
@@ -83,6 +84,7 @@ def check_branch(bare, before_tip, expected):
 
 
 def measure(args, root, remote, bare, processes, writers):
+    """One cell: `processes` servers, `writers` writer threads; the row's numbers."""
     cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
     env = {"GITSTATE_WRITE_BUDGET_SECONDS": str(args.budget)} if args.budget else None
     servers = [scaling.start_server(args.gitstate, root, f"q-{processes}-{writers}-{k}",
