@@ -143,11 +143,14 @@ def run(args):
         env.update(s.moto_env(endpoint, RUST_LOG="warn"))
         subprocess.run([args.gitstate, "catalog", "create-table", "--catalog-table", TABLE],
                        env=env, check=True, stdout=subprocess.DEVNULL)
+        # gitstate since the keyed resource index (issue 15) needs a KMS key to make the table's
+        # index key; binaries from before it ignore the variable.
+        on_env = dict(env, GITSTATE_CATALOG_KMS_ARN=s.moto_kms_key(endpoint))
         clients = {}
-        for name, flags in [("off", []), ("on", ["--catalog-table", TABLE])]:
+        for name, flags, server_env in [("off", [], env), ("on", ["--catalog-table", TABLE], on_env)]:
             workdir = tempfile.mkdtemp(dir=root)
             with open(os.path.join(workdir, "log"), "w") as log:
-                servers.append(s.Gitstate(args.gitstate, flags, env, workdir, log=subprocess.DEVNULL,
+                servers.append(s.Gitstate(args.gitstate, flags, server_env, workdir, log=subprocess.DEVNULL,
                                           stderr=log, wait="health"))
             clients[name] = servers[-1].client()
         on = clients["on"]
