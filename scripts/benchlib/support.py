@@ -6,11 +6,13 @@ import http.client
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -47,7 +49,6 @@ def int_list(text):
 
 def require_lighttpd():
     """Exits with the install hint when lighttpd is missing."""
-    import shutil
     if not shutil.which("lighttpd"):
         raise SystemExit("lighttpd is missing: run scripts/install-test-deps.sh")
 
@@ -281,6 +282,36 @@ def json_events(log_path, since=0):
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
+def gitstate_on_git_http(binary, root, log=None):
+    """lighttpd + `git http-backend` serving an empty states.git, and a `gitstate serve` with it as
+    its default repository (cache in root/cache); returns (GitHttp, Gitstate)."""
+    githttp = GitHttp(root)
+    try:
+        init_bare(os.path.join(githttp.repos, "states.git"))
+        env = dict(git_credentials_env("warn"), GITSTATE_CACHE_DIR=os.path.join(root, "cache"))
+        server = Gitstate(binary, ["--repository", f"default={githttp.url('states.git')}"], env, root, log=log)
+    except BaseException:
+        githttp.stop()
+        raise
+    return githttp, server
+
+
+def remove_root(root, keep=False, why=""):
+    """Removes a benchmark's temporary directory, or with `keep` says where it stays."""
+    if keep:
+        log(f"kept {root}{why}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def shut_down(root, *servers):
+    """Stops the servers given (anything with .stop(); None is skipped), then removes root."""
+    for server in servers:
+        if server is not None:
+            server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 # ------------------------------------------------------------------ moto and KMS
 def start_moto(log=subprocess.DEVNULL):
     """moto_server on a free port, up once /moto-api/ answers; returns (process, endpoint)."""
@@ -374,6 +405,20 @@ def timed_request(conn, method, path, body=None, expect=(200,), busy=None):
     if response.status not in expect:
         raise SystemExit(f"{method} {path}: {response.status} {data[:300]!r}")
     return elapsed
+
+
+def run_together(target, count, barrier):
+    """Runs target(0) ... target(count - 1) in threads that each wait on `barrier` (count + 1
+    parties) before their timed work; returns the seconds from the barrier's release until the
+    last has ended."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
 
 
 # ------------------------------------------------------------------ timing and statistics

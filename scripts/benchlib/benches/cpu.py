@@ -13,7 +13,6 @@ Usage: scripts/bench cpu [--runs 200] [--size 10240] [--gitstate PATH] [--perf F
 Prints a markdown table.
 """
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -63,13 +62,8 @@ def run(args):
     """Measures the three operations, then prints the table."""
     root = tempfile.mkdtemp(prefix="gitstate-bench-cpu-")
     rows = []
-    server = githttp = None
+    githttp, server = s.gitstate_on_git_http(args.gitstate, root, log=subprocess.DEVNULL)
     try:
-        githttp = s.GitHttp(root)
-        s.init_bare(os.path.join(githttp.repos, "states.git"))
-        env = dict(s.git_credentials_env("warn"), GITSTATE_CACHE_DIR=os.path.join(root, "cache"))
-        server = s.Gitstate(args.gitstate, ["--repository", f"default={githttp.url('states.git')}"], env, root,
-                            log=subprocess.DEVNULL)
         client = server.client()
         path = "/state/default/cpu.tfstate"
         serial = [1]
@@ -89,11 +83,7 @@ def run(args):
                          ("LOCK + UNLOCK", lock_unlock)):
             rows.append(measure(args, server, githttp.proc, name, op))
     finally:
-        if server:
-            server.stop()
-        if githttp:
-            githttp.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        s.shut_down(root, server, githttp)
 
     print(f"{args.runs} runs per operation; {args.size}-byte state; loopback; {os.cpu_count()} cores; "
           f"load average (1 min) {os.getloadavg()[0]:.1f}")

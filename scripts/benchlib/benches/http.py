@@ -12,7 +12,6 @@ Usage: scripts/bench http [--runs 30] [--sizes 10240,1048576] [--gitstate PATH]
 Prints a markdown table (median, min-max, ratio gitstate/git) for docs/BENCHMARKS.md.
 """
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -98,13 +97,9 @@ def run(args):
     s.require_lighttpd()
     root = tempfile.mkdtemp(prefix="gitstate-bench-")
     rows = []
-    server = githttp = None
+    githttp, server = s.gitstate_on_git_http(args.gitstate, root)
     try:
-        githttp = s.GitHttp(root)
-        s.init_bare(os.path.join(githttp.repos, "states.git"))
         remote = githttp.url("states.git")
-        env = dict(s.git_credentials_env("warn"), GITSTATE_CACHE_DIR=os.path.join(root, "cache"))
-        server = s.Gitstate(args.gitstate, ["--repository", f"default={remote}"], env, root)
         client = server.client()
         # The git CLI baseline works in a depth-1 clone with the credential in the URL.
         auth_remote = s.with_credentials(remote)
@@ -116,11 +111,7 @@ def run(args):
                 g, b = s.summarize(results[op]), s.summarize(baseline[op])
                 rows.append((size, op, g, b, g[0] / b[0]))
     finally:
-        if server:
-            server.stop()
-        if githttp:
-            githttp.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        s.shut_down(root, server, githttp)
 
     print(f"runs per cell: {args.runs}; loopback; lighttpd + git http-backend with basic auth; "
           f"{os.cpu_count()} cores")

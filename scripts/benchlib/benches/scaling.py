@@ -214,14 +214,7 @@ def concurrency(args, root, remote):
                     except BaseException as e:  # noqa: BLE001 (reported below)
                         errors.append(f"writer {w}: {e}")
 
-                threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-                for t in threads:
-                    t.start()
-                barrier.wait()
-                start = time.perf_counter()
-                for t in threads:
-                    t.join()
-                wall = time.perf_counter() - start
+                wall = s.run_together(writer, writers, barrier)
                 if errors:
                     raise SystemExit("; ".join(errors[:5]))
                 after = int(s.git("--git-dir", os.path.join(root, "repos", "conc.git"),
@@ -300,10 +293,7 @@ def run(args):
             conc_rows = concurrency(args, root, f"{remote_base}/conc.git")
     finally:
         s.stop(lighttpd)
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.remove_root(root, args.keep)
 
     print(f"loopback; lighttpd + git http-backend with basic auth; {os.cpu_count()} cores; states of "
           f"{args.state_bytes} bytes (Terraform-shaped JSON); load average (1 min) {load_before[0]:.1f} "

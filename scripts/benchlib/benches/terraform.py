@@ -353,10 +353,7 @@ def run(args):
             s.stop(proc)
         if pg:
             pg.stop()
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.remove_root(root, args.keep)
 
     print(f"{tf_version} ({tf}); runs per cell: {args.runs} (+1 warm-up); loopback; "
           f"{os.cpu_count()} cores; `terraform version` alone: "

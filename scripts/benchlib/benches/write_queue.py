@@ -144,14 +144,7 @@ def measure(args, root, remote, bare, processes, writers):
                     return
                 latencies[w].append((time.perf_counter() - start) * 1000)
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - start
+        wall = s.run_together(writer, writers, barrier)
         expected = [(paths[w], serial) for w in range(writers) for serial in range(2, 2 + len(latencies[w]))]
         commits = rev_count(bare) - before
         lost, extra, wrong = check_branch(bare, before_tip, expected)
@@ -227,10 +220,7 @@ def run(args):
     finally:
         s.stop(proxy)
         s.stop(lighttpd)
-        if os.environ.get("BENCH_KEEP"):
-            print(f"kept {root} (BENCH_KEEP)", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.remove_root(root, bool(os.environ.get("BENCH_KEEP")), " (BENCH_KEEP)")
 
     print(f"{args.label}: lighttpd + git http-backend behind a proxy adding {args.delay_ms:g} ms per chunk each way; "
           f"{os.cpu_count()} cores; states of {args.state_bytes} bytes; load average (1 min) {load_before[0]:.1f} "
