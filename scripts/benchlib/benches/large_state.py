@@ -105,6 +105,7 @@ def run(args):
         stop_under_time(server)
     with open(rusage) as f:
         text = f.read()
+    s.remove_root(work)
     peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) * 1024
     s.table_header("state", "POST", "GET (byte-equal)", "POST over the maximum", "server peak RSS",
                    "peak / state size")
