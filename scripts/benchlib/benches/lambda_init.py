@@ -1,22 +1,21 @@
-#!/usr/bin/env python3
-"""Lambda cold-init benchmark: process start -> first response of the gitstate-lambda bootstrap.
+"""Lambda cold init: process start -> first response of the gitstate-lambda bootstrap.
 
 Serves the Lambda Runtime API's two calls the bootstrap makes on loopback (next invocation: a
 Function URL event for GET /_/health; its response), starts the bootstrap built by
 `cargo lambda build --release -p gitstate-lambda`, and measures the time from spawning the
 process to receiving its response. Repeats --runs times; prints median and min-max.
 
-Usage: scripts/bench-lambda-init.py [--runs 20] [--bootstrap PATH]
+Usage: scripts/bench lambda-init [--runs 20] [--bootstrap PATH]
 """
-import argparse
 import http.server
 import json
 import os
-import socket
 import statistics
 import subprocess
 import threading
 import time
+
+from benchlib import support as s
 
 EVENT = {
     "version": "2.0",
@@ -36,13 +35,15 @@ EVENT = {
 
 
 class Runtime(http.server.BaseHTTPRequestHandler):
+    """The Runtime API: one invocation, then long polls; records the response's arrival."""
     served = False
     responded = None
 
     def log_message(self, *args):
-        pass
+        """Quiet."""
 
     def do_GET(self):
+        """Next invocation: the event once, then a slow 500 (the bootstrap long-polls)."""
         if self.path.endswith("/invocation/next") and not Runtime.served:
             Runtime.served = True
             body = json.dumps(EVENT).encode()
@@ -55,11 +56,12 @@ class Runtime(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
         else:
-            time.sleep(5)  # the bootstrap long-polls for the next invocation
+            time.sleep(5)
             self.send_response(500)
             self.end_headers()
 
     def do_POST(self):
+        """The invocation's response (or an error report)."""
         length = int(self.headers.get("Content-Length") or 0)
         payload = self.rfile.read(length)
         if "/response" in self.path:
@@ -68,49 +70,43 @@ class Runtime(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser):
+    """--runs, --bootstrap."""
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--bootstrap", default=os.path.join(
-        os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gitstate-target")),
-        "lambda", "gitstate-lambda", "bootstrap"))
-    args = parser.parse_args()
-    samples = []
-    for _ in range(args.runs):
-        port = free_port()
-        Runtime.served, Runtime.responded = False, None
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Runtime)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        env = dict(os.environ, AWS_LAMBDA_RUNTIME_API=f"127.0.0.1:{port}",
-                   AWS_LAMBDA_FUNCTION_NAME="gitstate", AWS_LAMBDA_FUNCTION_VERSION="1",
-                   AWS_LAMBDA_FUNCTION_MEMORY_SIZE="1024",
-                   GITSTATE_REPOSITORY="default=https://git.example.invalid/states.git",
-                   GITSTATE_CACHE_DIR="/tmp/gitstate-bench-cache", RUST_LOG="warn")
-        start = time.perf_counter()
-        proc = subprocess.Popen([args.bootstrap], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = start + 10
-        while Runtime.responded is None and time.perf_counter() < deadline:
-            time.sleep(0.0005)
-        proc.kill()
-        proc.wait()
-        server.shutdown()
-        if Runtime.responded is None:
-            raise SystemExit("the bootstrap did not answer within 10 s")
-        answered, payload = Runtime.responded
-        if b'"statusCode":200' not in payload.replace(b" ", b""):
-            raise SystemExit(f"unexpected response: {payload[:300]!r}")
-        samples.append((answered - start) * 1000)
+    parser.add_argument("--bootstrap", default=os.path.join(s.TARGET, "lambda", "gitstate-lambda", "bootstrap"))
+
+
+def one_init(bootstrap):
+    """Milliseconds from spawning the bootstrap to its response."""
+    port = s.free_port()
+    Runtime.served, Runtime.responded = False, None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Runtime)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ, AWS_LAMBDA_RUNTIME_API=f"127.0.0.1:{port}",
+               AWS_LAMBDA_FUNCTION_NAME="gitstate", AWS_LAMBDA_FUNCTION_VERSION="1",
+               AWS_LAMBDA_FUNCTION_MEMORY_SIZE="1024",
+               GITSTATE_REPOSITORY="default=https://git.example.invalid/states.git",
+               GITSTATE_CACHE_DIR="/tmp/gitstate-bench-cache", RUST_LOG="warn")
+    start = time.perf_counter()
+    proc = s.spawn([bootstrap], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = start + 10
+    while Runtime.responded is None and time.perf_counter() < deadline:
+        time.sleep(0.0005)
+    proc.kill()
+    s.stop(proc)
+    server.shutdown()
+    if Runtime.responded is None:
+        raise SystemExit("the bootstrap did not answer within 10 s")
+    answered, payload = Runtime.responded
+    if b'"statusCode":200' not in payload.replace(b" ", b""):
+        raise SystemExit(f"unexpected response: {payload[:300]!r}")
+    return (answered - start) * 1000
+
+
+def run(args):
+    """--runs cold inits, then the summary."""
+    samples = [one_init(args.bootstrap) for _ in range(args.runs)]
     size = os.path.getsize(args.bootstrap)
     print(f"bootstrap {args.bootstrap}: {size} bytes")
     print(f"cold init (spawn -> first response), {args.runs} runs: median {statistics.median(samples):.1f} ms "
           f"(min {min(samples):.1f}, max {max(samples):.1f})")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Write throughput of many writers into one repository through a slow network (issue 17).
 
-Setup: lighttpd + `git http-backend` (CGI, basic auth; scripts/bench.py's helpers) serving one
-bare repository (built by scripts/bench-scaling.py's `build_repo`), behind
+Setup: lighttpd + `git http-backend` (CGI, basic auth; benchlib.support's helpers) serving one
+bare repository (built by `scripts/bench scaling`'s `build_repo`), behind
 scripts/latency-proxy.py, which delays every chunk by --delay-ms each way. Everything that talks
 git goes through the proxy: the gitstate servers and the git CLI baseline.
 
@@ -19,71 +18,55 @@ git goes through the proxy: the gitstate servers and the git CLI baseline.
 
 Reports writes/s, its ratio to the ceiling, p50/p99/max latency, lost writes, non-2xx.
 
-Usage: scripts/bench-write-queue.py [--processes 1,4,8,16] [--writers 32] [--per-process]
+Usage: scripts/bench write-queue [--processes 1,4,8,16] [--writers 32] [--per-process]
            [--writes-total 256] [--delay-ms 30] [--gitstate PATH] [--label NAME]
 """
-import argparse
+
 import http.client
-import importlib.util
 import json
 import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import bench  # noqa: E402  (lighttpd + git http-backend helpers)
-
-_spec = importlib.util.spec_from_file_location("bench_scaling", os.path.join(HERE, "bench-scaling.py"))
-scaling = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(scaling)
-
-
-def start_proxy(root, target_port, delay_ms):
-    port = bench.free_port()
-    log = open(os.path.join(root, "proxy.log"), "ab")
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "latency-proxy.py"), "--listen", str(port),
-                             "--target", f"127.0.0.1:{target_port}", "--delay-ms", str(delay_ms)],
-                            stdout=log, stderr=log)
-    bench.wait_port(port)
-    return proc, port
+from benchlib import support as s
+from benchlib.benches import scaling
 
 
 def git_push_latency(root, remote, runs):
     """Milliseconds of `git push` of a one-file commit through the proxy, `runs` times."""
     work = os.path.join(root, "cli-clone")
-    auth = remote.replace("http://", f"http://{bench.USER}:{bench.PASSWORD}@")
-    bench.git("clone", "-q", "--depth", "1", "-b", "main", auth, work)
+    auth = s.with_credentials(remote)
+    s.git("clone", "-q", "--depth", "1", "-b", "main", auth, work)
     samples = []
     for i in range(runs):
         with open(os.path.join(work, "cli-push.tfstate"), "w") as f:
             f.write(json.dumps({"version": 4, "serial": i + 1, "lineage": "cli"}))
-        bench.git("add", "-A", cwd=work)
-        bench.git("-c", "user.name=bench", "-c", "user.email=b@b", "commit", "-qm", f"cli push {i}", cwd=work)
+        s.git("add", "-A", cwd=work)
+        s.git("-c", "user.name=bench", "-c", "user.email=b@b", "commit", "-qm", f"cli push {i}", cwd=work)
         start = time.perf_counter()
-        bench.git("push", "-q", "origin", "HEAD:main", cwd=work)
+        s.git("push", "-q", "origin", "HEAD:main", cwd=work)
         samples.append((time.perf_counter() - start) * 1000)
     shutil.rmtree(work)
     return samples
 
 
 def rev_count(bare):
-    return int(bench.git("--git-dir", bare, "rev-list", "--count", "main").decode())
+    """Commits on main."""
+    return int(s.git("--git-dir", bare, "rev-list", "--count", "main").decode())
 
 
 def check_branch(bare, before_tip, expected):
     """Lost writes: answered (path, serial) pairs without exactly one commit, plus commits that
     are not one answered write. Returns (lost, extra, wrong_final)."""
-    subjects = bench.git("--git-dir", bare, "log", "--format=%s", f"{before_tip}..main").decode().splitlines()
+    subjects = s.git("--git-dir", bare, "log", "--format=%s", f"{before_tip}..main").decode().splitlines()
     seen = {}
-    for s in subjects:
-        m = re.match(r"Update (\S+) \(serial (\d+)\) by ", s)
+    for subject in subjects:
+        m = re.match(r"Update (\S+) \(serial (\d+)\) by ", subject)
         if m:
             key = (m.group(1), int(m.group(2)))
             seen[key] = seen.get(key, 0) + 1
@@ -94,16 +77,17 @@ def check_branch(bare, before_tip, expected):
         finals[path] = max(finals.get(path, 0), serial)
     wrong = 0
     for path, serial in finals.items():
-        stored = json.loads(bench.git("--git-dir", bare, "show", f"main:{path}"))
+        stored = json.loads(s.git("--git-dir", bare, "show", f"main:{path}"))
         if stored["serial"] != serial:
             wrong += 1
     return lost, extra, wrong
 
 
-def run(args, root, remote, bare, processes, writers):
+def measure(args, root, remote, bare, processes, writers):
+    """One cell: `processes` servers, `writers` writer threads; the row's numbers."""
     cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
     env = {"GITSTATE_WRITE_BUDGET_SECONDS": str(args.budget)} if args.budget else None
-    servers = [scaling.Server(args.gitstate, root, f"q-{processes}-{writers}-{k}",
+    servers = [scaling.start_server(args.gitstate, root, f"q-{processes}-{writers}-{k}",
                               ["--repository", f"default={remote}", "--cache-dir", os.path.join(cache_root, str(k))],
                               env=env)
                for k in range(processes)]
@@ -118,7 +102,7 @@ def run(args, root, remote, bare, processes, writers):
 
         def warm(w):
             try:
-                scaling.timed_request(conns[w], "POST", f"/state/default/{paths[w]}",
+                s.timed_request(conns[w], "POST", f"/state/default/{paths[w]}",
                                       scaling.state_json(w, 1, args.state_bytes), busy=[])
             except BaseException as e:  # noqa: BLE001
                 warm_errors.append(str(e))
@@ -130,7 +114,7 @@ def run(args, root, remote, bare, processes, writers):
                 t.join()
         if warm_errors:
             raise SystemExit("; ".join(warm_errors[:3]))
-        before_tip = bench.git("--git-dir", bare, "rev-parse", "main").decode().strip()
+        before_tip = s.git("--git-dir", bare, "rev-parse", "main").decode().strip()
         before = rev_count(bare)
         latencies = [[] for _ in range(writers)]
         statuses, errors, requests = [], [], []
@@ -160,31 +144,24 @@ def run(args, root, remote, bare, processes, writers):
                     return
                 latencies[w].append((time.perf_counter() - start) * 1000)
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - start
+        wall = s.run_together(writer, writers, barrier)
         expected = [(paths[w], serial) for w in range(writers) for serial in range(2, 2 + len(latencies[w]))]
         commits = rev_count(bare) - before
         lost, extra, wrong = check_branch(bare, before_tip, expected)
     finally:
-        for s in servers:
-            s.stop()
+        for server in servers:
+            server.stop()
         shutil.rmtree(cache_root, ignore_errors=True)
     answered = sum(len(x) for x in latencies)
     all_lat = [x for lat in latencies for x in lat]
     return {"processes": processes, "writers": writers, "writes": writers * per_writer, "answered": answered,
             "wall": wall, "lat": all_lat, "commits": commits, "lost": lost, "extra": extra, "wrong": wrong,
-            "non2xx": len(statuses), "codes": sorted({s for s, _ in statuses}), "errors": errors,
+            "non2xx": len(statuses), "codes": sorted({code for code, _ in statuses}), "errors": errors,
             "samples": [d for _, d in statuses[:2]], "longest_request": max(requests, default=0)}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser):
+    """The process and writer counts, the load, the proxy's delay, --gitstate, --label."""
     parser.add_argument("--processes", default="1,4,8,16")
     parser.add_argument("--writers", default="32", help="writer threads in all (per process with --per-process); "
                                                         "a list is run for each process count")
@@ -199,13 +176,15 @@ def main():
                                                                 "(0: their default)")
     parser.add_argument("--honour-retry-after", action="store_true",
                         help="sleep Retry-After before resending a 503 (Terraform's client does not)")
-    parser.add_argument("--gitstate", default=os.path.join(scaling.TARGET, "release", "gitstate"))
+    s.add_gitstate_argument(parser)
     parser.add_argument("--label", default="run")
-    args = parser.parse_args()
-    if not shutil.which("lighttpd"):
-        raise SystemExit("lighttpd is missing: run scripts/install-test-deps.sh")
-    process_counts = [int(p) for p in args.processes.split(",")]
-    writer_counts = [int(w) for w in args.writers.split(",")]
+
+
+def run(args):
+    """The push ceiling, then every (processes, writers) cell; the table."""
+    s.require_lighttpd()
+    process_counts = s.int_list(args.processes)
+    writer_counts = s.int_list(args.writers)
 
     load_before = os.getloadavg()
     root = tempfile.mkdtemp(prefix="gitstate-bench-queue-")
@@ -216,10 +195,10 @@ def main():
     if not args.no_filter:
         # As GitHub and GitLab offer it: reads fetch partially, and the cross-process write
         # queue (DESIGN §9.4), which fetches pending writes by id, is on.
-        bench.git("config", "uploadpack.allowFilter", "true", cwd=bare)
-    http_port = bench.free_port()
-    lighttpd = bench.start_lighttpd(root, repos, http_port)
-    proxy, proxy_port = start_proxy(root, http_port, args.delay_ms)
+        s.git("config", "uploadpack.allowFilter", "true", cwd=bare)
+    http_port = s.free_port()
+    lighttpd = s.start_lighttpd(root, repos, http_port)
+    proxy, proxy_port = s.start_latency_proxy(root, http_port, args.delay_ms)
     remote = f"http://127.0.0.1:{proxy_port}/git/queue.git"
     rows = []
     try:
@@ -231,22 +210,17 @@ def main():
         for processes in process_counts:
             for w in writer_counts:
                 writers = w * processes if args.per_process else w
-                row = run(args, root, remote, bare, processes, writers)
+                row = measure(args, root, remote, bare, processes, writers)
                 rows.append(row)
                 lat = row["lat"] or [0]
                 print(f"  {processes} x {writers}: {row['answered'] / row['wall']:.2f} writes/s "
-                      f"({row['answered'] / row['wall'] / ceiling:.1f}x), p50 {scaling.percentile(lat, 50):.0f} ms, "
-                      f"p99 {scaling.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
+                      f"({row['answered'] / row['wall'] / ceiling:.1f}x), p50 {s.percentile(lat, 50):.0f} ms, "
+                      f"p99 {s.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
                       f"{row['codes']} {row['samples'][:1]}, errors {row['errors'][:2]}", file=sys.stderr)
     finally:
-        proxy.terminate()
-        proxy.wait()
-        lighttpd.terminate()
-        lighttpd.wait()
-        if os.environ.get("BENCH_KEEP"):
-            print(f"kept {root} (BENCH_KEEP)", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.stop(proxy)
+        s.stop(lighttpd)
+        s.remove_root(root, bool(os.environ.get("BENCH_KEEP")), " (BENCH_KEEP)")
 
     print(f"{args.label}: lighttpd + git http-backend behind a proxy adding {args.delay_ms:g} ms per chunk each way; "
           f"{os.cpu_count()} cores; states of {args.state_bytes} bytes; load average (1 min) {load_before[0]:.1f} "
@@ -265,10 +239,7 @@ def main():
         lat = r["lat"] or [0]
         rate = r["answered"] / r["wall"]
         print(f"| {r['processes']} | {r['writers']} | {r['answered']} / {r['writes']} | {rate:.1f} | "
-              f"{rate / ceiling:.1f}× | {scaling.percentile(lat, 50):.0f} | {scaling.percentile(lat, 99):.0f} | "
+              f"{rate / ceiling:.1f}× | {s.percentile(lat, 50):.0f} | {s.percentile(lat, 99):.0f} | "
               f"{max(lat):.0f} | {r['longest_request']:.0f} | {r['commits']} / {r['answered']} | {r['lost'] + r['wrong']} | "
               f"{r['non2xx']} {tuple(r['codes']) or ''} |")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

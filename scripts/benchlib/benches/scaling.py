@@ -1,12 +1,13 @@
-#!/usr/bin/env python3
-"""Scaling: does gitstate's latency grow with a repository's history or with the number of other
-states in it, and what do concurrent writers to one repository get?
+"""Scaling: latency vs a repository's history and breadth, and concurrent writers to one repository.
+
+Does gitstate's latency grow with a repository's history or with the number of other states in
+it, and what do concurrent writers to one repository get?
 
 1. History and breadth. For each (commits, states) pair of --depths x --states, a bare repository
    is built with `git fast-import`: a first commit holding `states` state files
    (team/s0000.tfstate, ...; --state-bytes each, Terraform-shaped JSON) and then `commits - 1`
    commits, each changing one state (round robin), as gitstate writes them. Served by lighttpd +
-   `git http-backend` (CGI, basic auth, as in scripts/bench.py), then measured on team/s0000.tfstate:
+   `git http-backend` (CGI, basic auth, as in `scripts/bench http`), then measured on team/s0000.tfstate:
 
      cold GET / POST   a fresh `gitstate serve` with a fresh --cache-dir, its first request
                        (--cold-runs times; the server's start is not timed)
@@ -25,28 +26,25 @@ states in it, and what do concurrent writers to one repository get?
    servers' logs ("state written" carries `attempt`, 0 for the first try); checks that the branch
    gained exactly one commit per write and that every state ends at its last serial.
 
-Usage: scripts/bench-scaling.py [--depths 100,1000,10000] [--states 1,50,500] [--runs 20]
-                                [--cold-runs 5] [--writers 1,4,16,64] [--servers 4]
-                                [--writes-total 192] [--gitstate PATH] [--skip-scaling|--skip-concurrency]
+Usage: scripts/bench scaling [--depths 100,1000,10000] [--states 1,50,500] [--runs 20]
+                             [--cold-runs 5] [--writers 1,4,16,64] [--servers 4]
+                             [--writes-total 192] [--gitstate PATH] [--skip-scaling|--skip-concurrency]
 Prints markdown tables for docs/BENCHMARKS.md.
 """
-import argparse
+
 import http.client
 import json
-import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  (lighttpd + git http-backend helpers)
+from benchlib import support as s
+from benchlib.support import cell, percentile, timed_request
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gitstate-target"))
 RUST_LOG = os.environ.get("BENCH_RUST_LOG", "info")  # e.g. info,gitstate_core=debug
 LINEAGE = "6f1c2a9e-5b0d-4c3e-9a7f-scaling"
 
@@ -67,8 +65,7 @@ def state_json(index, serial, size):
 
 def build_repo(path, commits, states, size):
     """Bare repository with `commits` commits on main and `states` state files (fast-import)."""
-    bench.git("init", "--bare", "-q", "-b", "main", path)
-    bench.git("config", "http.receivepack", "true", cwd=path)
+    s.init_bare(path)
     proc = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=path, stdin=subprocess.PIPE)
     out = proc.stdin
     when = 1_700_000_000
@@ -94,71 +91,18 @@ def build_repo(path, commits, states, size):
     out.close()
     if proc.wait() != 0:
         raise SystemExit("git fast-import failed")
-    bench.git("repack", "-adq", cwd=path)
+    s.git("repack", "-adq", cwd=path)
     return serials[0]
 
 
-class Server:
-    def __init__(self, gitstate, root, name, args, env=None):
-        self.port = bench.free_port()
-        self.log_path = os.path.join(root, f"{name}.log")
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [gitstate, "serve", "--listen", f"127.0.0.1:{self.port}", "--log-format", "json", *args],
-            env=dict(os.environ, RUST_LOG=RUST_LOG, GIT_USERNAME=bench.USER, GIT_PASSWORD=bench.PASSWORD,
-                     **(env or {})),
-            cwd=root, stdout=self.log, stderr=self.log)
-        bench.wait_port(self.port)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-    def offset(self):
-        self.log.flush()
-        return os.path.getsize(self.log_path)
-
-    def events(self, since):
-        with open(self.log_path, "rb") as f:
-            f.seek(since)
-            lines = f.read().decode(errors="replace").splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-
-def timed_request(conn, method, path, body=None, expect=(200,), busy=None):
-    """Milliseconds of one request. With `busy` (a list), a 503 is appended to it and the request
-    is sent again, as Terraform's http backend retries 5xx; the time includes the retries."""
-    start = time.perf_counter()
-    while True:
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        data = response.read()
-        if response.status == 503 and busy is not None:
-            busy.append(data)
-            continue
-        break
-    elapsed = (time.perf_counter() - start) * 1000
-    if response.status not in expect:
-        raise SystemExit(f"{method} {path}: {response.status} {data[:300]!r}")
-    return elapsed
-
-
-def cell(samples):
-    return f"{statistics.median(samples):.1f} ({min(samples):.1f}–{max(samples):.1f})"
-
-
-def percentile(samples, p):
-    ordered = sorted(samples)
-    k = max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))  # nearest rank
-    return ordered[k]
+def start_server(gitstate, root, name, args, env=None):
+    """`gitstate serve --log-format json ARGS` with the git credentials, logging to root/NAME.log."""
+    return s.Gitstate(gitstate, ["--log-format", "json", *args],
+                      dict(s.git_credentials_env(RUST_LOG), **(env or {})), root, log=f"{name}.log")
 
 
 def scaling(args, root, remote_base, repos, grid):
+    """Part 1: cold, warm and embedded latency and `git clone` for every (commits, states) cell."""
     rows = []
     target = "team/s0000.tfstate"
     path = f"/state/default/{target}"
@@ -175,7 +119,7 @@ def scaling(args, root, remote_base, repos, grid):
         for i in range(args.cold_runs):
             for kind, samples in (("GET", cold_get), ("POST", cold_post)):
                 cache = tempfile.mkdtemp(prefix="cache-", dir=root)
-                server = Server(args.gitstate, root, "cold", ["--repository", f"default={remote}",
+                server = start_server(args.gitstate, root, "cold", ["--repository", f"default={remote}",
                                                               "--cache-dir", cache])
                 try:
                     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
@@ -187,14 +131,14 @@ def scaling(args, root, remote_base, repos, grid):
                     server.stop()
                     shutil.rmtree(cache, ignore_errors=True)
             work = os.path.join(root, "clone")
-            auth = remote.replace("http://", f"http://{bench.USER}:{bench.PASSWORD}@")
+            auth = s.with_credentials(remote)
             start = time.perf_counter()
-            bench.git("clone", "-q", "--bare", "--depth", "1", auth, work)
+            s.git("clone", "-q", "--bare", "--depth", "1", auth, work)
             clone.append((time.perf_counter() - start) * 1000)
             shutil.rmtree(work)
 
         cache = tempfile.mkdtemp(prefix="cache-", dir=root)
-        server = Server(args.gitstate, root, "warm", ["--repository", f"default={remote}", "--cache-dir", cache])
+        server = start_server(args.gitstate, root, "warm", ["--repository", f"default={remote}", "--cache-dir", cache])
         try:
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
             timed_request(conn, "GET", path)
@@ -210,13 +154,13 @@ def scaling(args, root, remote_base, repos, grid):
         shutil.copytree(os.path.join(repos, name), os.path.join(data, "default.git"), symlinks=True)
         emb_cold = []
         for i in range(args.cold_runs):
-            server = Server(args.gitstate, root, "embedded", ["--data-dir", data])
+            server = start_server(args.gitstate, root, "embedded", ["--data-dir", data])
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
                 emb_cold.append(timed_request(conn, "GET", path))
             finally:
                 server.stop()
-        server = Server(args.gitstate, root, "embedded", ["--data-dir", data])
+        server = start_server(args.gitstate, root, "embedded", ["--data-dir", data])
         try:
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
             timed_request(conn, "GET", path)
@@ -234,13 +178,14 @@ def scaling(args, root, remote_base, repos, grid):
 
 
 def concurrency(args, root, remote):
+    """Part 2: concurrent writers on one server or --servers servers; one row per cell."""
     rows = []
     for servers_n in (1, args.servers):
         for writers in args.writers:
             if servers_n > 1 and writers == 1:
                 continue  # the same as one server
             cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
-            servers = [Server(args.gitstate, root, f"conc-{servers_n}-{writers}-{k}",
+            servers = [start_server(args.gitstate, root, f"conc-{servers_n}-{writers}-{k}",
                               ["--repository", f"default={remote}", "--cache-dir", os.path.join(cache_root, str(k))])
                        for k in range(min(servers_n, writers))]
             per_writer = max(2, -(-args.writes_total // writers))
@@ -253,9 +198,9 @@ def concurrency(args, root, remote):
                     timed_request(conns[w], "POST", paths[w], state_json(w, 1, args.state_bytes))
                 for conn in conns[:len(servers)]:
                     timed_request(conn, "GET", paths[0])
-                before = int(bench.git("--git-dir", os.path.join(root, "repos", "conc.git"),
+                before = int(s.git("--git-dir", os.path.join(root, "repos", "conc.git"),
                                        "rev-list", "--count", "main").decode())
-                offsets = [s.offset() for s in servers]
+                offsets = [server.offset() for server in servers]
                 latencies = [[] for _ in range(writers)]
                 errors, busy = [], []
                 barrier = threading.Barrier(writers + 1)
@@ -269,17 +214,10 @@ def concurrency(args, root, remote):
                     except BaseException as e:  # noqa: BLE001 (reported below)
                         errors.append(f"writer {w}: {e}")
 
-                threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-                for t in threads:
-                    t.start()
-                barrier.wait()
-                start = time.perf_counter()
-                for t in threads:
-                    t.join()
-                wall = time.perf_counter() - start
+                wall = s.run_together(writer, writers, barrier)
                 if errors:
                     raise SystemExit("; ".join(errors[:5]))
-                after = int(bench.git("--git-dir", os.path.join(root, "repos", "conc.git"),
+                after = int(s.git("--git-dir", os.path.join(root, "repos", "conc.git"),
                                       "rev-list", "--count", "main").decode())
                 attempts = []
                 for server, since in zip(servers, offsets):
@@ -292,8 +230,8 @@ def concurrency(args, root, remote):
                     if got["serial"] != per_writer + 1:
                         raise SystemExit(f"{paths[w]}: serial {got['serial']}, expected {per_writer + 1}")
             finally:
-                for s in servers:
-                    s.stop()
+                for server in servers:
+                    server.stop()
                 shutil.rmtree(cache_root, ignore_errors=True)
             writes = writers * per_writer
             all_lat = [x for lat in latencies for x in lat]
@@ -304,8 +242,8 @@ def concurrency(args, root, remote):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser):
+    """The grid, the runs, the writers, --gitstate, what to skip, --keep."""
     parser.add_argument("--depths", default="100,1000,10000")
     parser.add_argument("--states", default="1,50,500")
     parser.add_argument("--state-bytes", type=int, default=10240)
@@ -314,23 +252,25 @@ def main():
     parser.add_argument("--writers", default="1,4,16,64")
     parser.add_argument("--servers", type=int, default=4)
     parser.add_argument("--writes-total", type=int, default=192)
-    parser.add_argument("--gitstate", default=os.path.join(TARGET, "release", "gitstate"))
+    s.add_gitstate_argument(parser)
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--skip-concurrency", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args()
-    args.writers = [int(w) for w in args.writers.split(",")]
-    depths = [int(d) for d in args.depths.split(",")]
-    state_counts = [int(s) for s in args.states.split(",")]
-    if not shutil.which("lighttpd"):
-        raise SystemExit("lighttpd is missing: run scripts/install-test-deps.sh")
+
+
+def run(args):
+    """Builds the repositories, measures, prints the tables."""
+    args.writers = s.int_list(args.writers)
+    depths = s.int_list(args.depths)
+    state_counts = s.int_list(args.states)
+    s.require_lighttpd()
 
     load_before = os.getloadavg()
     root = tempfile.mkdtemp(prefix="gitstate-bench-scaling-")
     repos = os.path.join(root, "repos")
     os.makedirs(repos)
-    http_port = bench.free_port()
-    lighttpd = bench.start_lighttpd(root, repos, http_port)
+    http_port = s.free_port()
+    lighttpd = s.start_lighttpd(root, repos, http_port)
     remote_base = f"http://127.0.0.1:{http_port}/git"
     scaling_rows, conc_rows = [], []
     try:
@@ -352,12 +292,8 @@ def main():
             build_repo(conc, commits, states, args.state_bytes)
             conc_rows = concurrency(args, root, f"{remote_base}/conc.git")
     finally:
-        lighttpd.terminate()
-        lighttpd.wait()
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        s.stop(lighttpd)
+        s.remove_root(root, args.keep)
 
     print(f"loopback; lighttpd + git http-backend with basic auth; {os.cpu_count()} cores; states of "
           f"{args.state_bytes} bytes (Terraform-shaped JSON); load average (1 min) {load_before[0]:.1f} "
@@ -391,6 +327,3 @@ def main():
                   f"{sum(attempts) / max(1, len(attempts)):.2f} | {len(retried)} ({max(retried, default=0)}) | "
                   f"{busy} | {commits} / {writes} |")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,19 @@
+"""One module per benchmark, each with a docstring (its first line is its summary in
+`scripts/bench --help`), `add_arguments(parser)` and `run(args)`."""
+
+# subcommand name -> module under benchlib.benches, in the order `scripts/bench --help` lists them
+BENCHES = {
+    "http": "http",
+    "cpu": "cpu",
+    "cold-read": "cold_read",
+    "scaling": "scaling",
+    "write-queue": "write_queue",
+    "large-state": "large_state",
+    "encryption": "encryption",
+    "seal-kms": "seal_kms",
+    "catalog": "catalog",
+    "catalog-index": "catalog_index",
+    "terraform": "terraform",
+    "lambda-init": "lambda_init",
+    "lambda-warm": "lambda_warm",
+}
