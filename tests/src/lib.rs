@@ -28,6 +28,7 @@
 //! (`cargo build --release -p gitstate`) and points `GITSTATE_BIN` at it, as a user runs it.
 
 pub mod crypto;
+pub mod keys;
 
 use std::fs;
 use std::io::{Read, Write};

@@ -5,158 +5,14 @@
 //! Vault token appears in no log line nor answer.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use gitstate_tests::crypto::sops_decrypt;
+use gitstate_tests::keys::{Bao, GnuPg};
 use gitstate_tests::*;
 use serde_json::Value;
 
-/// The root token of the OpenBao dev server (a test value; checked to be absent from logs).
-const ROOT_TOKEN: &str = "gitstate-e2e-root-token-5f1c";
-
-fn gpg_bin() -> PathBuf {
-    which("gpg").unwrap_or_else(|| {
-        panic!("gpg (GnuPG 2.1+) is not on PATH: run scripts/install-test-deps.sh")
-    })
-}
-
-fn bao_bin() -> PathBuf {
-    let p = tools_dir().join("openbao-2.7.2/bao");
-    assert!(
-        p.is_file(),
-        "OpenBao (bao 2.7.2) was not found at {}: run scripts/install-test-deps.sh",
-        p.display()
-    );
-    p
-}
-
-/// A GnuPG home (short path: gpg-agent's socket lives there) with one key without passphrase.
-struct GnuPg {
-    home: PathBuf,
-    fingerprint: String,
-}
-
-impl GnuPg {
-    fn new() -> GnuPg {
-        let home = std::env::temp_dir().join(format!("gs-e2e-gpg-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&home);
-        fs::create_dir_all(&home).unwrap();
-        fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-        let gpg = |args: &[&str]| {
-            let out = Command::new(gpg_bin())
-                .arg("--homedir")
-                .arg(&home)
-                .args(["--batch", "--no-tty"])
-                .args(args)
-                .output()
-                .expect("run gpg");
-            assert!(
-                out.status.success(),
-                "gpg {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap()
-        };
-        gpg(&[
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "gitstate e2e <e2e@gitstate.invalid>",
-            "default",
-            "default",
-            "never",
-        ]);
-        let fingerprint = gpg(&["--list-secret-keys", "--with-colons"])
-            .lines()
-            .find(|l| l.starts_with("fpr:"))
-            .and_then(|l| l.split(':').nth(9))
-            .expect("a fingerprint")
-            .to_owned();
-        GnuPg { home, fingerprint }
-    }
-
-    fn home(&self) -> &str {
-        self.home.to_str().unwrap()
-    }
-}
-
-impl Drop for GnuPg {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(&self.home)
-            .args(["--kill", "gpg-agent"])
-            .status();
-        let _ = fs::remove_dir_all(&self.home);
-    }
-}
-
-/// An OpenBao dev server with transit enabled and key `tfstate`; killed on drop.
-struct Bao {
-    guard: ChildGuard,
-    addr: String,
-    home: tempfile::TempDir,
-}
-
-impl Bao {
-    fn start() -> Bao {
-        let port = free_port();
-        let home = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(bao_bin());
-        cmd.env("HOME", home.path())
-            .env_remove("VAULT_TOKEN")
-            .args([
-                "server",
-                "-dev",
-                &format!("-dev-root-token-id={ROOT_TOKEN}"),
-                &format!("-dev-listen-address=127.0.0.1:{port}"),
-            ])
-            .stdin(Stdio::null());
-        let guard = ChildGuard::spawn(cmd, &home.path().join("bao.log"), "bao server -dev");
-        let bao = Bao {
-            guard,
-            addr: format!("http://127.0.0.1:{port}"),
-            home,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = bao.cli(&["secrets", "enable", "transit"]);
-            if out.status.success() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "OpenBao did not come up: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                bao.guard.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let out = bao.cli(&["write", "-f", "transit/keys/tfstate"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        bao
-    }
-
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(bao_bin())
-            .env("HOME", self.home.path())
-            .env("VAULT_ADDR", &self.addr)
-            .env("VAULT_TOKEN", ROOT_TOKEN)
-            .args(args)
-            .output()
-            .expect("run bao")
-    }
-
-    fn uri(&self) -> String {
-        format!("{}/v1/transit/keys/tfstate", self.addr)
-    }
-}
+const ROOT_TOKEN: &str = Bao::ROOT_TOKEN;
 
 fn stored(cwd: &Path) -> Vec<u8> {
     git_show(&cwd.join(".gitstate/default.git"), "main", "prod.tfstate")
@@ -184,30 +40,30 @@ fn apply_and_plan(server: &Gitstate, tfdir: &Path) {
 
 #[test]
 fn terraform_through_a_pgp_key() {
-    let gnupg = GnuPg::new();
+    let gnupg = GnuPg::new("e2e-pgp");
     let cwd = tempfile::tempdir().unwrap();
     let tfdir = tempfile::tempdir().unwrap();
     let server = Gitstate::start(
         &["--pgp-fingerprint", &gnupg.fingerprint],
-        &[("GNUPGHOME", gnupg.home())],
+        &[("GNUPGHOME", gnupg.home_str())],
         cwd.path(),
     );
     apply_and_plan(&server, tfdir.path());
     let sealed = stored(cwd.path());
     let doc: Value = serde_json::from_slice(&sealed).unwrap();
     assert_eq!(doc["sops"]["pgp"][0]["fp"], gnupg.fingerprint.as_str());
-    let opened = real_sops(&sealed, &[("GNUPGHOME".into(), gnupg.home().to_owned())]);
+    let opened = real_sops(
+        &sealed,
+        &[("GNUPGHOME".into(), gnupg.home_str().to_owned())],
+    );
     assert_eq!(opened["resources"][0]["type"], "null_resource");
     drop(server);
 
     // A server whose gpg has no such key answers 500 naming the fingerprint the state needs.
-    let empty = std::env::temp_dir().join(format!("gs-e2e-gpg0-{}", std::process::id()));
-    fs::create_dir_all(&empty).unwrap();
-    fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let other = GnuPg::new_in(&empty);
+    let other = GnuPg::new("e2e-other");
     let server = Gitstate::start(
         &["--pgp-fingerprint", &other.fingerprint],
-        &[("GNUPGHOME", other.home())],
+        &[("GNUPGHOME", other.home_str())],
         cwd.path(),
     );
     let (status, text) = http(
@@ -224,52 +80,13 @@ fn terraform_through_a_pgp_key() {
     );
 }
 
-impl GnuPg {
-    /// Another key in its own home `home`.
-    fn new_in(home: &Path) -> GnuPg {
-        let gpg = |args: &[&str]| {
-            let out = Command::new(gpg_bin())
-                .arg("--homedir")
-                .arg(home)
-                .args(["--batch", "--no-tty"])
-                .args(args)
-                .output()
-                .expect("run gpg");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap()
-        };
-        gpg(&[
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "gitstate other <other@gitstate.invalid>",
-            "default",
-            "default",
-            "never",
-        ]);
-        let fingerprint = gpg(&["--list-secret-keys", "--with-colons"])
-            .lines()
-            .find(|l| l.starts_with("fpr:"))
-            .and_then(|l| l.split(':').nth(9))
-            .expect("a fingerprint")
-            .to_owned();
-        GnuPg {
-            home: home.to_owned(),
-            fingerprint,
-        }
-    }
-}
-
 #[test]
 fn terraform_through_a_vault_transit_key_and_the_token_stays_out_of_logs() {
     let bao = Bao::start();
+    bao.create_key("tfstate");
     let cwd = tempfile::tempdir().unwrap();
     let tfdir = tempfile::tempdir().unwrap();
-    let uri = bao.uri();
+    let uri = bao.uri("tfstate");
     let server = Gitstate::start(
         &[],
         &[

@@ -377,7 +377,12 @@ mod tests {
         let (text, anonymous) = metrics::with_local_recorder(&recorder, || {
             runtime.block_on(async {
                 let steps = [
-                    ("LOCK", url.to_owned(), r#"{"ID":"a","Who":"me"}"#, 200),
+                    (
+                        "LOCK",
+                        url.to_owned(),
+                        r#"{"ID":"a","Who":"me","Created":"2020-01-01T00:00:00Z"}"#,
+                        200,
+                    ),
                     ("GET", url.to_owned(), "", 204),
                     (
                         "POST",
@@ -422,12 +427,21 @@ mod tests {
             "gitstate_lock_acquisitions_total 1",
             "gitstate_lock_releases_total 1",
             "gitstate_locks_held 0",
+            r#"gitstate_lock_age_seconds_count{event="conflict"} 1"#,
+            r#"gitstate_lock_age_seconds_count{event="release"} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),
                 "missing {line:?} in\n{text}"
             );
         }
+        // The refusing lock was created in 2020: its age is years.
+        let conflict_age: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(r#"gitstate_lock_age_seconds_sum{event="conflict"} "#))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        assert!(conflict_age > 1.5e8, "{conflict_age}\n{text}");
         assert!(
             !text.contains("prod.tfstate") && !text.contains("default"),
             "no path or repository in a label:\n{text}"

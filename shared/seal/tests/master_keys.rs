@@ -4,60 +4,18 @@
 //! from scripts/install-test-deps.sh; a missing one fails the test with a sentence naming it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use gitstate_core::{Place, StatePath};
 use gitstate_seal::{PgpKey, SealerConfig, SopsSealer, VaultKey, Zeroizing};
 use gitstate_sops::{encrypt, Document, EncryptOptions, KeySource, MasterKey, Node, SopsError};
+use gitstate_tests::crypto::sops_bin;
+use gitstate_tests::keys::{Bao, GnuPg};
 
 const PLAIN: &str = r#"{"version":4,"serial":7,"lineage":"l-1","outputs":{"pw":{"value":"s3cr\u00e9t","type":"string"}},"resources":[{"mode":"managed","type":"null_resource","name":"n","instances":[{"attributes":{"id":"42","port":5432}}]}]}"#;
 
-/// The root token of every OpenBao dev server these tests start (a test value, not a secret).
-const ROOT_TOKEN: &str = "gitstate-test-root-token";
-
-const INSTALL: &str =
-    "run scripts/install-test-deps.sh (GITSTATE_TOOLS defaults to ~/.cache/gitstate-tools)";
-
-fn tools() -> PathBuf {
-    std::env::var("GITSTATE_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/gitstate-tools")
-        })
-}
-
-fn sops_bin() -> PathBuf {
-    let p = std::env::var("GITSTATE_SOPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| tools().join("sops-3.11.0/sops"));
-    assert!(
-        p.is_file(),
-        "the sops binary (3.11) was not found at {}: {INSTALL}",
-        p.display()
-    );
-    p
-}
-
-fn bao_bin() -> PathBuf {
-    let p = tools().join("openbao-2.7.2/bao");
-    assert!(
-        p.is_file(),
-        "OpenBao (bao 2.7.2) was not found at {}: {INSTALL}",
-        p.display()
-    );
-    p
-}
-
-fn gpg_bin() -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("gpg"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| panic!("gpg (GnuPG 2.1+) is not on PATH: {INSTALL}"))
-}
+const ROOT_TOKEN: &str = Bao::ROOT_TOKEN;
 
 fn tmpdir(name: &str) -> PathBuf {
     // short: gpg-agent's socket lives in the GnuPG home and socket paths are limited to ~100 bytes
@@ -99,78 +57,17 @@ fn sops(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Vec<u8> {
 
 // ------------------------------------------------------------------------------------ gpg
 
-/// A GnuPG home with one throwaway key (no passphrase), and its fingerprint. Its gpg-agent is
-/// stopped when dropped.
-struct GnuPg {
-    home: PathBuf,
-    fingerprint: String,
-}
-
-impl GnuPg {
-    fn new(name: &str) -> GnuPg {
-        let home = tmpdir(name);
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let gpg = |args: &[&str]| {
-            let out = Command::new(gpg_bin())
-                .arg("--homedir")
-                .arg(&home)
-                .args(["--batch", "--no-tty"])
-                .args(args)
-                .output()
-                .expect("run gpg");
-            assert!(
-                out.status.success(),
-                "gpg {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap()
-        };
-        gpg(&[
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "gitstate test <test@gitstate.invalid>",
-            "default",
-            "default",
-            "never",
-        ]);
-        let listing = gpg(&["--list-secret-keys", "--with-colons"]);
-        let fingerprint = listing
-            .lines()
-            .find(|l| l.starts_with("fpr:"))
-            .and_then(|l| l.split(':').nth(9))
-            .expect("a fingerprint")
-            .to_owned();
-        GnuPg { home, fingerprint }
-    }
-
-    fn key(&self) -> PgpKey {
-        PgpKey::new(&self.fingerprint)
-            .unwrap()
-            .with_home(&self.home)
-    }
-
-    fn home(&self) -> &str {
-        self.home.to_str().unwrap()
-    }
-}
-
-impl Drop for GnuPg {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(&self.home)
-            .args(["--kill", "gpg-agent"])
-            .status();
-        let _ = std::fs::remove_dir_all(&self.home);
-    }
+/// The PGP master key of `gnupg`'s key, reading its home.
+fn pgp_key(gnupg: &GnuPg) -> PgpKey {
+    PgpKey::new(&gnupg.fingerprint)
+        .unwrap()
+        .with_home(&gnupg.home)
 }
 
 #[test]
 fn pgp_gitstate_writes_and_real_sops_reads() {
     let gnupg = GnuPg::new("pgp-w");
-    let key = gnupg.key();
+    let key = pgp_key(&gnupg);
     let sealed = encrypt(
         PLAIN.as_bytes(),
         &[&key as &dyn MasterKey],
@@ -187,7 +84,11 @@ fn pgp_gitstate_writes_and_real_sops_reads() {
     assert!(entry["created_at"].is_string());
     let dir = tmpdir("pgp-w-files");
     std::fs::write(dir.join("state.json"), &sealed).unwrap();
-    let plain = sops(&dir, &[("GNUPGHOME", gnupg.home())], &["-d", "state.json"]);
+    let plain = sops(
+        &dir,
+        &[("GNUPGHOME", gnupg.home_str())],
+        &["-d", "state.json"],
+    );
     assert_eq!(json(&plain), json(PLAIN.as_bytes()));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -199,10 +100,10 @@ fn pgp_real_sops_writes_and_gitstate_reads() {
     std::fs::write(dir.join("state.json"), PLAIN).unwrap();
     let sealed = sops(
         &dir,
-        &[("GNUPGHOME", gnupg.home())],
+        &[("GNUPGHOME", gnupg.home_str())],
         &["-e", "--pgp", &gnupg.fingerprint, "state.json"],
     );
-    let keys = KeySource::new().with(Box::new(gnupg.key()));
+    let keys = KeySource::new().with(Box::new(pgp_key(&gnupg)));
     let doc = Document::decrypt(&sealed, &keys).expect("gitstate opens what sops wrote");
     assert_eq!(json(&doc.to_json()), json(PLAIN.as_bytes()));
 
@@ -258,101 +159,19 @@ fn pgp_to_a_fingerprint_without_a_public_key_names_it() {
 
 // ------------------------------------------------------------------------------------ OpenBao
 
-/// An OpenBao dev server on a free loopback port with the transit engine and one key; stopped
-/// when dropped.
-struct Bao {
-    child: Child,
-    addr: String,
-    home: PathBuf,
+/// An OpenBao dev server with the transit key `sops`.
+fn start_bao() -> Bao {
+    let bao = Bao::start();
+    bao.create_key("sops");
+    bao
 }
 
-impl Bao {
-    fn start(name: &str) -> Bao {
-        let bao = bao_bin();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        // Its own HOME: the dev server and the CLI write ~/.vault-token otherwise.
-        let home = tmpdir(&format!("bao-{name}"));
-        let log = std::fs::File::create(home.join("server.log")).unwrap();
-        let child = Command::new(&bao)
-            .env("HOME", &home)
-            .env_remove("VAULT_TOKEN")
-            .args([
-                "server",
-                "-dev",
-                &format!("-dev-root-token-id={ROOT_TOKEN}"),
-                &format!("-dev-listen-address=127.0.0.1:{port}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start bao server -dev");
-        let server = Bao {
-            child,
-            addr: format!("http://127.0.0.1:{port}"),
-            home,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = server.cli(&["secrets", "enable", "transit"]);
-            if out.status.success() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "OpenBao did not come up at {}: {}; server log: {}",
-                server.addr,
-                String::from_utf8_lossy(&out.stderr),
-                std::fs::read_to_string(server.home.join("server.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        server.create_key("sops");
-        server
-    }
-
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(bao_bin())
-            .env("HOME", &self.home)
-            .env("VAULT_ADDR", &self.addr)
-            .env("BAO_ADDR", &self.addr)
-            .env("VAULT_TOKEN", ROOT_TOKEN)
-            .env("BAO_TOKEN", ROOT_TOKEN)
-            .args(args)
-            .output()
-            .expect("run bao")
-    }
-
-    fn create_key(&self, name: &str) {
-        let out = self.cli(&["write", "-f", &format!("transit/keys/{name}")]);
-        assert!(
-            out.status.success(),
-            "bao write transit/keys/{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn uri(&self, key: &str) -> String {
-        format!("{}/v1/transit/keys/{key}", self.addr)
-    }
-
-    fn sops_env(&self) -> [(&str, &str); 2] {
-        [
-            ("VAULT_ADDR", self.addr.as_str()),
-            ("VAULT_TOKEN", ROOT_TOKEN),
-        ]
-    }
-}
-
-impl Drop for Bao {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.home);
-    }
+/// What real sops needs to reach `bao`.
+fn sops_env(bao: &Bao) -> [(&str, &str); 2] {
+    [
+        ("VAULT_ADDR", bao.addr.as_str()),
+        ("VAULT_TOKEN", ROOT_TOKEN),
+    ]
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -374,7 +193,7 @@ fn vault_key(uri: &str) -> VaultKey {
 
 #[test]
 fn vault_gitstate_writes_and_real_sops_reads() {
-    let bao = Bao::start("vw");
+    let bao = start_bao();
     let key = vault_key(&bao.uri("sops"));
     let sealed = encrypt(
         PLAIN.as_bytes(),
@@ -390,19 +209,19 @@ fn vault_gitstate_writes_and_real_sops_reads() {
     assert!(entry["enc"].as_str().unwrap().starts_with("vault:v1:"));
     let dir = tmpdir("vw-files");
     std::fs::write(dir.join("state.json"), &sealed).unwrap();
-    let plain = sops(&dir, &bao.sops_env(), &["-d", "state.json"]);
+    let plain = sops(&dir, &sops_env(&bao), &["-d", "state.json"]);
     assert_eq!(json(&plain), json(PLAIN.as_bytes()));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn vault_real_sops_writes_and_gitstate_reads() {
-    let bao = Bao::start("vr");
+    let bao = start_bao();
     let dir = tmpdir("vr-files");
     std::fs::write(dir.join("state.json"), PLAIN).unwrap();
     let sealed = sops(
         &dir,
-        &bao.sops_env(),
+        &sops_env(&bao),
         &["-e", "--hc-vault-transit", &bao.uri("sops"), "state.json"],
     );
     let keys = KeySource::new().with(Box::new(vault_key(&bao.uri("sops"))));
@@ -421,7 +240,7 @@ fn vault_real_sops_writes_and_gitstate_reads() {
 
 #[test]
 fn vault_errors_name_the_key_and_never_the_token() {
-    let bao = Bao::start("ve");
+    let bao = start_bao();
     let secret_token = "hvs.gitstate-not-a-valid-token-0123456789";
     let wrong = VaultKey::new(&bao.uri("sops"), runtime().handle().clone())
         .unwrap()
@@ -459,7 +278,7 @@ fn vault_errors_name_the_key_and_never_the_token() {
 /// reads it) seals a state real sops opens, and opens what it sealed.
 #[test]
 fn the_sealer_writes_for_vault_keys_from_its_configuration() {
-    let bao = Bao::start("vs");
+    let bao = start_bao();
     // Every test of this binary that reads VAULT_TOKEN wants this same value.
     std::env::set_var("VAULT_TOKEN", ROOT_TOKEN);
     let config = SealerConfig {
@@ -479,7 +298,7 @@ fn the_sealer_writes_for_vault_keys_from_its_configuration() {
     assert_eq!(json(&opened), json(PLAIN.as_bytes()));
     let dir = tmpdir("vs-files");
     std::fs::write(dir.join("state.json"), &sealed).unwrap();
-    let plain = sops(&dir, &bao.sops_env(), &["-d", "state.json"]);
+    let plain = sops(&dir, &sops_env(&bao), &["-d", "state.json"]);
     assert_eq!(json(&plain), json(PLAIN.as_bytes()));
     let _ = std::fs::remove_dir_all(&dir);
 
