@@ -287,8 +287,13 @@ pub fn legacy_aes_vector(name: &str) -> Vec<u8> {
 
 /// Real `sops -e` of `plain` (JSON in and out) with the creation rules in `config_yaml` (a
 /// `.sops.yaml` text: key groups, a Shamir threshold...), as a tool other than gitstate leaves
-/// documents: every leaf encrypted unless the rules say otherwise.
-pub fn sops_encrypt_with_config(plain: &serde_json::Value, config_yaml: &str) -> Vec<u8> {
+/// documents: every leaf encrypted unless the rules say otherwise. `env` is all sops sees besides
+/// PATH and HOME (e.g. `GNUPGHOME`, `VAULT_ADDR`, `VAULT_TOKEN`).
+pub fn sops_encrypt_with_config(
+    plain: &serde_json::Value,
+    config_yaml: &str,
+    env: &[(&str, &str)],
+) -> Vec<u8> {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("sops.yaml"), config_yaml).expect("write sops.yaml");
     std::fs::write(dir.path().join("state.json"), plain.to_string()).expect("write state");
@@ -297,6 +302,7 @@ pub fn sops_encrypt_with_config(plain: &serde_json::Value, config_yaml: &str) ->
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", dir.path())
+        .envs(env.iter().copied())
         .args([
             "--disable-version-check",
             "--config",

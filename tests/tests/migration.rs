@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use gitstate_tests::crypto::{
     legacy_aes_vector, sops_decrypt_with_age_key, sops_encrypt_with_config, AgeKeyPair,
 };
+use gitstate_tests::keys::{Bao, GnuPg};
 use gitstate_tests::*;
 use serde_json::Value;
 
@@ -167,10 +168,10 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
         AgeKeyPair::generate(),
         AgeKeyPair::generate(),
     );
-    let app_doc = sops_encrypt_with_config(&app_state, &sops_rules(&[&k1, &k2], None));
+    let app_doc = sops_encrypt_with_config(&app_state, &sops_rules(&[&k1, &k2], None), &[]);
     let net_state: Value =
         serde_json::from_slice(&legacy_aes_vector("state.tfstate.json")).expect("JSON");
-    let net_doc = sops_encrypt_with_config(&net_state, &sops_rules(&[&k1, &k2, &k3], Some(2)));
+    let net_doc = sops_encrypt_with_config(&net_state, &sops_rules(&[&k1, &k2, &k3], Some(2)), &[]);
     for (name, doc) in [("app", &app_doc), ("net", &net_doc)] {
         let doc: Value = serde_json::from_slice(doc).expect("sops JSON");
         assert!(
@@ -333,5 +334,114 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
         !migrated.combined().contains(PASSPHRASE) && !migrated.combined().contains(GIT_PASSWORD),
         "a credential in the output: {}",
         migrated.combined()
+    );
+}
+
+/// Its other master keys: a state it sealed with a PGP key and a Vault transit key configured
+/// together (one key group each, so sops needs both), left on `master`, is read by real
+/// Terraform through gitstate started with its variables (`TF_BACKEND_HTTP_SOPS_PGP_FP`,
+/// `_HC_VAULT_URIS`), with the user's gpg and a real OpenBao; the next apply is sealed for both
+/// keys, and real `sops -d` opens it with either one.
+#[test]
+fn a_state_it_sealed_for_pgp_and_vault_keys_keeps_working_with_real_terraform() {
+    let tf = Terraform::installed("1.15.5");
+    let gnupg = GnuPg::new("tbg-pgp");
+    let bao = Bao::start();
+    bao.create_key("tbg");
+    let vault_uri = bao.uri("tbg");
+    let key_env = [
+        ("GNUPGHOME", gnupg.home_str()),
+        ("VAULT_ADDR", bao.addr.as_str()),
+        ("VAULT_TOKEN", Bao::ROOT_TOKEN),
+    ];
+
+    // Team A's state, as Terraform wrote it (through a scratch gitstate: plaintext).
+    let scratch_dir = tempfile::tempdir().expect("tempdir");
+    let scratch = Gitstate::start(&[], &[], scratch_dir.path());
+    let scratch_url = scratch.state_url("default", "app.tfstate");
+    let first = tempfile::tempdir().expect("tempdir");
+    write_config(first.path(), &HttpBackend::new(&scratch_url), "g1");
+    tf.init(first.path()).expect_code(0, "init (scratch)");
+    tf.apply(first.path()).expect_code(0, "apply (scratch)");
+    let (status, body) = http("GET", &scratch_url, None, None).expect("GET");
+    assert_eq!(status, 200, "{body}");
+    let state = json(&body);
+    drop(scratch);
+
+    // What it stored with both providers configured: two key groups, every leaf encrypted.
+    let rules = format!(
+        "creation_rules:\n  - path_regex: .*\n    key_groups:\n      - pgp: ['{}']\n      - hc_vault: ['{vault_uri}']\n",
+        gnupg.fingerprint
+    );
+    let doc = sops_encrypt_with_config(&state, &rules, &key_env);
+    let parsed: Value = serde_json::from_slice(&doc).expect("sops JSON");
+    assert!(encrypted(&parsed["serial"]), "not all leaves: {parsed}");
+    assert_eq!(
+        parsed["sops"]["key_groups"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    fs::create_dir_all(&repos).expect("repos");
+    let repository = tbg_repository(&repos, &[("envs/app.tfstate", &doc)]);
+    let git_server = GitHttpServer::start(&repos, GIT_USER, GIT_PASSWORD);
+    let remote = git_server.url("states");
+
+    let allow = format!("http://127.0.0.1:{}/**", git_server.port());
+    let mut env = vec![
+        ("GIT_USERNAME", GIT_USER),
+        ("GIT_PASSWORD", GIT_PASSWORD),
+        ("TF_BACKEND_HTTP_ENCRYPTION_PROVIDER", "sops"),
+        ("TF_BACKEND_HTTP_SOPS_PGP_FP", gnupg.fingerprint.as_str()),
+        ("TF_BACKEND_HTTP_SOPS_HC_VAULT_URIS", vault_uri.as_str()),
+    ];
+    env.extend(key_env);
+    let server_dir = tempfile::tempdir().expect("tempdir");
+    let server = Gitstate::start(
+        &["--allow-with-credential", &allow],
+        &env,
+        server_dir.path(),
+    );
+    let address = tbg_address(&server, &remote, "envs/app.tfstate");
+    let (status, body) = http("GET", &address, None, None).expect("GET");
+    assert_eq!(status, 200, "{body}\n{}", server.log());
+    assert_eq!(json(&body), state);
+
+    let work = tempfile::tempdir().expect("tempdir");
+    write_config(work.path(), &HttpBackend::new(&address), "g1");
+    tf.init(work.path()).expect_code(0, "init on its address");
+    tf.plan(work.path())
+        .expect_code(0, "plan over its PGP + Vault state (0: no changes)");
+    write_config(work.path(), &HttpBackend::new(&address), "g2");
+    tf.apply(work.path())
+        .expect_code(0, "apply after the switch");
+
+    let stored = git_show(&repository, "master", "envs/app.tfstate").expect("stored");
+    assert!(
+        !String::from_utf8_lossy(&stored).contains(SECRET),
+        "the secret is stored in clear"
+    );
+    let sealed: Value = serde_json::from_slice(&stored).expect("sops JSON");
+    assert_eq!(sealed["sops"]["pgp"][0]["fp"], gnupg.fingerprint.as_str());
+    assert!(sealed["sops"]["hc_vault"][0]["enc"].is_string(), "{sealed}");
+    // Either key alone opens it with real sops (gitstate wraps for all keys in one group).
+    for only in [
+        vec![("GNUPGHOME".to_owned(), gnupg.home_str().to_owned())],
+        vec![
+            ("VAULT_ADDR".to_owned(), bao.addr.clone()),
+            ("VAULT_TOKEN".to_owned(), Bao::ROOT_TOKEN.to_owned()),
+        ],
+    ] {
+        let file = dir.path().join("written.json");
+        fs::write(&file, &stored).expect("write");
+        let (ok, stdout, stderr) = gitstate_tests::crypto::sops_decrypt(&file, &only);
+        assert!(ok, "sops -d with {:?} only: {stderr}", only[0].0);
+        let opened: Value = serde_json::from_slice(&stdout).expect("JSON");
+        assert_eq!(opened["lineage"], state["lineage"]);
+        assert_eq!(opened["outputs"]["db_password"]["value"], SECRET);
+    }
+    assert!(
+        !server.log().contains(Bao::ROOT_TOKEN),
+        "the Vault token is in the log"
     );
 }
