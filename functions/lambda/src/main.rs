@@ -30,15 +30,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     unsafe {
         libc::umask(0o077);
     }
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_current_span(true)
-        .without_time()
-        .init();
+    init_json_logging();
     let config = Environment::parse_from(["gitstate-lambda"])
         .settings
         .resolve()?;
@@ -66,4 +58,17 @@ async fn main() -> Result<(), lambda_http::Error> {
         None => app,
     };
     lambda_http::run(app).await
+}
+
+/// JSON log lines (CloudWatch parses them), `RUST_LOG` or `info`; no time (CloudWatch adds it).
+fn init_json_logging() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_current_span(true)
+        .without_time()
+        .init();
 }

@@ -309,15 +309,11 @@ async fn main() -> ExitCode {
     for (name, value) in gitstate_app::compat::process_environment() {
         std::env::set_var(name, value);
     }
-    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if compat::invoked_as_tbg(argv.first()) {
-        return run_compat(argv, inherited_umask).await;
-    }
-    if argv.get(1).is_some_and(|a| a == "compat") {
-        argv.remove(1);
-        argv[0] = compat::BINARY.into();
-        return run_compat(argv, inherited_umask).await;
-    }
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let argv = match as_terraform_backend_git(argv) {
+        Ok(tbg_argv) => return run_compat(tbg_argv, inherited_umask).await,
+        Err(argv) => argv,
+    };
     let matches = Cli::command().get_matches_from(argv);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -336,20 +332,7 @@ async fn main() -> ExitCode {
         Command::Migrate(args) => finish("gitstate migrate", migrate::run(args).await),
         // Handled before parsing (its arguments are terraform-backend-git's).
         Command::Compat { .. } => ExitCode::FAILURE,
-        Command::Config(ConfigCommand::Show(args)) => {
-            let shown = matches
-                .subcommand_matches("config")
-                .and_then(|m| m.subcommand_matches("show"));
-            let mut settings = args.settings;
-            if args.as_terraform_backend_git {
-                settings.tbg = gitstate_app::compat::TbgInput {
-                    file: gitstate_app::compat::TbgFile::Search,
-                    standalone: true,
-                    ..Default::default()
-                };
-            }
-            finish("gitstate", config_show::run(&settings, shown))
-        }
+        Command::Config(ConfigCommand::Show(args)) => show_config(args, &matches),
         Command::Serve(args) => {
             init_logging(&args.log_format, "info");
             finish("gitstate", serve(args).await.map(|()| String::new()))
@@ -360,6 +343,38 @@ async fn main() -> ExitCode {
             run_wrap("gitstate wrap", args, inherited_umask).await
         }
     }
+}
+
+/// terraform-backend-git's command line: `Ok` with its arguments when the binary runs under its
+/// name (argv[0]) or as `gitstate compat …`, else `Err` with `argv` unchanged.
+fn as_terraform_backend_git(
+    mut argv: Vec<std::ffi::OsString>,
+) -> Result<Vec<std::ffi::OsString>, Vec<std::ffi::OsString>> {
+    if compat::invoked_as_tbg(argv.first()) {
+        return Ok(argv);
+    }
+    if argv.get(1).is_some_and(|a| a == "compat") {
+        argv.remove(1);
+        argv[0] = compat::BINARY.into();
+        return Ok(argv);
+    }
+    Err(argv)
+}
+
+/// `gitstate config show`, reading terraform-backend-git's file too when asked.
+fn show_config(args: ShowArgs, matches: &clap::ArgMatches) -> ExitCode {
+    let shown = matches
+        .subcommand_matches("config")
+        .and_then(|m| m.subcommand_matches("show"));
+    let mut settings = args.settings;
+    if args.as_terraform_backend_git {
+        settings.tbg = gitstate_app::compat::TbgInput {
+            file: gitstate_app::compat::TbgFile::Search,
+            standalone: true,
+            ..Default::default()
+        };
+    }
+    finish("gitstate", config_show::run(&settings, shown))
 }
 
 async fn run_wrap(name: &str, args: wrap::WrapArgs, umask: libc::mode_t) -> ExitCode {
