@@ -169,6 +169,14 @@ pub fn lock_commit(
     commit_on(repo, tree, None, message)
 }
 
+/// The root tree of `commit`.
+fn commit_tree(repo: &gix::Repository, commit: ObjectId) -> Result<gix::Tree<'_>, StoreError> {
+    repo.find_commit(commit)
+        .map_err(internal("reading a commit"))?
+        .tree()
+        .map_err(internal("reading a tree"))
+}
+
 /// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when
 /// there is none.
 pub fn entry_id(
@@ -176,12 +184,7 @@ pub fn entry_id(
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<ObjectId>, StoreError> {
-    let tree = repo
-        .find_commit(commit)
-        .map_err(internal("reading a commit"))?
-        .tree()
-        .map_err(internal("reading a tree"))?;
-    Ok(tree
+    Ok(commit_tree(repo, commit)?
         .lookup_entry_by_path(path)
         .map_err(internal("looking up a path"))?
         .map(|entry| entry.object_id()))
@@ -194,12 +197,7 @@ pub fn file_id(
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<ObjectId>, StoreError> {
-    let tree = repo
-        .find_commit(commit)
-        .map_err(internal("reading a commit"))?
-        .tree()
-        .map_err(internal("reading a tree"))?;
-    let entry = tree
+    let entry = commit_tree(repo, commit)?
         .lookup_entry_by_path(path)
         .map_err(internal("looking up a path"))?;
     Ok(entry.filter(|e| e.mode().is_blob()).map(|e| e.object_id()))
