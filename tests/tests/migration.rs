@@ -83,6 +83,21 @@ fn write_config(dir: &Path, backend: &HttpBackend, generation: &str) {
     fs::write(dir.join("main.tf"), tf).expect("write main.tf");
 }
 
+/// Team A's state as `tf` wrote it for [`write_config`] (generation `g1`), through a scratch
+/// gitstate that stores it in plaintext.
+fn state_as_terraform_wrote_it(tf: &Terraform) -> Value {
+    let scratch_dir = tempfile::tempdir().expect("tempdir");
+    let scratch = Gitstate::start(&[], &[], scratch_dir.path());
+    let url = scratch.state_url("default", "app.tfstate");
+    let work = tempfile::tempdir().expect("tempdir");
+    write_config(work.path(), &HttpBackend::new(&url), "g1");
+    tf.init(work.path()).expect_code(0, "init (scratch)");
+    tf.apply(work.path()).expect_code(0, "apply (scratch)");
+    let (status, body) = http("GET", &url, None, None).expect("GET");
+    assert_eq!(status, 200, "{body}");
+    json(&body)
+}
+
 /// The `.sops.yaml` of a terraform-backend-git deployment: one key group per master-key kind it
 /// has configured (here two), every leaf encrypted, and a Shamir threshold when it sets
 /// `TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD`.
@@ -149,18 +164,7 @@ fn a_repository_terraform_backend_git_left_keeps_working_with_real_terraform() {
     let tf = Terraform::installed("1.15.5");
     let dir = tempfile::tempdir().expect("tempdir");
 
-    // Team A's state, as Terraform wrote it (through a scratch gitstate: plaintext).
-    let scratch_dir = tempfile::tempdir().expect("tempdir");
-    let scratch = Gitstate::start(&[], &[], scratch_dir.path());
-    let scratch_url = scratch.state_url("default", "app.tfstate");
-    let first = tempfile::tempdir().expect("tempdir");
-    write_config(first.path(), &HttpBackend::new(&scratch_url), "g1");
-    tf.init(first.path()).expect_code(0, "init (scratch)");
-    tf.apply(first.path()).expect_code(0, "apply (scratch)");
-    let (status, body) = http("GET", &scratch_url, None, None).expect("GET");
-    assert_eq!(status, 200, "{body}");
-    let app_state = json(&body);
-    drop(scratch);
+    let app_state = state_as_terraform_wrote_it(&tf);
 
     // What terraform-backend-git stored: sops all-leaves documents and a legacy aes file.
     let (k1, k2, k3) = (
@@ -355,18 +359,7 @@ fn a_state_it_sealed_for_pgp_and_vault_keys_keeps_working_with_real_terraform() 
         ("VAULT_TOKEN", Bao::ROOT_TOKEN),
     ];
 
-    // Team A's state, as Terraform wrote it (through a scratch gitstate: plaintext).
-    let scratch_dir = tempfile::tempdir().expect("tempdir");
-    let scratch = Gitstate::start(&[], &[], scratch_dir.path());
-    let scratch_url = scratch.state_url("default", "app.tfstate");
-    let first = tempfile::tempdir().expect("tempdir");
-    write_config(first.path(), &HttpBackend::new(&scratch_url), "g1");
-    tf.init(first.path()).expect_code(0, "init (scratch)");
-    tf.apply(first.path()).expect_code(0, "apply (scratch)");
-    let (status, body) = http("GET", &scratch_url, None, None).expect("GET");
-    assert_eq!(status, 200, "{body}");
-    let state = json(&body);
-    drop(scratch);
+    let state = state_as_terraform_wrote_it(&tf);
 
     // What it stored with both providers configured: two key groups, every leaf encrypted.
     let rules = format!(
