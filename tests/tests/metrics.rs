@@ -242,6 +242,21 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
     );
     assert!(value(&m, "gitstate_git_pushed_bytes_total") > 0.0, "{text}");
     assert_eq!(value(&m, "gitstate_git_cas_losses_total"), 0.0, "{text}");
+    // Group commit: one writer at a time, so every push of the state branch carried one commit,
+    // nobody else's write was folded, and no write waits any more.
+    assert_eq!(
+        value(&m, "gitstate_batch_commits_count"),
+        commits,
+        "a batch per state push\n{text}"
+    );
+    assert_eq!(value(&m, "gitstate_batch_commits_sum"), commits, "{text}");
+    assert_eq!(
+        value(&m, "gitstate_batch_commits_bucket{le=\"1\"}"),
+        commits,
+        "{text}"
+    );
+    assert_eq!(value(&m, "gitstate_folded_writes_total"), 0.0, "{text}");
+    assert_eq!(value(&m, "gitstate_writes_waiting"), 0.0, "{text}");
     // The cache: what this server pushed it keeps (hits); the other writer's commit it fetched.
     assert!(
         value(&m, "gitstate_cache_reads_total{result=\"hit\"}") >= 1.0,

@@ -16,6 +16,10 @@ const SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Buckets of the histograms that count writes (a push's commits, the remote's queue): up to
+/// the most writes one push carries (64).
+const WRITES_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
 /// How often the exporter's histograms are folded in when nobody scrapes (bounds their memory).
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -43,6 +47,14 @@ pub fn render(handle: PrometheusHandle) -> gitstate_http::MetricsRender {
 fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(gitstate_core::metrics::BATCH_COMMITS.into()),
+            WRITES_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(gitstate_core::metrics::QUEUE_PENDING.into()),
+            WRITES_BUCKETS,
+        )?
         .install_recorder()?;
     gitstate_core::metrics::describe();
     let upkeep = handle.clone();

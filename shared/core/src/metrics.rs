@@ -41,6 +41,17 @@ pub const GIT_PUSHED_BYTES: &str = "gitstate_git_pushed_bytes_total";
 /// Batched pushes that lost a compare-and-swap on the state branch (and were retried).
 pub const GIT_CAS_LOSSES: &str = "gitstate_git_cas_losses_total";
 
+/// State writes of this process waiting for the push that carries them (group commit, DESIGN
+/// §9.2): the depth of its write queues.
+pub const WRITES_WAITING: &str = "gitstate_writes_waiting";
+/// Commits one push added to a state branch: this process's writes and the pending writes of
+/// other processes it folded (one push, many writes, when writers queue up).
+pub const BATCH_COMMITS: &str = "gitstate_batch_commits";
+/// Writes waiting in the remote's queue (pending refs, DESIGN §9.4) when a round read it.
+pub const QUEUE_PENDING: &str = "gitstate_queue_pending_writes";
+/// Pending writes of other processes this process folded into the state branch.
+pub const FOLDED_WRITES: &str = "gitstate_folded_writes_total";
+
 /// Reads of a remote through the cache, by `result`: `hit` (the advertised tips and files were
 /// all in the cache, nothing fetched) or `miss` (something was fetched).
 pub const CACHE_READS: &str = "gitstate_cache_reads_total";
@@ -103,6 +114,22 @@ pub fn describe() {
     describe_counter!(
         GIT_CAS_LOSSES,
         "Batched pushes that lost a compare-and-swap on the state branch"
+    );
+    describe_gauge!(
+        WRITES_WAITING,
+        "State writes of this process waiting for the push that carries them"
+    );
+    describe_histogram!(
+        BATCH_COMMITS,
+        "Commits one push added to a state branch (own writes and folded ones)"
+    );
+    describe_histogram!(
+        QUEUE_PENDING,
+        "Writes waiting in the remote's queue (pending refs) when a round read it"
+    );
+    describe_counter!(
+        FOLDED_WRITES,
+        "Pending writes of other processes folded into the state branch"
     );
     describe_counter!(
         CACHE_READS,

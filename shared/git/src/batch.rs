@@ -108,6 +108,23 @@ struct Queue {
 /// Writes taken for one push, and the session to push over (when one is at hand).
 type Batch = (Vec<Waiting>, Option<ReceivePack>);
 
+/// Counts a write in [`gitstate_core::metrics::WRITES_WAITING`] while its request waits for its
+/// answer (or until the request goes away).
+struct WaitingGauge;
+
+impl WaitingGauge {
+    fn enter() -> WaitingGauge {
+        metrics::gauge!(gitstate_core::metrics::WRITES_WAITING).increment(1.0);
+        WaitingGauge
+    }
+}
+
+impl Drop for WaitingGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(gitstate_core::metrics::WRITES_WAITING).decrement(1.0);
+    }
+}
+
 /// The queue of one remote branch and credential in this process.
 pub(crate) struct WriteQueue {
     queue: Mutex<Queue>,
@@ -176,6 +193,7 @@ impl WriteQueue {
         session: ReceivePack,
     ) -> Result<Revision, StoreError> {
         let (reply, answer) = oneshot::channel();
+        let _waiting = WaitingGauge::enter();
         let start_driver = {
             let mut queue = self.lock()?;
             let seq = queue.next_seq;
@@ -353,6 +371,10 @@ impl WriteQueue {
                     started.elapsed(),
                 );
                 if round.tip.is_some() {
+                    metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS)
+                        .record(round.commits as f64);
+                    metrics::counter!(gitstate_core::metrics::FOLDED_WRITES)
+                        .increment(round.folded as u64);
                     tracing::info!(
                         writes = count,
                         folded = round.folded,
@@ -518,6 +540,8 @@ pub(crate) struct Round {
     queue: bool,
     /// Pending writes of other processes folded into the branch.
     folded: usize,
+    /// Commits the push added to the branch (0: it did not move).
+    commits: usize,
     /// This process tried to move the branch (it led, DESIGN §9.4).
     led: bool,
     /// This process's writes are the oldest in the remote's queue: it leads the next round.
@@ -575,6 +599,10 @@ fn push_batch(
         old,
         new: zero,
     };
+    if queue {
+        metrics::histogram!(gitstate_core::metrics::QUEUE_PENDING)
+            .record(listing.pending.len() as f64);
+    }
     if !listing.pending.is_empty() {
         pending::crash_point("queue.listed");
     }
@@ -785,6 +813,7 @@ fn push_batch(
         lost: false,
         queue,
         folded: 0,
+        commits: if new_tip.is_some() { commits.len() } else { 0 },
         led: true,
         leads_next: false,
     };
@@ -1023,6 +1052,7 @@ impl Round {
             lost: false,
             queue: true,
             folded: 0,
+            commits: 0,
             led: false,
             leads_next: false,
         }
@@ -1037,6 +1067,7 @@ impl Round {
             lost: true,
             queue,
             folded: 0,
+            commits: 0,
             led: true,
             leads_next: false,
         }
