@@ -18,13 +18,11 @@ echo "test.sh: test components ready ($((SECONDS - start)) s)"
 
 bash scripts/lint-infra.sh
 
-# The Lambda function as SAM builds it: cargo-lambda with zig, x86_64.
-start=$SECONDS
+# The Lambda function as SAM builds it (cargo-lambda with zig, the release profile): arm64, the
+# template's default, then x86_64, which stays at the bootstrap path for the scripts that run it.
 bash scripts/install-lambda-tools.sh
-PATH="$GITSTATE_TOOLS/cargo-lambda-venv/bin:$PATH" cargo lambda build --release -p gitstate-lambda
-bootstrap="$CARGO_TARGET_DIR/lambda/gitstate-lambda/bootstrap"
-[ -x "$bootstrap" ] || { echo "test.sh: cargo lambda build produced no $bootstrap" >&2; exit 1; }
-echo "test.sh: Lambda bootstrap built, $(stat -c %s "$bootstrap") bytes ($((SECONDS - start)) s)"
+bash scripts/build-lambda.sh arm64
+bash scripts/build-lambda.sh x86_64
 
 # The end-to-end tests drive a release build of `gitstate`, the binary users run (overflow checks
 # and debug assertions off, as in production).

@@ -139,7 +139,7 @@ enum Credentials {
     ServiceAccount {
         email: String,
         key_id: String,
-        key: Arc<ring::signature::RsaKeyPair>,
+        key: Arc<aws_lc_rs::signature::RsaKeyPair>,
         token_uri: String,
     },
     /// A gcloud user: a refresh token exchanged at Google's token endpoint.
@@ -161,7 +161,7 @@ impl Credentials {
             "service_account" => {
                 let der = pem_der(&file.private_key)
                     .ok_or_else(|| format!("{what}: private_key is not a PEM PKCS#8 key"))?;
-                let key = ring::signature::RsaKeyPair::from_pkcs8(&der)
+                let key = aws_lc_rs::signature::RsaKeyPair::from_pkcs8(&der)
                     .map_err(|e| format!("{what}: private_key is not an RSA key ({e})"))?;
                 Ok(Credentials::ServiceAccount {
                     email: file.client_email,
@@ -245,7 +245,7 @@ fn pem_der(pem: &str) -> Option<Zeroizing<Vec<u8>>> {
 fn service_account_jwt(
     email: &str,
     key_id: &str,
-    key: &ring::signature::RsaKeyPair,
+    key: &aws_lc_rs::signature::RsaKeyPair,
     token_uri: &str,
     now: u64,
 ) -> Result<String, String> {
@@ -258,10 +258,10 @@ fn service_account_jwt(
         B64URL.encode(header.to_string()),
         B64URL.encode(claims.to_string())
     );
-    let mut signature = vec![0u8; key.public().modulus_len()];
+    let mut signature = vec![0u8; key.public_modulus_len()];
     key.sign(
-        &ring::signature::RSA_PKCS1_SHA256,
-        &ring::rand::SystemRandom::new(),
+        &aws_lc_rs::signature::RSA_PKCS1_SHA256,
+        &aws_lc_rs::rand::SystemRandom::new(),
         signing_input.as_bytes(),
         &mut signature,
     )
@@ -655,9 +655,11 @@ mod tests {
             serde_json::json!({"iss": "sa@p.iam.gserviceaccount.com", "scope": SCOPE,
                 "aud": "https://oauth2.googleapis.com/token", "iat": 1000, "exp": 4600})
         );
-        let public = ring::signature::UnparsedPublicKey::new(
-            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
-            key.public().as_ref().to_vec(),
+        let public = aws_lc_rs::signature::UnparsedPublicKey::new(
+            &aws_lc_rs::signature::RSA_PKCS1_2048_8192_SHA256,
+            aws_lc_rs::signature::KeyPair::public_key(key.as_ref())
+                .as_ref()
+                .to_vec(),
         );
         public
             .verify(

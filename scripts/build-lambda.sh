@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the Lambda bootstrap as `sam build` does (cargo lambda build --release, zig) for one
+# architecture, checks that it is an executable for that processor, and prints its size.
+#
+#   scripts/build-lambda.sh arm64|x86_64
+#
+# The bootstrap lands in $CARGO_TARGET_DIR/lambda/gitstate-lambda/bootstrap (cargo-lambda's path
+# for both architectures); a copy stays in $CARGO_TARGET_DIR/lambda/bootstrap-<arch>.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GITSTATE_TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gitstate-target}
+arch=${1:?usage: scripts/build-lambda.sh arm64|x86_64}
+case $arch in
+    arm64) flags=(--arm64); machine=aarch64 ;;
+    x86_64) flags=(--x86-64); machine=x86-64 ;;
+    *) echo "build-lambda: unknown architecture $arch (arm64 or x86_64)" >&2; exit 2 ;;
+esac
+start=$SECONDS
+PATH="$GITSTATE_TOOLS/cargo-lambda-venv/bin:$PATH" cargo lambda build --release "${flags[@]}" -p gitstate-lambda
+bootstrap="$CARGO_TARGET_DIR/lambda/gitstate-lambda/bootstrap"
+[ -x "$bootstrap" ] || { echo "build-lambda: cargo lambda build produced no $bootstrap" >&2; exit 1; }
+# e_machine of the ELF header (bytes 18-19, little-endian): 0xb7 aarch64, 0x3e x86-64.
+case $(od -An -tx1 -j18 -N2 "$bootstrap" | tr -d ' \n') in
+    b700) built=aarch64 ;;
+    3e00) built=x86-64 ;;
+    *) built=unknown ;;
+esac
+[ "$built" = "$machine" ] || { echo "build-lambda: $bootstrap is for $built, not $machine" >&2; exit 1; }
+cp "$bootstrap" "$CARGO_TARGET_DIR/lambda/bootstrap-$arch"
+echo "build-lambda: $arch bootstrap built, $(stat -c %s "$bootstrap") bytes ($((SECONDS - start)) s)"
