@@ -266,6 +266,12 @@ fn gitstate_migrate_reseals_every_state_in_one_commit_each() {
         dry.stderr
     );
     assert_eq!(tip(), before, "a dry run writes nothing");
+    // Progress goes to standard error, as plain lines off a terminal (the first and the last of
+    // the five files), never as escape codes.
+    for line in ["check default: 1/5 ", "check default: 5/5 "] {
+        assert!(dry.stderr.contains(line), "{line}:\n{}", dry.stderr);
+    }
+    assert!(!dry.combined().contains('\x1b'), "{}", dry.combined());
 
     let run = gitstate_run(dir.path(), &args, &env);
     assert_eq!(run.code, Some(1), "{}", run.combined());

@@ -16,7 +16,7 @@ use gitstate_core::{
     StoreRegistry,
 };
 
-use crate::output::{json, table};
+use crate::output::{json, table, Spinner};
 
 /// The configured repositories, the backend (limits, sealer) and the catalog, as `serve` builds
 /// them; always with the operator's own credentials, whatever `auth.mode` the server uses.
@@ -133,14 +133,16 @@ pub async fn history(args: HistoryArgs) -> Result<String, String> {
     let path = parse_path(&args.path)?;
     let repositories = Repositories::open(&args.settings).await?;
     let store = repositories.store(&args.repository)?;
-    if std::io::stderr().is_terminal() {
-        eprintln!("reading the history of {path} in {}…", args.repository);
-    }
+    let spinner = Spinner::start(format!(
+        "reading the history of {path} in {}…",
+        args.repository
+    ));
     let versions = repositories
         .backend
         .history(store.as_ref(), &path, args.limit.max(1))
         .await
         .map_err(|e| e.to_string())?;
+    drop(spinner);
     if args.json {
         return json(&versions);
     }

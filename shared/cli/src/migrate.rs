@@ -12,7 +12,7 @@ use gitstate_core::{BackendError, CatalogChange, StateFacts, StatePath};
 use serde::Serialize;
 
 use crate::admin::{operator, Repositories};
-use crate::output::{json, table};
+use crate::output::{json, table, Progress};
 
 /// `gitstate migrate`.
 #[derive(Args, Debug)]
@@ -75,8 +75,11 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
             .list_states()
             .await
             .map_err(|e| format!("cannot list the states of {name}: {e}"))?;
+        let verb = if args.dry_run { "check" } else { "migrate" };
+        let mut progress = Progress::new(format!("{verb} {name}"), listed.len());
         for entry in listed {
             let Ok(path) = StatePath::parse(&entry.path) else {
+                progress.step(&entry.path);
                 continue; // not a state path (a lock file name, a dot file)
             };
             let migrated = repositories
@@ -106,6 +109,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
                     error: Some(explain_refusal(e, &path)),
                 },
             };
+            progress.step(path.as_str());
             rows.push(row);
         }
     }

@@ -4,6 +4,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
 /// Rows as left-aligned columns separated by two spaces (the first row is the header).
 pub fn table(rows: Vec<Vec<String>>) -> String {
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
@@ -29,24 +31,40 @@ pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Progress of a long task on standard error: a line rewritten in place on a terminal, else a
-/// line every few seconds (and the last one), so logs of CI jobs stay short.
+/// Progress of a long task on standard error: an `indicatif` bar on a terminal, else a plain
+/// line every few seconds (and the last one), so logs of CI jobs stay short and free of escape
+/// codes. Standard output is left to the command's result.
 pub struct Progress {
     label: String,
     total: usize,
     done: usize,
-    terminal: bool,
+    bar: Option<ProgressBar>,
     last: Option<Instant>,
 }
+
+/// How often a plain progress line is printed when standard error is not a terminal.
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 impl Progress {
     /// Starts reporting `label` over `total` items.
     pub fn new(label: impl Into<String>, total: usize) -> Progress {
+        let label = label.into();
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {wide_msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(label.clone());
+            bar
+        });
         Progress {
-            label: label.into(),
+            label,
             total,
             done: 0,
-            terminal: std::io::stderr().is_terminal(),
+            bar,
             last: None,
         }
     }
@@ -54,23 +72,115 @@ impl Progress {
     /// One more item done, `what` being its name.
     pub fn step(&mut self, what: &str) {
         self.done += 1;
-        let finished = self.done == self.total;
-        let due = self
-            .last
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(if self.terminal { 0 } else { 5 }));
-        if !(due || finished) {
+        let finished = self.done >= self.total;
+        if let Some(bar) = &self.bar {
+            bar.set_message(what.to_owned());
+            bar.inc(1);
+            if finished {
+                // The bar goes; one line stays, ending with a newline, before the result.
+                bar.finish_and_clear();
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "{}: {}/{}",
+                    self.label,
+                    self.done,
+                    self.total
+                );
+            }
             return;
         }
-        self.last = Some(Instant::now());
-        let mut err = std::io::stderr().lock();
-        let line = format!("{}: {}/{} {what}", self.label, self.done, self.total);
-        if self.terminal {
-            let _ = write!(err, "\r\x1b[2K{line}");
-            if finished {
-                let _ = writeln!(err);
-            }
-        } else {
-            let _ = writeln!(err, "{line}");
+        if let Some(line) = self.plain_line(what, finished, Instant::now()) {
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
         }
+    }
+
+    /// The plain line to print now, if one is due: the first, one every [`PLAIN_EVERY`], and
+    /// the last.
+    fn plain_line(&mut self, what: &str, finished: bool, now: Instant) -> Option<String> {
+        let due = self
+            .last
+            .is_none_or(|t| now.saturating_duration_since(t) >= PLAIN_EVERY);
+        if !(due || finished) {
+            return None;
+        }
+        self.last = Some(now);
+        Some(format!(
+            "{}: {}/{} {what}",
+            self.label, self.done, self.total
+        ))
+    }
+}
+
+impl Drop for Progress {
+    /// A task that stopped early (an error) leaves its bar where it stopped, not half drawn.
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            if !bar.is_finished() {
+                bar.abandon();
+                let _ = writeln!(std::io::stderr().lock());
+            }
+        }
+    }
+}
+
+/// A spinner on standard error while one long call runs (e.g. reading a state's history), on a
+/// terminal only: the call has no count to show, and a log gets the result instead.
+pub struct Spinner(Option<ProgressBar>);
+
+impl Spinner {
+    /// Starts spinning with `message`.
+    pub fn start(message: impl Into<String>) -> Spinner {
+        Spinner(std::io::stderr().is_terminal().then(|| {
+            let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            spinner.set_style(ProgressStyle::default_spinner());
+            spinner.set_message(message.into());
+            spinner.enable_steady_tick(Duration::from_millis(100));
+            spinner
+        }))
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        if let Some(spinner) = &self.0 {
+            spinner.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_come_first_then_every_few_seconds_and_last() {
+        let mut progress = Progress {
+            label: "rebuild default".into(),
+            total: 3,
+            done: 0,
+            bar: None,
+            last: None,
+        };
+        let t0 = Instant::now();
+        progress.done = 1;
+        assert_eq!(
+            progress.plain_line("a.tfstate", false, t0).as_deref(),
+            Some("rebuild default: 1/3 a.tfstate")
+        );
+        progress.done = 2;
+        assert_eq!(
+            progress.plain_line("b.tfstate", false, t0 + Duration::from_secs(1)),
+            None
+        );
+        assert!(progress
+            .plain_line("b.tfstate", false, t0 + PLAIN_EVERY)
+            .is_some());
+        progress.done = 3;
+        assert_eq!(
+            progress
+                .plain_line("c.tfstate", true, t0 + PLAIN_EVERY)
+                .as_deref(),
+            Some("rebuild default: 3/3 c.tfstate")
+        );
     }
 }
