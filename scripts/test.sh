@@ -23,6 +23,8 @@ bash scripts/lint-infra.sh
 bash scripts/install-lambda-tools.sh
 bash scripts/build-lambda.sh arm64
 bash scripts/build-lambda.sh x86_64
+# tests/tests/lambda_deadline.rs runs this bootstrap against its own Runtime API.
+export GITSTATE_LAMBDA_BIN="$CARGO_TARGET_DIR/lambda/bootstrap-x86_64"
 
 # The end-to-end tests drive a release build of `gitstate`, the binary users run (overflow checks
 # and debug assertions off, as in production).

@@ -29,6 +29,7 @@
 
 pub mod crypto;
 pub mod keys;
+pub mod proxy;
 
 use std::fs;
 use std::io::{Read, Write};

@@ -469,7 +469,8 @@ impl Backend {
 
     /// The read of one attempt of a read-then-write loop (a write, a migration): a write session
     /// on `path`, begun again (after the retry policy's pause, within the deadline) while the
-    /// refs move under the read.
+    /// refs move under the read; [`BackendError::Busy`] when the read itself outlasts the
+    /// deadline.
     pub(crate) async fn begin_write<'a>(
         &self,
         store: &'a dyn StateStore,
@@ -477,7 +478,17 @@ impl Backend {
         (attempt, started, deadline): (&mut u32, Instant, Instant),
     ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
         loop {
-            match store.begin(path, Intent::Write).await {
+            // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
+            // the answer must leave before the invocation's deadline, however slow the remote.
+            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, Intent::Write));
+            let Ok(begun) = begun.await else {
+                return Err(busy_error(
+                    "reading the state branch took all of this write's time, before anything was pushed",
+                    *attempt + 1,
+                    started,
+                ));
+            };
+            match begun {
                 Ok(session) => return Ok(session),
                 Err(StoreError::Stale) => self.retry_or_busy(attempt, started, deadline).await?,
                 Err(e) => return Err(e.into()),
