@@ -8,9 +8,17 @@ that remote, and measures, for each state size:
   LOCK    gitstate LOCK                       vs  git commit (lock file) + git push to a new branch
   UNLOCK  gitstate UNLOCK                     vs  git push --delete of the lock branch
 
+and, for POST, LOCK and UNLOCK, the *floor*: the same two git requests gitstate sends (receive-pack
+advertisement, then the push with its pack), replayed by a minimal client (Python http.client,
+one kept-alive connection, packs and commands prepared before the clock starts). No client that
+talks to this server with two requests can be faster: the floor is the git server's own cost, and
+floor / git CLI is the lowest ratio reachable with two requests.
+
 Usage: scripts/bench http [--runs 30] [--sizes 10240,1048576] [--gitstate PATH]
 Prints a markdown table (median, min-max, ratio gitstate/git) for docs/BENCHMARKS.md.
 """
+import base64
+import http.client
 import os
 import subprocess
 import tempfile
@@ -92,6 +100,76 @@ def git_cli_samples(root, auth_remote, size, runs, serial):
     return results
 
 
+def pkt(line):
+    """One pkt-line."""
+    return b"%04x" % (len(line) + 4) + line
+
+
+class Floor:
+    """The two requests of a push (advertisement, receive-pack), nothing else."""
+
+    def __init__(self, remote):
+        rest = remote.split("://", 1)[1]
+        hostport, self.path = rest.split("/", 1)
+        host, port = hostport.split(":")
+        self.conn = http.client.HTTPConnection(host, int(port))
+        token = base64.b64encode(f"{s.USER}:{s.PASSWORD}".encode()).decode()
+        self.auth = {"Authorization": f"Basic {token}"}
+
+    def push(self, old, new, ref, pack):
+        """GET the advertisement, POST the command (and pack); checks the report says ok."""
+        self.conn.request("GET", f"/{self.path}/info/refs?service=git-receive-pack", headers=self.auth)
+        answer = self.conn.getresponse()
+        answer.read()
+        assert answer.status == 200, answer.status
+        body = pkt(f"{old} {new} {ref}".encode() + b"\0report-status\n") + b"0000" + pack
+        headers = dict(self.auth, **{"Content-Type": "application/x-git-receive-pack-request"})
+        self.conn.request("POST", f"/{self.path}/git-receive-pack", body=body, headers=headers)
+        answer = self.conn.getresponse()
+        report = answer.read()
+        assert answer.status == 200 and b"ok " + ref.encode() in report, report
+
+
+def pack_of(work, commits, exclude=()):
+    """A pack of `commits` and what they reach, less `exclude` and what it reaches."""
+    revs = "".join(f"{c}\n" for c in commits) + "".join(f"^{c}\n" for c in exclude)
+    return subprocess.run(["git", "pack-objects", "--stdout", "--revs", "-q"], cwd=work, input=revs.encode(),
+                          check=True, stdout=subprocess.PIPE).stdout
+
+
+def floor_samples(remote, work, size, runs, serial):
+    """POST, LOCK, UNLOCK as their two git requests, prepared first (see the module's doc)."""
+    zero = "0" * 40
+    state_file = f"bench-{size}.tfstate"
+    tip = s.git("rev-parse", "HEAD", cwd=work).decode().strip()
+    posts, parent = [], tip
+    for i in range(runs):
+        serial[0] += 1
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, check=True,
+                              input=s.state_body(serial[0], size), stdout=subprocess.PIPE).stdout.decode().strip()
+        tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
+                              input=f"100644 blob {blob}\t{state_file}\n".encode()).stdout.decode().strip()
+        commit = s.git("commit-tree", tree, "-p", parent, "-m", f"Update {state_file}", cwd=work).decode().strip()
+        posts.append((parent, commit, pack_of(work, [commit], [parent])))
+        parent = commit
+    locks = []
+    for i in range(runs):
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, check=True,
+                              input=s.lock_body(f"floor-{i}"), stdout=subprocess.PIPE).stdout.decode().strip()
+        tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
+                              input=f"100644 blob {blob}\t{state_file}.lock\n".encode()).stdout.decode().strip()
+        commit = s.git("commit-tree", tree, "-m", "Lock", cwd=work).decode().strip()
+        locks.append((commit, pack_of(work, [commit])))
+    floor = Floor(remote)
+    branch = f"refs/heads/locks/{state_file}"
+    results = {"POST": s.timed(lambda i: floor.push(posts[i][0], posts[i][1], "refs/heads/main", posts[i][2]),
+                               runs)}
+    results["LOCK"], results["UNLOCK"] = lock_unlock_samples(
+        runs, lambda i: floor.push(zero, locks[i][0], branch, locks[i][1]),
+        lambda i: floor.push(locks[i][0], zero, branch, b""))
+    return results
+
+
 def run(args):
     """Measures every size, then prints the table."""
     s.require_lighttpd()
@@ -107,9 +185,11 @@ def run(args):
             serial = [1]
             results = gitstate_samples(client, size, args.runs, serial)
             baseline = git_cli_samples(root, auth_remote, size, args.runs, serial)
+            floor = floor_samples(remote, os.path.join(root, f"clone-{size}"), size, args.runs, serial)
             for op in ["GET", "POST", "LOCK", "UNLOCK"]:
                 g, b = s.summarize(results[op]), s.summarize(baseline[op])
-                rows.append((size, op, g, b, g[0] / b[0]))
+                f = s.summarize(floor[op]) if op in floor else None
+                rows.append((size, op, g, b, f))
     finally:
         s.shut_down(root, server, githttp)
 
@@ -117,7 +197,8 @@ def run(args):
           f"{os.cpu_count()} cores")
     print()
     s.table_header("state size", "operation", "gitstate median (min–max) ms", "git CLI median (min–max) ms",
-                   "ratio")
-    for size, op, g, b, ratio in rows:
+                   "ratio", "floor: the same git requests alone, median (min–max) ms", "floor / git CLI")
+    for size, op, g, b, f in rows:
+        floor = f"{f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {f[0] / b[0]:.2f}×" if f else "– | –"
         print(f"| {size // 1024} KiB | {op} | {g[0]:.1f} ({g[1]:.1f}–{g[2]:.1f}) | "
-              f"{b[0]:.1f} ({b[1]:.1f}–{b[2]:.1f}) | {ratio:.2f}× |")
+              f"{b[0]:.1f} ({b[1]:.1f}–{b[2]:.1f}) | {g[0] / b[0]:.2f}× | {floor} |")
