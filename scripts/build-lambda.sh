@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Lambda bootstrap as `sam build` does (cargo lambda build --release, zig) for one
-# architecture, checks that it is an executable for that processor, and prints its size.
+# architecture, checks that it is an executable for that processor, prints its size, and starts
+# it once to answer one invocation (arm64 under qemu-aarch64 on other machines).
 #
 #   scripts/build-lambda.sh arm64|x86_64
 #
@@ -29,3 +30,15 @@ esac
 [ "$built" = "$machine" ] || { echo "build-lambda: $bootstrap is for $built, not $machine" >&2; exit 1; }
 cp "$bootstrap" "$CARGO_TARGET_DIR/lambda/bootstrap-$arch"
 echo "build-lambda: $arch bootstrap built, $(stat -c %s "$bootstrap") bytes ($((SECONDS - start)) s)"
+
+# It must start and answer: one invocation (GET /_/health) through a Runtime API on loopback,
+# natively for x86_64, under qemu-aarch64 (user-mode emulation, Debian's qemu-user and
+# libc6-arm64-cross) for arm64. The bench script fails unless the answer is a 200.
+run="$CARGO_TARGET_DIR/lambda/bootstrap-$arch"
+if [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ]; then
+    command -v qemu-aarch64 >/dev/null || { echo "build-lambda: qemu-aarch64 is missing (apt-get install qemu-user libc6-arm64-cross)" >&2; exit 1; }
+    run="$CARGO_TARGET_DIR/lambda/run-arm64.sh"
+    printf '#!/bin/sh\nexec qemu-aarch64 -L /usr/aarch64-linux-gnu "%s" "$@"\n' "$CARGO_TARGET_DIR/lambda/bootstrap-arm64" > "$run"
+    chmod +x "$run"
+fi
+python3 scripts/bench lambda-init --runs 1 --bootstrap "$run" | sed "s/^/build-lambda: $arch: /"

@@ -63,6 +63,9 @@ command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 # The web page test loads /_/ui in a real browser, headless.
 [ -x /usr/bin/chromium ] || need_pkgs+=(chromium fonts-dejavu-core)
+# The arm64 Lambda bootstrap is started once under user-mode emulation (scripts/build-lambda.sh).
+command -v qemu-aarch64 >/dev/null 2>&1 || need_pkgs+=(qemu-user)
+[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || need_pkgs+=(libc6-arm64-cross)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt_install "${need_pkgs[@]}"
 fi
