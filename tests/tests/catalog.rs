@@ -405,7 +405,10 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     // Progress on standard error, plain lines off a terminal (no escape codes).
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("rebuild default: 3/3 "), "{stderr}");
-    assert!(!stderr.contains('\x1b') && !stdout.contains('\x1b'), "{stderr}");
+    assert!(
+        !stderr.contains('\x1b') && !stdout.contains('\x1b'),
+        "{stderr}"
+    );
     assert_eq!(
         comparable_states(&json(&moto, &["states"])),
         comparable_states(&states)
