@@ -64,6 +64,16 @@ def gitstate_samples(client, size, runs, serial):
     return results
 
 
+def one_file_commit(work, name, body, message, parent=None):
+    """A commit (made with git plumbing in `work`) whose tree holds only `name` = `body`."""
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, input=body,
+                          check=True, stdout=subprocess.PIPE).stdout.decode().strip()
+    tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
+                          input=f"100644 blob {blob}\t{name}\n".encode()).stdout.decode().strip()
+    parents = ["-p", parent] if parent else []
+    return s.git("commit-tree", tree, *parents, "-m", message, cwd=work).decode().strip()
+
+
 def git_cli_samples(root, auth_remote, size, runs, serial):
     """The same four operations with the git CLI in a depth-1 clone."""
     work = os.path.join(root, f"clone-{size}")
@@ -86,11 +96,7 @@ def git_cli_samples(root, auth_remote, size, runs, serial):
         s.git("push", "-q", "origin", "HEAD:main", cwd=work)
 
     def lock(i):
-        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, input=s.lock_body(f"cli-{i}"),
-                              check=True, stdout=subprocess.PIPE).stdout.decode().strip()
-        tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
-                              input=f"100644 blob {blob}\t{state_file}.lock\n".encode()).stdout.decode().strip()
-        commit = s.git("commit-tree", tree, "-m", "Lock", cwd=work).decode().strip()
+        commit = one_file_commit(work, f"{state_file}.lock", s.lock_body(f"cli-{i}"), "Lock")
         s.git("push", "-q", "origin", f"{commit}:{branch}", cwd=work)
 
     get(0)
@@ -145,20 +151,12 @@ def floor_samples(remote, work, size, runs, serial):
     posts, parent = [], tip
     for i in range(runs):
         serial[0] += 1
-        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, check=True,
-                              input=s.state_body(serial[0], size), stdout=subprocess.PIPE).stdout.decode().strip()
-        tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
-                              input=f"100644 blob {blob}\t{state_file}\n".encode()).stdout.decode().strip()
-        commit = s.git("commit-tree", tree, "-p", parent, "-m", f"Update {state_file}", cwd=work).decode().strip()
+        commit = one_file_commit(work, state_file, s.state_body(serial[0], size), f"Update {state_file}", parent)
         posts.append((parent, commit, pack_of(work, [commit], [parent])))
         parent = commit
     locks = []
     for i in range(runs):
-        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, check=True,
-                              input=s.lock_body(f"floor-{i}"), stdout=subprocess.PIPE).stdout.decode().strip()
-        tree = subprocess.run(["git", "mktree"], cwd=work, check=True, stdout=subprocess.PIPE,
-                              input=f"100644 blob {blob}\t{state_file}.lock\n".encode()).stdout.decode().strip()
-        commit = s.git("commit-tree", tree, "-m", "Lock", cwd=work).decode().strip()
+        commit = one_file_commit(work, f"{state_file}.lock", s.lock_body(f"floor-{i}"), "Lock")
         locks.append((commit, pack_of(work, [commit])))
     floor = Floor(remote)
     branch = f"refs/heads/locks/{state_file}"
