@@ -730,9 +730,61 @@ allow = ["{}"]
     );
 }
 
+/// A release in one request trusts the lock this process recorded no further than the server's
+/// compare-and-swap: when another process has meanwhile force-unlocked it and locked again, the
+/// old holder still gets the 423 with the new LockInfo, and the new holder can unlock here.
+#[test]
+fn release_of_a_recorded_lock_that_another_process_replaced() {
+    let s = Server::start(Kind::SmartHttp, &[]);
+    let other = s.second_process();
+    let p = "/state/default/count/prod.tfstate";
+    let to_other = |method: &str, body: &str| {
+        Client::new()
+            .request(
+                Method::from_bytes(method.as_bytes()).expect("method"),
+                format!("{}{p}", other.base_url()),
+            )
+            .body(body.to_owned())
+            .send()
+            .expect("request")
+            .status()
+    };
+    assert_eq!(s.send("POST", p, Some(STATE_1)).status(), 200);
+    let (a, b) = (lock_info("lock-a", "alice"), lock_info("lock-b", "bob"));
+    assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
+    // terraform force-unlock through the other process, then bob locks there.
+    assert_eq!(to_other("UNLOCK", ""), 200);
+    assert_eq!(to_other("LOCK", &b), 200);
+
+    let stale = s.send("UNLOCK", p, Some(&a));
+    assert_eq!(stale.status(), 423, "alice's lock is gone");
+    assert!(
+        stale.text().expect("body").contains("lock-b"),
+        "bob's LockInfo"
+    );
+    assert!(lock_refs(&s).contains("locks/"), "bob's lock stays");
+    assert_eq!(
+        s.send("UNLOCK", p, Some(&b)).status(),
+        200,
+        "bob unlocks here"
+    );
+    assert_eq!(lock_refs(&s).trim(), "");
+    // And the same again after the other process released a lock this one recorded.
+    assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
+    assert_eq!(to_other("UNLOCK", &a), 200);
+    assert_eq!(
+        s.send("UNLOCK", p, Some(&a)).status(),
+        200,
+        "not locked: done"
+    );
+    assert_eq!(lock_refs(&s).trim(), "");
+}
+
 /// Requests that reach the git server per operation over smart HTTP with a warm cache (each one
-/// is a `git http-backend` process). A write or an unlock reads the tips from the receive-pack
-/// advertisement and pushes its compare-and-swap over the same session: advertisement + push.
+/// is a `git http-backend` process). A write reads the tips from the receive-pack advertisement
+/// and pushes its compare-and-swap over the same session: advertisement + push. Creating a lock,
+/// and releasing the lock this server created, is the push alone (the old id is known: none, or
+/// the recorded one).
 #[test]
 fn smart_http_requests_per_operation() {
     let s = Server::start(Kind::SmartHttp, &[]);
@@ -763,7 +815,7 @@ fn smart_http_requests_per_operation() {
     let a = lock_info("lock-a", "alice");
     check("POST", s.send("POST", p, Some(STATE_2)), 200, 2);
     check("GET", s.send("GET", p, None), 200, 1);
-    check("LOCK", s.send("LOCK", p, Some(&a)), 200, 2);
+    check("LOCK", s.send("LOCK", p, Some(&a)), 200, 1);
     let with_id = format!("{p}?ID=lock-a");
     // The next serial, as Terraform writes it (an older one is refused by the state guard).
     let state_3 = STATE_1.replace("\"serial\":1", "\"serial\":3");
@@ -786,7 +838,7 @@ fn smart_http_requests_per_operation() {
         423,
         1,
     );
-    check("UNLOCK", s.send("UNLOCK", p, Some(&a)), 200, 2);
+    check("UNLOCK", s.send("UNLOCK", p, Some(&a)), 200, 1);
     check(
         "UNLOCK when not locked",
         s.send("UNLOCK", p, Some(&a)),

@@ -61,9 +61,9 @@ pub struct Deployment {
     /// The catalog, when one is configured.
     pub catalog: Option<Arc<dyn Catalog>>,
     /// The Prometheus exporter (`serve` and `wrap` only; see [`crate::metrics`]).
-    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    pub metrics: Option<crate::metrics::Prometheus>,
     /// The Embedded Metric Format exporter (Lambda only; see [`crate::metrics`]).
-    pub emf: Option<&'static metrics_cloudwatch_embedded::Collector>,
+    pub emf: Option<crate::metrics::Emf>,
 }
 
 impl Deployment {
@@ -123,7 +123,7 @@ impl Deployment {
         .with_guard(guard)
         .with_query_default_ref(&self.config.query_default_ref);
         match &self.metrics {
-            Some(handle) => state.with_metrics(crate::metrics::render(handle.clone())),
+            Some(handle) => state.with_metrics(crate::metrics::render(handle)),
             None => state,
         }
     }

@@ -658,21 +658,35 @@ impl Backend {
         let started = Instant::now();
         let deadline = self.retry.deadline(started, None);
         let mut attempt = 0;
+        // First from what the store remembers of the lock it wrote (the common case: the holder
+        // releases what it took through this deployment), then, after any doubt, from a fresh
+        // read.
+        let mut intent = Intent::Release;
         loop {
-            let session = match store.begin(path, Intent::Unlock).await {
+            let session = match store.begin(path, intent).await {
                 Ok(session) => session,
                 Err(StoreError::Stale) => {
+                    intent = Intent::Unlock;
                     self.retry_or_busy(&mut attempt, started, deadline).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
+            let recalled = session.recalled();
             let Some(content) = &session.snapshot().lock else {
+                if recalled {
+                    intent = Intent::Unlock;
+                    continue;
+                }
                 return Ok(());
             };
             if !force {
                 let wanted = requested.as_ref().map(|r| r.id.as_str());
                 if LockInfo::holder_id(content).as_deref() != wanted {
+                    if recalled {
+                        intent = Intent::Unlock;
+                        continue;
+                    }
                     return Err(BackendError::Locked(content.clone()));
                 }
             }
@@ -686,6 +700,7 @@ impl Backend {
                     return Ok(());
                 }
                 Err(StoreError::Stale) => {
+                    intent = Intent::Unlock;
                     self.retry_or_busy(&mut attempt, started, deadline).await?
                 }
                 Err(e) => return Err(e.into()),

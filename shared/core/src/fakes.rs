@@ -20,8 +20,8 @@ use crate::catalog::{
 use crate::path::StatePath;
 use crate::seal::{Opener, Place, SealError, Sealer};
 use crate::store::{
-    Credentials, HeldLock, LockCreate, RegistryError, Revision, Snapshot, StateChange,
-    StateListing, StateStore, StoreError, StoreRegistry,
+    Credentials, HeldLock, Intent, LockCreate, RegistryError, Revision, Snapshot, StateChange,
+    StateListing, StateStore, StoreError, StoreRegistry, WriteSession,
 };
 
 /// One commit the fake store made on its state branch.
@@ -62,6 +62,9 @@ pub struct MemoryStore {
     attempts: AtomicU32,
     /// The LockInfo the simulated concurrent writer also takes the state's lock with.
     rival_lock: Mutex<Option<Bytes>>,
+    /// What this store "remembers" of locks it wrote, per path (tip, LockInfo), for
+    /// [`Intent::Release`]: possibly out of date, as a cache is.
+    remembered: Mutex<BTreeMap<String, (Revision, Bytes)>>,
 }
 
 impl MemoryStore {
@@ -82,6 +85,19 @@ impl MemoryStore {
 
     fn new_id(&self) -> Revision {
         format!("c{}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Makes the store remember the lock of `path` as `(tip, content)`, whatever the lock is now
+    /// (a cache that another process made out of date): an [`Intent::Release`] session begins
+    /// from it.
+    pub fn remember_lock(&self, path: &str, tip: &str, content: &[u8]) {
+        self.remembered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(
+                path.to_owned(),
+                (tip.to_owned(), Bytes::copy_from_slice(content)),
+            );
     }
 
     /// The next `n` compare-and-swaps (state writes and lock deletions) are lost: just before
@@ -295,6 +311,33 @@ impl StateStore for MemoryStore {
             .collect())
     }
 
+    async fn begin<'a>(
+        &'a self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+        let remembered = match intent {
+            Intent::Release => self
+                .remembered
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(path.as_str()),
+            Intent::Write | Intent::Unlock => None,
+        };
+        match remembered {
+            Some((tip, lock)) => Ok(Box::new(RecalledRelease {
+                store: self,
+                path: path.clone(),
+                snapshot: Snapshot {
+                    lock_tip: Some(tip),
+                    lock: Some(lock),
+                    ..Snapshot::default()
+                },
+            })),
+            None => crate::store::begin_with_separate_calls(self, path, intent).await,
+        }
+    }
+
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
         Ok(self
             .repo()
@@ -306,6 +349,38 @@ impl StateStore for MemoryStore {
                 content: content.clone(),
             })
             .collect())
+    }
+}
+
+/// A release begun from [`MemoryStore::remember_lock`]: deletes the remembered tip, if it is still
+/// the lock's.
+struct RecalledRelease<'a> {
+    store: &'a MemoryStore,
+    path: StatePath,
+    snapshot: Snapshot,
+}
+
+#[async_trait]
+impl WriteSession for RecalledRelease<'_> {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    async fn update_state(
+        self: Box<Self>,
+        _change: StateChange,
+        _message: &str,
+    ) -> Result<Revision, StoreError> {
+        Err(StoreError::Internal("a state write in a release".into()))
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        let tip = self.snapshot.lock_tip.clone().unwrap_or_default();
+        self.store.delete_lock(&self.path, &tip).await
+    }
+
+    fn recalled(&self) -> bool {
+        true
     }
 }
 

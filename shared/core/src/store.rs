@@ -256,7 +256,7 @@ pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
 ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
     let snapshot = match intent {
         Intent::Write => store.snapshot(path).await?,
-        Intent::Unlock => {
+        Intent::Unlock | Intent::Release => {
             let lock = store.read_lock(path).await?;
             Snapshot {
                 lock_tip: lock.as_ref().map(|(tip, _)| tip.clone()),
@@ -421,6 +421,11 @@ pub enum Intent {
     Write,
     /// An unlock: reads only the lock branch (the snapshot's state fields stay `None`).
     Unlock,
+    /// An unlock that may begin from the store's memory of the lock it wrote itself instead of a
+    /// fresh read, leaving the delete's compare-and-swap to confirm it (a session begun so says
+    /// so: [`WriteSession::recalled`]). A store without such a memory reads as for
+    /// [`Intent::Unlock`].
+    Release,
 }
 
 /// When a write request started and until when it may wait for its turn (DESIGN §9.3). A store
@@ -461,6 +466,13 @@ pub trait WriteSession: Send {
     /// [`StateStore::delete_lock`] of the lock tip that was read ([`StoreError::Stale`] when no
     /// lock was read).
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError>;
+
+    /// True when the snapshot is the store's memory of what it wrote ([`Intent::Release`]), not
+    /// a fresh read: an answer that would rest on it not matching the request (another holder,
+    /// no lock) must be decided again on a fresh read. The default is a fresh read.
+    fn recalled(&self) -> bool {
+        false
+    }
 }
 
 /// The default [`WriteSession`]: the store's separate read and write calls.

@@ -684,6 +684,10 @@ fn push_batch(
         .collect();
 
     let mut tip = session.tip(&state_ref);
+    if tip.is_some_and(|t| !repo.has_object(t)) {
+        // This process's own last push may still be being recorded.
+        cache.settle();
+    }
     if let Some(advertised) = tip.filter(|t| !repo.has_object(t)) {
         let tips = HashMap::from([(state_ref.clone(), advertised)]);
         cache.fetch_advertised(store.endpoint(), &tips)?;
@@ -841,7 +845,8 @@ fn push_batch(
     }
     if !round.lost {
         if let Some(new_tip) = new_tip {
-            cache.record_pushed(&objects, &state_ref, Some(new_tip))?;
+            // After the answers: the writers need not wait for the cache's copy.
+            cache.record_pushed_later(objects, state_ref.clone(), new_tip);
         }
     }
     // The answers.

@@ -451,6 +451,16 @@ impl Cache {
         self.repo.to_thread_local()
     }
 
+    /// Waits until no fetch or record holds the cache (e.g. the objects of this process's last
+    /// push, [`Cache::record_pushed_later`]).
+    pub fn settle(&self) {
+        drop(
+            self.write_lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+    }
+
     /// Where the cache lives.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -928,6 +938,56 @@ impl Cache {
         Ok(Some(tips))
     }
 
+    /// The id this cache last recorded for the remote ref `name` (a fetch or a push of this
+    /// process moved its tracking ref), when that commit is here too.
+    pub fn tracked(&self, name: &str) -> Option<ObjectId> {
+        let repo = self.repo();
+        let id = repo
+            .find_reference(tracking_ref(name).as_str())
+            .ok()?
+            .target()
+            .try_id()
+            .map(ToOwned::to_owned)?;
+        repo.has_object(id).then_some(id)
+    }
+
+    /// [`Cache::record_pushed`] on a thread of its own, so that the request that pushed is
+    /// answered without waiting for the cache's copy (compressing and hashing a large state
+    /// again). The thread holds the cache's write lock from before this returns until the record
+    /// is complete, so whatever finds the objects missing meanwhile waits for them where it
+    /// would fetch them (every fetch takes that lock and checks again). Errors are logged: the
+    /// remote has the push, and a cache that lacks it fetches it.
+    pub fn record_pushed_later(
+        self: &Arc<Self>,
+        objects: Vec<(ObjectId, gix::objs::Kind, Vec<u8>)>,
+        name: String,
+        tip: ObjectId,
+    ) {
+        let cache = self.clone();
+        let (locked, wait) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("gitstate-record".into())
+            .spawn(move || {
+                let _guard = cache
+                    .write_lock
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let _ = locked.send(());
+                if let Err(e) = cache.record_locked(&objects, &name, Some(tip)) {
+                    tracing::warn!(error = %e, "could not record pushed objects in the cache");
+                }
+            });
+        match spawned {
+            // Returns once the thread holds the lock (or has ended).
+            Ok(_) => {
+                let _ = wait.recv();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start recording pushed objects in the cache")
+            }
+        }
+    }
+
     /// Records objects the remote has just accepted from us, so that the next request finds the
     /// new tip here without fetching it, and moves the tracking ref of `name` to `tip`.
     pub fn record_pushed(
@@ -940,6 +1000,16 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        self.record_locked(objects, name, tip)
+    }
+
+    /// [`Cache::record_pushed`] with the write lock held.
+    fn record_locked(
+        &self,
+        objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+        name: &str,
+        tip: Option<ObjectId>,
+    ) -> Result<(), StoreError> {
         self.recorded.fetch_add(1, Ordering::Relaxed);
         let repo = self.repo();
         write_objects(&repo, objects)?;

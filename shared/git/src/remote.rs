@@ -10,6 +10,11 @@
 //! Writes and unlocks ([`StateStore::begin`](gitstate_core::StateStore::begin)) read the tips
 //! from receive-pack's advertisement instead, and push over that same session: over smart HTTP
 //! that is two requests (advertisement, push) when the tips are already in the cache.
+//!
+//! Over smart HTTP, a lock is created and a lock this process wrote is released in one request
+//! ([`crate::plumbing::onepost`]): the push alone, with the old id it must replace (none for a new
+//! lock, the recorded one for a release) checked by the server. Any doubt takes the two-request
+//! way.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +31,7 @@ use gix::ObjectId;
 use crate::batch::{QueuedWrite, WriteQueue};
 use crate::cache::{Cache, CacheHandle};
 use crate::objects::{entry_id, internal, lock_commit, parse_id, read_file, state_commit};
+use crate::plumbing::onepost;
 use crate::plumbing::pack::write_pack;
 use crate::plumbing::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
 use crate::plumbing::transport::Endpoint;
@@ -285,6 +291,27 @@ impl RemoteStore {
         objects: &[(ObjectId, Kind, Vec<u8>)],
     ) -> Result<Pushed, StoreError> {
         let report = self.push_report(session, updates, objects)?;
+        self.judge(updates, report)
+    }
+
+    /// Pushes `update` in one request (see [`onepost`]): `None` when that could not be tried or
+    /// brought no report, and the caller goes the usual way.
+    fn push_in_one_request(
+        &self,
+        update: &RefUpdate,
+        objects: &[(ObjectId, Kind, Vec<u8>)],
+    ) -> Option<Result<Pushed, StoreError>> {
+        let pack = if update.new.is_null() {
+            Vec::new()
+        } else {
+            write_pack(objects).ok()?
+        };
+        let report = onepost::push(&self.endpoint, std::slice::from_ref(update), &pack)?;
+        Some(self.judge(std::slice::from_ref(update), report))
+    }
+
+    /// What the server's `report` to a push of `updates` means.
+    fn judge(&self, updates: &[RefUpdate], report: Report) -> Result<Pushed, StoreError> {
         let remote = |what: String| StoreError::Remote(self.endpoint.scrub(&what));
         let rejected: Vec<(&str, String)> = updates
             .iter()
@@ -403,7 +430,9 @@ pub struct RemoteSession {
     base_file: Option<ObjectId>,
     lock_tip: Option<ObjectId>,
     snapshot: Snapshot,
-    receive_pack: ReceivePack,
+    /// The advertisement read; `None` for a release begun from the cache ([`Intent::Release`]),
+    /// whose delete goes in one request.
+    receive_pack: Option<ReceivePack>,
     budget: Option<WriteBudget>,
 }
 
@@ -415,6 +444,10 @@ impl WriteSession for RemoteSession {
 
     fn set_budget(&mut self, budget: WriteBudget) {
         self.budget = Some(budget);
+    }
+
+    fn recalled(&self) -> bool {
+        self.receive_pack.is_none()
     }
 
     /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
@@ -448,7 +481,12 @@ impl WriteSession for RemoteSession {
                 .map_or_else(std::time::Instant::now, |b| b.since),
             deadline: this.budget.map(|b| b.deadline),
         };
-        queue.submit(&store, write, this.receive_pack).await
+        let Some(session) = this.receive_pack else {
+            return Err(StoreError::Internal(
+                "a state write in a session without an advertisement".into(),
+            ));
+        };
+        queue.submit(&store, write, session).await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
@@ -458,7 +496,10 @@ impl WriteSession for RemoteSession {
         };
         let store = this.store.clone();
         store
-            .run(move |store| store.push_lock_delete(this.receive_pack, &this.path, old))
+            .run(move |store| match this.receive_pack {
+                Some(session) => store.push_lock_delete(session, &this.path, old),
+                None => store.release_recalled(&this.path, old),
+            })
             .await
     }
 }
@@ -468,19 +509,28 @@ impl RemoteStore {
     /// fresh remote check), fetches those the cache lacks and reads the files.
     fn begin_session(&self, path: &StatePath, intent: Intent) -> Result<RemoteSession, StoreError> {
         let lock_ref = path.lock_ref();
+        if intent == Intent::Release {
+            if let Some(session) = self.recall_lock(path)? {
+                return Ok(session);
+            }
+        }
         let names: Vec<&str> = match intent {
             Intent::Write => vec![&self.state_ref, &lock_ref],
-            Intent::Unlock => vec![&lock_ref],
+            Intent::Unlock | Intent::Release => vec![&lock_ref],
         };
         let receive_pack = ReceivePack::connect(&self.endpoint)?;
         let mut state_tip = match intent {
             Intent::Write => receive_pack.tip(&self.state_ref),
-            Intent::Unlock => None,
+            Intent::Unlock | Intent::Release => None,
         };
         let mut lock_tip = receive_pack.tip(&lock_ref);
         let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
             tips.into_iter().flatten().all(|id| repo.has_object(id))
         };
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            // This process's own last push may still be being recorded.
+            self.cache()?.settle();
+        }
         if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             // Written by another process: fetch the advertised tips (one request on a kept
             // protocol-v2 session), so that the push builds on exactly what was advertised.
@@ -546,9 +596,60 @@ impl RemoteStore {
             base_file,
             lock_tip,
             snapshot,
-            receive_pack,
+            receive_pack: Some(receive_pack),
             budget: None,
         })
+    }
+
+    /// A release session from the lock this cache recorded for `path` (its own push, or the
+    /// last fetch), when a delete can go in one request; `None` otherwise.
+    fn recall_lock(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+        if !onepost::possible(&self.endpoint) {
+            return Ok(None);
+        }
+        let lock_ref = path.lock_ref();
+        let Some(tip) = self.cache()?.tracked(&lock_ref) else {
+            return Ok(None);
+        };
+        let Some(lock) = self.read(Some(tip), &path.lock_file())? else {
+            return Ok(None);
+        };
+        Ok(Some(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent: Intent::Release,
+            base_file: None,
+            lock_tip: Some(tip),
+            snapshot: Snapshot {
+                lock_tip: Some(tip.to_string()),
+                lock: Some(lock),
+                ..Snapshot::default()
+            },
+            receive_pack: None,
+            budget: None,
+        }))
+    }
+
+    /// Deletes the lock branch expected at `old` (the recalled lock) in one request. When the
+    /// server did not take it, the cache forgets that lock and the caller begins again from a
+    /// fresh read ([`StoreError::Stale`]).
+    fn release_recalled(&self, path: &StatePath, old: ObjectId) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        let accepted = matches!(
+            self.push_in_one_request(&update, &[]),
+            Some(Ok(Pushed::Accepted))
+        );
+        self.cache()?.record_pushed(&[], &lock_ref, None)?;
+        if accepted {
+            Ok(())
+        } else {
+            Err(StoreError::Stale)
+        }
     }
 }
 
@@ -650,11 +751,6 @@ impl BlockingStore for RemoteStore {
         message: &str,
     ) -> Result<LockCreate, StoreError> {
         let lock_ref = path.lock_ref();
-        let session = ReceivePack::connect(&self.endpoint)?;
-        if session.tip(&lock_ref).is_some() {
-            drop(session);
-            return self.held(path);
-        }
         let lock_file = path.lock_file();
         let outgoing = self.build(&lock_file, |repo| {
             lock_commit(repo, &lock_file, content, message)
@@ -664,10 +760,28 @@ impl BlockingStore for RemoteStore {
             old: ObjectId::null(gix::hash::Kind::Sha1),
             new: outgoing.commit,
         };
-        if self.push_one(session, update, Some(&outgoing))? {
+        let created = || -> Result<LockCreate, StoreError> {
             self.cache()?
                 .record_pushed(&outgoing.objects, &lock_ref, Some(outgoing.commit))?;
             Ok(LockCreate::Created)
+        };
+        // The lock must not exist, which the push itself checks: no advertisement needed. Not
+        // when the cache last saw the state locked: a held lock (Terraform polling with
+        // -lock-timeout) is then found without pushing anything.
+        if onepost::possible(&self.endpoint) && self.cache()?.tracked(&lock_ref).is_none() {
+            match self.push_in_one_request(&update, &outgoing.objects) {
+                Some(Ok(Pushed::Accepted)) => return created(),
+                Some(Ok(Pushed::Lost)) => return self.held(path),
+                _ => {}
+            }
+        }
+        let session = ReceivePack::connect(&self.endpoint)?;
+        if session.tip(&lock_ref).is_some() {
+            drop(session);
+            return self.held(path);
+        }
+        if self.push_one(session, update, Some(&outgoing))? {
+            created()
         } else {
             self.held(path)
         }

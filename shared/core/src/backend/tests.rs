@@ -319,6 +319,39 @@ async fn unlock_needs_the_holders_id_unless_forced() {
     ));
 }
 
+/// A release may begin from what the store remembers of a lock it wrote (a cache); the answer
+/// never rests on that memory when it disagrees: out of date (another process force-unlocked
+/// and locked again), the old holder gets the 423 with the current LockInfo, the current holder
+/// unlocks, and a memory of a lock already released is "not locked".
+#[tokio::test]
+async fn a_release_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
+    let (store, b) = locked_by_bob().await;
+    let bob = lock_info("id-1", "bob@ci");
+    let alice = lock_info("id-2", "alice@laptop");
+    store.remember_lock(P, "c-gone", &alice);
+    assert_eq!(
+        b.unlock(&*store, &path(), alice.clone()).await,
+        Err(BackendError::Locked(bob.clone())),
+        "alice's remembered lock is not the lock"
+    );
+    assert!(store.lock_file(P).is_some());
+    store.remember_lock(P, "c-gone", &alice);
+    b.unlock(&*store, &path(), bob.clone())
+        .await
+        .expect("bob, the holder, unlocks although the memory names alice");
+    assert_eq!(store.lock_file(P), None);
+    store.remember_lock(P, "c-gone", &bob);
+    b.unlock(&*store, &path(), bob.clone())
+        .await
+        .expect("a remembered lock that is gone: not locked");
+    // A memory that is right: the release deletes exactly that lock.
+    b.lock(&*store, &path(), bob.clone()).await.expect("lock");
+    let tip = store.list_locks().await.expect("locks")[0].tip.clone();
+    store.remember_lock(P, &tip, &bob);
+    b.unlock(&*store, &path(), bob).await.expect("release");
+    assert_eq!(store.lock_file(P), None);
+}
+
 #[tokio::test]
 async fn a_write_that_loses_the_compare_and_swap_reads_again_and_commits_once() {
     let store = MemoryStore::named("r");

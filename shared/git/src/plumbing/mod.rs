@@ -4,6 +4,7 @@
 
 pub mod fetchpack;
 pub mod limits;
+pub mod onepost;
 pub mod pack;
 pub mod pktline;
 pub mod sendpack;

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Mutex;
 
 use gitstate_core::StoreError;
 use gix::protocol::transport::client::blocking_io::Transport;
@@ -100,6 +101,41 @@ pub fn is_retryable(reason: &str) -> bool {
             .contains("unable to migrate objects")
 }
 
+/// What receive-pack offered in the last advertisement of each remote this process read, by URL,
+/// for the remotes whose receive-pack is known to compare every old id itself: a push without an
+/// advertisement ([`super::onepost`]) goes only there, and asks only for what the server offers.
+static OFFERS: Mutex<Option<HashMap<String, Vec<String>>>> = Mutex::new(None);
+
+/// Whether a receive-pack that says it is `agent` refuses every update whose old id is not the
+/// ref's value, the all-zero id of a create included: git's own (`git/…`, which GitHub, GitLab,
+/// Gitea and `git http-backend` run) and JGit's. Dulwich, for one, creates over an existing ref.
+fn checks_old_ids(agent: Option<&str>) -> bool {
+    agent.is_some_and(|a| a.starts_with("git/") || a.starts_with("JGit/"))
+}
+
+fn remember_offers(endpoint: &Endpoint, agent: Option<&str>, capabilities: &[String]) {
+    if let Ok(mut offers) = OFFERS.lock() {
+        let offers = offers.get_or_insert_with(HashMap::new);
+        let url = endpoint.url.to_bstring().to_string();
+        if checks_old_ids(agent) {
+            offers.insert(url, capabilities.to_vec());
+        } else {
+            offers.remove(&url);
+        }
+    }
+}
+
+/// The capabilities `endpoint`'s receive-pack offered when this process last read its
+/// advertisement; `None` when it never did.
+pub(crate) fn known_offers(endpoint: &Endpoint) -> Option<Vec<String>> {
+    OFFERS
+        .lock()
+        .ok()?
+        .as_ref()?
+        .get(&endpoint.url.to_bstring().to_string())
+        .cloned()
+}
+
 /// An open receive-pack session after the ref advertisement.
 pub struct ReceivePack {
     transport: ShallowSafe,
@@ -131,11 +167,17 @@ impl ReceivePack {
                 }
             }
         }
-        let capabilities = handshake
+        let capabilities: Vec<String> = handshake
             .capabilities
             .iter()
             .map(|c| c.name().to_string())
             .collect();
+        let agent = handshake
+            .capabilities
+            .iter()
+            .find(|c| c.name() == "agent")
+            .and_then(|c| c.value().map(|v| v.to_string()));
+        remember_offers(endpoint, agent.as_deref(), &capabilities);
         Ok(ReceivePack {
             transport,
             endpoint: endpoint.clone(),
@@ -164,57 +206,8 @@ impl ReceivePack {
 
     /// Sends `updates` and, unless every update is a delete, `pack`; returns the server's report.
     pub fn push(mut self, updates: &[RefUpdate], pack: &[u8]) -> Result<Report, StoreError> {
-        let remote = |what: String| StoreError::Remote(self.endpoint.scrub(&what));
-        if updates.is_empty() {
-            return Err(StoreError::Internal("a push without ref updates".into()));
-        }
-        if !self.offers("report-status") {
-            return Err(remote(format!(
-                "{} does not offer report-status; cannot verify a push",
-                self.endpoint.display
-            )));
-        }
-        let all_deletes = updates.iter().all(|u| u.new.is_null());
-        if updates.iter().any(|u| u.new.is_null()) && !self.offers("delete-refs") {
-            return Err(remote(format!(
-                "{} does not allow deleting refs (delete-refs)",
-                self.endpoint.display
-            )));
-        }
-        let mut capabilities = vec!["report-status".to_string()];
-        for optional in ["delete-refs", "atomic", "side-band-64k", "quiet"] {
-            if self.offers(optional) {
-                capabilities.push(optional.into());
-            }
-        }
-        if self.offers("object-format") {
-            capabilities.push("object-format=sha1".into());
-        }
-        capabilities.push(concat!("agent=gitstate/", env!("CARGO_PKG_VERSION")).into());
-        let side_band = self.offers("side-band-64k");
-
-        let mut request = Vec::new();
-        for (i, u) in updates.iter().enumerate() {
-            let mut line = format!("{} {} {}", u.old, u.new, u.name).into_bytes();
-            if i == 0 {
-                line.push(0);
-                line.extend_from_slice(capabilities.join(" ").as_bytes());
-            }
-            line.push(b'\n');
-            pktline::encode(&line, &mut request).map_err(StoreError::Internal)?;
-        }
-        request.extend_from_slice(pktline::FLUSH);
-        if !all_deletes {
-            request.extend_from_slice(pack);
-        }
-
+        let (request, side_band) = push_request(&self.endpoint, &self.capabilities, updates, pack)?;
         let endpoint = self.endpoint.clone();
-        super::fetchpack::round_trip("receive-pack", "push");
-        metrics::counter!(gitstate_core::metrics::GIT_PUSHES).increment(1);
-        if !all_deletes {
-            metrics::counter!(gitstate_core::metrics::GIT_PUSHED_BYTES)
-                .increment(pack.len() as u64);
-        }
         let writer = self
             .transport
             .request(WriteMode::Binary, MessageKind::Flush, false)
@@ -226,69 +219,147 @@ impl ReceivePack {
         // Ends the HTTP request body; for stream transports the server knows the pack's length.
         drop(raw);
         reader.reset(Protocol::V1);
-
-        let mut report_bytes = Vec::new();
-        let mut plain_lines: Vec<Vec<u8>> = Vec::new();
-        let mut messages = String::new();
-        while let Some(line) = reader.readline() {
-            let line = line
-                .map_err(|e| classify_client(&endpoint, "reading the push result from", e.into()))?
-                .map_err(|e| {
-                    StoreError::Remote(endpoint.scrub(&format!(
-                        "{} sent a malformed push result: {e}",
-                        endpoint.display
-                    )))
-                })?;
-            let PacketLineRef::Data(data) = line else {
-                break;
-            };
-            if !side_band {
-                if plain_lines.len() > MAX_REPORT_LINES {
-                    return Err(StoreError::Remote(format!(
-                        "{} sent a push report of more than {MAX_REPORT_LINES} lines",
-                        endpoint.display
-                    )));
-                }
-                plain_lines.push(data.to_vec());
-                continue;
+        read_report(&endpoint, side_band, || match reader.readline() {
+            None => Ok(None),
+            Some(line) => {
+                let line = line
+                    .map_err(|e| {
+                        classify_client(&endpoint, "reading the push result from", e.into())
+                    })?
+                    .map_err(|e| {
+                        StoreError::Remote(endpoint.scrub(&format!(
+                            "{} sent a malformed push result: {e}",
+                            endpoint.display
+                        )))
+                    })?;
+                Ok(match line {
+                    PacketLineRef::Data(data) => Some(data.to_vec()),
+                    _ => None,
+                })
             }
-            if report_bytes.len() + messages.len() > MAX_REPORT_BYTES {
+        })
+    }
+}
+
+/// The body of a push: `<old> <new> <ref>` commands, the first with the capabilities gitstate
+/// uses of those the server `offers`, a flush, and `pack` unless every update is a delete.
+/// Also whether the answer comes in side-band. Counts the push in the metrics.
+pub(crate) fn push_request(
+    endpoint: &Endpoint,
+    offers: &[String],
+    updates: &[RefUpdate],
+    pack: &[u8],
+) -> Result<(Vec<u8>, bool), StoreError> {
+    let offered = |capability: &str| offers.iter().any(|c| c == capability);
+    let remote = |what: String| StoreError::Remote(endpoint.scrub(&what));
+    if updates.is_empty() {
+        return Err(StoreError::Internal("a push without ref updates".into()));
+    }
+    if !offered("report-status") {
+        return Err(remote(format!(
+            "{} does not offer report-status; cannot verify a push",
+            endpoint.display
+        )));
+    }
+    let all_deletes = updates.iter().all(|u| u.new.is_null());
+    if updates.iter().any(|u| u.new.is_null()) && !offered("delete-refs") {
+        return Err(remote(format!(
+            "{} does not allow deleting refs (delete-refs)",
+            endpoint.display
+        )));
+    }
+    let mut capabilities = vec!["report-status".to_string()];
+    for optional in ["delete-refs", "atomic", "side-band-64k", "quiet"] {
+        if offered(optional) {
+            capabilities.push(optional.into());
+        }
+    }
+    if offered("object-format") {
+        capabilities.push("object-format=sha1".into());
+    }
+    capabilities.push(concat!("agent=gitstate/", env!("CARGO_PKG_VERSION")).into());
+    let side_band = offered("side-band-64k");
+
+    let mut request = Vec::new();
+    for (i, u) in updates.iter().enumerate() {
+        let mut line = format!("{} {} {}", u.old, u.new, u.name).into_bytes();
+        if i == 0 {
+            line.push(0);
+            line.extend_from_slice(capabilities.join(" ").as_bytes());
+        }
+        line.push(b'\n');
+        pktline::encode(&line, &mut request).map_err(StoreError::Internal)?;
+    }
+    request.extend_from_slice(pktline::FLUSH);
+    if !all_deletes {
+        request.extend_from_slice(pack);
+    }
+    super::fetchpack::round_trip("receive-pack", "push");
+    metrics::counter!(gitstate_core::metrics::GIT_PUSHES).increment(1);
+    if !all_deletes {
+        metrics::counter!(gitstate_core::metrics::GIT_PUSHED_BYTES).increment(pack.len() as u64);
+    }
+    Ok((request, side_band))
+}
+
+/// Reads receive-pack's answer to a push: `next_line` gives each data pkt-line until the first
+/// flush (`None`). With side-band, band 1 carries the report, band 2 the server's messages and
+/// band 3 an abort.
+pub(crate) fn read_report(
+    endpoint: &Endpoint,
+    side_band: bool,
+    mut next_line: impl FnMut() -> Result<Option<Vec<u8>>, StoreError>,
+) -> Result<Report, StoreError> {
+    let mut report_bytes = Vec::new();
+    let mut plain_lines: Vec<Vec<u8>> = Vec::new();
+    let mut messages = String::new();
+    while let Some(data) = next_line()? {
+        if !side_band {
+            if plain_lines.len() > MAX_REPORT_LINES {
                 return Err(StoreError::Remote(format!(
-                    "{} sent a push report of more than {MAX_REPORT_BYTES} bytes",
+                    "{} sent a push report of more than {MAX_REPORT_LINES} lines",
                     endpoint.display
                 )));
             }
-            match data.split_first() {
-                Some((1, rest)) => report_bytes.extend_from_slice(rest),
-                Some((2, rest)) => messages.push_str(&String::from_utf8_lossy(rest)),
-                Some((3, rest)) => {
-                    return Err(StoreError::Remote(endpoint.scrub(&format!(
-                        "{} aborted the push: {}",
-                        endpoint.display,
-                        String::from_utf8_lossy(rest).trim()
-                    ))))
-                }
-                _ => {}
-            }
+            plain_lines.push(data);
+            continue;
         }
-        if side_band {
-            let packets = pktline::split(&report_bytes).map_err(|e| {
-                StoreError::Remote(format!(
-                    "{} sent a malformed push report: {e}",
-                    endpoint.display
-                ))
-            })?;
-            for p in packets {
-                match p {
-                    Packet::Data(d) => plain_lines.push(d.to_vec()),
-                    Packet::Flush => break,
-                    Packet::Special => {}
-                }
-            }
+        if report_bytes.len() + messages.len() > MAX_REPORT_BYTES {
+            return Err(StoreError::Remote(format!(
+                "{} sent a push report of more than {MAX_REPORT_BYTES} bytes",
+                endpoint.display
+            )));
         }
-        parse_report(&plain_lines, messages)
-            .map_err(|e| StoreError::Remote(endpoint.scrub(&format!("{}: {e}", endpoint.display))))
+        match data.split_first() {
+            Some((1, rest)) => report_bytes.extend_from_slice(rest),
+            Some((2, rest)) => messages.push_str(&String::from_utf8_lossy(rest)),
+            Some((3, rest)) => {
+                return Err(StoreError::Remote(endpoint.scrub(&format!(
+                    "{} aborted the push: {}",
+                    endpoint.display,
+                    String::from_utf8_lossy(rest).trim()
+                ))))
+            }
+            _ => {}
+        }
     }
+    if side_band {
+        let packets = pktline::split(&report_bytes).map_err(|e| {
+            StoreError::Remote(format!(
+                "{} sent a malformed push report: {e}",
+                endpoint.display
+            ))
+        })?;
+        for p in packets {
+            match p {
+                Packet::Data(d) => plain_lines.push(d.to_vec()),
+                Packet::Flush => break,
+                Packet::Special => {}
+            }
+        }
+    }
+    parse_report(&plain_lines, messages)
+        .map_err(|e| StoreError::Remote(endpoint.scrub(&format!("{}: {e}", endpoint.display))))
 }
 
 /// Parses `report-status` lines (`unpack …`, then `ok <ref>` / `ng <ref> <reason>`).
@@ -382,6 +453,21 @@ mod tests {
         assert!(parse_report(&[], "fatal: x".into())
             .unwrap_err()
             .contains("fatal: x"));
+    }
+
+    #[test]
+    fn only_receive_packs_known_to_compare_old_ids_get_pushes_without_an_advertisement() {
+        for agent in ["git/2.47.3", "git/github-3f2e1d", "JGit/6.10.0"] {
+            assert!(checks_old_ids(Some(agent)), "{agent}");
+        }
+        for agent in [
+            None,
+            Some("dulwich/1.2.21"),
+            Some("gitstate/0.1"),
+            Some("Git/2"),
+        ] {
+            assert!(!checks_old_ids(agent), "{agent:?}");
+        }
     }
 
     #[test]
