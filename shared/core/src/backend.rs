@@ -127,15 +127,15 @@ impl From<LockInfoError> for BackendError {
     }
 }
 
-/// The top-level fields of a state body that the protocol looks at.
+/// The top-level fields of a state body that the protocol looks at. Every other field is skipped
+/// as it is parsed (still checked to be JSON), never kept: no `#[serde(flatten)]`, which would
+/// buffer the whole state (its resources) as a tree first.
 #[derive(Deserialize)]
 struct StateHeader {
     version: Option<serde_json::Value>,
     serial: Option<serde_json::Value>,
     lineage: Option<serde_json::Value>,
     encrypted_data: Option<IgnoredAny>,
-    #[serde(flatten)]
-    _rest: IgnoredAny,
 }
 
 /// What the protocol learned from a valid state body.
