@@ -269,3 +269,25 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
         "a state path is a dimension"
     );
 }
+
+/// `sam build` runs `cargo lambda build --release`, which adds `profile.release.panic="abort"`
+/// unless the workspace's release profile names a panic strategy itself (cargo-lambda's
+/// `cargo_release_profile_config`). An aborting bootstrap has no panic boundary: a bug would end
+/// the container (the client gets Lambda's 502) instead of answering 500 with a sentence and a
+/// request id. The workspace must say `unwind`.
+#[test]
+fn the_release_profile_keeps_the_panic_boundary_under_cargo_lambda() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+        .expect("the workspace manifest");
+    let release: Vec<String> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
+        .collect();
+    assert!(
+        release.iter().any(|l| l == "panic=\"unwind\""),
+        "[profile.release] must set panic = \"unwind\" (cargo lambda build would abort on panic): {release:?}"
+    );
+}
