@@ -6,8 +6,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::Rng;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
 
 use crate::lockinfo::{LockInfo, LockInfoError};
 use crate::path::StatePath;
@@ -127,17 +125,6 @@ impl From<LockInfoError> for BackendError {
     }
 }
 
-/// The top-level fields of a state body that the protocol looks at. Every other field is skipped
-/// as it is parsed (still checked to be JSON), never kept: no `#[serde(flatten)]`, which would
-/// buffer the whole state (its resources) as a tree first.
-#[derive(Deserialize)]
-struct StateHeader {
-    version: Option<serde_json::Value>,
-    serial: Option<serde_json::Value>,
-    lineage: Option<serde_json::Value>,
-    encrypted_data: Option<IgnoredAny>,
-}
-
 /// What the protocol learned from a valid state body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSummary {
@@ -156,10 +143,10 @@ pub fn validate_state(body: &[u8]) -> Result<StateSummary, BackendError> {
             "the body is not a JSON object; a Terraform state is expected".into(),
         ));
     }
-    let header: StateHeader = serde_json::from_slice(body)
+    let header: header::StateHeader = serde_json::from_slice(body)
         .map_err(|e| BackendError::BadRequest(format!("the body is not valid JSON: {e}")))?;
     let is_state = header.version.as_ref().is_some_and(|v| v.is_u64());
-    if !is_state && header.encrypted_data.is_none() {
+    if !is_state && !header.encrypted_data {
         return Err(BackendError::BadRequest(
             "the body is not a Terraform state: it has no numeric \"version\" (nor OpenTofu's \"encrypted_data\")".into(),
         ));
@@ -733,6 +720,7 @@ fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
     }
 }
 
+mod header;
 mod migrate;
 pub use migrate::{Migration, StoredForm};
 
