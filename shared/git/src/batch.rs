@@ -684,10 +684,6 @@ fn push_batch(
         .collect();
 
     let mut tip = session.tip(&state_ref);
-    if tip.is_some_and(|t| !repo.has_object(t)) {
-        // This process's own last push may still be being recorded.
-        cache.settle();
-    }
     if let Some(advertised) = tip.filter(|t| !repo.has_object(t)) {
         let tips = HashMap::from([(state_ref.clone(), advertised)]);
         cache.fetch_advertised(store.endpoint(), &tips)?;

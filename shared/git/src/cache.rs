@@ -453,7 +453,7 @@ impl Cache {
 
     /// Waits until no fetch or record holds the cache (e.g. the objects of this process's last
     /// push, [`Cache::record_pushed_later`]).
-    pub fn settle(&self) {
+    fn settle(&self) {
         drop(
             self.write_lock
                 .lock()
@@ -678,6 +678,13 @@ impl Cache {
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
     ) -> Result<bool, StoreError> {
+        // This process's own last push may still be being recorded: wait for it before asking
+        // the remote for what it is writing.
+        self.settle();
+        let repo = self.repo();
+        if tips.values().all(|id| repo.has_object(id)) {
+            return Ok(true);
+        }
         if !self.fetches_by_id(endpoint) {
             return Ok(false);
         }

@@ -528,10 +528,6 @@ impl RemoteStore {
             tips.into_iter().flatten().all(|id| repo.has_object(id))
         };
         if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
-            // This process's own last push may still be being recorded.
-            self.cache()?.settle();
-        }
-        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             // Written by another process: fetch the advertised tips (one request on a kept
             // protocol-v2 session), so that the push builds on exactly what was advertised.
             let advertised: std::collections::HashMap<String, ObjectId> = [

@@ -36,26 +36,23 @@ impl<'de> Visitor<'de> for HeaderVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StateHeader, A::Error> {
         let mut header = StateHeader::default();
-        while let Some(key) = map.next_key::<Checked>()? {
-            let field = match key.0.as_deref() {
-                Some("version") => &mut header.version,
-                Some("serial") => &mut header.serial,
-                Some("lineage") => &mut header.lineage,
-                Some("encrypted_data") => {
+        while let Some(key) = map.next_key::<Field>()? {
+            let (field, name) = match key {
+                Field::Version => (&mut header.version, "version"),
+                Field::Serial => (&mut header.serial, "serial"),
+                Field::Lineage => (&mut header.lineage, "lineage"),
+                Field::EncryptedData => {
                     map.next_value::<Checked>()?;
                     header.encrypted_data = true;
                     continue;
                 }
-                _ => {
+                Field::Other => {
                     map.next_value::<Checked>()?;
                     continue;
                 }
             };
             if field.is_some() {
-                return Err(de::Error::custom(format!(
-                    "duplicate field `{}`",
-                    key.0.unwrap_or_default()
-                )));
+                return Err(de::Error::duplicate_field(name));
             }
             *field = Some(map.next_value()?);
         }
@@ -63,9 +60,43 @@ impl<'de> Visitor<'de> for HeaderVisitor {
     }
 }
 
-/// Any JSON value, checked as it is parsed and dropped; a string keeps its text only as far as
-/// a key needs it (the field names above).
-struct Checked(Option<String>);
+/// A top-level key, told apart without copying it.
+enum Field {
+    Version,
+    Serial,
+    Lineage,
+    EncryptedData,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_identifier(FieldVisitor)
+    }
+}
+
+struct FieldVisitor;
+
+impl<'de> Visitor<'de> for FieldVisitor {
+    type Value = Field;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Field, E> {
+        Ok(match name {
+            "version" => Field::Version,
+            "serial" => Field::Serial,
+            "lineage" => Field::Lineage,
+            "encrypted_data" => Field::EncryptedData,
+            _ => Field::Other,
+        })
+    }
+}
+
+/// Any JSON value, checked as it is parsed and dropped.
+struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -75,9 +106,6 @@ impl<'de> Deserialize<'de> for Checked {
 
 struct CheckedVisitor;
 
-/// The longest key kept: longer ones are none of the fields above.
-const LONGEST_FIELD: usize = "encrypted_data".len();
-
 impl<'de> Visitor<'de> for CheckedVisitor {
     type Value = Checked;
 
@@ -86,39 +114,37 @@ impl<'de> Visitor<'de> for CheckedVisitor {
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
     fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
     fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
     fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
-    fn visit_str<E>(self, text: &str) -> Result<Checked, E> {
-        Ok(Checked(
-            (text.len() <= LONGEST_FIELD).then(|| text.to_owned()),
-        ))
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
     }
 
     fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
         while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked(None))
+        Ok(Checked)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
         while map.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked(None))
+        Ok(Checked)
     }
 }
 

@@ -18,7 +18,6 @@ use std::io::{BufRead, Read, Write};
 
 use base64::Engine as _;
 use gix::protocol::transport::client::blocking_io::http::{self, Http, PostBodyDataKind};
-use gix::url::Scheme;
 
 use super::pktline::{self, Packet};
 use super::sendpack::{known_offers, push_request, read_report, RefUpdate, Report};
@@ -32,15 +31,12 @@ const MAX_ANSWER_BYTES: u64 = 1024 * 1024;
 
 /// Whether [`push`] can be tried at all: an HTTP(S) remote whose capabilities this process knows.
 pub fn possible(endpoint: &Endpoint) -> bool {
-    matches!(endpoint.url.scheme, Scheme::Http | Scheme::Https) && known_offers(endpoint).is_some()
+    known_offers(endpoint).is_some()
 }
 
 /// Sends `updates` (with `pack` unless every update is a delete) in one `POST` and returns the
 /// server's report, or `None` when there was no report to read (see the module documentation).
 pub fn push(endpoint: &Endpoint, updates: &[RefUpdate], pack: &[u8]) -> Option<Report> {
-    if !matches!(endpoint.url.scheme, Scheme::Http | Scheme::Https) {
-        return None;
-    }
     let offers = known_offers(endpoint)?;
     let (request, side_band) = match push_request(endpoint, &offers, updates, pack) {
         Ok(built) => built,

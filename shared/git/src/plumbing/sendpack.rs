@@ -13,6 +13,7 @@ use gix::protocol::transport::client::blocking_io::Transport;
 use gix::protocol::transport::client::{MessageKind, WriteMode};
 use gix::protocol::transport::packetline::PacketLineRef;
 use gix::protocol::transport::{Protocol, Service};
+use gix::url::Scheme;
 use gix::ObjectId;
 
 use super::pktline::{self, Packet};
@@ -101,9 +102,10 @@ pub fn is_retryable(reason: &str) -> bool {
             .contains("unable to migrate objects")
 }
 
-/// What receive-pack offered in the last advertisement of each remote this process read, by URL,
-/// for the remotes whose receive-pack is known to compare every old id itself: a push without an
-/// advertisement ([`super::onepost`]) goes only there, and asks only for what the server offers.
+/// What receive-pack offered in the last advertisement of each HTTP(S) remote this process read,
+/// by URL, for the remotes whose receive-pack is known to compare every old id itself: a push
+/// without an advertisement ([`super::onepost`]) goes only there, and asks only for what the
+/// server offers.
 static OFFERS: Mutex<Option<HashMap<String, Vec<String>>>> = Mutex::new(None);
 
 /// Whether a receive-pack that says it is `agent` refuses every update whose old id is not the
@@ -117,7 +119,8 @@ fn remember_offers(endpoint: &Endpoint, agent: Option<&str>, capabilities: &[Str
     if let Ok(mut offers) = OFFERS.lock() {
         let offers = offers.get_or_insert_with(HashMap::new);
         let url = endpoint.url.to_bstring().to_string();
-        if checks_old_ids(agent) {
+        let http = matches!(endpoint.url.scheme, Scheme::Http | Scheme::Https);
+        if http && checks_old_ids(agent) {
             offers.insert(url, capabilities.to_vec());
         } else {
             offers.remove(&url);
@@ -126,7 +129,7 @@ fn remember_offers(endpoint: &Endpoint, agent: Option<&str>, capabilities: &[Str
 }
 
 /// The capabilities `endpoint`'s receive-pack offered when this process last read its
-/// advertisement; `None` when it never did.
+/// advertisement; `None` when it never did, or when a push without one may not go there.
 pub(crate) fn known_offers(endpoint: &Endpoint) -> Option<Vec<String>> {
     OFFERS
         .lock()
