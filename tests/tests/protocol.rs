@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gitstate_tests::proxy::DelayProxy;
 use gitstate_tests::{bare_repo, GitDaemon, GitHttpServer, Gitstate};
 
 use reqwest::blocking::{Client, Response};
@@ -856,4 +857,64 @@ fn smart_http_requests_per_operation() {
     let log = s.git(&["log", "--format=%s", "main"]);
     assert!(log.starts_with("Delete count/prod.tfstate"), "{log}");
     assert_eq!(lock_refs(&s).trim(), "");
+}
+
+/// Requests to a smart-HTTP remote reuse kept-alive connections: once the first LOCK, GET, POST,
+/// UNLOCK opened what they need, 20 more operations open no new connection to the git server (at
+/// most one, if the server closed an idle one); each session used to build its own HTTP client
+/// and connection (over HTTPS, a TLS handshake each).
+#[test]
+fn smart_http_connections_are_kept_between_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos dir");
+    bare_repo(&repos, "states");
+    let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
+    let port = http.port();
+    let proxy = DelayProxy::start(port, std::time::Duration::ZERO);
+    let through = http
+        .url("states")
+        .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+    let repository = format!("default={through}");
+    let gitstate = Gitstate::start(
+        &["--repository", &repository],
+        &[
+            ("RUST_LOG", "warn"),
+            ("GIT_USERNAME", "terraform"),
+            ("GIT_PASSWORD", "s3cret-pass"),
+        ],
+        dir.path(),
+    );
+    let client = Client::new();
+    let send = |method: &str, path: &str, body: Option<String>| {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = client.request(method, format!("{}{path}", gitstate.base_url()));
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        request.send().expect("request").status().as_u16()
+    };
+    let p = "/state/default/kept/prod.tfstate";
+    assert_eq!(send("POST", p, Some(STATE_1.to_owned())), 200);
+    // Terraform's cycle; the first one opens what a write needs at most at once.
+    let cycle = |serial: u32| {
+        let id = format!("run-{serial}");
+        let state = STATE_1.replace("\"serial\":1", &format!("\"serial\":{serial}"));
+        assert_eq!(send("LOCK", p, Some(lock_info(&id, "alice"))), 200);
+        assert_eq!(send("GET", p, None), 200);
+        assert_eq!(send("POST", &format!("{p}?ID={id}"), Some(state)), 200);
+        assert_eq!(send("UNLOCK", p, Some(lock_info(&id, "alice"))), 200);
+    };
+    cycle(2);
+    let first = proxy.connections();
+    assert!(first >= 1, "the writes reached the git server");
+    for serial in 3..=7 {
+        cycle(serial);
+    }
+    let opened = proxy.connections() - first;
+    assert!(
+        opened <= 1,
+        "20 operations opened {opened} new connections to the git server, at most 1 expected; log:\n{}",
+        gitstate.log()
+    );
 }

@@ -5,11 +5,11 @@ remote, warms the cache, then runs --runs of each operation (GET, POST of a new 
 LOCK + UNLOCK) on one kept-alive connection and reads, from /proc, the CPU time (user + system)
 gitstate used and the CPU time lighttpd's CGI children (`git http-backend`, `git upload-pack`,
 `git receive-pack`, ...) used. With --perf FILE, `perf record --call-graph dwarf` samples gitstate
-during the GETs (use a build with symbols: CARGO_PROFILE_RELEASE_STRIP=false
+during one operation's runs (--perf-op, GET unless told; use a build with symbols: CARGO_PROFILE_RELEASE_STRIP=false
 CARGO_PROFILE_RELEASE_DEBUG=line-tables-only, into another CARGO_TARGET_DIR), to be read with
 `perf report -i FILE --children --sort sym`.
 
-Usage: scripts/bench cpu [--runs 200] [--size 10240] [--gitstate PATH] [--perf FILE]
+Usage: scripts/bench cpu [--runs 200] [--size 10240] [--gitstate PATH] [--perf FILE] [--perf-op POST]
 Prints a markdown table.
 """
 import os
@@ -24,11 +24,13 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def add_arguments(parser):
-    """--runs, --size, --gitstate, --perf."""
+    """--runs, --size, --gitstate, --perf, --perf-op."""
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--size", type=int, default=10240)
     s.add_gitstate_argument(parser)
-    parser.add_argument("--perf", help="record a perf profile of gitstate during the GETs into this file")
+    parser.add_argument("--perf", help="record a perf profile of gitstate during one operation's runs into this file")
+    parser.add_argument("--perf-op", default="GET", choices=["GET", "POST", "LOCK + UNLOCK"],
+                        help="the operation --perf samples (GET unless told)")
 
 
 def cpu_seconds(pid, reaped_children=False):
@@ -42,7 +44,7 @@ def cpu_seconds(pid, reaped_children=False):
 def measure(args, server, lighttpd, name, op):
     """(name, wall seconds, gitstate CPU seconds, git server CPU seconds) of --runs op(i)."""
     perf = None
-    if args.perf and name == "GET":
+    if args.perf and name == args.perf_op:
         perf = s.spawn(["perf", "record", "-q", "-F", "4999", "--call-graph", "dwarf,16384",
                         "-p", str(server.pid), "-o", args.perf],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,6 +3,7 @@
 //! about state files or locks.
 
 pub mod fetchpack;
+pub mod kept;
 pub mod limits;
 pub mod onepost;
 pub mod pack;

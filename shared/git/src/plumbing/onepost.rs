@@ -21,7 +21,7 @@ use gix::protocol::transport::client::blocking_io::http::{self, Http, PostBodyDa
 
 use super::pktline::{self, Packet};
 use super::sendpack::{known_offers, push_request, read_report, RefUpdate, Report};
-use super::transport::{http_options, Endpoint};
+use super::transport::{http_options, kept_client, Endpoint};
 
 /// The content type of receive-pack's answer.
 const RESULT_TYPE: &str = "application/x-git-receive-pack-result";
@@ -79,8 +79,7 @@ pub fn push(endpoint: &Endpoint, updates: &[RefUpdate], pack: &[u8]) -> Option<R
 fn send(endpoint: &Endpoint, request: &[u8]) -> Result<Vec<u8>, String> {
     let mut options = http_options(endpoint);
     options.follow_redirects = http::options::FollowRedirects::None;
-    let mut client = http::reqwest::Remote::default();
-    client.configure(&options).map_err(|e| e.to_string())?;
+    let mut client = kept_client(endpoint, &options)?;
     let base = endpoint.url.to_bstring().to_string();
     let url = format!("{}/git-receive-pack", base.trim_end_matches('/'));
     let mut headers = vec![

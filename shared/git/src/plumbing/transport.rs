@@ -20,6 +20,7 @@ use gix::protocol::transport::client::{
 use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
 
+use super::kept::Kept;
 use super::limits::{AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES};
 use super::ssh::SshTransport;
 
@@ -131,8 +132,11 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
                 .map_err(|e| StoreError::Internal(format!("file transport: {e}")))?,
         ),
         Scheme::Http | Scheme::Https => {
-            let mut t = http::connect::<http::reqwest::Remote>(url, version, false);
-            t.configure(&http_options(endpoint))
+            let options = http_options(endpoint);
+            let kept = kept_client(endpoint, &options)
+                .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
+            let mut t = http::Transport::new_http(kept, url, version, false);
+            t.configure(&options)
                 .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
             Box::new(t)
         }
@@ -208,6 +212,17 @@ fn ssh_command_with_timeouts(
         "{text} -o ConnectTimeout={seconds} -o ServerAliveInterval={interval} -o ServerAliveCountMax=2"
     )
     .into()
+}
+
+/// A client for requests to `endpoint` with `options` (built by [`http_options`]), kept between
+/// sessions ([`Kept`]): one per repository URL and client settings, never per credential.
+pub fn kept_client(endpoint: &Endpoint, options: &http::Options) -> Result<Kept, String> {
+    let base = endpoint.url.to_bstring().to_string();
+    let settings = format!(
+        "{:?} {:?} {:?} {:?}",
+        endpoint.url.scheme, endpoint.timeout, endpoint.network, options.follow_redirects
+    );
+    Kept::new(&base, &settings, options)
 }
 
 /// HTTP options: connect timeout, abort when the transfer stalls, overall request timeout.
