@@ -84,11 +84,6 @@ fn give_back(key: String, remote: Remote) {
     });
 }
 
-/// How many clients are idle (for tests).
-pub fn idle_clients() -> usize {
-    idle().len()
-}
-
 /// What a [`Kept`] backend and the answers it gave share.
 struct Slot {
     key: String,
@@ -342,5 +337,70 @@ impl Drop for Answer {
             slot.answer_done = self.done;
             slot.settle();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pool is the process's: these tests take turns.
+    fn serial() -> MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn idle_for(key: &str) -> usize {
+        idle().iter().filter(|c| c.key == key).count()
+    }
+
+    #[test]
+    fn idle_clients_are_capped_per_key_and_in_all() {
+        let _turn = serial();
+        let key = "http://kept.test/a.git\nsettings";
+        for _ in 0..6 {
+            give_back(key.to_owned(), Remote::default());
+        }
+        assert!(idle_for(key) <= MAX_IDLE_PER_KEY);
+        for i in 0..MAX_IDLE_CLIENTS + 4 {
+            give_back(
+                format!("http://kept.test/{i}.git\nsettings"),
+                Remote::default(),
+            );
+        }
+        assert!(idle().len() <= MAX_IDLE_CLIENTS);
+        // A kept client is taken once; its key has one fewer afterwards.
+        let last = format!("http://kept.test/{}.git\nsettings", MAX_IDLE_CLIENTS + 3);
+        assert_eq!(idle_for(&last), 1);
+        drop(take(&last));
+        assert_eq!(idle_for(&last), 0);
+    }
+
+    #[test]
+    fn a_client_is_kept_only_when_released_with_its_answer_read_and_no_failure() {
+        let _turn = serial();
+        let settle = |answer_held: bool, answer_done: bool, failed: bool, released: bool| {
+            let key = format!(
+                "http://kept.test/settle-{answer_held}{answer_done}{failed}{released}.git\ns"
+            );
+            let mut slot = Slot {
+                key: key.clone(),
+                remote: Some(Remote::default()),
+                request: 1,
+                answer_held,
+                answer_done,
+                failed,
+                released,
+            };
+            slot.settle();
+            idle_for(&key) == 1
+        };
+        assert!(settle(false, true, false, true));
+        assert!(!settle(true, false, false, true), "an answer still held");
+        assert!(!settle(false, false, false, true), "an answer left unread");
+        assert!(!settle(false, true, true, true), "a failed request");
+        assert!(!settle(false, true, false, false), "still in use");
     }
 }
