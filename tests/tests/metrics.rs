@@ -233,16 +233,16 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
         pushes,
         "{text}"
     );
-    // Each state push follows an advertisement; once the server's capabilities are known, a
-    // lock is taken and released by the push alone.
+    // The first push follows an advertisement; once the server's capabilities are known, a
+    // lock is taken and released, and the holder's state write pushed, by the push alone.
     let advertisements = value(
         &m,
         "gitstate_git_round_trips_total{service=\"receive-pack\",step=\"advertisement\"}",
     );
-    assert!(advertisements >= commits, "{text}");
+    assert!(advertisements >= 1.0, "{text}");
     assert!(
         advertisements < pushes,
-        "some lock pushes went without an advertisement\n{text}"
+        "some pushes went without an advertisement\n{text}"
     );
     assert!(value(&m, "gitstate_git_pushed_bytes_total") > 0.0, "{text}");
     assert_eq!(value(&m, "gitstate_git_cas_losses_total"), 0.0, "{text}");

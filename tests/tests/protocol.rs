@@ -781,6 +781,68 @@ fn release_of_a_recorded_lock_that_another_process_replaced() {
     assert_eq!(lock_refs(&s).trim(), "");
 }
 
+/// A state write by the lock's holder goes in one request from what this process recorded, and
+/// trusts that record no further than the server's atomic push (the state branch from the
+/// recorded tip, the lock branch asserted at the recorded lock): when another process has
+/// force-unlocked and locked again, the old holder's POST gets the 423 with the new LockInfo and
+/// writes nothing; when another process wrote another state meanwhile, the holder's POST is
+/// still written, on a fresh read, and both states are on the branch.
+#[test]
+fn held_write_of_a_lock_that_another_process_replaced() {
+    let s = Server::start(Kind::SmartHttp, &[]);
+    let other = s.second_process();
+    let p = "/state/default/count/prod.tfstate";
+    let to_other = |method: &str, path: &str, body: &str| {
+        Client::new()
+            .request(
+                Method::from_bytes(method.as_bytes()).expect("method"),
+                format!("{}{path}", other.base_url()),
+            )
+            .body(body.to_owned())
+            .send()
+            .expect("request")
+            .status()
+    };
+    let serial = |n: u32| STATE_1.replace("\"serial\":1", &format!("\"serial\":{n}"));
+    assert_eq!(s.send("POST", p, Some(STATE_1)).status(), 200);
+    let (a, b) = (lock_info("lock-a", "alice"), lock_info("lock-b", "bob"));
+    assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
+    let with_a = format!("{p}?ID=lock-a");
+    assert_eq!(s.send("POST", &with_a, Some(&serial(2))).status(), 200);
+
+    // terraform force-unlock through the other process, then bob locks there.
+    assert_eq!(to_other("UNLOCK", p, ""), 200);
+    assert_eq!(to_other("LOCK", p, &b), 200);
+    let stale = s.send("POST", &with_a, Some(&serial(4)));
+    assert_eq!(stale.status(), 423, "alice's lock is gone");
+    assert!(
+        stale.text().expect("body").contains("lock-b"),
+        "bob's LockInfo"
+    );
+    assert!(
+        s.git(&["show", "main:count/prod.tfstate"])
+            .contains("\"serial\":2"),
+        "nothing written"
+    );
+    // bob writes through this process (which now knows his lock from the fresh read).
+    let with_b = format!("{p}?ID=lock-b");
+    assert_eq!(s.send("POST", &with_b, Some(&serial(4))).status(), 200);
+    assert!(s
+        .git(&["show", "main:count/prod.tfstate"])
+        .contains("\"serial\":4"));
+
+    // Another process writes another state: the branch moved under the recorded tip.
+    let q = "/state/default/count/other.tfstate";
+    assert_eq!(to_other("POST", q, STATE_1), 200);
+    assert_eq!(s.send("POST", &with_b, Some(&serial(5))).status(), 200);
+    assert!(s
+        .git(&["show", "main:count/prod.tfstate"])
+        .contains("\"serial\":5"));
+    assert!(s
+        .git(&["show", "main:count/other.tfstate"])
+        .contains("\"serial\":1"));
+}
+
 /// Requests that reach the git server per operation over smart HTTP with a warm cache (each one
 /// is a `git http-backend` process). A write reads the tips from the receive-pack advertisement
 /// and pushes its compare-and-swap over the same session: advertisement + push. Creating a lock,
@@ -820,11 +882,13 @@ fn smart_http_requests_per_operation() {
     let with_id = format!("{p}?ID=lock-a");
     // The next serial, as Terraform writes it (an older one is refused by the state guard).
     let state_3 = STATE_1.replace("\"serial\":1", "\"serial\":3");
+    // The holder's write: the push alone (the state tip and the lock are recorded; the push
+    // asserts the lock in the same atomic transaction).
     check(
         "POST with the lock's ID",
         s.send("POST", &with_id, Some(state_3.as_str())),
         200,
-        2,
+        1,
     );
     // No push at all: the advertisement alone answers these.
     check(

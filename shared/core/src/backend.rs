@@ -405,32 +405,63 @@ impl Backend {
             None => None,
         };
         let mut attempt = 0;
+        // The holder of the lock may begin from the store's memory (one request to the remote,
+        // the push confirming the state tip and the lock); whatever that memory alone would
+        // answer (423, a replay, the guard's 409, a lost push) is decided again on a fresh read.
+        let mut recall = lock_id.is_some();
         loop {
+            let intent = if recall {
+                Intent::HeldWrite
+            } else {
+                Intent::Write
+            };
             // One session: the read and the compare-and-swap push share one remote check.
             let session = self
-                .begin_write(store, path, (&mut attempt, started, deadline))
+                .begin_write(store, path, intent, (&mut attempt, started, deadline))
                 .await?;
+            let recalled = session.recalled();
             let snapshot = session.snapshot();
             // The writer's name goes into the commit message: escaped, so it stays one line.
             let mut who = escape_controls(caller.display()).into_owned();
-            if let Some(lock) = &snapshot.lock {
-                let holder = serde_json::from_slice::<LockInfo>(lock).ok();
-                match (&holder, lock_id) {
-                    (Some(h), Some(id)) if !h.id.is_empty() && h.id == id => {
-                        if !h.who.is_empty() {
-                            who = escape_controls(&h.who).into_owned();
+            match &snapshot.lock {
+                Some(lock) => {
+                    let holder = serde_json::from_slice::<LockInfo>(lock).ok();
+                    match (&holder, lock_id) {
+                        (Some(h), Some(id)) if !h.id.is_empty() && h.id == id => {
+                            if !h.who.is_empty() {
+                                who = escape_controls(&h.who).into_owned();
+                            }
                         }
+                        _ if recalled => {
+                            recall = false;
+                            continue;
+                        }
+                        _ => return Err(BackendError::Locked(lock.clone())),
                     }
-                    _ => return Err(BackendError::Locked(lock.clone())),
                 }
+                None if recalled => {
+                    recall = false;
+                    continue;
+                }
+                None => {}
             }
             let at = Place::new(store.repository(), path);
             if self.holds(&at, &snapshot.state, &content).await? {
+                if recalled {
+                    recall = false;
+                    continue;
+                }
                 return Ok(None);
             }
             if let (Some(incoming), Some(stored), Some(body)) = (&guard, &snapshot.state, &content)
             {
-                self.check_guard(&at, stored, body, incoming).await?;
+                match self.check_guard(&at, stored, body, incoming).await {
+                    Err(BackendError::Conflict(_)) if recalled => {
+                        recall = false;
+                        continue;
+                    }
+                    checked => checked?,
+                }
             }
             let change = match (&content, &self.sealer) {
                 (Some(bytes), Some(sealer)) => {
@@ -441,11 +472,13 @@ impl Backend {
             };
             let timing = (&mut attempt, started, deadline);
             let message = message(&who);
+            // A recalled session that lost goes again at once, on a fresh read.
+            recall = false;
             if let Some(revision) = self
                 .push_attempt(session, change, &message, "write", timing)
                 .await?
             {
-                tracing::info!(%path, %revision, attempt, "state written");
+                tracing::info!(%path, %revision, attempt, recalled, "state written");
                 return Ok(Some(Written {
                     commit: revision,
                     who,
@@ -462,12 +495,13 @@ impl Backend {
         &self,
         store: &'a dyn StateStore,
         path: &StatePath,
+        intent: Intent,
         (attempt, started, deadline): (&mut u32, Instant, Instant),
     ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
         loop {
             // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
             // the answer must leave before the invocation's deadline, however slow the remote.
-            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, Intent::Write));
+            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, intent));
             let Ok(begun) = begun.await else {
                 return Err(busy_error(
                     "reading the state branch took all of this write's time, before anything was pushed",
@@ -505,8 +539,11 @@ impl Backend {
             since: started,
             deadline,
         });
+        let recalled = session.recalled();
         match session.update_state(change, message).await {
             Ok(revision) => Ok(Some(revision)),
+            // Begun from the store's memory: nobody else's push is implied, read again at once.
+            Err(StoreError::Stale) if recalled => Ok(None),
             Err(StoreError::Stale) => {
                 tracing::debug!(
                     attempt = *attempt,

@@ -65,6 +65,9 @@ pub struct MemoryStore {
     /// What this store "remembers" of locks it wrote, per path (tip, LockInfo), for
     /// [`Intent::Release`]: possibly out of date, as a cache is.
     remembered: Mutex<BTreeMap<String, (Revision, Bytes)>>,
+    /// What this store "remembers" of the state branch and a lock, per path, for
+    /// [`Intent::HeldWrite`]: possibly out of date, as a cache is.
+    remembered_writes: Mutex<BTreeMap<String, Snapshot>>,
 }
 
 impl MemoryStore {
@@ -98,6 +101,17 @@ impl MemoryStore {
                 path.to_owned(),
                 (tip.to_owned(), Bytes::copy_from_slice(content)),
             );
+    }
+
+    /// Makes the store remember `snapshot` (state tip and file, lock tip and LockInfo) for
+    /// `path`, whatever is stored now: an [`Intent::HeldWrite`] session begins from it, and its
+    /// write succeeds only if the branch is still at the remembered tip and the lock at the
+    /// remembered one.
+    pub fn remember_write(&self, path: &str, snapshot: Snapshot) {
+        self.remembered_writes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(path.to_owned(), snapshot);
     }
 
     /// The next `n` compare-and-swaps (state writes and lock deletions) are lost: just before
@@ -321,18 +335,24 @@ impl StateStore for MemoryStore {
                 .remembered
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(path.as_str())
+                .map(|(tip, lock)| Snapshot {
+                    lock_tip: Some(tip),
+                    lock: Some(lock),
+                    ..Snapshot::default()
+                }),
+            Intent::HeldWrite => self
+                .remembered_writes
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .remove(path.as_str()),
             Intent::Write | Intent::Unlock => None,
         };
         match remembered {
-            Some((tip, lock)) => Ok(Box::new(RecalledRelease {
+            Some(snapshot) => Ok(Box::new(Recalled {
                 store: self,
                 path: path.clone(),
-                snapshot: Snapshot {
-                    lock_tip: Some(tip),
-                    lock: Some(lock),
-                    ..Snapshot::default()
-                },
+                snapshot,
             })),
             None => crate::store::begin_with_separate_calls(self, path, intent).await,
         }
@@ -352,26 +372,43 @@ impl StateStore for MemoryStore {
     }
 }
 
-/// A release begun from [`MemoryStore::remember_lock`]: deletes the remembered tip, if it is still
-/// the lock's.
-struct RecalledRelease<'a> {
+/// A session begun from the store's memory ([`MemoryStore::remember_lock`],
+/// [`MemoryStore::remember_write`]): a release deletes the remembered lock tip, if it is still
+/// the lock's; a write needs the remembered lock tip and state tip both still current.
+struct Recalled<'a> {
     store: &'a MemoryStore,
     path: StatePath,
     snapshot: Snapshot,
 }
 
 #[async_trait]
-impl WriteSession for RecalledRelease<'_> {
+impl WriteSession for Recalled<'_> {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
 
     async fn update_state(
         self: Box<Self>,
-        _change: StateChange,
-        _message: &str,
+        change: StateChange,
+        message: &str,
     ) -> Result<Revision, StoreError> {
-        Err(StoreError::Internal("a state write in a release".into()))
+        let lock_now = self
+            .store
+            .repo()
+            .locks
+            .get(self.path.as_str())
+            .map(|(tip, _, _)| tip.clone());
+        if lock_now != self.snapshot.lock_tip {
+            return Err(StoreError::Stale);
+        }
+        self.store
+            .update_state(
+                &self.path,
+                self.snapshot.state_tip.as_ref(),
+                change,
+                message,
+            )
+            .await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {

@@ -255,7 +255,7 @@ pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
     intent: Intent,
 ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
     let snapshot = match intent {
-        Intent::Write => store.snapshot(path).await?,
+        Intent::Write | Intent::HeldWrite => store.snapshot(path).await?,
         Intent::Unlock | Intent::Release => {
             let lock = store.read_lock(path).await?;
             Snapshot {
@@ -426,6 +426,14 @@ pub enum Intent {
     /// so: [`WriteSession::recalled`]). A store without such a memory reads as for
     /// [`Intent::Unlock`].
     Release,
+    /// A state write by a request that names a lock ID: may begin from the store's memory of
+    /// the state branch and of the lock (a lock this process took or last read) instead of a
+    /// fresh read, leaving the compare-and-swap to confirm both (the push updates the branch
+    /// from the remembered tip and asserts the lock branch is still at the remembered one). A
+    /// session begun so says so ([`WriteSession::recalled`]): what it read must not decide
+    /// anything that the push does not confirm. A store without such a memory reads as for
+    /// [`Intent::Write`].
+    HeldWrite,
 }
 
 /// When a write request started and until when it may wait for its turn (DESIGN §9.3). A store
@@ -467,9 +475,10 @@ pub trait WriteSession: Send {
     /// lock was read).
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError>;
 
-    /// True when the snapshot is the store's memory of what it wrote ([`Intent::Release`]), not
-    /// a fresh read: an answer that would rest on it not matching the request (another holder,
-    /// no lock) must be decided again on a fresh read. The default is a fresh read.
+    /// True when the snapshot is the store's memory of what it wrote ([`Intent::Release`],
+    /// [`Intent::HeldWrite`]), not a fresh read: an answer that would rest on it not matching
+    /// the request (another holder, no lock, a state the guard refuses, a replay) must be
+    /// decided again on a fresh read, and so must a lost push. The default is a fresh read.
     fn recalled(&self) -> bool {
         false
     }

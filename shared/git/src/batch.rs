@@ -183,6 +183,13 @@ impl WriteQueue {
             .map_err(|_| StoreError::Internal("the write queue is poisoned".into()))
     }
 
+    /// No write of this process waits or is being pushed on the branch, and no attempt lost to
+    /// (or built on) another process's push: a write may go on its own, outside a batch.
+    pub(crate) fn quiet(&self) -> bool {
+        self.lock()
+            .is_ok_and(|queue| !queue.driving && queue.waiting.is_empty() && !queue.contended)
+    }
+
     /// Queues `write` and waits until a push carrying it was answered. `session` is the
     /// write's own receive-pack session: used for the first push when no batch is being
     /// driven, dropped otherwise.

@@ -946,8 +946,10 @@ impl Cache {
     }
 
     /// The id this cache last recorded for the remote ref `name` (a fetch or a push of this
-    /// process moved its tracking ref), when that commit is here too.
+    /// process moved its tracking ref), when that commit is here too; after a record of this
+    /// process's own push still in flight.
     pub fn tracked(&self, name: &str) -> Option<ObjectId> {
+        self.settle();
         let repo = self.repo();
         let id = repo
             .find_reference(tracking_ref(name).as_str())

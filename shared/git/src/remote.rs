@@ -436,6 +436,16 @@ pub struct RemoteSession {
     budget: Option<WriteBudget>,
 }
 
+impl RemoteSession {
+    /// The state tip the session read (or recalled).
+    fn state_tip(&self) -> Option<ObjectId> {
+        self.snapshot
+            .state_tip
+            .as_deref()
+            .and_then(|tip| ObjectId::from_hex(tip.as_bytes()).ok())
+    }
+}
+
 #[async_trait::async_trait]
 impl WriteSession for RemoteSession {
     fn snapshot(&self) -> &Snapshot {
@@ -458,12 +468,24 @@ impl WriteSession for RemoteSession {
         change: StateChange,
         message: &str,
     ) -> Result<Revision, StoreError> {
-        if self.intent != Intent::Write {
+        if !matches!(self.intent, Intent::Write | Intent::HeldWrite) {
             return Err(StoreError::Internal(
                 "a state write in a session that did not read the state".into(),
             ));
         }
         let this = *self;
+        if this.receive_pack.is_none() {
+            // Begun from the cache (Intent::HeldWrite): one request, outside the write queue.
+            let (Some(base), Some(lock_tip)) = (this.state_tip(), this.lock_tip) else {
+                return Err(StoreError::Stale);
+            };
+            let store = this.store.clone();
+            let path = this.path;
+            let message = message.to_owned();
+            return store
+                .run(move |store| store.write_recalled(&path, base, lock_tip, &change, &message))
+                .await;
+        }
         let store = this.store.unpinned();
         let queue = WriteQueue::of(
             &format!("{:p}", Arc::as_ptr(&store.handle)),
@@ -491,6 +513,11 @@ impl WriteSession for RemoteSession {
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
         let this = *self;
+        if this.intent == Intent::HeldWrite {
+            return Err(StoreError::Internal(
+                "a lock release in a held write".into(),
+            ));
+        }
         let Some(old) = this.lock_tip else {
             return Err(StoreError::Stale);
         };
@@ -514,13 +541,23 @@ impl RemoteStore {
                 return Ok(session);
             }
         }
+        if intent == Intent::HeldWrite {
+            if let Some(session) = self.recall_write(path)? {
+                return Ok(session);
+            }
+        }
+        // Not recalled: a fresh read, as for any write.
+        let intent = match intent {
+            Intent::HeldWrite => Intent::Write,
+            other => other,
+        };
         let names: Vec<&str> = match intent {
-            Intent::Write => vec![&self.state_ref, &lock_ref],
+            Intent::Write | Intent::HeldWrite => vec![&self.state_ref, &lock_ref],
             Intent::Unlock | Intent::Release => vec![&lock_ref],
         };
         let receive_pack = ReceivePack::connect(&self.endpoint)?;
         let mut state_tip = match intent {
-            Intent::Write => receive_pack.tip(&self.state_ref),
+            Intent::Write | Intent::HeldWrite => receive_pack.tip(&self.state_ref),
             Intent::Unlock | Intent::Release => None,
         };
         let mut lock_tip = receive_pack.tip(&lock_ref);
@@ -624,6 +661,99 @@ impl RemoteStore {
             receive_pack: None,
             budget: None,
         }))
+    }
+
+    /// A write session from what this cache recorded of the state branch and of `path`'s lock
+    /// (its own pushes, or the last fetch), when the write can go in one request: a smart-HTTP
+    /// remote running git's receive-pack (which takes an update whose old and new ids are the
+    /// same as "this ref must still be here", checked in the same atomic transaction) that
+    /// offers `atomic`, and no other write of this process on the branch, nor contention with
+    /// another process. `None` otherwise.
+    fn recall_write(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+        let Some(offers) = crate::plumbing::sendpack::known_offers(&self.endpoint) else {
+            return Ok(None);
+        };
+        let git_receive_pack = offers.iter().any(|c| c.starts_with("agent=git/"));
+        if !git_receive_pack || !offers.iter().any(|c| c == "atomic") {
+            return Ok(None);
+        }
+        let queue = WriteQueue::of(
+            &format!("{:p}", Arc::as_ptr(&self.handle)),
+            &self.state_ref,
+            self.endpoint.credentials.as_ref(),
+        )?;
+        if !queue.quiet() {
+            return Ok(None);
+        }
+        let cache = self.cache()?;
+        let (Some(state_tip), Some(lock_tip)) = (
+            cache.tracked(&self.state_ref),
+            cache.tracked(&path.lock_ref()),
+        ) else {
+            return Ok(None);
+        };
+        let Some(lock) = self.read(Some(lock_tip), &path.lock_file())? else {
+            return Ok(None);
+        };
+        let state = self.read(Some(state_tip), path.as_str())?;
+        let base_file = entry_id(&cache.repo(), state_tip, path.as_str())?;
+        Ok(Some(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent: Intent::HeldWrite,
+            base_file,
+            lock_tip: Some(lock_tip),
+            snapshot: Snapshot {
+                state_tip: Some(state_tip.to_string()),
+                state,
+                lock_tip: Some(lock_tip.to_string()),
+                lock: Some(lock),
+            },
+            receive_pack: None,
+            budget: None,
+        }))
+    }
+
+    /// Pushes `change` on top of `base` (the recalled state tip) in one request, with the lock
+    /// branch asserted at `lock_tip` in the same atomic push. Anything but an accepted push is
+    /// [`StoreError::Stale`]: the caller decides again on a fresh read (which also reports a
+    /// refusal the usual way).
+    fn write_recalled(
+        &self,
+        path: &StatePath,
+        base: ObjectId,
+        lock_tip: ObjectId,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let Outgoing { commit, objects } = self.build(path.as_str(), |repo| {
+            state_commit(repo, Some(base), path.as_str(), change, message)
+        })?;
+        let updates = [
+            RefUpdate {
+                name: self.state_ref.clone(),
+                old: base,
+                new: commit,
+            },
+            RefUpdate {
+                name: path.lock_ref(),
+                old: lock_tip,
+                new: lock_tip,
+            },
+        ];
+        let pack = write_pack(&objects).map_err(StoreError::Internal)?;
+        let accepted = match onepost::push(&self.endpoint, &updates, &pack) {
+            Some(report) => matches!(self.judge(&updates, report), Ok(Pushed::Accepted)),
+            None => false,
+        };
+        if !accepted {
+            return Err(StoreError::Stale);
+        }
+        metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS).record(1.0);
+        // After the answer: the writer need not wait for the cache's copy.
+        self.cache()?
+            .record_pushed_later(objects, self.state_ref.clone(), commit);
+        Ok(commit.to_string())
     }
 
     /// Deletes the lock branch expected at `old` (the recalled lock) in one request. When the

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{validate_state, Backend, BackendError, Caller};
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
-use crate::store::{Revision, StateChange, StateStore};
+use crate::store::{Intent, Revision, StateChange, StateStore};
 use crate::text::escape_controls;
 
 /// What a stored file is, as far as a migration is concerned.
@@ -96,7 +96,12 @@ impl Backend {
         let mut attempt = 0;
         loop {
             let session = self
-                .begin_write(store, path, (&mut attempt, started, deadline))
+                .begin_write(
+                    store,
+                    path,
+                    Intent::Write,
+                    (&mut attempt, started, deadline),
+                )
                 .await?;
             let snapshot = session.snapshot();
             let Some(stored) = snapshot.state.clone() else {

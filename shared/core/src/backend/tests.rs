@@ -352,6 +352,82 @@ async fn a_release_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     assert_eq!(store.lock_file(P), None);
 }
 
+/// A write by the lock's holder may begin from the store's memory ([`Intent::HeldWrite`]); when
+/// that memory is out of date (another holder, a lock replaced by force, an older state tip, a
+/// stored state the guard would refuse) the write is decided again on a fresh read: the right
+/// holder writes, the replaced one gets the 423 with the current LockInfo, and nothing is
+/// written from memory alone.
+#[tokio::test]
+async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
+    let (store, b) = locked_by_bob().await;
+    let alices = lock_info("id-2", "alice@laptop");
+    let current = || async { store.snapshot(&path()).await.expect("snapshot") };
+    b.post(&*store, &path(), state(1), Some("id-1"), &alice())
+        .await
+        .expect("bob writes")
+        .expect("a commit");
+
+    // The memory names another holder: bob, the holder, still writes.
+    let mut memory = current().await;
+    memory.lock = Some(alices.clone());
+    store.remember_write(P, memory);
+    b.post(&*store, &path(), state(2), Some("id-1"), &alice())
+        .await
+        .expect("bob writes although the memory names alice")
+        .expect("a commit");
+    assert_eq!(store.file(P), Some(state(2)));
+
+    // The memory has an older state tip and a stored state the guard would refuse.
+    let mut memory = current().await;
+    memory.state_tip = Some("c-old".into());
+    memory.state = Some(state(9));
+    store.remember_write(P, memory);
+    b.post(&*store, &path(), state(3), Some("id-1"), &alice())
+        .await
+        .expect("decided on the stored serial 2, not the remembered 9")
+        .expect("a commit");
+    assert_eq!(store.file(P), Some(state(3)));
+
+    // The memory says the state already holds this body: a fresh read says it does not.
+    let mut memory = current().await;
+    memory.state = Some(state(4));
+    store.remember_write(P, memory);
+    let written = b
+        .post(&*store, &path(), state(4), Some("id-1"), &alice())
+        .await
+        .expect("written");
+    assert!(written.is_some(), "a replay is not taken from memory");
+    assert_eq!(store.file(P), Some(state(4)));
+
+    // A memory that is right: one compare-and-swap, one commit.
+    let (attempts, commits) = (store.attempts(), store.commits_of(P).len());
+    store.remember_write(P, current().await);
+    b.post(&*store, &path(), state(5), Some("id-1"), &alice())
+        .await
+        .expect("written from memory")
+        .expect("a commit");
+    assert_eq!(store.attempts(), attempts + 1);
+    assert_eq!(store.commits_of(P).len(), commits + 1);
+
+    // The lock was replaced by force (alice holds it now) while bob's memory still names his:
+    // the push's lock check fails, the fresh read finds alice, bob gets the 423.
+    let remembered = current().await;
+    b.unlock(&*store, &path(), Bytes::new())
+        .await
+        .expect("terraform force-unlock");
+    b.lock(&*store, &path(), alices.clone())
+        .await
+        .expect("alice locks");
+    store.remember_write(P, remembered);
+    assert_eq!(
+        b.post(&*store, &path(), state(6), Some("id-1"), &alice())
+            .await,
+        Err(BackendError::Locked(alices.clone()))
+    );
+    assert_eq!(store.file(P), Some(state(5)), "nothing written");
+    assert_eq!(store.lock_file(P), Some(alices));
+}
+
 #[tokio::test]
 async fn a_write_that_loses_the_compare_and_swap_reads_again_and_commits_once() {
     let store = MemoryStore::named("r");

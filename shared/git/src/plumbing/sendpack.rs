@@ -121,7 +121,10 @@ fn remember_offers(endpoint: &Endpoint, agent: Option<&str>, capabilities: &[Str
         let url = endpoint.url.to_bstring().to_string();
         let http = matches!(endpoint.url.scheme, Scheme::Http | Scheme::Https);
         if http && checks_old_ids(agent) {
-            offers.insert(url, capabilities.to_vec());
+            // The agent with its value, for what only git's own receive-pack is known to do.
+            let mut remembered = capabilities.to_vec();
+            remembered.extend(agent.map(|agent| format!("agent={agent}")));
+            offers.insert(url, remembered);
         } else {
             offers.remove(&url);
         }
