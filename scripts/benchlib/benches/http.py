@@ -7,13 +7,15 @@ that remote, and measures, for each state size:
   POST    gitstate POST (a new serial)        vs  git commit + git push
   LOCK    gitstate LOCK                       vs  git commit (lock file) + git push to a new branch
   UNLOCK  gitstate UNLOCK                     vs  git push --delete of the lock branch
+  POST (lock held)  gitstate POST ?ID=<lock>  vs  git commit + git push (Terraform's writes)
 
 and, for POST, LOCK and UNLOCK, the *floor*: the same git requests gitstate sends, replayed by a
 minimal client (Python http.client, one kept-alive connection, packs and commands prepared before
 the clock starts): for POST the receive-pack advertisement then the push with its pack, for LOCK
 and UNLOCK the push alone (gitstate knows the old id: none for a new lock, the one it recorded
-for its own lock). No client that sends these requests to this server can be faster: the floor
-is the git server's own cost, and floor / git CLI is the lowest ratio reachable with them.
+for its own lock), for POST (lock held) the push alone with the lock branch asserted unchanged.
+No client that sends these requests to this server can be faster: the floor is the git server's
+own cost, and floor / git CLI is the lowest ratio reachable with them.
 
 Usage: scripts/bench http [--runs 30] [--sizes 10240,1048576] [--gitstate PATH]
 Prints a markdown table (median, min-max, ratio gitstate/git) for docs/BENCHMARKS.md.
@@ -26,6 +28,10 @@ import tempfile
 import time
 
 from benchlib import support as s
+
+
+HELD = "POST (lock held)"
+CLI_BASELINE = {HELD: "POST"}
 
 
 def add_arguments(parser):
@@ -62,6 +68,16 @@ def gitstate_samples(client, size, runs, serial):
     results["LOCK"], results["UNLOCK"] = lock_unlock_samples(
         runs, lambda i: client.request("LOCK", path, s.lock_body(f"bench-{size}-{i}")),
         lambda i: client.request("UNLOCK", path, s.lock_body(f"bench-{size}-{i}")))
+    # Terraform's writes: by the holder of the lock, its ID in the URL.
+    held = f"bench-{size}-held"
+    client.request("LOCK", path, s.lock_body(held))
+
+    def post_held(i):
+        serial[0] += 1
+        client.request("POST", f"{path}?ID={held}", s.state_body(serial[0], size))
+
+    results[HELD] = s.timed(post_held, runs)
+    client.request("UNLOCK", path, s.lock_body(held))
     return results
 
 
@@ -123,15 +139,19 @@ class Floor:
         token = base64.b64encode(f"{s.USER}:{s.PASSWORD}".encode()).decode()
         self.auth = {"Authorization": f"Basic {token}"}
 
-    def push(self, old, new, ref, pack, advertisement=True):
+    def push(self, old, new, ref, pack, advertisement=True, also=()):
         """GET the advertisement (unless told not to), POST the command (and pack); checks the report
-        says ok."""
+        says ok. `also`: more (old, new, ref) commands, in the same atomic push."""
         if advertisement:
             self.conn.request("GET", f"/{self.path}/info/refs?service=git-receive-pack", headers=self.auth)
             answer = self.conn.getresponse()
             answer.read()
             assert answer.status == 200, answer.status
-        body = pkt(f"{old} {new} {ref}".encode() + b"\0report-status\n") + b"0000" + pack
+        capabilities = b"\0report-status atomic\n" if also else b"\0report-status\n"
+        body = pkt(f"{old} {new} {ref}".encode() + capabilities)
+        for more in also:
+            body += pkt(" ".join(more).encode() + b"\n")
+        body += b"0000" + pack
         headers = dict(self.auth, **{"Content-Type": "application/x-git-receive-pack-request"})
         self.conn.request("POST", f"/{self.path}/git-receive-pack", body=body, headers=headers)
         answer = self.conn.getresponse()
@@ -168,6 +188,19 @@ def floor_samples(remote, work, size, runs, serial):
     results["LOCK"], results["UNLOCK"] = lock_unlock_samples(
         runs, lambda i: floor.push(zero, locks[i][0], branch, locks[i][1], advertisement=False),
         lambda i: floor.push(locks[i][0], zero, branch, b"", advertisement=False))
+    # The holder's write: the state update and the lock asserted unchanged, one push.
+    held_lock = one_file_commit(work, f"{state_file}.lock", s.lock_body("floor-held"), "Lock")
+    floor.push(zero, held_lock, branch, pack_of(work, [held_lock]), advertisement=False)
+    held = []
+    for i in range(runs):
+        serial[0] += 1
+        commit = one_file_commit(work, state_file, s.state_body(serial[0], size), f"Update {state_file}", parent)
+        held.append((parent, commit, pack_of(work, [commit], [parent])))
+        parent = commit
+    results[HELD] = s.timed(lambda i: floor.push(held[i][0], held[i][1], "refs/heads/main", held[i][2],
+                                                 advertisement=False, also=[(held_lock, held_lock, branch)]),
+                            runs)
+    floor.push(held_lock, zero, branch, b"", advertisement=False)
     return results
 
 
@@ -187,8 +220,9 @@ def run(args):
             results = gitstate_samples(client, size, args.runs, serial)
             baseline = git_cli_samples(root, auth_remote, size, args.runs, serial)
             floor = floor_samples(remote, os.path.join(root, f"clone-{size}"), size, args.runs, serial)
-            for op in ["GET", "POST", "LOCK", "UNLOCK"]:
-                g, b = s.summarize(results[op]), s.summarize(baseline[op])
+            for op in ["GET", "POST", "LOCK", "UNLOCK", HELD]:
+                # The git CLI has no lock to check: its POST is the baseline of both.
+                g, b = s.summarize(results[op]), s.summarize(baseline[CLI_BASELINE.get(op, op)])
                 f = s.summarize(floor[op]) if op in floor else None
                 rows.append((size, op, g, b, f))
     finally:
