@@ -945,11 +945,16 @@ impl Cache {
         Ok(Some(tips))
     }
 
-    /// The id this cache last recorded for the remote ref `name` (a fetch or a push of this
-    /// process moved its tracking ref), when that commit is here too; after a record of this
-    /// process's own push still in flight.
-    pub fn tracked(&self, name: &str) -> Option<ObjectId> {
+    /// [`Cache::tracked`] once a record of this process's own push still in flight is done
+    /// (a write from the record must build on what it pushed last).
+    pub fn tracked_settled(&self, name: &str) -> Option<ObjectId> {
         self.settle();
+        self.tracked(name)
+    }
+
+    /// The id this cache last recorded for the remote ref `name` (a fetch or a push of this
+    /// process moved its tracking ref), when that commit is here too.
+    pub fn tracked(&self, name: &str) -> Option<ObjectId> {
         let repo = self.repo();
         let id = repo
             .find_reference(tracking_ref(name).as_str())

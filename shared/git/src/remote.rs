@@ -687,7 +687,7 @@ impl RemoteStore {
         }
         let cache = self.cache()?;
         let (Some(state_tip), Some(lock_tip)) = (
-            cache.tracked(&self.state_ref),
+            cache.tracked_settled(&self.state_ref),
             cache.tracked(&path.lock_ref()),
         ) else {
             return Ok(None);
