@@ -1072,8 +1072,7 @@ impl Cache {
     }
 }
 
-/// Writes `objects` the cache lacks; their ids must be those of their content (they are this
-/// process's own, hashed when made). Concurrent readers take "the tip commit is here" to mean
+/// Writes `objects` the cache lacks. Concurrent readers take "the tip commit is here" to mean
 /// "its whole tree is here" (that is how a fetch is skipped), so no object may appear before
 /// those it references.
 fn write_objects(
@@ -1083,10 +1082,11 @@ fn write_objects(
     use gix::prelude::Write;
     for (id, kind, data) in in_dependency_order(objects) {
         if !repo.has_object(id) {
-            // The ids were computed when the objects were made (this process's own pushes):
-            // not hashed again (a 1 MiB state took ~1 ms of SHA-1 with collision detection).
+            // Hashed again although the id is known: gix's `write_buf_with_known_id` measured
+            // 4-5 ms slower per LOCK (three small objects; BENCHMARKS, 2026-11-25 evening) than
+            // the ~1 ms of SHA-1 it saves on a 1 MiB state, which is spent after the answer.
             repo.objects
-                .write_buf_with_known_id(kind, data, id)
+                .write_buf(kind, data)
                 .map_err(internal("recording pushed objects"))?;
         }
     }
