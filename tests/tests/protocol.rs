@@ -37,6 +37,19 @@ fn start_gitstate((args, env, cwd): &(Vec<String>, Vec<(String, String)>, PathBu
     Gitstate::start(&args, &env, cwd)
 }
 
+/// Sends `method path` with `body` (empty: none) to a `gitstate serve`; returns the status.
+fn send_to(gitstate: &Gitstate, method: &str, path: &str, body: &str) -> reqwest::StatusCode {
+    Client::new()
+        .request(
+            Method::from_bytes(method.as_bytes()).expect("method"),
+            format!("{}{path}", gitstate.base_url()),
+        )
+        .body(body.to_owned())
+        .send()
+        .expect("request")
+        .status()
+}
+
 /// A running `gitstate serve` and the bare repository it writes to (inspected with the git CLI).
 struct Server {
     gitstate: Gitstate,
@@ -739,17 +752,7 @@ fn release_of_a_recorded_lock_that_another_process_replaced() {
     let s = Server::start(Kind::SmartHttp, &[]);
     let other = s.second_process();
     let p = "/state/default/count/prod.tfstate";
-    let to_other = |method: &str, body: &str| {
-        Client::new()
-            .request(
-                Method::from_bytes(method.as_bytes()).expect("method"),
-                format!("{}{p}", other.base_url()),
-            )
-            .body(body.to_owned())
-            .send()
-            .expect("request")
-            .status()
-    };
+    let to_other = |method: &str, body: &str| send_to(&other, method, p, body);
     assert_eq!(s.send("POST", p, Some(STATE_1)).status(), 200);
     let (a, b) = (lock_info("lock-a", "alice"), lock_info("lock-b", "bob"));
     assert_eq!(s.send("LOCK", p, Some(&a)).status(), 200);
@@ -792,17 +795,7 @@ fn held_write_of_a_lock_that_another_process_replaced() {
     let s = Server::start(Kind::SmartHttp, &[]);
     let other = s.second_process();
     let p = "/state/default/count/prod.tfstate";
-    let to_other = |method: &str, path: &str, body: &str| {
-        Client::new()
-            .request(
-                Method::from_bytes(method.as_bytes()).expect("method"),
-                format!("{}{path}", other.base_url()),
-            )
-            .body(body.to_owned())
-            .send()
-            .expect("request")
-            .status()
-    };
+    let to_other = |method: &str, path: &str, body: &str| send_to(&other, method, path, body);
     let serial = |n: u32| STATE_1.replace("\"serial\":1", &format!("\"serial\":{n}"));
     assert_eq!(s.send("POST", p, Some(STATE_1)).status(), 200);
     let (a, b) = (lock_info("lock-a", "alice"), lock_info("lock-b", "bob"));
@@ -949,14 +942,8 @@ fn smart_http_connections_are_kept_between_requests() {
         ],
         dir.path(),
     );
-    let client = Client::new();
     let send = |method: &str, path: &str, body: Option<String>| {
-        let method = Method::from_bytes(method.as_bytes()).expect("method");
-        let mut request = client.request(method, format!("{}{path}", gitstate.base_url()));
-        if let Some(body) = body {
-            request = request.body(body);
-        }
-        request.send().expect("request").status().as_u16()
+        send_to(&gitstate, method, path, body.as_deref().unwrap_or_default()).as_u16()
     };
     let p = "/state/default/kept/prod.tfstate";
     assert_eq!(send("POST", p, Some(STATE_1.to_owned())), 200);

@@ -401,14 +401,14 @@ impl WriteSession for Recalled<'_> {
         if lock_now != self.snapshot.lock_tip {
             return Err(StoreError::Stale);
         }
-        self.store
-            .update_state(
-                &self.path,
-                self.snapshot.state_tip.as_ref(),
-                change,
-                message,
-            )
-            .await
+        // The lock still holds: the write is the default session's, from the remembered tip.
+        let this = *self;
+        let session = crate::store::SeparateCalls {
+            store: this.store,
+            path: this.path,
+            snapshot: this.snapshot,
+        };
+        Box::new(session).update_state(change, message).await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {

@@ -485,10 +485,10 @@ pub trait WriteSession: Send {
 }
 
 /// The default [`WriteSession`]: the store's separate read and write calls.
-struct SeparateCalls<'a, S: ?Sized> {
-    store: &'a S,
-    path: StatePath,
-    snapshot: Snapshot,
+pub(crate) struct SeparateCalls<'a, S: ?Sized> {
+    pub(crate) store: &'a S,
+    pub(crate) path: StatePath,
+    pub(crate) snapshot: Snapshot,
 }
 
 #[async_trait]

@@ -487,11 +487,7 @@ impl WriteSession for RemoteSession {
                 .await;
         }
         let store = this.store.unpinned();
-        let queue = WriteQueue::of(
-            &format!("{:p}", Arc::as_ptr(&store.handle)),
-            &store.state_ref,
-            store.endpoint.credentials.as_ref(),
-        )?;
+        let queue = store.write_queue()?;
         let write = QueuedWrite {
             path: this.path,
             base_file: this.base_file,
@@ -663,6 +659,15 @@ impl RemoteStore {
         }))
     }
 
+    /// This process's write queue for the state branch, under this store's credential.
+    fn write_queue(&self) -> Result<Arc<WriteQueue>, StoreError> {
+        WriteQueue::of(
+            &format!("{:p}", Arc::as_ptr(&self.handle)),
+            &self.state_ref,
+            self.endpoint.credentials.as_ref(),
+        )
+    }
+
     /// A write session from what this cache recorded of the state branch and of `path`'s lock
     /// (its own pushes, or the last fetch), when the write can go in one request: a smart-HTTP
     /// remote running git's receive-pack (which takes an update whose old and new ids are the
@@ -670,19 +675,7 @@ impl RemoteStore {
     /// offers `atomic`, and no other write of this process on the branch, nor contention with
     /// another process. `None` otherwise.
     fn recall_write(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
-        let Some(offers) = crate::plumbing::sendpack::known_offers(&self.endpoint) else {
-            return Ok(None);
-        };
-        let git_receive_pack = offers.iter().any(|c| c.starts_with("agent=git/"));
-        if !git_receive_pack || !offers.iter().any(|c| c == "atomic") {
-            return Ok(None);
-        }
-        let queue = WriteQueue::of(
-            &format!("{:p}", Arc::as_ptr(&self.handle)),
-            &self.state_ref,
-            self.endpoint.credentials.as_ref(),
-        )?;
-        if !queue.quiet() {
+        if !onepost::asserts_unchanged_refs(&self.endpoint) || !self.write_queue()?.quiet() {
             return Ok(None);
         }
         let cache = self.cache()?;

@@ -34,6 +34,12 @@ pub fn possible(endpoint: &Endpoint) -> bool {
     known_offers(endpoint).is_some()
 }
 
+/// Whether a [`push`] to `endpoint` may also assert a ref unchanged (old id = new id), checked in
+/// the same atomic transaction ([`super::sendpack::asserts_unchanged_refs`]).
+pub fn asserts_unchanged_refs(endpoint: &Endpoint) -> bool {
+    super::sendpack::asserts_unchanged_refs(endpoint)
+}
+
 /// Sends `updates` (with `pack` unless every update is a delete) in one `POST` and returns the
 /// server's report, or `None` when there was no report to read (see the module documentation).
 pub fn push(endpoint: &Endpoint, updates: &[RefUpdate], pack: &[u8]) -> Option<Report> {

@@ -115,6 +115,15 @@ fn checks_old_ids(agent: Option<&str>) -> bool {
     agent.is_some_and(|a| a.starts_with("git/") || a.starts_with("JGit/"))
 }
 
+/// Whether `endpoint`'s receive-pack, as this process last read it, takes an update whose old
+/// and new ids are the same as "this ref is still at that id", verified in the same `atomic`
+/// transaction as the other updates: git's own (checked against git 2.47), offering `atomic`.
+pub(crate) fn asserts_unchanged_refs(endpoint: &Endpoint) -> bool {
+    known_offers(endpoint).is_some_and(|offers| {
+        offers.iter().any(|c| c.starts_with("agent=git/")) && offers.iter().any(|c| c == "atomic")
+    })
+}
+
 fn remember_offers(endpoint: &Endpoint, agent: Option<&str>, capabilities: &[String]) {
     if let Ok(mut offers) = OFFERS.lock() {
         let offers = offers.get_or_insert_with(HashMap::new);
