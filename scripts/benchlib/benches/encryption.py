@@ -9,8 +9,10 @@ to roughly 10 KiB, 1 MiB and 10 MiB.
 
 Usage: scripts/bench encryption [--runs 15] [--sizes 10240,1048576,10485760] [--gitstate PATH]
 Needs moto (scripts/install-test-deps.sh puts it in $GITSTATE_TOOLS/moto-5.2.5). Writing needs only
-an age recipient (a fixed public key below); GET opens with the data key the server keeps in
-memory after its own write, as a warm server does.
+an age recipient (a fixed public key below). GET follows the server's own write, as on a warm
+server: since 2026-11-25 it is answered from the sealer's memory of what it sealed (a comparison
+of the stored bytes, no decryption); a read of a version another process wrote is not measured
+here (it opens in full, as every GET did before).
 Prints a markdown table (median, min-max, ratio to plaintext) for docs/BENCHMARKS.md.
 """
 import json

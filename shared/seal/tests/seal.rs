@@ -19,6 +19,11 @@ struct Server {
 }
 
 fn server(enforced: bool) -> Server {
+    server_keeping(enforced, std::time::Duration::ZERO)
+}
+
+/// A server whose unwrapped data keys (and what it sealed) stay in memory for `ttl`.
+fn server_keeping(enforced: bool, ttl: std::time::Duration) -> Server {
     let identity = {
         // an identity file as the server reads it
         let generated = age::x25519::Identity::generate();
@@ -30,6 +35,7 @@ fn server(enforced: bool) -> Server {
         age_recipients: vec![recipient.clone()],
         age_identities: vec![Zeroizing::new(identity.clone())],
         enforced,
+        data_key_ttl: ttl,
         ..SealerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -261,4 +267,63 @@ fn a_stored_document_nested_too_deep_is_refused_with_the_reason() {
         .unwrap_err();
     assert!(matches!(e, SealError::BadInput(_)), "{e}");
     assert!(e.to_string().contains("more than 100 levels deep"), "{e}");
+}
+
+/// What this process sealed is opened again from memory (the next write's state guard, a read
+/// after a write), but only at the place it was sealed for and only for exactly those bytes:
+/// everything else takes the full way, with its refusals.
+#[test]
+fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sealed() {
+    use gitstate_core::Sealer;
+    // Pretty-printed as Terraform writes it: a full open gives back the document's values
+    // re-serialized compactly, so getting these exact bytes back means memory answered.
+    let pretty = bytes::Bytes::from(
+        serde_json::to_vec_pretty(&serde_json::from_str::<serde_json::Value>(STATE).unwrap())
+            .unwrap(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for enforced in [false, true] {
+        let s = server_keeping(enforced, std::time::Duration::from_secs(60));
+        let here = place("default", "a.tfstate");
+        let sealed = runtime
+            .block_on(s.sealer.seal(&here, pretty.clone()))
+            .unwrap();
+        let full = s.sealer.open_blocking(&here, &sealed).unwrap().unwrap();
+        assert_ne!(full, pretty, "the premise: a full open re-serializes");
+        let opened = runtime
+            .block_on(s.sealer.open(&here, sealed.clone()))
+            .unwrap();
+        assert_eq!(opened, pretty, "opened from memory");
+
+        // Another place: refused as a full open refuses it.
+        for elsewhere in [place("default", "b.tfstate"), place("other", "a.tfstate")] {
+            let e = runtime
+                .block_on(s.sealer.open(&elsewhere, sealed.clone()))
+                .unwrap_err();
+            assert!(matches!(e, SealError::Misplaced(_)), "{e}");
+        }
+        // One encrypted value changed: not the sealed bytes, so the full open runs and finds
+        // the tampering.
+        let text = String::from_utf8(sealed.to_vec()).unwrap();
+        let value = text
+            .find("ENC[AES256_GCM,data:")
+            .expect("an encrypted value")
+            + "ENC[AES256_GCM,data:".len();
+        let mut tampered = sealed.to_vec();
+        tampered[value] = if tampered[value] == b'A' { b'B' } else { b'A' };
+        let e = runtime
+            .block_on(s.sealer.open(&here, bytes::Bytes::from(tampered)))
+            .unwrap_err();
+        assert!(matches!(e, SealError::Tampered(_)), "{e}");
+    }
+    // Without a time to live, nothing is kept: a full open.
+    let s = server_keeping(false, std::time::Duration::ZERO);
+    let here = place("default", "a.tfstate");
+    let sealed = runtime
+        .block_on(s.sealer.seal(&here, pretty.clone()))
+        .unwrap();
+    let opened = runtime.block_on(s.sealer.open(&here, sealed)).unwrap();
+    assert_ne!(opened, pretty);
 }
