@@ -79,16 +79,22 @@ impl RecentlySealed {
     /// The plaintext of `stored` at `at`, when it is byte for byte a document this process
     /// sealed for `at` within the time to live.
     pub fn recall(&self, at: &Place, stored: &[u8]) -> Option<Bytes> {
-        let entries = self.entries.lock().ok()?;
-        entries
-            .iter()
-            .find(|e| {
-                e.since.elapsed() < self.ttl
-                    && e.at == *at
-                    && e.sealed.len() == stored.len()
-                    && e.sealed[..] == *stored
-            })
-            .map(|e| e.plain.clone())
+        // The candidates (same place, same length) are taken under the lock; the bytes are
+        // compared outside it, so concurrent reads do not queue behind a large comparison.
+        let candidates: Vec<(Bytes, Bytes)> = {
+            let entries = self.entries.lock().ok()?;
+            entries
+                .iter()
+                .filter(|e| {
+                    e.since.elapsed() < self.ttl && e.at == *at && e.sealed.len() == stored.len()
+                })
+                .map(|e| (e.sealed.clone(), e.plain.clone()))
+                .collect()
+        };
+        candidates
+            .into_iter()
+            .find(|(sealed, _)| sealed[..] == *stored)
+            .map(|(_, plain)| plain)
     }
 
     /// How many documents are held now (expired ones included until the next one is sealed).
