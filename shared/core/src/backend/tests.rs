@@ -362,6 +362,12 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     let (store, b) = locked_by_bob().await;
     let alices = lock_info("id-2", "alice@laptop");
     let current = || async { store.snapshot(&path()).await.expect("snapshot") };
+    // Bob (the holder) writes state(n) with his lock's ID, the store remembering `memory`.
+    let (at, caller) = (path(), alice());
+    let held_post = |memory, n| {
+        store.remember_write(P, memory);
+        b.post(&*store, &at, state(n), Some("id-1"), &caller)
+    };
     b.post(&*store, &path(), state(1), Some("id-1"), &alice())
         .await
         .expect("bob writes")
@@ -370,8 +376,7 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     // The memory names another holder: bob, the holder, still writes.
     let mut memory = current().await;
     memory.lock = Some(alices.clone());
-    store.remember_write(P, memory);
-    b.post(&*store, &path(), state(2), Some("id-1"), &alice())
+    held_post(memory, 2)
         .await
         .expect("bob writes although the memory names alice")
         .expect("a commit");
@@ -381,8 +386,7 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     let mut memory = current().await;
     memory.state_tip = Some("c-old".into());
     memory.state = Some(state(9));
-    store.remember_write(P, memory);
-    b.post(&*store, &path(), state(3), Some("id-1"), &alice())
+    held_post(memory, 3)
         .await
         .expect("decided on the stored serial 2, not the remembered 9")
         .expect("a commit");
@@ -391,18 +395,13 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     // The memory says the state already holds this body: a fresh read says it does not.
     let mut memory = current().await;
     memory.state = Some(state(4));
-    store.remember_write(P, memory);
-    let written = b
-        .post(&*store, &path(), state(4), Some("id-1"), &alice())
-        .await
-        .expect("written");
+    let written = held_post(memory, 4).await.expect("written");
     assert!(written.is_some(), "a replay is not taken from memory");
     assert_eq!(store.file(P), Some(state(4)));
 
     // A memory that is right: one compare-and-swap, one commit.
     let (attempts, commits) = (store.attempts(), store.commits_of(P).len());
-    store.remember_write(P, current().await);
-    b.post(&*store, &path(), state(5), Some("id-1"), &alice())
+    held_post(current().await, 5)
         .await
         .expect("written from memory")
         .expect("a commit");
@@ -418,10 +417,8 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     b.lock(&*store, &path(), alices.clone())
         .await
         .expect("alice locks");
-    store.remember_write(P, remembered);
     assert_eq!(
-        b.post(&*store, &path(), state(6), Some("id-1"), &alice())
-            .await,
+        held_post(remembered, 6).await,
         Err(BackendError::Locked(alices.clone()))
     );
     assert_eq!(store.file(P), Some(state(5)), "nothing written");
