@@ -41,15 +41,23 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Whether the process runs: it exists and is not a zombie (exited, waiting for its parent).
+/// Whether the process runs: one of its threads exists and is not a zombie. The first thread
+/// alone is not enough: while a process exits, or after its main thread ended, the first thread is
+/// already a zombie while the others still run (and still hold its sockets and files).
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    let Ok(tasks) = std::fs::read_dir(Path::new("/proc").join(pid.to_string()).join("task")) else {
+        return false;
+    };
+    tasks
+        .flatten()
+        .any(|task| std::fs::read_to_string(task.path().join("stat")).is_ok_and(|s| running(&s)))
+}
+
+/// Whether a `/proc/.../stat` line names a thread that runs (any state but zombie or dead).
+fn running(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
 }
 
 /// Sends SIGTERM to the server named by `path` and waits up to `wait` for it to finish the
@@ -90,4 +98,67 @@ pub fn stop(path: &Path, wait: Duration) -> Result<String, String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(format!("gitstate (process {pid}) stopped\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// Polls `alive(pid)` until it equals `want` (a signal or an exit takes a moment to land).
+    fn becomes(pid: u32, want: bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if alive(pid) == want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn a_process_runs_until_its_last_thread_has_ended() {
+        // The main thread ends first (it becomes a zombie), another thread sleeps on: the process
+        // still runs, as a server does while its runtime's threads wind down.
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, threading, time\n\
+                 threading.Thread(target=time.sleep, args=(2,)).start()\n\
+                 time.sleep(0.2)\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let pid = child.id();
+        let stat = Path::new("/proc").join(pid.to_string()).join("stat");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&stat).is_ok_and(|s| running(&s)) {
+            assert!(Instant::now() < deadline, "the main thread never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            alive(pid),
+            "a process whose main thread ended but another runs is alive"
+        );
+        // Once the last thread ends the process is a zombie until it is waited for: not alive.
+        assert!(
+            becomes(pid, false),
+            "an exited, unreaped process counts as running"
+        );
+        child.wait().unwrap();
+        assert!(!alive(pid));
+    }
+
+    #[test]
+    fn a_running_process_is_alive_and_a_killed_one_is_not() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(alive(pid));
+        child.kill().unwrap();
+        assert!(becomes(pid, false));
+        child.wait().unwrap();
+    }
 }
