@@ -1,7 +1,9 @@
 //! The remote cache of a long-running server stays bounded: with a small budget
 //! (`GITSTATE_CACHE_MAX_PACKS=3`) and another writer moving the branch between reads (so every
 //! read fetches a pack), hundreds of read/write cycles keep answering correctly while cache
-//! generations are retired and removed behind them.
+//! generations are retired and removed behind them; with a small byte budget
+//! (`GITSTATE_CACHE_MAX_MIB=4`), large writes never let the cache outgrow it by more than a
+//! write or two.
 
 use std::path::Path;
 
@@ -116,6 +118,86 @@ fn cache_generations_are_retired_and_removed_while_serving() {
     assert_eq!(
         git_show(&git_dir, "main", "mine.tfstate").unwrap(),
         state(cycles, &format!("mine-{cycles}")).as_bytes()
+    );
+}
+
+/// Bytes of every file under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => total += bytes_under(&entry.path()),
+            Ok(_) => total += entry.metadata().map_or(0, |m| m.len()),
+            Err(_) => {}
+        }
+    }
+    total
+}
+
+/// A state of about `size` bytes that zlib cannot shrink much (printable noise), as a sealed or
+/// base64-heavy state is.
+fn large_state(serial: u64, size: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x = serial.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let noise: String = (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ALPHABET[(x >> 58) as usize] as char
+        })
+        .collect();
+    format!(
+        r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"bytes","outputs":{{"blob":{{"value":"{noise}","type":"string"}}}},"resources":[]}}"#
+    )
+}
+
+#[test]
+fn large_writes_keep_the_cache_within_its_byte_budget() {
+    let repos = tempfile::tempdir().unwrap();
+    bare_repo(repos.path(), "states");
+    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let spec = format!("default={}", git_server.url("states"));
+    let mut env = vec![("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+    env.push(("GITSTATE_CACHE_MAX_MIB", "4"));
+    let cwd = tempfile::tempdir().unwrap();
+    let ours = Gitstate::start(&["--repository", &spec], &env, cwd.path());
+
+    // 30 writes of 1 MiB: about 24 MiB of objects in one generation without a byte budget.
+    let writes = 30;
+    let mut largest = 0;
+    for serial in 1..=writes {
+        let body = large_state(serial, 1 << 20);
+        let url = ours.state_url("default", "big.tfstate");
+        let (status, answer) = http("POST", &url, Some(&body), None).unwrap();
+        assert_eq!(status, 200, "write {serial}: {answer}\n{}", ours.log());
+        let (status, read) = http("GET", &url, None, None).unwrap();
+        assert_eq!(status, 200, "read {serial}: {}", ours.log());
+        assert!(read == body, "read {serial} is not the state just written");
+        // A retired generation is removed once its last request lets go: give that a moment.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        largest = largest.max(bytes_under(&ours.cache_dir));
+    }
+    eprintln!("the cache's largest size over {writes} writes: {largest} bytes");
+    // The budget (4 MiB), the write that crossed it, and a retired generation on its way out.
+    assert!(
+        largest <= 12 << 20,
+        "the cache took {largest} bytes with a 4 MiB budget: {:?}",
+        generations(&ours.cache_dir)
+    );
+    let log = ours.log();
+    assert!(
+        log.matches("cache generation retired").count() >= 3,
+        "large writes retired no generation:\n{log}"
+    );
+    let git_dir = repos.path().join("states.git");
+    assert_eq!(
+        git_log_subjects(&git_dir, "main", "big.tfstate").len(),
+        writes as usize
+    );
+    assert_eq!(
+        git_show(&git_dir, "main", "big.tfstate").unwrap(),
+        large_state(writes, 1 << 20).as_bytes()
     );
 }
 

@@ -53,6 +53,9 @@ pub struct Cache {
     packs: AtomicUsize,
     /// Pushes recorded into this generation (each adds a few loose objects).
     recorded: AtomicUsize,
+    /// Bytes this generation took on disk, as far as it wrote them: fetched packs, and recorded
+    /// objects counted uncompressed in whole 4 KiB blocks (an upper bound of their loose files).
+    bytes: AtomicU64,
     /// Set when a newer generation replaced this one: its directory goes when the last user
     /// drops it.
     retired: AtomicBool,
@@ -83,6 +86,10 @@ pub struct CacheBudget {
     pub packs: usize,
     /// Recorded pushes (each adds a few loose objects) a generation may take.
     pub recorded_pushes: usize,
+    /// Bytes a generation may take on disk (fetched packs and recorded objects): large states
+    /// fill a disk long before the counts above are reached (an encrypted 1 MiB state is a
+    /// 3.3 MB blob, ~2.5 MB as a loose object).
+    pub bytes: u64,
 }
 
 impl Default for CacheBudget {
@@ -90,23 +97,36 @@ impl Default for CacheBudget {
         CacheBudget {
             packs: 256,
             recorded_pushes: 16_384,
+            bytes: 128 << 20,
         }
     }
 }
 
 impl CacheBudget {
-    /// The default, with `GITSTATE_CACHE_MAX_PACKS` (a tuning knob, also used by tests to make
-    /// generations short) overriding the pack budget.
+    /// The default, with `GITSTATE_CACHE_MAX_PACKS` and `GITSTATE_CACHE_MAX_MIB` (tuning
+    /// knobs, also used by tests to make generations short) overriding the pack and byte budgets.
     pub fn from_env() -> CacheBudget {
+        fn positive(name: &str) -> Option<u64> {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|n| *n > 0)
+        }
         let mut budget = CacheBudget::default();
-        if let Some(packs) = std::env::var("GITSTATE_CACHE_MAX_PACKS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|n| *n > 0)
-        {
-            budget.packs = packs;
+        if let Some(packs) = positive("GITSTATE_CACHE_MAX_PACKS") {
+            budget.packs = usize::try_from(packs).unwrap_or(usize::MAX);
+        }
+        if let Some(mib) = positive("GITSTATE_CACHE_MAX_MIB") {
+            budget.bytes = mib.saturating_mul(1 << 20);
         }
         budget
+    }
+
+    /// Whether `cache` has taken more than this budget allows.
+    fn spent_by(&self, cache: &Cache) -> bool {
+        cache.packs.load(Ordering::Relaxed) > self.packs
+            || cache.recorded.load(Ordering::Relaxed) > self.recorded_pushes
+            || cache.bytes.load(Ordering::Relaxed) > self.bytes
     }
 }
 
@@ -209,7 +229,7 @@ impl CacheHandle {
             .lock()
             .map_err(|_| StoreError::Internal("the history cache is poisoned".into()))?;
         if let Some(cache) = slot.as_ref() {
-            if cache.packs.load(Ordering::Relaxed) <= self.budget.packs {
+            if !self.budget.spent_by(cache) {
                 return Ok(cache.clone());
             }
             cache.retired.store(true, Ordering::Release);
@@ -228,9 +248,7 @@ impl CacheHandle {
     /// Starts a new generation when `used` (the one a request just worked with) is still the
     /// current one and has outgrown its budget. Failing to create one keeps the old one.
     pub fn retire_if_spent(&self, used: &Arc<Cache>) {
-        let spent = used.packs.load(Ordering::Relaxed) > self.budget.packs
-            || used.recorded.load(Ordering::Relaxed) > self.budget.recorded_pushes;
-        if !spent {
+        if !self.budget.spent_by(used) {
             return;
         }
         let Ok(mut current) = self.current.write() else {
@@ -252,6 +270,7 @@ impl CacheHandle {
                     cache = %dir.display(),
                     packs = used.packs.load(Ordering::Relaxed),
                     recorded_pushes = used.recorded.load(Ordering::Relaxed),
+                    bytes = used.bytes.load(Ordering::Relaxed),
                     micros = started.elapsed().as_micros() as u64,
                     "cache generation retired; a fresh one takes over"
                 );
@@ -441,6 +460,7 @@ impl Cache {
             write_lock: Mutex::new(()),
             packs: AtomicUsize::new(0),
             recorded: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             shallow,
         })
@@ -826,6 +846,7 @@ impl Cache {
         let bytes = pack
             .and_then(|p| std::fs::metadata(p).ok())
             .map_or(0, |m| m.len());
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
         metrics::counter!(gitstate_core::metrics::GIT_FETCHES, "kind" => kind).increment(1);
         metrics::counter!(gitstate_core::metrics::GIT_FETCHED_BYTES, "kind" => kind)
             .increment(bytes);
@@ -1026,7 +1047,7 @@ impl Cache {
     ) -> Result<(), StoreError> {
         self.recorded.fetch_add(1, Ordering::Relaxed);
         let repo = self.repo();
-        write_objects(&repo, objects)?;
+        self.wrote(write_objects(&repo, objects)?);
         let change = match tip {
             Some(id) => Change::Update {
                 log: LogChange {
@@ -1068,20 +1089,30 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
-        write_objects(&self.repo(), objects)
+        self.wrote(write_objects(&self.repo(), objects)?);
+        Ok(())
+    }
+
+    /// Counts `bytes` of recorded objects against the budget.
+    fn wrote(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 }
 
-/// Writes `objects` the cache lacks. Concurrent readers take "the tip commit is here" to mean
-/// "its whole tree is here" (that is how a fetch is skipped), so no object may appear before
-/// those it references.
+/// Writes `objects` the cache lacks; returns what they may take on disk (their sizes rounded up
+/// to whole 4 KiB blocks: loose objects are compressed, but a small one still takes a block).
+/// Concurrent readers take "the tip commit is here" to mean "its whole tree is here" (that is how
+/// a fetch is skipped), so no object may appear before those it references.
 fn write_objects(
     repo: &gix::Repository,
     objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     use gix::prelude::Write;
+    const BLOCK: u64 = 4096;
+    let mut bytes = 0u64;
     for (id, kind, data) in in_dependency_order(objects) {
         if !repo.has_object(id) {
+            bytes += (data.len() as u64).div_ceil(BLOCK) * BLOCK;
             // Hashed again although the id is known: gix's `write_buf_with_known_id` measured
             // 4-5 ms slower per LOCK (three small objects; BENCHMARKS, 2026-11-25 evening) than
             // the ~1 ms of SHA-1 it saves on a 1 MiB state, which is spent after the answer.
@@ -1090,7 +1121,7 @@ fn write_objects(
                 .map_err(internal("recording pushed objects"))?;
         }
     }
-    Ok(())
+    Ok(bytes)
 }
 
 /// `objects` ordered so that each comes after every object of the set it references: blobs, then
