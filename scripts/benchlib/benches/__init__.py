@@ -9,6 +9,7 @@ BENCHES = {
     "scaling": "scaling",
     "write-queue": "write_queue",
     "large-state": "large_state",
+    "cache-budget": "cache_budget",
     "encryption": "encryption",
     "seal-kms": "seal_kms",
     "catalog": "catalog",
