@@ -356,6 +356,20 @@ pub fn ls_remote(url: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `len` characters drawn from `alphabet` by a xorshift generator seeded with `seed`: noise that
+/// compresses poorly (hex to about half, base64's alphabet hardly at all), the same for a seed.
+pub fn noise(seed: u64, len: usize, alphabet: &[u8]) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(alphabet[(x >> 32) as usize % alphabet.len()])
+        })
+        .collect()
+}
+
 /// `git --git-dir=GIT_DIR show REV:PATH`, or None when it does not exist.
 pub fn git_show(git_dir: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
     let out = git_output(

@@ -138,15 +138,7 @@ fn bytes_under(dir: &Path) -> u64 {
 /// base64-heavy state is.
 fn large_state(serial: u64, size: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut x = serial.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let noise: String = (0..size)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ALPHABET[(x >> 58) as usize] as char
-        })
-        .collect();
+    let noise = noise(serial, size, ALPHABET);
     format!(
         r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"bytes","outputs":{{"blob":{{"value":"{noise}","type":"string"}}}},"resources":[]}}"#
     )

@@ -161,15 +161,7 @@ impl Proxy {
 /// A state with `pad` bytes of hex noise (it compresses poorly, so the pack is large enough to
 /// be cut in the middle).
 fn state(serial: u64, pad: usize) -> String {
-    let mut x = serial.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let noise: String = (0..pad)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b"0123456789abcdef"[(x & 15) as usize])
-        })
-        .collect();
+    let noise = noise(serial, pad, b"0123456789abcdef");
     format!(
         r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"faults","outputs":{{}},"resources":[],"pad":"{noise}"}}"#
     )
