@@ -646,3 +646,101 @@ fn the_resource_index_holds_no_identifier_in_clear() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the resource index is off"), "{stderr}");
 }
+
+/// Each UNLOCK form a client sends is answered, leaves the lock branch and is written in the
+/// audit trail as what it is, from the one definition in `gitstate_core::lock`: a force-unlock
+/// (terraform's empty body; OpenTofu's LockInfo with only `ID`, as OpenTofu marshals it with a
+/// zero `Created`) releases any lock; any other LockInfo is the holder's own UNLOCK, which
+/// releases only the lock its `ID` holds (`ID` + `Version` included, which the audit trail once
+/// called a force-unlock) and is refused with the holder's LockInfo otherwise.
+#[test]
+fn each_unlock_form_is_answered_and_audited_as_what_it_is() {
+    let moto = MotoServer::start();
+    let (ok, out, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{out}{err}");
+    let (cwd, server) = serve_with_catalog(&moto);
+    let git_dir = cwd.path().join(".gitstate/default.git");
+    let url = server.state_url("default", "forms.tfstate");
+    let locked = || !refs_under(&git_dir, "refs/heads/locks/").is_empty();
+    let holder = |id: &str| lock_info(id, "holder@ci", "OperationTypeApply");
+    let opentofu_force = |id: &str| {
+        serde_json::json!({"ID": id, "Operation": "", "Info": "", "Who": "", "Version": "",
+            "Created": "0001-01-01T00:00:00Z", "Path": ""})
+        .to_string()
+    };
+    // (the lock's ID, the UNLOCK body, its status, the audit action it adds)
+    let forms: Vec<(&str, String, u16, Option<&str>)> = vec![
+        ("f-empty", String::new(), 200, Some("force-unlock")),
+        ("f-id", r#"{"ID":"f-id"}"#.into(), 200, Some("force-unlock")),
+        (
+            "f-other-id",
+            r#"{"ID":"nobody"}"#.into(),
+            200,
+            Some("force-unlock"),
+        ),
+        (
+            "f-tofu",
+            opentofu_force("f-tofu"),
+            200,
+            Some("force-unlock"),
+        ),
+        (
+            "f-version",
+            r#"{"ID":"f-version","Version":"1"}"#.into(),
+            200,
+            Some("unlock"),
+        ),
+        ("f-holder", holder("f-holder"), 200, Some("unlock")),
+        ("f-another", holder("someone-else"), 423, None),
+    ];
+    let mut expected = Vec::new();
+    for (id, body, status, action) in &forms {
+        assert_eq!(http("LOCK", &url, Some(&holder(id)), None).unwrap().0, 200);
+        expected.push(("lock".to_owned(), id.to_string()));
+        let (got, answer) = http("UNLOCK", &url, Some(body), None).unwrap();
+        assert_eq!(got, *status, "UNLOCK {body:?}: {answer}");
+        assert_eq!(locked(), *status != 200, "UNLOCK {body:?}: the lock branch");
+        match action {
+            Some(action) => expected.push((action.to_string(), String::new())),
+            None => {
+                // Refused with the holder's LockInfo; the holder then releases its lock.
+                let info: Value = serde_json::from_str(&answer).unwrap();
+                assert_eq!(info["ID"], *id, "{answer}");
+                assert_eq!(
+                    http("UNLOCK", &url, Some(&holder(id)), None).unwrap().0,
+                    200
+                );
+                assert!(!locked());
+                expected.push(("unlock".to_owned(), String::new()));
+            }
+        }
+    }
+    eventually("the audit trail names each release as it was", || {
+        let trail = json(&moto, &["audit", "default", "forms.tfstate"]);
+        let actions: Vec<(String, String)> = trail
+            .as_array()
+            .ok_or("not a list")?
+            .iter()
+            .map(|e| {
+                let action = e["action"].as_str().unwrap_or_default().to_owned();
+                let id = if action == "lock" {
+                    e["lock_id"].as_str().unwrap_or_default().to_owned()
+                } else {
+                    String::new()
+                };
+                (action, id)
+            })
+            .collect();
+        (actions == expected)
+            .then_some(())
+            .ok_or(format!("{actions:?} != {expected:?}"))
+    });
+    // The holder's own release names the holder.
+    let trail = json(&moto, &["audit", "default", "forms.tfstate"]);
+    let holder_release = &trail.as_array().unwrap()[11];
+    assert_eq!(
+        (&holder_release["action"], &holder_release["who"]),
+        (&Value::from("unlock"), &Value::from("holder@ci")),
+        "{trail}"
+    );
+}

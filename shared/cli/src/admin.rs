@@ -5,7 +5,6 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use clap::Args;
 use gitstate_app::{Config, Deployment, Registry, Runtime, Settings};
 use gitstate_core::backend::Caller;
@@ -13,7 +12,7 @@ use gitstate_core::history::DEFAULT_HISTORY_LIMIT;
 use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::{
     Backend, BackendError, Catalog, CatalogChange, CatalogEvent, StateFacts, StatePath, StateStore,
-    StoreRegistry,
+    StoreRegistry, Unlock,
 };
 
 use crate::output::{json, table, Spinner};
@@ -101,7 +100,7 @@ fn parse_path(raw: &str) -> Result<StatePath, String> {
 fn explain(e: BackendError, path: &StatePath) -> String {
     match e {
         BackendError::Locked(holder) => {
-            let info: gitstate_core::LockInfo = serde_json::from_slice(&holder).unwrap_or_default();
+            let info = gitstate_core::LockInfo::stored(&holder);
             format!(
                 "{path} is locked by {} ({}, ID {}, since {}); wait for it, pass --lock-id {} if you hold it, or release it with `gitstate unlock`",
                 info.who, info.operation, info.id, info.created, info.id
@@ -349,12 +348,12 @@ pub async fn unlock(args: UnlockArgs) -> Result<String, String> {
     }
     // Release exactly the lock that was shown: if another holder took it meanwhile, the ID no
     // longer matches and nothing is released.
-    let body = serde_json::json!({
-        "ID": lock.id, "Operation": lock.operation, "Who": lock.who, "Created": lock.created,
-    });
-    repositories
+    let request = Unlock::OnBehalf {
+        id: lock.id.clone(),
+    };
+    let unlocked = repositories
         .backend
-        .unlock(store.as_ref(), &path, Bytes::from(body.to_string()))
+        .unlock(store.as_ref(), &path, &request)
         .await
         .map_err(|e| match e {
             BackendError::Locked(_) => format!(
@@ -366,7 +365,9 @@ pub async fn unlock(args: UnlockArgs) -> Result<String, String> {
         .tell_catalog(
             &args.repository,
             &path,
-            CatalogChange::Unlock { force: true },
+            CatalogChange::Unlock {
+                force: unlocked.force,
+            },
         )
         .await;
     Ok(format!(

@@ -132,7 +132,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
 fn explain_refusal(e: BackendError, path: &StatePath) -> String {
     match e {
         BackendError::Locked(holder) => {
-            let info: gitstate_core::LockInfo = serde_json::from_slice(&holder).unwrap_or_default();
+            let info = gitstate_core::LockInfo::stored(&holder);
             format!(
                 "{path} is locked by {} ({}, ID {}); run migrate again once it is released (or release it with `gitstate unlock`)",
                 info.who, info.operation, info.id

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
-use crate::lockinfo::{LockInfo, LockInfoError};
+use crate::lock::{LockInfo, LockInfoError, Unlock, Unlocked};
 use crate::path::StatePath;
 use crate::seal::{Opener, Place, SealError, Sealer};
+use crate::statefile::{StateError, StateFile};
 use crate::store::{
     Intent, LockCreate, Revision, StateChange, StateStore, StoreError, WriteBudget,
 };
@@ -125,39 +126,10 @@ impl From<LockInfoError> for BackendError {
     }
 }
 
-/// What the protocol learned from a valid state body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateSummary {
-    /// `serial`, when the body has a numeric one.
-    pub serial: Option<u64>,
-    /// `lineage`, when the body has a string one.
-    pub lineage: Option<String>,
-}
-
-/// Checks that `body` is one JSON object that is a Terraform state or an OpenTofu-encrypted
-/// envelope.
-pub fn validate_state(body: &[u8]) -> Result<StateSummary, BackendError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return Err(BackendError::BadRequest(
-            "the body is not a JSON object; a Terraform state is expected".into(),
-        ));
+impl From<StateError> for BackendError {
+    fn from(e: StateError) -> Self {
+        BackendError::BadRequest(e.to_string())
     }
-    let header: header::StateHeader = serde_json::from_slice(body)
-        .map_err(|e| BackendError::BadRequest(format!("the body is not valid JSON: {e}")))?;
-    let is_state = header.version.as_ref().is_some_and(|v| v.is_u64());
-    if !is_state && !header.encrypted_data {
-        return Err(BackendError::BadRequest(
-            "the body is not a Terraform state: it has no numeric \"version\" (nor OpenTofu's \"encrypted_data\")".into(),
-        ));
-    }
-    Ok(StateSummary {
-        serial: header.serial.and_then(|s| s.as_u64()),
-        lineage: header
-            .lineage
-            .and_then(|l| l.as_str().map(str::to_owned))
-            .filter(|l| !l.is_empty()),
-    })
 }
 
 /// The protocol service. Cheap to clone; holds only policy.
@@ -195,11 +167,11 @@ impl Default for Backend {
     }
 }
 
-/// What a write proposes: the new state (`None`: delete it), with the summary the state guard
+/// What a write proposes: the new state (`None`: delete it), with the header the state guard
 /// checks it by (`None`: the guard does not apply).
 struct Proposal {
     content: Option<Bytes>,
-    guard: Option<StateSummary>,
+    guard: Option<StateFile>,
 }
 
 /// A write that made a commit: the commit, and the writer its message names.
@@ -346,10 +318,9 @@ impl Backend {
                 advice: self.size_advice.clone(),
             });
         }
-        let summary = validate_state(&body)?;
-        let message_serial = summary.serial;
-        let guarded =
-            (self.state_guard && store.guards_states() && !caller.force).then_some(summary);
+        let file = crate::statefile::read(&body)?;
+        let message_serial = file.serial;
+        let guarded = (self.state_guard && store.guards_states() && !caller.force).then_some(file);
         self.write(
             store,
             path,
@@ -425,18 +396,16 @@ impl Backend {
             let mut who = escape_controls(caller.display()).into_owned();
             match &snapshot.lock {
                 Some(lock) => {
-                    let holder = serde_json::from_slice::<LockInfo>(lock).ok();
-                    match (&holder, lock_id) {
-                        (Some(h), Some(id)) if !h.id.is_empty() && h.id == id => {
-                            if !h.who.is_empty() {
-                                who = escape_controls(&h.who).into_owned();
-                            }
+                    let holder = LockInfo::stored(lock);
+                    if holder.admits(lock_id) {
+                        if !holder.who.is_empty() {
+                            who = escape_controls(&holder.who).into_owned();
                         }
-                        _ if recalled => {
-                            recall = false;
-                            continue;
-                        }
-                        _ => return Err(BackendError::Locked(lock.clone())),
+                    } else if recalled {
+                        recall = false;
+                        continue;
+                    } else {
+                        return Err(BackendError::Locked(lock.clone()));
                     }
                 }
                 None if recalled => {
@@ -566,7 +535,7 @@ impl Backend {
         at: &Place,
         stored: &Bytes,
         body: &Bytes,
-        incoming: &StateSummary,
+        incoming: &StateFile,
     ) -> Result<(), BackendError> {
         let (stored, _) = self.open_legacy(stored.clone()).await;
         let stored = match &self.sealer {
@@ -577,7 +546,7 @@ impl Backend {
             },
             None => stored,
         };
-        let Ok(current) = validate_state(&stored) else {
+        let Ok(current) = crate::statefile::read(&stored) else {
             return Ok(());
         };
         let force = "; if this is intended (terraform state push -force), send it to the address with ?force=true";
@@ -626,13 +595,14 @@ impl Backend {
     }
 
     /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
-    /// another holder gets [`BackendError::Locked`] with its LockInfo.
+    /// another holder gets [`BackendError::Locked`] with its LockInfo. Answers the LockInfo as
+    /// read (the body itself is what is stored).
     pub async fn lock(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
         body: Bytes,
-    ) -> Result<(), BackendError> {
+    ) -> Result<LockInfo, BackendError> {
         let info = LockInfo::parse(&body)?;
         let who = if info.who.is_empty() {
             "unknown"
@@ -651,11 +621,11 @@ impl Backend {
                 metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
                 metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
                 tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
-                Ok(())
+                Ok(info)
             }
             LockCreate::Held { content, .. } => {
-                if LockInfo::holder_id(&content).as_deref() == Some(info.id.as_str()) {
-                    Ok(())
+                if LockInfo::stored(&content).is_held_by(&info.id) {
+                    Ok(info)
                 } else {
                     record_lock_age(&content, "conflict");
                     Err(BackendError::Locked(content))
@@ -664,21 +634,16 @@ impl Backend {
         }
     }
 
-    /// `UNLOCK`: releases the lock when `body` names its holder; an empty body (terraform
-    /// force-unlock) or LockInfo with only `ID` (OpenTofu force-unlock) releases any lock. Not
-    /// locked is a success.
+    /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
+    /// whatever lock is held for a force-unlock). Not locked is a success. Answers what the
+    /// release was ([`Unlock::answer`]).
     pub async fn unlock(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
-        body: Bytes,
-    ) -> Result<(), BackendError> {
-        let requested = if body.iter().all(|b| b.is_ascii_whitespace()) {
-            None
-        } else {
-            Some(LockInfo::parse(&body)?)
-        };
-        let force = requested.as_ref().is_none_or(LockInfo::is_id_only);
+        request: &Unlock,
+    ) -> Result<Unlocked, BackendError> {
+        let answer = request.answer();
         let started = Instant::now();
         let deadline = self.retry.deadline(started, None);
         let mut attempt = 0;
@@ -702,11 +667,10 @@ impl Backend {
                     intent = Intent::Unlock;
                     continue;
                 }
-                return Ok(());
+                return Ok(answer);
             };
-            if !force {
-                let wanted = requested.as_ref().map(|r| r.id.as_str());
-                if LockInfo::holder_id(content).as_deref() != wanted {
+            if let Some(id) = request.required_id() {
+                if !LockInfo::stored(content).is_held_by(id) {
                     if recalled {
                         intent = Intent::Unlock;
                         continue;
@@ -720,8 +684,8 @@ impl Backend {
                     record_lock_age(&held, "release");
                     metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
                     metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
-                    tracing::info!(%path, force, "lock released");
-                    return Ok(());
+                    tracing::info!(%path, force = answer.force, "lock released");
+                    return Ok(answer);
                 }
                 Err(StoreError::Stale) => {
                     intent = Intent::Unlock;
@@ -736,9 +700,7 @@ impl Backend {
 /// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not
 /// an RFC 3339 time, as in a lock written by hand).
 fn record_lock_age(content: &[u8], event: &'static str) {
-    let created = serde_json::from_slice::<LockInfo>(content)
-        .ok()
-        .and_then(|info| crate::time::parse_rfc3339(&info.created));
+    let created = crate::time::parse_rfc3339(&LockInfo::stored(content).created);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64);
@@ -757,7 +719,6 @@ fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
     }
 }
 
-mod header;
 mod migrate;
 pub use migrate::{Migration, StoredForm};
 

@@ -194,10 +194,15 @@ pub struct LockFacts {
     pub created: String,
 }
 
-impl LockFacts {
-    /// Reads a LockInfo document (missing fields stay empty).
-    pub fn of(lock_info: &[u8]) -> LockFacts {
-        serde_json::from_slice(lock_info).unwrap_or_default()
+impl From<&crate::lock::LockInfo> for LockFacts {
+    /// What the catalog keeps of a lock taken with `info`.
+    fn from(info: &crate::lock::LockInfo) -> LockFacts {
+        LockFacts {
+            id: info.id.clone(),
+            who: info.who.clone(),
+            operation: info.operation.clone(),
+            created: info.created.clone(),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::backend::{Backend, BackendError, Caller};
-use crate::lockinfo::LockInfo;
+use crate::lock::LockInfo;
 use crate::path::StatePath;
 use crate::seal::SealError;
 use crate::store::{Revision, StateStore, StoreError, Version};
@@ -154,7 +154,7 @@ impl Backend {
                     Err(e) => return Err(e),
                 };
                 info.serial = state
-                    .and_then(|state| crate::backend::validate_state(&state).ok())
+                    .and_then(|state| crate::statefile::read(&state).ok())
                     .and_then(|summary| summary.serial);
             }
             listed.push(info);
@@ -259,7 +259,11 @@ impl Backend {
             )));
         };
         let current = match self.get(store, path).await? {
-            Some(current) => crate::backend::validate_state(&current)?.serial,
+            // A current state Terraform cannot read (one written before gitstate checked states)
+            // has no serial to continue: restoring over it is how it is mended.
+            Some(current) => crate::statefile::read(&current)
+                .ok()
+                .and_then(|file| file.serial),
             None => None,
         };
         let serial = current.unwrap_or(0).max(from.serial.unwrap_or(0)) + 1;
@@ -324,7 +328,7 @@ impl Backend {
         Ok(held
             .into_iter()
             .map(|lock| {
-                let info: LockInfo = serde_json::from_slice(&lock.content).unwrap_or_default();
+                let info = LockInfo::stored(&lock.content);
                 let age_seconds = crate::time::parse_rfc3339(&info.created).map(|created| {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

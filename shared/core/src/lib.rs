@@ -9,11 +9,12 @@ pub mod catalog;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
 pub mod history;
-pub mod lockinfo;
+pub mod lock;
 pub mod metrics;
 pub mod path;
 pub mod process;
 pub mod seal;
+pub mod statefile;
 pub mod store;
 pub mod text;
 pub mod tfstate;
@@ -26,7 +27,7 @@ pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
-pub use lockinfo::LockInfo;
+pub use lock::{LockInfo, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{

@@ -80,9 +80,9 @@ impl StatePath {
         &self.0
     }
 
-    /// The lock branch for this path: `refs/heads/locks/{path}`.
+    /// The lock branch for this path: `refs/heads/locks/{path}` ([`crate::lock::LOCK_REF_PREFIX`]).
     pub fn lock_ref(&self) -> String {
-        format!("refs/heads/locks/{}", self.0)
+        format!("{}{}", crate::lock::LOCK_REF_PREFIX, self.0)
     }
 
     /// The file inside the lock commit: `{path}.lock`.
@@ -213,7 +213,11 @@ impl BranchName {
         if raw.starts_with("refs/") {
             return Err(RefError::FullRef);
         }
-        if raw == "locks" || raw.starts_with("locks/") {
+        let namespace = crate::lock::LOCK_NAMESPACE;
+        if raw
+            .strip_prefix(namespace)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        {
             return Err(RefError::LockNamespace);
         }
         Ok(BranchName(raw.to_owned()))

@@ -77,8 +77,9 @@ pub enum SealError {
 #[async_trait]
 pub trait Sealer: Send + Sync + fmt::Debug + 'static {
     /// The bytes to store for the state `plain` at `at`, sealed under fresh key material and
-    /// bound to `at`. A state the client encrypted itself (OpenTofu's `encrypted_data`) may be
-    /// returned unchanged.
+    /// bound to `at`. `plain` was read by [`crate::statefile::read`]; one it reads as
+    /// [`crate::statefile::Form::ClientEncrypted`] (OpenTofu's own encryption) may be returned
+    /// unchanged.
     async fn seal(&self, at: &Place, plain: Bytes) -> Result<Bytes, SealError>;
 
     /// The state held in `stored` at `at`: a sealed document (refused when it is bound to

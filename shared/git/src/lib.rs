@@ -20,8 +20,7 @@ pub use plumbing::limits::{
 };
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
 
-/// Where lock branches live: `refs/heads/locks/{path}`.
-pub(crate) const LOCK_REF_PREFIX: &str = "refs/heads/locks/";
+pub(crate) use gitstate_core::lock::LOCK_REF_PREFIX;
 
 /// The locks behind `tips` (lock ref name → tip), read from `repo`, sorted by path. A branch
 /// under `locks/` whose name is not a valid state path is not a gitstate lock and is skipped.

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
-use gitstate_core::{CatalogChange, LockFacts, StateFacts};
+use gitstate_core::{BackendError, CatalogChange, LockFacts, StateFacts, Unlock, Unlocked};
 use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
 use tracing::Instrument;
@@ -518,22 +518,16 @@ async fn dispatch(
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
-            let facts = LockFacts::of(&body);
-            backend.lock(store, path, body).await?;
+            let facts = LockFacts::from(&backend.lock(store, path, body).await?);
             let who = facts.who.clone();
             tell_catalog(app, &address, who, move || CatalogChange::Lock(facts));
             Ok(StatusCode::OK.into_response())
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
-            let requested = LockFacts::of(&body);
-            let force = requested.who.is_empty() && requested.operation.is_empty();
-            backend.unlock(store, path, body).await?;
-            let who = if force {
-                caller.name.clone()
-            } else {
-                requested.who
-            };
+            let request = Unlock::parse(&body).map_err(BackendError::from)?;
+            let Unlocked { force, who } = backend.unlock(store, path, &request).await?;
+            let who = who.unwrap_or_else(|| caller.name.clone());
             tell_catalog(app, &address, who, move || CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
         }

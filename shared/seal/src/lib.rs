@@ -21,8 +21,8 @@
 //!   when dropped. For as long, what this process sealed is kept with its plaintext
 //!   ([`RecentlySealed`], within a byte budget): opening exactly those bytes at that place again
 //!   (the next write's state guard, a read after a write) decrypts nothing.
-//! - States an OpenTofu client encrypted itself (`encrypted_data`) are stored untouched, unless
-//!   sealing is enforced (then they are sealed like any state).
+//! - States an OpenTofu client encrypted itself (`gitstate_core::statefile::Form::ClientEncrypted`)
+//!   are stored untouched, unless sealing is enforced (then they are sealed like any state).
 
 mod gcpkms;
 mod kms;
@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use gitstate_core::statefile::{Form, StateError};
 use gitstate_core::{Place, SealError, Sealer};
 use gitstate_sops::{
     encrypt_groups, key_fingerprint, key_groups, reusable_data_key, AgeKey, DataKeyCache, Document,
@@ -338,17 +339,21 @@ impl SopsSealer {
     /// wrapped for the current key set with KMS contexts bound to `at`.
     pub fn seal_blocking(&self, at: &Place, plain: &[u8]) -> Result<Bytes, SealError> {
         let inner = &self.inner;
-        let top = TopKeys::scan(plain).map_err(|e| match e {
-            e @ SopsError::TooDeep { .. } => {
-                SealError::BadInput(format!("the state cannot be sealed: {e}"))
+        // The one reading of what the body is (gitstate_core::statefile): an envelope OpenTofu
+        // encrypted itself is already ciphertext, stored byte for byte.
+        let file = gitstate_core::statefile::read(plain).map_err(|e| match e {
+            // serde_json stops at 128 levels, beyond the codec's own limit: say the codec's.
+            StateError::NotJson(m) if m.contains("recursion limit exceeded") => {
+                seal_error(SopsError::TooDeep {
+                    limit: gitstate_sops::MAX_DEPTH,
+                })
             }
-            e => SealError::BadInput(format!("the state is not valid JSON: {e}")),
+            e => SealError::BadInput(format!("the state cannot be sealed: {e}")),
         })?;
-        if top.encrypted_data && !inner.enforced {
-            // OpenTofu client-side encryption: already ciphertext, stored byte for byte.
+        if file.form == Form::ClientEncrypted && !inner.enforced {
             return Ok(Bytes::copy_from_slice(plain));
         }
-        if top.sops {
+        if file.sops_key {
             return Err(SealError::BadInput(
                 "the state has a top-level \"sops\" key; gitstate does not seal a document that is already sops-encrypted".into(),
             ));
@@ -763,11 +768,10 @@ fn open_error(e: SopsError) -> SealError {
     }
 }
 
-/// Which of the top-level keys that matter here a JSON object has.
+/// Whether a stored document has a top-level `"sops"` key (sops' metadata).
 #[derive(Debug, Default)]
 struct TopKeys {
     sops: bool,
-    encrypted_data: bool,
 }
 
 impl TopKeys {
@@ -799,10 +803,8 @@ impl<'de> serde::Deserialize<'de> for TopKeys {
             ) -> Result<TopKeys, A::Error> {
                 let mut top = TopKeys::default();
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "sops" => top.sops = true,
-                        "encrypted_data" => top.encrypted_data = true,
-                        _ => {}
+                    if key == "sops" {
+                        top.sops = true;
                     }
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }

@@ -9,9 +9,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::{validate_state, Backend, BackendError, Caller};
+use super::{Backend, BackendError, Caller};
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
+use crate::statefile;
 use crate::store::{Intent, Revision, StateChange, StateStore};
 use crate::text::escape_controls;
 
@@ -111,7 +112,7 @@ impl Backend {
             let Some(plain) = plain else {
                 return Ok(Migration::left(from, None));
             };
-            let serial = validate_state(&plain).ok().and_then(|s| s.serial);
+            let serial = statefile::read(&plain).ok().and_then(|s| s.serial);
             let to = if self.sealer.is_some() {
                 StoredForm::Sealed
             } else {
@@ -172,7 +173,7 @@ impl Backend {
     ) -> Result<(StoredForm, Option<Bytes>), BackendError> {
         let (opened, legacy) = self.open_legacy(stored.clone()).await;
         if legacy {
-            validate_state(&opened).map_err(|e| {
+            statefile::read(&opened).map_err(|e| {
                 BackendError::BadRequest(format!(
                     "the stored file at {at} opens as legacy aes but is not a Terraform state ({e}); it is left as it is"
                 ))
@@ -183,7 +184,7 @@ impl Backend {
             return Ok((StoredForm::Sealed, None));
         }
         if is_json(stored) && stored.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-            return Ok(match validate_state(stored) {
+            return Ok(match statefile::read(stored) {
                 Ok(_) => (StoredForm::Plaintext, Some(stored.clone())),
                 Err(_) => (StoredForm::NotAState, None),
             });

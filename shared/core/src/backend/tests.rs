@@ -61,39 +61,16 @@ async fn locked_by_bob() -> (Arc<MemoryStore>, Backend) {
     (store, b)
 }
 
+/// An UNLOCK body as the protocol reads it.
+fn unlock(body: impl AsRef<[u8]>) -> Unlock {
+    Unlock::parse(body.as_ref()).expect("an UNLOCK body")
+}
+
 fn alice() -> Caller {
     Caller {
         name: "alice".into(),
         deadline: None,
         force: false,
-    }
-}
-
-#[test]
-fn state_validation() {
-    assert!(validate_state(br#"{"version":4,"serial":3,"lineage":"x"}"#).is_ok());
-    assert_eq!(
-        validate_state(br#"{"version":4,"serial":3}"#)
-            .unwrap()
-            .serial,
-        Some(3)
-    );
-    assert!(validate_state(
-        br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"x","encryption_version":"v0"}"#
-    )
-    .is_ok());
-    for bad in [
-        &b"[]"[..],
-        b"",
-        b"null",
-        b"{\"a\":1}",
-        b"{\"version\":4",
-        b"{\"version\":\"4\"}",
-    ] {
-        assert!(
-            matches!(validate_state(bad), Err(BackendError::BadRequest(_))),
-            "{bad:?}"
-        );
     }
 }
 
@@ -282,22 +259,30 @@ async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
 async fn unlock_needs_the_holders_id_unless_forced() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
         .await
         .expect("unlocking what is not locked succeeds");
     b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
         .await
         .expect("lock");
     assert_eq!(
-        b.unlock(&*store, &path(), lock_info("id-2", "eve@laptop"))
+        b.unlock(&*store, &path(), &unlock(lock_info("id-2", "eve@laptop")))
             .await,
         Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
     );
     assert!(store.lock_file(P).is_some());
-    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    let released = b
+        .unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
         .await
         .expect("the holder unlocks");
     assert_eq!(store.lock_file(P), None);
+    assert_eq!(
+        released,
+        Unlocked {
+            force: false,
+            who: Some("bob@ci".into())
+        }
+    );
 
     // terraform force-unlock: an empty body; OpenTofu: LockInfo with only the ID.
     for force in [
@@ -308,15 +293,14 @@ async fn unlock_needs_the_holders_id_unless_forced() {
         b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
             .await
             .expect("lock");
-        b.unlock(&*store, &path(), force.clone())
+        let released = b
+            .unlock(&*store, &path(), &unlock(force.clone()))
             .await
             .unwrap_or_else(|e| panic!("force-unlock with {force:?}: {e}"));
         assert_eq!(store.lock_file(P), None, "{force:?}");
+        assert!(released.force, "{force:?}");
     }
-    assert!(matches!(
-        b.unlock(&*store, &path(), Bytes::from("not json")).await,
-        Err(BackendError::BadRequest(_))
-    ));
+    assert!(Unlock::parse(b"not json").is_err());
 }
 
 /// A release may begin from what the store remembers of a lock it wrote (a cache); the answer
@@ -330,25 +314,27 @@ async fn a_release_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     let alice = lock_info("id-2", "alice@laptop");
     store.remember_lock(P, "c-gone", &alice);
     assert_eq!(
-        b.unlock(&*store, &path(), alice.clone()).await,
+        b.unlock(&*store, &path(), &unlock(alice.clone())).await,
         Err(BackendError::Locked(bob.clone())),
         "alice's remembered lock is not the lock"
     );
     assert!(store.lock_file(P).is_some());
     store.remember_lock(P, "c-gone", &alice);
-    b.unlock(&*store, &path(), bob.clone())
+    b.unlock(&*store, &path(), &unlock(bob.clone()))
         .await
         .expect("bob, the holder, unlocks although the memory names alice");
     assert_eq!(store.lock_file(P), None);
     store.remember_lock(P, "c-gone", &bob);
-    b.unlock(&*store, &path(), bob.clone())
+    b.unlock(&*store, &path(), &unlock(bob.clone()))
         .await
         .expect("a remembered lock that is gone: not locked");
     // A memory that is right: the release deletes exactly that lock.
     b.lock(&*store, &path(), bob.clone()).await.expect("lock");
     let tip = store.list_locks().await.expect("locks")[0].tip.clone();
     store.remember_lock(P, &tip, &bob);
-    b.unlock(&*store, &path(), bob).await.expect("release");
+    b.unlock(&*store, &path(), &unlock(bob))
+        .await
+        .expect("release");
     assert_eq!(store.lock_file(P), None);
 }
 
@@ -411,7 +397,7 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     // The lock was replaced by force (alice holds it now) while bob's memory still names his:
     // the push's lock check fails, the fresh read finds alice, bob gets the 423.
     let remembered = current().await;
-    b.unlock(&*store, &path(), Bytes::new())
+    b.unlock(&*store, &path(), &unlock(Bytes::new()))
         .await
         .expect("terraform force-unlock");
     b.lock(&*store, &path(), alices.clone())
@@ -508,7 +494,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
 async fn unlock_retries_when_the_lock_branch_moves_under_it() {
     let (store, b) = locked_by_bob().await;
     store.lose_next(3);
-    b.unlock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
         .await
         .expect("unlock after retries");
     assert_eq!(store.lock_file(P), None);
@@ -977,7 +963,7 @@ async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
         ));
     }
     let other = legacy("another", Some(MemorySealer::new()));
-    b.unlock(&*store, &path(), Bytes::new())
+    b.unlock(&*store, &path(), &unlock(Bytes::new()))
         .await
         .expect("unlock");
     match other.migrate(&*store, &path(), false, &operator()).await {

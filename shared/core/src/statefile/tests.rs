@@ -1,0 +1,273 @@
+//! The rules, field by field: each wrong type is refused with a sentence naming the field, and
+//! what Terraform reads is accepted. `tests/statefile_reference.rs` checks the same decision
+//! against an independent reading of Terraform's decoder on random states.
+
+use super::*;
+
+const GOOD: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":3,"lineage":"l","outputs":{"a":{"value":1,"type":"number"}},"resources":[{"mode":"managed","type":"t","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"schema_version":0,"attributes":{"id":"1"},"private":"eyJ4IjoxfQ==","dependencies":["t.m"]}]}],"check_results":null}"#;
+
+/// `GOOD` with the top-level `field` set to the JSON text `value`.
+fn with(field: &str, value: &str) -> String {
+    let mut state: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(GOOD).expect("GOOD is JSON");
+    state.remove(field);
+    let mut text = serde_json::to_string(&state).expect("JSON");
+    text.insert_str(1, &format!("\"{field}\":{value},"));
+    text
+}
+
+fn refused(body: &str) -> StateError {
+    match read(body.as_bytes()) {
+        Ok(file) => panic!("accepted {body}: {file:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_state_terraform_writes_is_read_with_its_header() {
+    let file = read(GOOD.as_bytes()).expect("a state");
+    assert_eq!(file.form, Form::State { version: 4 });
+    assert_eq!(file.serial, Some(3));
+    assert_eq!(file.lineage.as_deref(), Some("l"));
+    assert_eq!(file.terraform_version.as_deref(), Some("1.15.5"));
+    assert!(!file.sops_key);
+}
+
+#[test]
+fn every_header_field_of_a_wrong_type_is_refused_by_name() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("serial", r#""one""#, "a string"),
+        ("serial", "-1", "a negative number"),
+        ("serial", "1.5", "not a whole number"),
+        ("serial", "1.0", "not a whole number"),
+        ("serial", "1e2", "not a whole number"),
+        ("serial", "-0", "not a whole number"),
+        ("serial", "18446744073709551616", "not a whole number"),
+        ("serial", "true", "true or false"),
+        ("serial", "[1]", "an array"),
+        ("lineage", "5", "the number 5"),
+        ("lineage", "{}", "an object"),
+        ("terraform_version", "1.15", "a number"),
+        ("terraform_version", r#""banana""#, "not a version"),
+        ("outputs", "[]", "an array"),
+        ("outputs", r#""x""#, "a string"),
+        ("resources", "{}", "an object"),
+        ("resources", "5", "the number 5"),
+        ("check_results", "{}", "an object"),
+    ];
+    for (field, value, found) in cases {
+        let body = with(field, value);
+        let e = refused(&body);
+        let sentence = e.to_string();
+        assert!(
+            matches!(&e, StateError::Field { place, .. } if place == field),
+            "{body}: {sentence}"
+        );
+        assert!(sentence.contains(found), "{body}: {sentence}");
+        assert!(!sentence.contains('\n'), "one sentence: {sentence}");
+    }
+}
+
+#[test]
+fn the_version_is_4_or_legacy_3() {
+    for (value, found) in [
+        ("5", "the number 5"),
+        (r#""4""#, "a string"),
+        ("4.0", "not a whole number"),
+        ("-4", "a negative number"),
+        ("0", "the number 0"),
+        ("2", "the number 2"),
+        ("[4]", "an array"),
+    ] {
+        let e = refused(&with("version", value));
+        assert!(
+            matches!(&e, StateError::Version { found: f } if f.contains(found)),
+            "{value}: {e}"
+        );
+        assert!(e.to_string().contains("not a Terraform state"), "{e}");
+    }
+    assert_eq!(refused(&with("version", "null")), StateError::NoVersion);
+    assert_eq!(refused("{}"), StateError::NoVersion);
+}
+
+#[test]
+fn the_extremes_terraform_reads_are_accepted() {
+    let max = read(with("serial", "18446744073709551615").as_bytes()).expect("max serial");
+    assert_eq!(max.serial, Some(u64::MAX));
+    // Go leaves a field it reads null into as it was: null is absent.
+    for field in [
+        "serial",
+        "lineage",
+        "terraform_version",
+        "outputs",
+        "resources",
+    ] {
+        read(with(field, "null").as_bytes()).unwrap_or_else(|e| panic!("{field}: null: {e}"));
+    }
+    let bare = read(br#"{"version":4}"#).expect("a bare state");
+    assert_eq!((bare.serial, bare.lineage), (None, None));
+    // Go matches keys without regard to case: "Serial" is read, and so is judged.
+    assert_eq!(
+        read(br#"{"version":4,"Serial":9}"#).unwrap().serial,
+        Some(9)
+    );
+    assert!(matches!(
+        refused(r#"{"version":4,"SERIAL":"9"}"#),
+        StateError::Field { .. }
+    ));
+    assert!(matches!(
+        refused("{\"version\":4,\"\u{017F}erial\":\"9\"}"),
+        StateError::Field { .. }
+    ));
+    assert_eq!(
+        refused(r#"{"version":4,"serial":1,"Serial":2}"#),
+        StateError::Duplicate("serial")
+    );
+}
+
+#[test]
+fn elements_are_checked_as_deep_as_the_decoder_goes() {
+    for (field, value, place) in [
+        ("resources", "[5]", "resources[0]"),
+        ("resources", r#"[{"mode":1}]"#, "resources[0].mode"),
+        (
+            "resources",
+            r#"[{"mode":"managed","instances":[{"schema_version":-1}]}]"#,
+            "resources[0].instances[0].schema_version",
+        ),
+        (
+            "resources",
+            r#"[{"instances":[{"private":"not base64!"}]}]"#,
+            "resources[0].instances[0].private",
+        ),
+        (
+            "resources",
+            r#"[{"instances":[{"dependencies":[1]}]}]"#,
+            "resources[0].instances[0].dependencies[0]",
+        ),
+        (
+            "resources",
+            r#"[{"instances":[{"attributes_flat":{"a":1}}]}]"#,
+            "resources[0].instances[0].attributes_flat[\"a\"]",
+        ),
+        ("outputs", r#"{"o":[]}"#, "outputs[\"o\"]"),
+        (
+            "outputs",
+            r#"{"o":{"sensitive":"yes"}}"#,
+            "outputs[\"o\"].sensitive",
+        ),
+        (
+            "check_results",
+            r#"[{"objects":[{"failure_messages":"no"}]}]"#,
+            "check_results[0].objects[0].failure_messages",
+        ),
+    ] {
+        let e = refused(&with(field, value));
+        assert!(
+            matches!(&e, StateError::Field { place: p, .. } if p == place),
+            "{value}: {e}"
+        );
+    }
+    // What the decoder keeps raw (attributes, index keys, output values) may be any JSON.
+    read(
+        with(
+            "resources",
+            r#"[{"instances":[{"index_key":[1],"attributes":[1,{"x":null}],"private":[1,2]}]}]"#,
+        )
+        .as_bytes(),
+    )
+    .expect("raw values");
+}
+
+#[test]
+fn a_legacy_v3_state_is_read_with_its_own_types() {
+    let v3 = r#"{"version":3,"terraform_version":"0.11.14","serial":9223372036854775807,"lineage":"l","modules":[{"path":["root"],"outputs":{},"resources":{"null_resource.a":{"type":"null_resource","primary":{"id":"1","attributes":{"id":"1"}}}}}]}"#;
+    let file = read(v3.as_bytes()).expect("a v3 state");
+    assert_eq!(file.form, Form::State { version: 3 });
+    // Go int64: one more is out of range.
+    let over = v3.replace("9223372036854775807", "9223372036854775808");
+    assert!(refused(&over).to_string().contains("9223372036854775807"));
+    assert!(refused(r#"{"version":3,"modules":{}}"#)
+        .to_string()
+        .contains("\"modules\" is an object"));
+    for (from, to, place) in [
+        (r#""path":["root"]"#, r#""path":"root""#, "modules[0].path"),
+        (r#""id":"1","#, r#""id":1,"#, "primary.id"),
+    ] {
+        let e = refused(&v3.replacen(from, to, 1));
+        assert!(e.to_string().contains(place), "{from}: {e}");
+    }
+    // v4 fields mean nothing to the v3 reader, and v3 fields nothing to the v4 reader.
+    read(br#"{"version":3,"resources":5}"#).expect("ignored by the v3 reader");
+    read(br#"{"version":4,"modules":5}"#).expect("ignored by the v4 reader");
+}
+
+#[test]
+fn an_opentofu_envelope_is_accepted_as_it_is() {
+    let envelope = r#"{"serial":7,"lineage":"tofu","meta":{"key_provider.pbkdf2.main":"eyJzYWx0IjoiMDEyMyJ9"},"encrypted_data":"q83vEjRWeJA=","encryption_version":"v0"}"#;
+    let file = read(envelope.as_bytes()).expect("an envelope");
+    assert_eq!(file.form, Form::ClientEncrypted);
+    assert_eq!(
+        (file.serial, file.lineage.as_deref()),
+        (Some(7), Some("tofu"))
+    );
+    for (from, to, place) in [
+        (
+            r#""encryption_version":"v0""#,
+            r#""encryption_version":"""#,
+            "encryption_version",
+        ),
+        (
+            r#""encryption_version":"v0""#,
+            r#""encryption_version":0"#,
+            "encryption_version",
+        ),
+        (r#""encrypted_data":"q83vEjRWeJA=","#, "", "encrypted_data"),
+        (r#""q83vEjRWeJA=""#, r#""q83v*""#, "encrypted_data"),
+        (r#""q83vEjRWeJA=""#, r#""""#, "encrypted_data"),
+        (
+            r#""eyJzYWx0IjoiMDEyMyJ9""#,
+            "5",
+            "meta[\"key_provider.pbkdf2.main\"]",
+        ),
+        (r#""serial":7"#, r#""serial":-7"#, "serial"),
+        (r#""serial":7"#, r#""serial":"7""#, "serial"),
+        (r#""lineage":"tofu""#, r#""lineage":7"#, "lineage"),
+    ] {
+        let e = refused(&envelope.replacen(from, to, 1));
+        assert!(
+            matches!(&e, StateError::Envelope { place: p, .. } if p == place),
+            "{to}: {e}"
+        );
+    }
+    assert_eq!(
+        refused(&envelope.replacen("{", r#"{"version":4,"#, 1)),
+        StateError::Ambiguous
+    );
+    // Without OpenTofu's sigil it is judged as a state: `encrypted_data` alone is no envelope.
+    assert_eq!(
+        refused(r#"{"encrypted_data":"q83vEjRWeJA=","serial":1}"#),
+        StateError::NoVersion
+    );
+}
+
+#[test]
+fn bodies_that_are_not_json_objects_are_refused() {
+    for body in [
+        "",
+        "null",
+        "[]",
+        "42",
+        "\"state\"",
+        "\u{feff}{\"version\":4}",
+    ] {
+        assert_eq!(refused(body), StateError::NotAnObject, "{body:?}");
+    }
+    for body in [
+        r#"{"version":4"#,
+        r#"{"version":4} x"#,
+        r#"{"version":4,"serial":1e999}"#,
+    ] {
+        assert!(matches!(refused(body), StateError::NotJson(_)), "{body}");
+    }
+}
