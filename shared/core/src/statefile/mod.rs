@@ -72,7 +72,7 @@ pub enum StateError {
         found: String,
     },
     /// A field given twice.
-    #[error("the state has the field \"{0}\" more than once (Terraform matches field names without regard to case), so it could not be read back; nothing was written")]
+    #[error("the state has the field \"{0}\" more than once (Terraform matches field names without regard to case), and readers disagree on which one counts (Terraform takes the last, others the first), so nothing was written")]
     Duplicate(&'static str),
     /// A field whose value Terraform or OpenTofu would not decode.
     #[error("the state's \"{place}\" is {found}, and Terraform reads it only as {expected}, so it could not read this state back; nothing was written")]
