@@ -327,3 +327,20 @@ fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sea
     let opened = runtime.block_on(s.sealer.open(&here, sealed)).unwrap();
     assert_ne!(opened, pretty);
 }
+
+/// Only OpenTofu's own envelope (its sigil, a non-empty `encryption_version`, as
+/// `gitstate_core::statefile` reads it) is stored as it came: a state that merely carries an
+/// `encrypted_data` key is sealed like any state, so its secrets never reach the repository in
+/// clear (the sealer used to key on `encrypted_data` alone).
+#[test]
+fn only_opentofus_envelope_is_stored_unsealed() {
+    let s = server(false);
+    let at = place("default", "prod.tfstate");
+    let decoy = STATE.replacen('{', r#"{"encrypted_data":"AAAA","#, 1);
+    let sealed = s.sealer.seal_blocking(&at, decoy.as_bytes()).unwrap();
+    assert!(!String::from_utf8_lossy(&sealed).contains("s3cret"));
+    assert!(gitstate_core::seal::is_sops_document(&sealed), "sealed");
+    let envelope = r#"{"serial":7,"lineage":"t","meta":{},"encrypted_data":"q83vEjRWeJA=","encryption_version":"v0"}"#;
+    let stored = s.sealer.seal_blocking(&at, envelope.as_bytes()).unwrap();
+    assert_eq!(&stored[..], envelope.as_bytes());
+}
