@@ -5,6 +5,7 @@
 BENCHES = {
     "http": "http",
     "cpu": "cpu",
+    "state-check": "state_check",
     "cold-read": "cold_read",
     "scaling": "scaling",
     "write-queue": "write_queue",

@@ -1,0 +1,31 @@
+"""What checking a state body costs: `gitstate_core::statefile::read` on Terraform-shaped states.
+
+Builds and runs `cargo run --release -p gitstate-core --example statefile_speed`, which reads
+states of --resources `aws_instance` resources (each ~800 bytes pretty-printed) enough times for
+about 200 MB each and reports the median. The CPU a whole POST costs is `scripts/bench cpu`.
+
+Usage: scripts/bench state-check [--resources 1,2000,40000]
+Prints a markdown table.
+"""
+import subprocess
+
+from benchlib import support as s
+
+
+def add_arguments(parser):
+    """--resources."""
+    parser.add_argument("--resources", type=s.int_list, default=[1, 2000, 40000])
+
+
+def run(args):
+    """Runs the example and prints its lines as a table."""
+    out = subprocess.run(
+        ["cargo", "run", "--quiet", "--release", "-p", "gitstate-core", "--example",
+         "statefile_speed", "--"] + [str(n) for n in args.resources],
+        cwd=s.ROOT, check=True, capture_output=True, text=True).stdout
+    print("| resources | bytes | reads | median ms / read | MB/s |")
+    print("|---|---|---|---|---|")
+    for resources, line in zip(args.resources, out.split("\n")):
+        size, reads, ms, rate = line.split()
+        print(f"| {resources} | {size} | {reads} | {ms} | {rate} |")
+    return 0
