@@ -1,12 +1,17 @@
-//! A TCP proxy on 127.0.0.1 that holds every chunk a client sends for a fixed delay before
-//! passing it on: a git server far away (each request waits at least one delay), for tests of
-//! time budgets. Answers pass back at once. It counts the connections it accepted.
+//! TCP proxies on 127.0.0.1 in front of a git server:
+//! - [`DelayProxy`] holds every chunk a client sends for a fixed delay before passing it on: a
+//!   git server far away (each request waits at least one delay), for tests of time budgets.
+//!   Answers pass back at once. It counts the connections it accepted.
+//! - [`ClosingProxy`] closes a kept-alive connection at the worst moment: the first request sent
+//!   on it after it was idle for a while is read and answered with nothing but the close, as when
+//!   a server's idle timeout crosses the client's request (a Lambda container thawed after a
+//!   freeze sends its first request on connections the server closed meanwhile).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The proxy; it stops with the test process (its threads are detached).
 pub struct DelayProxy {
@@ -64,4 +69,84 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
         }
     }
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// A proxy whose connections, once idle for `idle`, close on the next request instead of
+/// passing it on ([module documentation](self)).
+pub struct ClosingProxy {
+    port: u16,
+    closed: Arc<AtomicUsize>,
+}
+
+impl ClosingProxy {
+    /// Forwards connections on a new port to `127.0.0.1:target`, closing each one that sends a
+    /// request after `idle` without traffic.
+    pub fn start(target: u16, idle: Duration) -> ClosingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let closed = Arc::new(AtomicUsize::new(0));
+        let counted = closed.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                let last = Arc::new(Mutex::new(Instant::now()));
+                let (last_in, counted) = (last.clone(), counted.clone());
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    let (mut from, mut to) = (client_in, server);
+                    loop {
+                        let n = match from.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let quiet = last_in.lock().map(|t| t.elapsed()).unwrap_or_default();
+                        if quiet >= idle {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            let _ = from.shutdown(Shutdown::Both);
+                            let _ = to.shutdown(Shutdown::Both);
+                            return;
+                        }
+                        *last_in.lock().expect("the proxy's clock") = Instant::now();
+                        if to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    let (mut from, mut to) = (server_in, client);
+                    loop {
+                        match from.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                *last.lock().expect("the proxy's clock") = Instant::now();
+                                if to.write_all(&buffer[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = to.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        ClosingProxy { port, closed }
+    }
+
+    /// How many connections it closed on a request.
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The port to connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
 }

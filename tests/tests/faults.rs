@@ -236,6 +236,11 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
             "{fault:?}: {status} {text}\n{}",
             server.log()
         );
+        assert!(
+            logged_with_its_cause(&server.log(), status),
+            "{fault:?}: the {status} is not logged at WARN with its cause:\n{}",
+            server.log()
+        );
         // the remote: the old or the new state, whole, and no lock
         let now = git_show(repo, "main", "f.tfstate").unwrap();
         let now = String::from_utf8(now).unwrap();
@@ -403,6 +408,11 @@ fn a_cut_fetch_is_a_5xx_and_the_next_read_is_right() {
         "{status} {text}\n{}",
         server.log()
     );
+    assert!(
+        logged_with_its_cause(&server.log(), status),
+        "the {status} is not logged at WARN with its cause:\n{}",
+        server.log()
+    );
     let (status, body) = http("GET", &url, None, None).unwrap();
     assert_eq!(
         (status, body == newer),
@@ -410,4 +420,15 @@ fn a_cut_fetch_is_a_5xx_and_the_next_read_is_right() {
         "the read after the cut is wrong"
     );
     assert_eq!(git_log_subjects(repo, "main", "f.tfstate").len(), 2);
+}
+
+/// Whether the server logged a 5xx answer at WARN with its cause (the access line alone says only
+/// the status).
+fn logged_with_its_cause(log: &str, status: u16) -> bool {
+    log.lines().any(|line| {
+        line.contains("WARN")
+            && line.contains("answered with an error")
+            && line.contains(&format!("status={status}"))
+            && line.contains("error=")
+    })
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gitstate_tests::proxy::DelayProxy;
+use gitstate_tests::proxy::{ClosingProxy, DelayProxy};
 use gitstate_tests::{bare_repo, GitDaemon, GitHttpServer, Gitstate};
 
 use reqwest::blocking::{Client, Response};
@@ -967,5 +967,78 @@ fn smart_http_connections_are_kept_between_requests() {
         opened <= 1,
         "20 operations opened {opened} new connections to the git server, at most 1 expected; log:\n{}",
         gitstate.log()
+    );
+}
+
+/// A kept connection the git server closed while it was idle (its keep-alive timeout; a Lambda
+/// container frozen between invocations) is replaced without failing the request: a proxy closes
+/// every connection that sends a request after 300 ms without traffic, at the worst moment (the
+/// request read, no answer). Terraform's cycles before and after a pause all get their 200s, the
+/// proxy did close connections on requests, and the server counts the renewals.
+#[test]
+fn a_kept_connection_closed_while_idle_is_replaced_without_failing_the_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos dir");
+    bare_repo(&repos, "states");
+    let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
+    let port = http.port();
+    let proxy = ClosingProxy::start(port, std::time::Duration::from_millis(300));
+    let through = http
+        .url("states")
+        .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+    let repository = format!("default={through}");
+    let gitstate = Gitstate::start(
+        &["--repository", &repository],
+        &[
+            ("RUST_LOG", "info"),
+            ("GIT_USERNAME", "terraform"),
+            ("GIT_PASSWORD", "s3cret-pass"),
+        ],
+        dir.path(),
+    );
+    let send = |method: &str, path: &str, body: Option<String>| {
+        send_to(&gitstate, method, path, body.as_deref().unwrap_or_default()).as_u16()
+    };
+    let p = "/state/default/idle/prod.tfstate";
+    assert_eq!(send("POST", p, Some(STATE_1.to_owned())), 200);
+    for serial in 2..=5 {
+        // Long enough for the proxy to close whatever the last cycle kept.
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let id = format!("run-{serial}");
+        let state = STATE_1.replace("\"serial\":1", &format!("\"serial\":{serial}"));
+        for (method, path, body) in [
+            ("LOCK", p.to_owned(), Some(lock_info(&id, "alice"))),
+            ("GET", p.to_owned(), None),
+            ("POST", format!("{p}?ID={id}"), Some(state)),
+            ("UNLOCK", p.to_owned(), Some(lock_info(&id, "alice"))),
+            ("GET", p.to_owned(), None),
+        ] {
+            assert_eq!(
+                send(method, &path, body),
+                200,
+                "{method} {path} after a pause; log:\n{}",
+                gitstate.log()
+            );
+        }
+    }
+    assert!(
+        proxy.closed() >= 4,
+        "the proxy closed {} connections on a request; the test did not make the case",
+        proxy.closed()
+    );
+    let (status, metrics) = gitstate_tests::http(
+        "GET",
+        &format!("{}/_/metrics", gitstate.base_url()),
+        None,
+        None,
+    )
+    .expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gitstate_git_connections_renewed_total ") && !l.ends_with(" 0")),
+        "{metrics}"
     );
 }

@@ -727,7 +727,7 @@ fn state_list(tf: &Terraform, body: &str) -> TfOutput {
 
 #[test]
 fn refused_states_are_unreadable_by_terraform_1_0_3_and_1_15_5() {
-    let mut rng = Rng::new(seed("refused") ^ 0x4EF0_5ED);
+    let mut rng = Rng::new(seed("refused") ^ 0x04EF_05ED);
     let terraforms: Vec<Terraform> = VERSIONS.iter().map(|v| Terraform::installed(v)).collect();
     let remote = Remote::start();
 

@@ -40,6 +40,9 @@ pub const GIT_PUSHES: &str = "gitstate_git_pushes_total";
 pub const GIT_PUSHED_BYTES: &str = "gitstate_git_pushed_bytes_total";
 /// Batched pushes that lost a compare-and-swap on the state branch (and were retried).
 pub const GIT_CAS_LOSSES: &str = "gitstate_git_cas_losses_total";
+/// Requests sent again on a new connection because a kept one was closed before the git server
+/// answered (its idle timeout, a frozen Lambda container).
+pub const GIT_CONNECTIONS_RENEWED: &str = "gitstate_git_connections_renewed_total";
 
 /// State writes of this process waiting for the push that carries them (group commit, DESIGN
 /// §9.2): the depth of its write queues.
@@ -114,6 +117,10 @@ pub fn describe() {
     describe_counter!(
         GIT_CAS_LOSSES,
         "Batched pushes that lost a compare-and-swap on the state branch"
+    );
+    describe_counter!(
+        GIT_CONNECTIONS_RENEWED,
+        "Requests sent again on a new connection: a kept one was closed before the git server answered"
     );
     describe_gauge!(
         WRITES_WAITING,

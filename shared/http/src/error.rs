@@ -114,6 +114,11 @@ impl IntoResponse for ApiError {
                 (status, [(header::CONTENT_TYPE, "application/json")], holder).into_response()
             }
             ApiError::Message(status, message) => {
+                // Every 5xx with its cause, inside the request's span (its id): the access line
+                // alone says only the status.
+                if status.is_server_error() {
+                    tracing::warn!(status = status.as_u16(), error = %message, "answered with an error");
+                }
                 let body = serde_json::json!({ "error": message });
                 (status, axum::Json(body)).into_response()
             }

@@ -13,6 +13,13 @@
 //! git's "initial redirect" rule once, on its first request, and keeps the address it was
 //! redirected to, which belongs to that repository only. Credentials are not part of a client:
 //! each request carries its own.
+//!
+//! A kept connection may have been closed by the server while it was idle (its keep-alive
+//! timeout, or a Lambda container frozen between invocations): a request sent on it gets no
+//! answer at all ([`closed_before_answer`]). A `GET` (the advertisement of every session) is
+//! then sent again, once, on a new client: it changes nothing on the server. A `POST` cannot be
+//! replayed here (its body is streamed by the session); its failure is a 503, "closed before it
+//! answered", which Terraform retries.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Read};
@@ -123,6 +130,8 @@ fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
 /// An [`Http`] backend on a kept client of gix's reqwest backend.
 pub struct Kept {
     slot: Arc<Mutex<Slot>>,
+    /// The settings a new client is made with, when a kept one's connection turns out closed.
+    options: http::Options,
 }
 
 impl Kept {
@@ -142,7 +151,18 @@ impl Kept {
                 failed: false,
                 released: false,
             })),
+            options: options.clone(),
         })
+    }
+
+    /// Puts a new client (and so a new connection) in place of the current one.
+    fn renew(&mut self) -> gix::error::Result {
+        let mut remote = Remote::default();
+        remote.configure(&self.options)?;
+        let mut slot = lock(&self.slot);
+        slot.remote = Some(remote);
+        slot.failed = false;
+        Ok(())
     }
 
     fn request<T>(
@@ -207,7 +227,23 @@ impl Http for Kept {
         base_url: &str,
         headers: impl IntoIterator<Item = impl AsRef<str>>,
     ) -> gix::error::Result<GetResponse<Self::Headers, Self::ResponseBody>> {
-        let (response, request) = self.request(|remote| remote.get(url, base_url, headers))?;
+        let headers: Vec<String> = headers.into_iter().map(|h| h.as_ref().to_owned()).collect();
+        let (mut response, mut request) =
+            self.request(|remote| remote.get(url, base_url, &headers))?;
+        // Waiting for the answer's first bytes is what the session does next anyway; a
+        // connection closed before any answer shows here, and a GET is safe to send again.
+        if let Err(e) = response.headers.fill_buf() {
+            if !closed_before_answer(&e) {
+                return Err(gix::error::Error::from_error(e));
+            }
+            tracing::info!(
+                error = %e,
+                "a kept connection was closed before the git server answered; sending the request again on a new connection"
+            );
+            metrics::counter!(gitstate_core::metrics::GIT_CONNECTIONS_RENEWED).increment(1);
+            self.renew()?;
+            (response, request) = self.request(|remote| remote.get(url, base_url, &headers))?;
+        }
         Ok(GetResponse {
             headers: self.heard(response.headers),
             body: self.answer(response.body, request),
@@ -243,6 +279,26 @@ impl Http for Kept {
             .as_ref()
             .and_then(|remote| remote.redirected_base_url())
     }
+}
+
+/// Whether `error` says the connection was closed before the server answered anything (hyper's
+/// "connection closed before message completed"): the request may not even have reached it.
+pub fn closed_before_answer(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message();
+        }
+        // io::Error's `source` skips the error it wraps: look at that one too.
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
 }
 
 /// The headers of an answer, one `name:value` line each. A redirect (a `Location` header) is

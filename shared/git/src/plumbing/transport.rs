@@ -541,6 +541,13 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         if let Some(refused) = find_source::<AddressRefused>(e) {
             return StoreError::Refused(refused.to_string());
         }
+        if super::kept::closed_before_answer(e) {
+            // The server never answered (the request may not have reached it): not its error.
+            return StoreError::Unavailable(format!(
+                "{what} {}: the connection was closed before the git server answered",
+                endpoint.display
+            ));
+        }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             if e.is_timeout() || e.is_connect() {
                 return StoreError::Unavailable(text);
