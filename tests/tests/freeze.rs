@@ -132,7 +132,7 @@ fn frozen_and_discarded_containers_lose_nothing_and_fail_nothing() {
                 let (fleet, client) = (fleet.clone(), client.clone());
                 let (freezes, kills) = (freezes.clone(), kills.clone());
                 scope.spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (writer as u64 + 1) * 0x1234_5678);
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((writer as u64 + 1) * 0x1234_5678));
                     let mut answers = Vec::new();
                     for serial in 1..=WRITES {
                         let (at, base) = fleet.take();
@@ -155,7 +155,7 @@ fn frozen_and_discarded_containers_lose_nothing_and_fail_nothing() {
                                 signal(pid, "STOP");
                                 *freezes.lock().unwrap() += 1;
                                 let pause = Duration::from_millis(500 + rng.next() % 3500);
-                                let discard = rng.next() % 5 == 0;
+                                let discard = rng.next().is_multiple_of(5);
                                 let fleet = fleet.clone();
                                 let kills = kills.clone();
                                 std::thread::spawn(move || {
