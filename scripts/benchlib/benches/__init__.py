@@ -9,6 +9,7 @@ BENCHES = {
     "cold-read": "cold_read",
     "scaling": "scaling",
     "write-queue": "write_queue",
+    "freeze": "freeze",
     "large-state": "large_state",
     "cache-budget": "cache_budget",
     "encryption": "encryption",
