@@ -18,11 +18,14 @@
 //! ([`StateError`]); the HTTP layer answers it 400 and nothing is written. JSON `null` counts as
 //! absent (Go leaves the field as it was), and keys are matched as Go matches them.
 
+mod facts;
 mod goversion;
+mod header;
+mod keys;
 mod shape;
 mod walk;
 
-use walk::{Header, Seen, Top, TopValue};
+use header::{Header, Seen, Top, TopValue};
 
 /// A state body that Terraform and OpenTofu read back: its form and the header the protocol
 /// uses.
