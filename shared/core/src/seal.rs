@@ -1,7 +1,7 @@
 //! The `Sealer` port: what turns a state into the bytes stored in the repository, and back.
 //!
 //! The protocol layer calls [`Sealer::seal`] before every write and [`Sealer::open`] after every
-//! read; an adapter (sops with AWS KMS and age keys) implements it. Without a sealer, states are
+//! read; an adapter (sops with AWS KMS, age, PGP, Vault transit and GCP KMS keys) implements it. Without a sealer, states are
 //! stored exactly as POSTed.
 //!
 //! Every call names the [`Place`] of the state (repository and path): a sealed document is bound

@@ -2,8 +2,10 @@
 //! bare repository ([`LocalStore`]) and on remote repositories ([`RemoteStore`]: smart HTTP(S),
 //! `git://`, `file://`, ssh), with a shallow per-remote cache and a send-pack client.
 //!
-//! Porcelain (the stores) lives in `local`, `remote` and `cache`; protocol plumbing (transports,
-//! pkt-lines, send-pack, pack writing) in `plumbing`.
+//! Porcelain: the stores (`local`, `remote`), the per-remote cache (`cache`), the write path
+//! across writes and processes (`batch`: group commit; `pending`: the queue's refs on the remote),
+//! history listings (`history`) and object reading/writing (`objects`); protocol plumbing
+//! (transports, pkt-lines, send-pack, fetch, pack writing, kept HTTP clients) in `plumbing`.
 
 pub mod batch;
 pub mod cache;
