@@ -113,6 +113,34 @@ impl Deployment {
         Some(Arc::new(move || crate::metrics::flush_emf(collector)))
     }
 
+    /// What the Lambda function serves: the router with the browser rules (a Host rule only when
+    /// names are configured, `GITSTATE_ALLOWED_HOSTS`: the names are AWS's or a custom domain),
+    /// the catalog's changes recorded before each answer leaves (Lambda freezes the function once
+    /// it has answered; at most `catalog_limit`), writes answered 503 `deadline_margin` before
+    /// the invocation's deadline (`deadline_of` reads it from a request), and the invocation's
+    /// EMF metrics after each answer.
+    pub fn lambda_router<F>(
+        &self,
+        deadline_of: F,
+        deadline_margin: std::time::Duration,
+        catalog_limit: std::time::Duration,
+    ) -> gitstate_http::Router
+    where
+        F: Fn(&gitstate_http::Extensions) -> Option<std::time::SystemTime>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        let state = self.app_state(RequestGuard::for_names(&self.config.allowed_hosts));
+        let app = gitstate_http::router_recording_before_answering(state, catalog_limit);
+        let app = gitstate_http::with_request_deadline(app, deadline_of, deadline_margin);
+        match self.after_each_answer() {
+            Some(after) => gitstate_http::after_each_answer(app, after),
+            None => app,
+        }
+    }
+
     /// The state of the HTTP router serving this deployment behind `guard`'s browser rules.
     pub fn app_state(&self, guard: RequestGuard) -> AppState {
         let state = AppState::new(

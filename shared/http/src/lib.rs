@@ -16,10 +16,12 @@ mod ui;
 use std::sync::Arc;
 
 use axum::routing::{any, get};
-use axum::Router;
 use gitstate_core::{Backend, Catalog, StoreRegistry};
 
 pub use address::Address;
+/// The router type every entrypoint serves, and the request extensions a deadline is read from.
+pub use axum::http::Extensions;
+pub use axum::Router;
 pub use error::ApiError;
 pub use guard::RequestGuard;
 pub use handlers::RequestDeadline;

@@ -189,7 +189,11 @@ impl Metadata {
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for the current UTC time (sops' `lastmodified`).
 pub fn now_rfc3339() -> String {
-    gitstate_core::time::now_rfc3339()
+    let now = time::OffsetDateTime::now_utc();
+    now.replace_nanosecond(0)
+        .unwrap_or(now)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 /// Builds the `sops` object: wrapped data key (or Shamir shares), the encrypted `mac`, rules,
