@@ -11,10 +11,11 @@
 //!
 //! Bodies are built from header fields of random JSON types, under spellings Go's
 //! `encoding/json` matches to the field (any case; `ſ` for `s`, `K` for `k`) and near misses it
-//! does not. Composite values come from pools whose elements are either what Terraform writes or
-//! wrong at the level of the Go types; each pool entry says, from the Go types, for which field
-//! the decoder takes it. (prepareStateV4's checks inside resources and outputs, such as provider
-//! addresses and output types, are not generated here.)
+//! does not. Composite values come from pools whose elements are what Terraform writes, wrong at
+//! the level of the Go types, or decoded but refused by `prepareStateV4` (a resource without a
+//! valid mode, an instance twice); each pool entry says, read from the Go types and
+//! `prepareStateV4`, for which field the reader takes it (for v3's fields: the decoder; the v3
+//! upgrade's own checks are not made by gitstate).
 //!
 //! `PROPTEST_CASES=100000 cargo test -p gitstate-core --test statefile_reference` for a long run.
 
@@ -33,11 +34,11 @@ enum Tok {
     Composite(&'static Composite),
 }
 
-/// A composite literal and the fields whose Go type decodes it.
+/// A composite literal and the fields whose reader takes it (decoded, and for v4 prepared).
 #[derive(Debug)]
 struct Composite {
     text: &'static str,
-    decodes_as: &'static [&'static str],
+    read_as: &'static [&'static str],
 }
 
 impl Tok {
@@ -56,71 +57,88 @@ static COMPOSITES: &[Composite] = &[
     // Empty: a slice takes an empty array; a map or a struct an empty object.
     Composite {
         text: "[]",
-        decodes_as: &["resources", "check_results", "modules"],
+        read_as: &["resources", "check_results", "modules"],
     },
     Composite {
         text: "{}",
-        decodes_as: &["outputs", "meta", "remote", "backend"],
+        read_as: &["outputs", "meta", "remote", "backend"],
     },
     // What Terraform and OpenTofu write. A struct ignores keys it has no field for, so an
     // element of one slice decodes as an element of another whose fields it does not name.
     Composite {
         text: r#"{"o":{"value":"x","type":"string","sensitive":false}}"#,
-        decodes_as: &["outputs", "remote", "backend"],
+        read_as: &["outputs", "remote", "backend"],
     },
     Composite {
         text: r#"[{"mode":"managed","type":"null_resource","name":"a","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"schema_version":0,"attributes":{"id":"1","triggers":null},"sensitive_attributes":[],"private":"bnVsbA=="}]}]"#,
-        decodes_as: &["resources", "check_results", "modules"],
+        read_as: &["resources", "check_results", "modules"],
     },
     Composite {
+        // As a resource: no mode. As a module (v3): decoded.
         text: r#"[{"object_kind":"resource","config_addr":"null_resource.a","status":"pass","objects":[{"object_addr":"null_resource.a","status":"pass"}]}]"#,
-        decodes_as: &["resources", "check_results", "modules"],
+        read_as: &["check_results", "modules"],
     },
     Composite {
+        // As a check result: no kind, skipped. As a resource: no mode.
         text: r#"[{"path":["root"],"outputs":{},"resources":{"null_resource.a":{"type":"null_resource","depends_on":[],"primary":{"id":"1","attributes":{"id":"1"},"meta":{},"tainted":false},"deposed":[],"provider":"provider.null"}},"depends_on":[]}]"#,
-        decodes_as: &["resources", "check_results", "modules"],
+        read_as: &["check_results", "modules"],
     },
     Composite {
         text: r#"{"key_provider.pbkdf2.main":"eyJzYWx0IjoiMDEyMyJ9"}"#,
-        decodes_as: &["meta", "remote", "backend"],
+        read_as: &["meta", "remote", "backend"],
     },
     Composite {
         text: r#"{"type":"s3","config":{"bucket":"b"}}"#,
-        decodes_as: &["remote", "backend"],
+        read_as: &["remote", "backend"],
     },
     // Wrong at the level of the Go types for some fields.
     Composite {
         text: "[5]",
-        decodes_as: &[],
+        read_as: &[],
     },
     Composite {
         text: r#"[{"mode":1}]"#,
-        decodes_as: &["check_results", "modules"],
+        read_as: &["check_results", "modules"],
     },
     Composite {
         text: r#"[{"instances":[{"schema_version":"0"}]}]"#,
-        decodes_as: &["check_results", "modules"],
+        read_as: &["check_results", "modules"],
     },
     Composite {
         text: r#"[{"objects":[{"status":false}]}]"#,
-        decodes_as: &["resources", "modules"],
+        read_as: &["modules"],
     },
     Composite {
         // A []byte takes an array of numbers.
         text: r#"{"o":[]}"#,
-        decodes_as: &["meta", "remote", "backend"],
+        read_as: &["meta", "remote", "backend"],
     },
     Composite {
         text: r#"{"o":{"sensitive":"yes"}}"#,
-        decodes_as: &["remote", "backend"],
+        read_as: &["remote", "backend"],
     },
     Composite {
         text: r#"{"k":5}"#,
-        decodes_as: &["remote", "backend"],
+        read_as: &["remote", "backend"],
     },
     Composite {
         text: r#"[{"path":"root"}]"#,
-        decodes_as: &["resources", "check_results"],
+        read_as: &["check_results"],
+    },
+    // Decoded, and refused by prepareStateV4 as resources: a mode that is neither managed nor
+    // data; the same instance twice; a status that is neither "" nor tainted. As check results
+    // (no kind: skipped) and v3 modules (decoded), taken.
+    Composite {
+        text: r#"[{"mode":"bogus","type":"t","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]"}]"#,
+        read_as: &["check_results", "modules"],
+    },
+    Composite {
+        text: r#"[{"mode":"managed","type":"t","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"index_key":1},{"index_key":1.0}]}]"#,
+        read_as: &["check_results", "modules"],
+    },
+    Composite {
+        text: r#"[{"mode":"data","type":"t","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"status":"gone"}]}]"#,
+        read_as: &["check_results", "modules"],
     },
 ];
 
@@ -353,7 +371,7 @@ fn go_string(tok: Option<&Tok>) -> Result<String, ()> {
 fn go_composite(tok: Option<&Tok>, name: &str) -> Result<(), ()> {
     match tok {
         None | Some(Tok::Null) => Ok(()),
-        Some(Tok::Composite(c)) if c.decodes_as.contains(&name) => Ok(()),
+        Some(Tok::Composite(c)) if c.read_as.contains(&name) => Ok(()),
         _ => Err(()),
     }
 }

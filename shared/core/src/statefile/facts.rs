@@ -2,6 +2,9 @@
 //! walked: one record per resource, instance, output, check result and checked object, with the
 //! few values their rules look at. A field given twice keeps its last value, as Go does.
 
+// Some facts are read only by the checks still to come (addresses, outputs, check results).
+#![allow(dead_code)]
+
 use serde_json::Value;
 
 use super::shape::{Fact, Scope};
@@ -27,6 +30,8 @@ impl Kept {
 #[derive(Debug, Default)]
 pub(crate) struct Resource {
     pub mode: Option<Kept>,
+    pub resource_type: Option<Kept>,
+    pub name: Option<Kept>,
     pub module: Option<Kept>,
     pub provider: Option<Kept>,
     pub each: Option<Kept>,
@@ -39,6 +44,12 @@ impl Resource {
     }
     pub fn module(&self) -> &str {
         Kept::text(&self.module)
+    }
+    pub fn resource_type(&self) -> &str {
+        Kept::text(&self.resource_type)
+    }
+    pub fn name(&self) -> &str {
+        Kept::text(&self.name)
     }
     pub fn provider(&self) -> &str {
         Kept::text(&self.provider)
@@ -165,6 +176,8 @@ impl Facts {
                     Fact::Mode => r.mode = Some(value),
                     Fact::Module => r.module = Some(value),
                     Fact::Provider => r.provider = Some(value),
+                    Fact::ResourceType => r.resource_type = Some(value),
+                    Fact::ResourceName => r.name = Some(value),
                     Fact::Each => r.each = Some(value),
                     _ => {}
                 }

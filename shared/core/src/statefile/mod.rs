@@ -22,6 +22,7 @@ mod facts;
 mod goversion;
 mod header;
 mod keys;
+mod prepare;
 mod shape;
 mod walk;
 
@@ -86,6 +87,15 @@ pub enum StateError {
         found: String,
         /// What the reader takes.
         expected: String,
+    },
+    /// A state whose fields decode but which Terraform refuses to read (a check of
+    /// `prepareStateV4`), e.g. the same instance twice.
+    #[error("the state's \"{place}\" {why}, so Terraform could not read this state back; nothing was written")]
+    Unreadable {
+        /// Where.
+        place: String,
+        /// What is wrong, as the rest of the sentence.
+        why: String,
     },
     /// An OpenTofu envelope that OpenTofu would not decrypt.
     #[error("the body is an OpenTofu encrypted state whose \"{place}\" is {found}, and OpenTofu reads it only as {expected}; nothing was written")]
@@ -161,6 +171,9 @@ fn state(header: &Header) -> Result<StateFile, StateError> {
                 expected: m.expected.into(),
             });
         }
+    }
+    if version == 4 {
+        prepare::check_v4(&header.facts)?;
     }
     Ok(StateFile {
         form: Form::State { version },

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// A provider address as Terraform writes it, as JSON.
+const P: &str = r#""provider[\"registry.terraform.io/hashicorp/null\"]""#;
+
 const GOOD: &str = r#"{"version":4,"terraform_version":"1.15.5","serial":3,"lineage":"l","outputs":{"a":{"value":1,"type":"number"}},"resources":[{"mode":"managed","type":"t","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"schema_version":0,"attributes":{"id":"1"},"private":"eyJ4IjoxfQ==","dependencies":["t.m"]}]}],"check_results":null}"#;
 
 /// `GOOD` with the top-level `field` set to the JSON text `value`.
@@ -168,11 +171,13 @@ fn elements_are_checked_as_deep_as_the_decoder_goes() {
             "{value}: {e}"
         );
     }
-    // What the decoder keeps raw (attributes, index keys, output values) may be any JSON.
+    // What the decoder keeps raw (attributes, private as bytes) may be any JSON.
     read(
         with(
             "resources",
-            r#"[{"instances":[{"index_key":[1],"attributes":[1,{"x":null}],"private":[1,2]}]}]"#,
+            &format!(
+                r#"[{{"mode":"managed","type":"t","name":"n","provider":{P},"instances":[{{"attributes":[1,{{"x":null}}],"private":[1,2]}}]}}]"#
+            ),
         )
         .as_bytes(),
     )
@@ -270,4 +275,77 @@ fn bodies_that_are_not_json_objects_are_refused() {
     ] {
         assert!(matches!(refused(body), StateError::NotJson(_)), "{body}");
     }
+}
+
+/// `resources` holding one resource of `mode` with `instances` (JSON).
+fn resource(mode: &str, instances: &str) -> String {
+    with(
+        "resources",
+        &format!(
+            r#"[{{"mode":"{mode}","type":"null_resource","name":"a","provider":{P},"instances":{instances}}}]"#
+        ),
+    )
+}
+
+#[test]
+fn what_terraform_checks_after_decoding_is_checked_too() {
+    for (body, place, says) in [
+        (resource("bogus", "[]"), "resources[0].mode", "\"bogus\""),
+        (resource("", "[]"), "resources[0].mode", "\"\""),
+        (with("resources", "[{}]"), "resources[0].mode", "\"\""),
+        (with("resources", "[null]"), "resources[0].mode", "\"\""),
+        (
+            resource("managed", r#"[{"status":"gone"}]"#),
+            "resources[0].instances[0].status",
+            "\"gone\"",
+        ),
+        (
+            resource("managed", r#"[{"deposed":"abc"}]"#),
+            "resources[0].instances[0].deposed",
+            "\"abc\"",
+        ),
+        (
+            resource("managed", r#"[{"index_key":true}]"#),
+            "resources[0].instances[0].index_key",
+            "true or false",
+        ),
+        (
+            resource("managed", r#"[{"index_key":[0]}]"#),
+            "resources[0].instances[0].index_key",
+            "an array",
+        ),
+        (
+            resource("managed", r#"[{"index_key":1},{"index_key":1.0}]"#),
+            "resources[0].instances[1]",
+            "already",
+        ),
+        (
+            resource("managed", r#"[{},{}]"#),
+            "resources[0].instances[1]",
+            "already",
+        ),
+        (
+            resource(
+                "managed",
+                r#"[{"deposed":"00000001"},{"deposed":"00000001"}]"#,
+            ),
+            "resources[0].instances[1]",
+            "already",
+        ),
+    ] {
+        let e = refused(&body);
+        let sentence = e.to_string();
+        assert!(
+            sentence.contains(&format!("\"{place}\"")) && sentence.contains(says),
+            "{body}: {sentence}"
+        );
+    }
+    for instances in [
+        r#"[{"index_key":0},{"index_key":"0"},{"index_key":1.5},{"status":"tainted"}]"#,
+        r#"[{},{"deposed":"00000001"},{"deposed":"00000002"}]"#,
+    ] {
+        read(resource("managed", instances).as_bytes())
+            .unwrap_or_else(|e| panic!("{instances}: {e}"));
+    }
+    read(resource("data", "[]").as_bytes()).expect("a data resource");
 }
