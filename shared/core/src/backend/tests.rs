@@ -589,7 +589,7 @@ async fn a_key_service_outage_is_an_error_and_writes_nothing() {
 
 fn state_of(lineage: &str, serial: u64, marker: &str) -> Bytes {
     Bytes::from(format!(
-        r#"{{"version":4,"serial":{serial},"lineage":"{lineage}","outputs":{{"m":{{"value":"{marker}"}}}},"resources":[]}}"#
+        r#"{{"version":4,"serial":{serial},"lineage":"{lineage}","outputs":{{"m":{{"value":"{marker}","type":"string"}}}},"resources":[]}}"#
     ))
 }
 
@@ -734,7 +734,7 @@ async fn ciphertext_is_never_served_as_a_state() {
     assert!(sealing_backend.get(&*sealed_store, &path()).await.is_err());
     // Plain states, and a state that merely mentions sops, are served.
     let mentions = Bytes::from(
-        r#"{"version":4,"serial":1,"lineage":"l","outputs":{"sops":{"value":"ENC[x]"}}}"#,
+        r#"{"version":4,"serial":1,"lineage":"l","outputs":{"sops":{"value":"ENC[x]","type":"string"}}}"#,
     );
     store.plant(P, &mentions);
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(mentions)));

@@ -2,9 +2,6 @@
 //! walked: one record per resource, instance, output, check result and checked object, with the
 //! few values their rules look at. A field given twice keeps its last value, as Go does.
 
-// Some facts are read only by the checks still to come (addresses, outputs, check results).
-#![allow(dead_code)]
-
 use serde_json::Value;
 
 use super::shape::{Fact, Scope};
@@ -34,7 +31,6 @@ pub(crate) struct Resource {
     pub name: Option<Kept>,
     pub module: Option<Kept>,
     pub provider: Option<Kept>,
-    pub each: Option<Kept>,
     pub instances: Vec<Instance>,
 }
 
@@ -54,9 +50,6 @@ impl Resource {
     pub fn provider(&self) -> &str {
         Kept::text(&self.provider)
     }
-    pub fn each(&self) -> &str {
-        Kept::text(&self.each)
-    }
 }
 
 /// One element of a resource's `instances`.
@@ -67,6 +60,7 @@ pub(crate) struct Instance {
     pub deposed: Option<Kept>,
     pub provider: Option<Kept>,
     pub dependencies: Vec<String>,
+    pub depends_on: Vec<String>,
     pub sensitive_attributes: Option<Value>,
 }
 
@@ -96,7 +90,6 @@ pub(crate) struct Output {
 pub(crate) struct Check {
     pub kind: Option<Kept>,
     pub config_addr: Option<Kept>,
-    pub status: Option<Kept>,
     pub objects: Vec<CheckObject>,
 }
 
@@ -113,7 +106,6 @@ impl Check {
 #[derive(Debug, Default)]
 pub(crate) struct CheckObject {
     pub addr: Option<Kept>,
-    pub status: Option<Kept>,
 }
 
 impl CheckObject {
@@ -178,7 +170,6 @@ impl Facts {
                     Fact::Provider => r.provider = Some(value),
                     Fact::ResourceType => r.resource_type = Some(value),
                     Fact::ResourceName => r.name = Some(value),
-                    Fact::Each => r.each = Some(value),
                     _ => {}
                 }
             }
@@ -195,9 +186,12 @@ impl Facts {
                     Fact::Status => i.status = Some(value),
                     Fact::Deposed => i.deposed = Some(value),
                     Fact::Provider => i.provider = Some(value),
-                    Fact::Dependency => {
+                    Fact::Dependency | Fact::DependsOn => {
                         if let Kept::Text(text) = value {
-                            i.dependencies.push(text);
+                            match fact {
+                                Fact::Dependency => i.dependencies.push(text),
+                                _ => i.depends_on.push(text),
+                            }
                         }
                     }
                     Fact::SensitiveAttributes => i.sensitive_attributes = Some(json(value)),
@@ -221,7 +215,6 @@ impl Facts {
                 match fact {
                     Fact::CheckKind => c.kind = Some(value),
                     Fact::ConfigAddr => c.config_addr = Some(value),
-                    Fact::Status => c.status = Some(value),
                     _ => {}
                 }
             }
@@ -229,10 +222,8 @@ impl Facts {
                 let Some(o) = self.checks.last_mut().and_then(|c| c.objects.last_mut()) else {
                     return;
                 };
-                match fact {
-                    Fact::ObjectAddr => o.addr = Some(value),
-                    Fact::Status => o.status = Some(value),
-                    _ => {}
+                if fact == Fact::ObjectAddr {
+                    o.addr = Some(value);
                 }
             }
             Scope::Plain => {}

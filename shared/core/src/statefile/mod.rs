@@ -18,8 +18,11 @@
 //! ([`StateError`]); the HTTP layer answers it 400 and nothing is written. JSON `null` counts as
 //! absent (Go leaves the field as it was), and keys are matched as Go matches them.
 
+mod addrs;
+mod cty;
 mod facts;
 mod goversion;
+mod hcl;
 mod header;
 mod keys;
 mod prepare;

@@ -1,14 +1,18 @@
 //! The checks Terraform makes after decoding a version-4 state (`prepareStateV4` in
-//! `internal/states/statefile/version4.go`), on the [`Facts`] the walk kept: what a resource's
-//! mode, module and provider must be, what an instance's key, status and deposed key may be, that
-//! no instance appears twice, that every dependency, output and check result reads. The first
-//! failure is the answer, with its place.
+//! `internal/states/statefile/version4.go`, with OpenTofu's where it is stricter), on the
+//! [`Facts`] the walk kept. Where Terraform silently drops a resource (a provider it cannot
+//! read) or crashes (an output type naming an undeclared optional attribute), gitstate refuses
+//! the state as it does where Terraform reports an error. The first failure is the answer, with
+//! its place.
 
 use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::facts::{Facts, Instance, Resource};
+use super::addrs;
+use super::cty;
+use super::facts::{Check, Facts, Instance, Output, Resource};
+use super::keys::go_key_matches;
 use super::StateError;
 
 /// The first thing in `facts` a version-4 reader refuses, if any.
@@ -16,32 +20,49 @@ pub(crate) fn check_v4(facts: &Facts) -> Result<(), StateError> {
     let mut seen = HashSet::new();
     for (r, resource) in facts.resources.iter().enumerate() {
         let place = format!("resources[{r}]");
-        check_resource(resource, &place)?;
+        let module = check_resource(resource, &place)?;
+        // Terraform keys a resource by its printed form (`type.name`, `data.type.name`).
+        let printed = match resource.mode() {
+            "data" => format!("data.{}.{}", resource.resource_type(), resource.name()),
+            _ => format!("{}.{}", resource.resource_type(), resource.name()),
+        };
+        let mut instance_provider: Option<&str> = None;
         for (i, instance) in resource.instances.iter().enumerate() {
             let place = format!("{place}.instances[{i}]");
             let key = instance_key(instance, &place)?;
             check_instance(instance, &place)?;
-            // The same instance (resource, key, and deposed key or none) twice.
-            let id = (
-                resource.module().to_owned(),
-                resource.mode().to_owned(),
-                resource.resource_type().to_owned(),
-                resource.name().to_owned(),
-                key,
-                instance.deposed().to_owned(),
-            );
+            // OpenTofu: every instance's own provider, where given, is the same.
+            if !instance.provider().is_empty() {
+                match instance_provider {
+                    Some(other) if other != instance.provider() => {
+                        return Err(unreadable(
+                            format!("{place}.provider"),
+                            "names another provider than the resource's other instances",
+                        ))
+                    }
+                    _ => instance_provider = Some(instance.provider()),
+                }
+            }
+            let id = (module.clone(), printed.clone(), key, instance.deposed());
             if !seen.insert(id) {
-                return Err(StateError::Unreadable {
+                return Err(unreadable(
                     place,
-                    why: "is an instance (or a deposed object) the state holds already".into(),
-                });
+                    "is an instance (or a deposed object) the state holds already",
+                ));
             }
         }
+    }
+    for output in &facts.outputs {
+        check_output(output)?;
+    }
+    for (c, check) in facts.checks.iter().enumerate() {
+        check_result(check, &format!("check_results[{c}]"))?;
     }
     Ok(())
 }
 
-fn check_resource(resource: &Resource, place: &str) -> Result<(), StateError> {
+/// A resource's mode, module and provider; its module's canonical address (empty: the root).
+fn check_resource(resource: &Resource, place: &str) -> Result<String, StateError> {
     if !matches!(resource.mode(), "managed" | "data") {
         return Err(field(
             format!("{place}.mode"),
@@ -49,16 +70,60 @@ fn check_resource(resource: &Resource, place: &str) -> Result<(), StateError> {
             "\"managed\" or \"data\"",
         ));
     }
-    Ok(())
+    let module = match resource.module() {
+        "" => String::new(),
+        text => addrs::module_instance(text).ok_or_else(|| {
+            field(
+                format!("{place}.module"),
+                quoted(text),
+                "a module address such as module.network or module.app[\"eu\"]",
+            )
+        })?,
+    };
+    if !addrs::provider_config(resource.provider(), false) {
+        // Terraform drops such a resource without a word; OpenTofu refuses the state.
+        return Err(field(
+            format!("{place}.provider"),
+            quoted(resource.provider()),
+            "a provider address such as provider[\"registry.terraform.io/hashicorp/aws\"]",
+        ));
+    }
+    Ok(module)
 }
 
 fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
+    if let Some(paths) = &instance.sensitive_attributes {
+        sensitive_paths(paths).map_err(|why| {
+            unreadable(
+                format!("{place}.sensitive_attributes"),
+                &format!("is not a list of attribute paths Terraform reads ({why})"),
+            )
+        })?;
+    }
     if !matches!(instance.status(), "" | "tainted") {
         return Err(field(
             format!("{place}.status"),
             quoted(instance.status()),
             "\"tainted\" or empty",
         ));
+    }
+    for (d, dependency) in instance.dependencies.iter().enumerate() {
+        if !addrs::resource(dependency, false) {
+            return Err(field(
+                format!("{place}.dependencies[{d}]"),
+                quoted(dependency),
+                "a resource address such as aws_instance.web or module.app.data.aws_ami.ubuntu",
+            ));
+        }
+    }
+    for (d, dependency) in instance.depends_on.iter().enumerate() {
+        if !addrs::resource(dependency, true) {
+            return Err(field(
+                format!("{place}.depends_on[{d}]"),
+                quoted(dependency),
+                "a resource instance address such as aws_instance.web[0]",
+            ));
+        }
     }
     let deposed = instance.deposed();
     if !deposed.is_empty() && deposed.len() != 8 {
@@ -68,15 +133,31 @@ fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
             "a deposed key of 8 characters (or empty)",
         ));
     }
+    if !instance.provider().is_empty() && !addrs::provider_config(instance.provider(), true) {
+        return Err(field(
+            format!("{place}.provider"),
+            quoted(instance.provider()),
+            "a provider address such as provider[\"registry.opentofu.org/hashicorp/aws\"]",
+        ));
+    }
     Ok(())
 }
 
-/// An instance's key as Terraform reads it (`encoding/json` into `interface{}`): a number (whole
-/// or not, truncated to an integer), a string, or none; anything else is refused.
+/// An instance's key as Terraform reads it (`encoding/json` into `interface{}`): a number
+/// (truncated to an integer, as Go's `int()` does; beyond ±2^63 it depends on the machine, so
+/// refused), a string, or none; anything else is refused.
 fn instance_key(instance: &Instance, place: &str) -> Result<String, StateError> {
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
     match &instance.index_key {
         None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::Number(n)) => Ok(format!("[{}]", n.as_f64().unwrap_or_default() as i64)),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(f) if f.abs() < LIMIT => Ok(format!("[{}]", f.trunc() as i64)),
+            _ => Err(field(
+                format!("{place}.index_key"),
+                "a number beyond ±2^63".into(),
+                "a whole number, a string or null",
+            )),
+        },
         Some(Value::String(s)) => Ok(format!("[{}]", Value::String(s.clone()))),
         Some(other) => Err(field(
             format!("{place}.index_key"),
@@ -86,11 +167,117 @@ fn instance_key(instance: &Instance, place: &str) -> Result<String, StateError> 
     }
 }
 
+/// `unmarshalPaths`: `null`, or a list of paths, each `null` or a list of steps, each
+/// `{"type":"get_attr","value":NAME}` (a string or null) or `{"type":"index","value":KEY}`
+/// (null, or a `{"value","type"}` wrapper of any type).
+fn sensitive_paths(paths: &Value) -> Result<(), cty::Why> {
+    let paths = match paths {
+        Value::Null => return Ok(()),
+        Value::Array(paths) => paths,
+        _ => return Err("not a list"),
+    };
+    for path in paths {
+        let steps = match path {
+            Value::Null => continue,
+            Value::Array(steps) => steps,
+            _ => return Err("a path that is not a list"),
+        };
+        for step in steps {
+            let kind = match go_field(step, "type")? {
+                Some(Value::String(kind)) => kind.as_str(),
+                Some(Value::Null) | None => "",
+                Some(_) => return Err("a step whose type is not a string"),
+            };
+            match (kind, go_field(step, "value")?) {
+                ("get_attr", Some(Value::String(_) | Value::Null)) => {}
+                ("index", Some(key)) => {
+                    cty::check_value(key, &cty::Type::Dynamic)?;
+                }
+                _ => return Err("a step that is not get_attr or index with its value"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The value Go decodes into the field `name` of a struct read from `value` (`null`: a zero
+/// struct). A key matching the field in two spellings is refused: Go takes the last, and which
+/// one came last is not known here.
+fn go_field<'a>(value: &'a Value, name: &str) -> Result<Option<&'a Value>, cty::Why> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(fields) => {
+            let mut found = fields.iter().filter(|(k, _)| go_key_matches(k, name));
+            match (found.next(), found.next()) {
+                (first, None) => Ok(first.map(|(_, v)| v)),
+                _ => Err("a step with a field given twice"),
+            }
+        }
+        _ => Err("a step that is not an object"),
+    }
+}
+
+fn check_output(output: &Output) -> Result<(), StateError> {
+    let place = format!("outputs[{}]", Value::String(output.name.clone()));
+    let Some(spec) = &output.type_spec else {
+        return Err(unreadable(format!("{place}.type"), "is missing"));
+    };
+    let ty = cty::parse_type(spec).map_err(|why| {
+        unreadable(
+            format!("{place}.type"),
+            &format!("is not a type Terraform reads ({why})"),
+        )
+    })?;
+    let Some(value) = &output.value else {
+        return Err(unreadable(format!("{place}.value"), "is missing"));
+    };
+    cty::check_value(value, &ty).map_err(|why| {
+        unreadable(
+            format!("{place}.value"),
+            &format!("does not read as the output's type ({why})"),
+        )
+    })?;
+    Ok(())
+}
+
+fn check_result(check: &Check, place: &str) -> Result<(), StateError> {
+    let kind = check.kind();
+    match addrs::checkable(kind, check.config_addr(), true) {
+        // A kind no reader knows: the result is skipped, as Terraform skips it.
+        None => return Ok(()),
+        Some(true) => {}
+        Some(false) => {
+            return Err(field(
+                format!("{place}.config_addr"),
+                quoted(check.config_addr()),
+                "the configuration address of a checked object, with no instance key",
+            ))
+        }
+    }
+    for (o, object) in check.objects.iter().enumerate() {
+        if addrs::checkable(kind, object.addr(), false) != Some(true) {
+            return Err(field(
+                format!("{place}.objects[{o}].object_addr"),
+                quoted(object.addr()),
+                "the address of a checked object",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn field(place: String, found: String, expected: &str) -> StateError {
     StateError::Field {
         place,
         found,
         expected: expected.into(),
+    }
+}
+
+fn unreadable(place: String, why: &str) -> StateError {
+    StateError::Unreadable {
+        place,
+        why: why.into(),
     }
 }
 

@@ -58,12 +58,13 @@ pub(crate) enum Fact {
     Provider,
     ResourceType,
     ResourceName,
-    Each,
     IndexKey,
     Status,
     Deposed,
-    /// An element of `dependencies` (and of OpenTofu's `depends_on`).
+    /// An element of `dependencies`.
     Dependency,
+    /// An element of OpenTofu's `depends_on`.
+    DependsOn,
     SensitiveAttributes,
     OutputType,
     OutputValue,
@@ -85,6 +86,7 @@ const fn field(name: &'static str, shape: Shape) -> Field {
 
 const STRINGS: Shape = Shape::List(&Shape::Str);
 const DEPENDENCIES: Shape = Shape::List(&Shape::Kept(Fact::Dependency, &Shape::Str));
+const DEPENDS_ON: Shape = Shape::List(&Shape::Kept(Fact::DependsOn, &Shape::Str));
 
 /// `outputStateV4` (OpenTofu adds `deprecated`).
 pub(crate) const OUTPUT_V4: Shape = Shape::Struct(
@@ -116,7 +118,7 @@ const INSTANCE_V4: Shape = Shape::Struct(
         field("identity", Shape::Any),
         field("private", Shape::Bytes),
         field("dependencies", DEPENDENCIES),
-        field("depends_on", DEPENDENCIES),
+        field("depends_on", DEPENDS_ON),
         field("create_before_destroy", Shape::Bool),
         field("skip_destroy", Shape::Bool),
     ],
@@ -130,7 +132,7 @@ pub(crate) const RESOURCE_V4: Shape = Shape::Struct(
         field("mode", Shape::Kept(Fact::Mode, &Shape::Str)),
         field("type", Shape::Kept(Fact::ResourceType, &Shape::Str)),
         field("name", Shape::Kept(Fact::ResourceName, &Shape::Str)),
-        field("each", Shape::Kept(Fact::Each, &Shape::Str)),
+        field("each", Shape::Str),
         field("provider", Shape::Kept(Fact::Provider, &Shape::Str)),
         field("instances", Shape::List(&INSTANCE_V4)),
     ],
@@ -141,7 +143,7 @@ const CHECK_OBJECT_V4: Shape = Shape::Struct(
     Scope::CheckObject,
     &[
         field("object_addr", Shape::Kept(Fact::ObjectAddr, &Shape::Str)),
-        field("status", Shape::Kept(Fact::Status, &Shape::Str)),
+        field("status", Shape::Str),
         field("failure_messages", STRINGS),
     ],
 );
@@ -152,7 +154,7 @@ pub(crate) const CHECK_RESULTS_V4: Shape = Shape::Struct(
     &[
         field("object_kind", Shape::Kept(Fact::CheckKind, &Shape::Str)),
         field("config_addr", Shape::Kept(Fact::ConfigAddr, &Shape::Str)),
-        field("status", Shape::Kept(Fact::Status, &Shape::Str)),
+        field("status", Shape::Str),
         field("objects", Shape::List(&CHECK_OBJECT_V4)),
     ],
 );

@@ -349,3 +349,186 @@ fn what_terraform_checks_after_decoding_is_checked_too() {
     }
     read(resource("data", "[]").as_bytes()).expect("a data resource");
 }
+
+/// One resource of `fields` (JSON members) with one instance of `instance` (JSON members).
+fn resource_with(fields: &str, instance: &str) -> String {
+    with(
+        "resources",
+        &format!(
+            r#"[{{"mode":"managed","type":"null_resource","name":"a","provider":{P}{fields},"instances":[{{"schema_version":0{instance}}}]}}]"#
+        ),
+    )
+}
+
+#[test]
+fn addresses_are_read_as_terraform_reads_them() {
+    for (body, place) in [
+        (
+            resource_with(r#","module":"module.a.b""#, ""),
+            "resources[0].module",
+        ),
+        (
+            resource_with(r#","module":"module.a[1.5]""#, ""),
+            "resources[0].module",
+        ),
+        (
+            resource_with(r#","module":"foo.a""#, ""),
+            "resources[0].module",
+        ),
+        (
+            with(
+                "resources",
+                r#"[{"mode":"managed","type":"t","name":"n","instances":[]}]"#,
+            ),
+            "resources[0].provider",
+        ),
+        (
+            with(
+                "resources",
+                r#"[{"mode":"managed","type":"t","name":"n","provider":"aws"}]"#,
+            ),
+            "resources[0].provider",
+        ),
+        (
+            with(
+                "resources",
+                r#"[{"mode":"managed","type":"t","name":"n","provider":"module[0].provider[\"x\"]"}]"#,
+            ),
+            "resources[0].provider",
+        ),
+        (
+            with(
+                "resources",
+                r#"[{"mode":"managed","type":"t","name":"n","provider":"provider[\"registry.terraform.io/-/aws\"]"}]"#,
+            ),
+            "resources[0].provider",
+        ),
+        (
+            resource_with("", r#","dependencies":["aws_instance.a[0]"]"#),
+            "resources[0].instances[0].dependencies[0]",
+        ),
+        (
+            resource_with("", r#","dependencies":["var.x"]"#),
+            "resources[0].instances[0].dependencies[0]",
+        ),
+        (
+            resource_with("", r#","dependencies":[null]"#),
+            "resources[0].instances[0].dependencies[0]",
+        ),
+        (
+            resource_with("", r#","provider":"provider.aws""#),
+            "resources[0].instances[0].provider",
+        ),
+        (
+            resource_with("", r#","depends_on":["count.x"]"#),
+            "resources[0].instances[0].depends_on[0]",
+        ),
+    ] {
+        let e = refused(&body);
+        assert!(
+            e.to_string().contains(&format!("\"{place}\"")),
+            "{body}: {e}"
+        );
+    }
+    for (fields, instance) in [
+        (r#","module":"module.a[0].module.b[\"k\"]""#, ""),
+        (
+            "",
+            r#","dependencies":["data.aws_ami.u","module.m[0].aws_instance.a"]"#,
+        ),
+        ("", r#","depends_on":["aws_instance.a[0]"]"#),
+        (
+            "",
+            r#","provider":"provider[\"registry.opentofu.org/hashicorp/null\"]""#,
+        ),
+    ] {
+        read(resource_with(fields, instance).as_bytes())
+            .unwrap_or_else(|e| panic!("{fields} {instance}: {e}"));
+    }
+    // The legacy provider address of a state Terraform 0.12 upgraded.
+    read(
+        with(
+            "resources",
+            r#"[{"mode":"managed","type":"t","name":"n","provider":"provider.aws"}]"#,
+        )
+        .as_bytes(),
+    )
+    .expect("a legacy provider address");
+}
+
+#[test]
+fn sensitive_paths_outputs_and_check_results_read_as_terraform_reads_them() {
+    let sensitive = |paths: &str| resource_with("", &format!(r#","sensitive_attributes":{paths}"#));
+    for good in [
+        "null",
+        "[]",
+        r#"[[{"type":"get_attr","value":"password"}],null,[]]"#,
+        r#"[[{"TYPE":"get_attr","value":null}]]"#,
+        r#"[[{"type":"index","value":{"value":0,"type":"number"}}]]"#,
+        r#"[[{"type":"index","value":null}]]"#,
+    ] {
+        read(sensitive(good).as_bytes()).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+    for bad in [
+        "{}",
+        "[1]",
+        r#"[[{"type":"get_attr"}]]"#,
+        r#"[[{"type":"get_attr","value":5}]]"#,
+        r#"[[{"type":"GET_ATTR","value":"a"}]]"#,
+        r#"[[{"type":"index","value":0}]]"#,
+        r#"[[null]]"#,
+        r#"[[{"type":5,"value":"a"}]]"#,
+    ] {
+        let e = refused(&sensitive(bad));
+        assert!(e.to_string().contains("sensitive_attributes"), "{bad}: {e}");
+    }
+    for (outputs, place) in [
+        (r#"{"o":{"value":1}}"#, "outputs[\"o\"].type"),
+        (r#"{"o":{"type":"number"}}"#, "outputs[\"o\"].value"),
+        (r#"{"o":null}"#, "outputs[\"o\"].type"),
+        (r#"{"o":{"value":"x","type":"any"}}"#, "outputs[\"o\"].type"),
+        (
+            r#"{"o":{"value":"x","type":"number"}}"#,
+            "outputs[\"o\"].value",
+        ),
+        (
+            r#"{"o":{"value":{"a":1},"type":["object",{"a":"number"},["b"]]}}"#,
+            "outputs[\"o\"].type",
+        ),
+        (
+            r#"{"o":{"value":[1],"type":["tuple",["number","number"]]}}"#,
+            "outputs[\"o\"].value",
+        ),
+    ] {
+        let e = refused(&with("outputs", outputs));
+        assert!(
+            e.to_string().contains(&format!("\"{place}\"")),
+            "{outputs}: {e}"
+        );
+    }
+    read(with("outputs", r#"{"o":{"value":{"a":[1,"2"]},"type":["object",{"a":["list","number"]}]},"s":{"value":3,"type":"string","sensitive":true}}"#).as_bytes())
+        .expect("values go-cty converts");
+    for (checks, place) in [
+        (
+            r#"[{"object_kind":"resource","config_addr":"aws_instance.a[0]"}]"#,
+            "check_results[0].config_addr",
+        ),
+        (
+            r#"[{"object_kind":"output","config_addr":"output.o","objects":[{"object_addr":"output.o.x"}]}]"#,
+            "check_results[0].objects[0].object_addr",
+        ),
+    ] {
+        let e = refused(&with("check_results", checks));
+        assert!(
+            e.to_string().contains(&format!("\"{place}\"")),
+            "{checks}: {e}"
+        );
+    }
+    for checks in [
+        r#"[{"object_kind":"resource","config_addr":"null_resource.a","status":"pass","objects":[{"object_addr":"null_resource.a[0]","status":"fail"}]}]"#,
+        r#"[{"object_kind":"someday","config_addr":"anything at all"}]"#,
+        r#"[{"object_kind":"var","config_addr":"module.m.var.v","objects":[{"object_addr":"module.m[1].var.v"}]}]"#,
+    ] {
+        read(with("check_results", checks).as_bytes()).unwrap_or_else(|e| panic!("{checks}: {e}"));
+    }
+}

@@ -206,7 +206,7 @@ impl<'de> DeserializeSeed<'de> for Nested<'_> {
                         self.facts.keep(self.within, *fact, Kept::Text(text));
                     }
                     // A null element of a []string is "" to Go; a null field leaves it as it was.
-                    Seen::Null if *fact == Fact::Dependency => {
+                    Seen::Null if matches!(fact, Fact::Dependency | Fact::DependsOn) => {
                         self.facts
                             .keep(self.within, *fact, Kept::Text(String::new()));
                     }
