@@ -621,7 +621,7 @@ fn the_resource_index_holds_no_identifier_in_clear() {
     env.push(("GITSTATE_CATALOG_TABLE".into(), bare_table.into()));
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let plain_server = Gitstate::start(&[], &env_refs, cwd2.path());
-    let body = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [{"mode": "managed", "type": "random_string", "name": "pw", "instances": [{"attributes": {"id": secret, "result": secret}}]}]});
+    let body = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [{"mode": "managed", "type": "random_string", "name": "pw", "provider": "provider[\"registry.terraform.io/hashicorp/random\"]", "instances": [{"attributes": {"id": secret, "result": secret}}]}]});
     let (status, text) = http(
         "POST",
         &plain_server.state_url("default", "plain.tfstate"),

@@ -34,7 +34,10 @@ fn state(serial: u64, secret: &str) -> Value {
                 "tiny": 1e-7,
                 "huge": 1.5e300,
                 "negative": -2.5
-            }, "type": ["object", {}]}
+            }, "type": ["object", {
+                "beyond_2_53": "number", "i64_max": "number", "i64_min": "number",
+                "tenth": "number", "tiny": "number", "huge": "number", "negative": "number"
+            }]}
         },
         "resources": [{
             "mode": "managed",

@@ -13,7 +13,7 @@ use gitstate_sops::{encrypt, Document, EncryptOptions, KeySource, MasterKey, Nod
 use gitstate_tests::crypto::sops_bin;
 use gitstate_tests::keys::{Bao, GnuPg};
 
-const PLAIN: &str = r#"{"version":4,"serial":7,"lineage":"l-1","outputs":{"pw":{"value":"s3cr\u00e9t","type":"string"}},"resources":[{"mode":"managed","type":"null_resource","name":"n","instances":[{"attributes":{"id":"42","port":5432}}]}]}"#;
+const PLAIN: &str = r#"{"version":4,"serial":7,"lineage":"l-1","outputs":{"pw":{"value":"s3cr\u00e9t","type":"string"}},"resources":[{"mode":"managed","type":"null_resource","name":"n","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{"attributes":{"id":"42","port":5432}}]}]}"#;
 
 const ROOT_TOKEN: &str = Bao::ROOT_TOKEN;
 
