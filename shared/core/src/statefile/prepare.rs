@@ -5,7 +5,7 @@
 //! the state as it does where Terraform reports an error. The first failure is the answer, with
 //! its place.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -15,38 +15,73 @@ use super::facts::{Check, Facts, Instance, Output, Resource};
 use super::keys::go_key_matches;
 use super::StateError;
 
+/// An instance's identity for the duplicate rule, borrowed from the facts: its module (the
+/// canonical address), whether the resource is a data source, its type, name, key and deposed
+/// key. Terraform keys a resource by its printed form (`type.name`, `data.type.name`), so two
+/// resources that print the same are one.
+type InstanceId<'a> = (&'a str, &'a str, InstanceKey<'a>, &'a str);
+
+/// An instance key as Terraform compares them.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum InstanceKey<'a> {
+    None,
+    Int(i64),
+    Str(&'a str),
+}
+
 /// The first thing in `facts` a version-4 reader refuses, if any.
 pub(crate) fn check_v4(facts: &Facts) -> Result<(), StateError> {
-    let mut seen = HashSet::new();
+    // Providers and modules repeat across resources: each distinct text is read once.
+    let mut providers: HashSet<&str> = HashSet::new();
+    let mut canonical: HashMap<&str, String> = HashMap::new();
+    let mut modules = Vec::with_capacity(facts.resources.len());
     for (r, resource) in facts.resources.iter().enumerate() {
-        let place = format!("resources[{r}]");
-        let module = check_resource(resource, &place)?;
-        // Terraform keys a resource by its printed form (`type.name`, `data.type.name`).
-        let printed = match resource.mode() {
+        check_resource(resource, &mut providers, || format!("resources[{r}]"))?;
+        let text = resource.module();
+        if !text.is_empty() && !canonical.contains_key(text) {
+            let read = addrs::module_instance(text).ok_or_else(|| {
+                field(
+                    format!("resources[{r}].module"),
+                    quoted(text),
+                    "a module address such as module.network or module.app[\"eu\"]",
+                )
+            })?;
+            canonical.insert(text, read);
+        }
+        modules.push(text);
+    }
+    let printed: Vec<String> = facts
+        .resources
+        .iter()
+        .map(|resource| match resource.mode() {
             "data" => format!("data.{}.{}", resource.resource_type(), resource.name()),
             _ => format!("{}.{}", resource.resource_type(), resource.name()),
-        };
+        })
+        .collect();
+    let mut seen: HashSet<InstanceId> = HashSet::new();
+    for (r, resource) in facts.resources.iter().enumerate() {
+        let module = canonical.get(modules[r]).map_or("", String::as_str);
+        let printed = printed[r].as_str();
         let mut instance_provider: Option<&str> = None;
         for (i, instance) in resource.instances.iter().enumerate() {
-            let place = format!("{place}.instances[{i}]");
-            let key = instance_key(instance, &place)?;
-            check_instance(instance, &place)?;
+            let place = || format!("resources[{r}].instances[{i}]");
+            let key = instance_key(instance, place)?;
+            check_instance(instance, place)?;
             // OpenTofu: every instance's own provider, where given, is the same.
             if !instance.provider().is_empty() {
                 match instance_provider {
                     Some(other) if other != instance.provider() => {
                         return Err(unreadable(
-                            format!("{place}.provider"),
+                            format!("{}.provider", place()),
                             "names another provider than the resource's other instances",
                         ))
                     }
                     _ => instance_provider = Some(instance.provider()),
                 }
             }
-            let id = (module.clone(), printed.clone(), key, instance.deposed());
-            if !seen.insert(id) {
+            if !seen.insert((module, printed, key, instance.deposed())) {
                 return Err(unreadable(
-                    place,
+                    place(),
                     "is an instance (or a deposed object) the state holds already",
                 ));
             }
@@ -61,48 +96,46 @@ pub(crate) fn check_v4(facts: &Facts) -> Result<(), StateError> {
     Ok(())
 }
 
-/// A resource's mode, module and provider; its module's canonical address (empty: the root).
-fn check_resource(resource: &Resource, place: &str) -> Result<String, StateError> {
+/// A resource's mode and provider (`providers`: the texts already read).
+fn check_resource<'a>(
+    resource: &'a Resource,
+    providers: &mut HashSet<&'a str>,
+    place: impl Fn() -> String,
+) -> Result<(), StateError> {
     if !matches!(resource.mode(), "managed" | "data") {
         return Err(field(
-            format!("{place}.mode"),
+            format!("{}.mode", place()),
             quoted(resource.mode()),
             "\"managed\" or \"data\"",
         ));
     }
-    let module = match resource.module() {
-        "" => String::new(),
-        text => addrs::module_instance(text).ok_or_else(|| {
-            field(
-                format!("{place}.module"),
-                quoted(text),
-                "a module address such as module.network or module.app[\"eu\"]",
-            )
-        })?,
-    };
-    if !addrs::provider_config(resource.provider(), false) {
-        // Terraform drops such a resource without a word; OpenTofu refuses the state.
-        return Err(field(
-            format!("{place}.provider"),
-            quoted(resource.provider()),
-            "a provider address such as provider[\"registry.terraform.io/hashicorp/aws\"]",
-        ));
+    let provider = resource.provider();
+    if !providers.contains(provider) {
+        if !addrs::provider_config(provider, false) {
+            // Terraform drops such a resource without a word; OpenTofu refuses the state.
+            return Err(field(
+                format!("{}.provider", place()),
+                quoted(provider),
+                "a provider address such as provider[\"registry.terraform.io/hashicorp/aws\"]",
+            ));
+        }
+        providers.insert(provider);
     }
-    Ok(module)
+    Ok(())
 }
 
-fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
+fn check_instance(instance: &Instance, place: impl Fn() -> String) -> Result<(), StateError> {
     if let Some(paths) = &instance.sensitive_attributes {
         sensitive_paths(paths).map_err(|why| {
             unreadable(
-                format!("{place}.sensitive_attributes"),
+                format!("{}.sensitive_attributes", place()),
                 &format!("is not a list of attribute paths Terraform reads ({why})"),
             )
         })?;
     }
     if !matches!(instance.status(), "" | "tainted") {
         return Err(field(
-            format!("{place}.status"),
+            format!("{}.status", place()),
             quoted(instance.status()),
             "\"tainted\" or empty",
         ));
@@ -110,7 +143,7 @@ fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
     for (d, dependency) in instance.dependencies.iter().enumerate() {
         if !addrs::resource(dependency, false) {
             return Err(field(
-                format!("{place}.dependencies[{d}]"),
+                format!("{}.dependencies[{d}]", place()),
                 quoted(dependency),
                 "a resource address such as aws_instance.web or module.app.data.aws_ami.ubuntu",
             ));
@@ -119,7 +152,7 @@ fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
     for (d, dependency) in instance.depends_on.iter().enumerate() {
         if !addrs::resource(dependency, true) {
             return Err(field(
-                format!("{place}.depends_on[{d}]"),
+                format!("{}.depends_on[{d}]", place()),
                 quoted(dependency),
                 "a resource instance address such as aws_instance.web[0]",
             ));
@@ -128,14 +161,14 @@ fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
     let deposed = instance.deposed();
     if !deposed.is_empty() && deposed.len() != 8 {
         return Err(field(
-            format!("{place}.deposed"),
+            format!("{}.deposed", place()),
             quoted(deposed),
             "a deposed key of 8 characters (or empty)",
         ));
     }
     if !instance.provider().is_empty() && !addrs::provider_config(instance.provider(), true) {
         return Err(field(
-            format!("{place}.provider"),
+            format!("{}.provider", place()),
             quoted(instance.provider()),
             "a provider address such as provider[\"registry.opentofu.org/hashicorp/aws\"]",
         ));
@@ -146,21 +179,24 @@ fn check_instance(instance: &Instance, place: &str) -> Result<(), StateError> {
 /// An instance's key as Terraform reads it (`encoding/json` into `interface{}`): a number
 /// (truncated to an integer, as Go's `int()` does; beyond ±2^63 it depends on the machine, so
 /// refused), a string, or none; anything else is refused.
-fn instance_key(instance: &Instance, place: &str) -> Result<String, StateError> {
+fn instance_key(
+    instance: &Instance,
+    place: impl Fn() -> String,
+) -> Result<InstanceKey<'_>, StateError> {
     const LIMIT: f64 = 9_223_372_036_854_775_808.0;
     match &instance.index_key {
-        None | Some(Value::Null) => Ok(String::new()),
+        None | Some(Value::Null) => Ok(InstanceKey::None),
         Some(Value::Number(n)) => match n.as_f64() {
-            Some(f) if f.abs() < LIMIT => Ok(format!("[{}]", f.trunc() as i64)),
+            Some(f) if f.abs() < LIMIT => Ok(InstanceKey::Int(f.trunc() as i64)),
             _ => Err(field(
-                format!("{place}.index_key"),
+                format!("{}.index_key", place()),
                 "a number beyond ±2^63".into(),
                 "a whole number, a string or null",
             )),
         },
-        Some(Value::String(s)) => Ok(format!("[{}]", Value::String(s.clone()))),
+        Some(Value::String(s)) => Ok(InstanceKey::Str(s)),
         Some(other) => Err(field(
-            format!("{place}.index_key"),
+            format!("{}.index_key", place()),
             describe(other),
             "a number, a string or null",
         )),
