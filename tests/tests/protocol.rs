@@ -916,31 +916,44 @@ fn smart_http_requests_per_operation() {
     assert_eq!(lock_refs(&s).trim(), "");
 }
 
+/// `gitstate serve` on a smart-HTTP repository (basic auth) reached through the proxy `start`
+/// puts in front of the git server's port (`port` tells the proxy's).
+fn behind_a_proxy<P>(
+    start: impl FnOnce(u16) -> P,
+    port: impl Fn(&P) -> u16,
+) -> (tempfile::TempDir, GitHttpServer, P, Gitstate) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repos = dir.path().join("repos");
+    std::fs::create_dir_all(&repos).expect("repos dir");
+    bare_repo(&repos, "states");
+    let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
+    let proxy = start(http.port());
+    let through = http.url("states").replace(
+        &format!(":{}/", http.port()),
+        &format!(":{}/", port(&proxy)),
+    );
+    let gitstate = Gitstate::start(
+        &["--repository", &format!("default={through}")],
+        &[
+            ("RUST_LOG", "info"),
+            ("GIT_USERNAME", "terraform"),
+            ("GIT_PASSWORD", "s3cret-pass"),
+        ],
+        dir.path(),
+    );
+    // In this order, so that the server stops before its directory goes.
+    (dir, http, proxy, gitstate)
+}
+
 /// Requests to a smart-HTTP remote reuse kept-alive connections: once the first LOCK, GET, POST,
 /// UNLOCK opened what they need, 20 more operations open no new connection to the git server (at
 /// most one, if the server closed an idle one); each session used to build its own HTTP client
 /// and connection (over HTTPS, a TLS handshake each).
 #[test]
 fn smart_http_connections_are_kept_between_requests() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repos = dir.path().join("repos");
-    std::fs::create_dir_all(&repos).expect("repos dir");
-    bare_repo(&repos, "states");
-    let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
-    let port = http.port();
-    let proxy = DelayProxy::start(port, std::time::Duration::ZERO);
-    let through = http
-        .url("states")
-        .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
-    let repository = format!("default={through}");
-    let gitstate = Gitstate::start(
-        &["--repository", &repository],
-        &[
-            ("RUST_LOG", "warn"),
-            ("GIT_USERNAME", "terraform"),
-            ("GIT_PASSWORD", "s3cret-pass"),
-        ],
-        dir.path(),
+    let (_dir, _http, proxy, gitstate) = behind_a_proxy(
+        |port| DelayProxy::start(port, std::time::Duration::ZERO),
+        |p| p.port(),
     );
     let send = |method: &str, path: &str, body: Option<String>| {
         send_to(&gitstate, method, path, body.as_deref().unwrap_or_default()).as_u16()
@@ -977,25 +990,9 @@ fn smart_http_connections_are_kept_between_requests() {
 /// proxy did close connections on requests, and the server counts the renewals.
 #[test]
 fn a_kept_connection_closed_while_idle_is_replaced_without_failing_the_request() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repos = dir.path().join("repos");
-    std::fs::create_dir_all(&repos).expect("repos dir");
-    bare_repo(&repos, "states");
-    let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
-    let port = http.port();
-    let proxy = ClosingProxy::start(port, std::time::Duration::from_millis(300));
-    let through = http
-        .url("states")
-        .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
-    let repository = format!("default={through}");
-    let gitstate = Gitstate::start(
-        &["--repository", &repository],
-        &[
-            ("RUST_LOG", "info"),
-            ("GIT_USERNAME", "terraform"),
-            ("GIT_PASSWORD", "s3cret-pass"),
-        ],
-        dir.path(),
+    let (_dir, _http, proxy, gitstate) = behind_a_proxy(
+        |port| ClosingProxy::start(port, std::time::Duration::from_millis(300)),
+        |p| p.port(),
     );
     let send = |method: &str, path: &str, body: Option<String>| {
         send_to(&gitstate, method, path, body.as_deref().unwrap_or_default()).as_u16()

@@ -139,7 +139,7 @@ fn every_remote_mode_refuses_unreadable_states() {
     // Team mode: a caller's token admits it; the deployment's credential writes.
     bare_repo(repos.path(), "team");
     let token = "team-token-31";
-    let token_hash = sha256_hex(token);
+    let token_hash = gitstate_tests::crypto::sha256_hex(token);
     let cwd = tempfile::tempdir().unwrap();
     let team = Gitstate::start(
         &[
@@ -229,18 +229,4 @@ fn every_remote_mode_refuses_unreadable_states() {
         auth: None,
         refs: Box::new(refs_of("adhoc")),
     });
-}
-
-/// `sha256sum` of `text`, in hex.
-fn sha256_hex(text: &str) -> String {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("printf %s \"$0\" | sha256sum | cut -d' ' -f1")
-        .arg(text)
-        .output()
-        .expect("sha256sum");
-    String::from_utf8(out.stdout)
-        .expect("hex")
-        .trim()
-        .to_owned()
 }
