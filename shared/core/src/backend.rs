@@ -370,11 +370,7 @@ impl Backend {
         let Proposal { content, guard } = proposal;
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
-        let serializer = store.write_serializer();
-        let _serialized = match &serializer {
-            Some(mutex) => Some(mutex.lock().await),
-            None => None,
-        };
+        let _serialized = serialized(store).await;
         let mut attempt = 0;
         // The holder of the lock may begin from the store's memory (one request to the remote,
         // the push confirming the state tip and the lock); whatever that memory alone would
@@ -707,6 +703,15 @@ fn record_lock_age(content: &[u8], event: &'static str) {
     if let (Some(created), Ok(now)) = (created, now) {
         metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event)
             .record((now - created).max(0) as f64);
+    }
+}
+
+/// The store's write serializer held for one write (a local repository's; `None` for the
+/// others: DESIGN §9.2).
+pub(crate) async fn serialized(store: &dyn StateStore) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    match store.write_serializer() {
+        Some(mutex) => Some(mutex.lock_owned().await),
+        None => None,
     }
 }
 

@@ -218,9 +218,10 @@ pub async fn not_found(uri: Uri) -> ApiError {
     )
 }
 
-/// `/state/{repo}/{path}`, and its alias `/lock/{repo}/{path}` where `POST` locks and `DELETE`
-/// unlocks.
-pub async fn path_style(
+/// Every state address: `/state/{repo}/{path}`, its alias `/lock/{repo}/{path}` where `POST` locks
+/// and `DELETE` unlocks, and the query-style `/?type=git&repository=URL&ref=REF&state=PATH`
+/// (terraform-backend-git compatible; `/` alone describes the service).
+pub async fn state_address(
     State(app): State<AppState>,
     method: Method,
     uri: Uri,
@@ -229,50 +230,40 @@ pub async fn path_style(
     body: Body,
 ) -> Result<Response, ApiError> {
     let deadline = deadline.map(|Extension(d)| d.0);
-    let path = uri.path();
-    let (rest, operation) = match path.strip_prefix("/lock/") {
-        Some(rest) => (rest, Operation::on_lock_alias(&method)?),
-        None => (
-            path.strip_prefix("/state/").unwrap_or_default(),
-            Operation::on_state(&method)?,
-        ),
+    let (address, operation) = match uri.path() {
+        "/" if uri.query().is_none() && method == Method::GET => {
+            return Ok(axum::Json(serde_json::json!({
+                "service": "gitstate",
+                "state_address": "/state/{repository}/{path}",
+                "health": "/_/health",
+                "ready": "/_/ready",
+            }))
+            .into_response())
+        }
+        "/" => {
+            // A bad address is answered before a bad method; with a method that is an
+            // operation, both are counted under it.
+            let address = Address::from_query(uri.query(), &app.query_default_ref);
+            match Operation::on_state(&method) {
+                Ok(operation) => (address, operation),
+                Err(e) => return Err(address.err().unwrap_or(e)),
+            }
+        }
+        path => match path.strip_prefix("/lock/") {
+            Some(rest) => (
+                Address::from_path(rest, uri.query()),
+                Operation::on_lock_alias(&method)?,
+            ),
+            None => (
+                Address::from_path(
+                    path.strip_prefix("/state/").unwrap_or_default(),
+                    uri.query(),
+                ),
+                Operation::on_state(&method)?,
+            ),
+        },
     };
     let started = Instant::now();
-    let result = match Address::from_path(rest, uri.query()) {
-        Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
-        Err(e) => Err(e),
-    };
-    operation.observe(started, status_of(&result));
-    result
-}
-
-/// `/?type=git&repository=URL&ref=REF&state=PATH` (terraform-backend-git compatible).
-pub async fn query_style(
-    State(app): State<AppState>,
-    method: Method,
-    uri: Uri,
-    deadline: Option<Extension<RequestDeadline>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let deadline = deadline.map(|Extension(d)| d.0);
-    if uri.query().is_none() && method == Method::GET {
-        return Ok(axum::Json(serde_json::json!({
-            "service": "gitstate",
-            "state_address": "/state/{repository}/{path}",
-            "health": "/_/health",
-            "ready": "/_/ready",
-        }))
-        .into_response());
-    }
-    let started = Instant::now();
-    // A bad address is answered before a bad method (as before the metrics); with a method
-    // that is an operation, both are counted under it.
-    let address = Address::from_query(uri.query(), &app.query_default_ref);
-    let operation = match Operation::on_state(&method) {
-        Ok(operation) => operation,
-        Err(e) => return Err(address.err().unwrap_or(e)),
-    };
     let result = match address {
         Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
         Err(e) => Err(e),

@@ -123,9 +123,9 @@ pub fn router(state: AppState) -> Router {
         .route("/_/catalog/duplicates", get(inspect::catalog_duplicates))
         .route("/_/ui", get(ui::index))
         .route("/_/ui/{repo}/{*path}", get(ui::state))
-        .route("/state/{*rest}", any(handlers::path_style))
-        .route("/lock/{*rest}", any(handlers::path_style))
-        .route("/", any(handlers::query_style))
+        .route("/state/{*rest}", any(handlers::state_address))
+        .route("/lock/{*rest}", any(handlers::state_address))
+        .route("/", any(handlers::state_address))
         .fallback(handlers::not_found)
         // Inside the request span: a panic is logged with the request id and answered 500.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(

@@ -88,11 +88,7 @@ impl Backend {
     ) -> Result<Migration, BackendError> {
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
-        let serializer = store.write_serializer();
-        let _serialized = match &serializer {
-            Some(mutex) => Some(mutex.lock().await),
-            None => None,
-        };
+        let _serialized = super::serialized(store).await;
         let at = Place::new(store.repository(), path);
         let mut attempt = 0;
         loop {
