@@ -5,6 +5,8 @@ Function URL event for GET /_/health; its response), starts the bootstrap built 
 `cargo lambda build --release -p gitstate-lambda`, and measures the time from spawning the
 process to receiving its response. Repeats --runs times; prints median and min-max.
 
+Also prints the bootstrap's size and the size of the zip `sam build` deploys.
+
 Usage: scripts/bench lambda-init [--runs 20] [--bootstrap PATH]
 """
 import http.server
@@ -12,8 +14,10 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
+import zipfile
 
 from benchlib import support as s
 
@@ -103,10 +107,20 @@ def one_init(bootstrap):
     return (answered - start) * 1000
 
 
+def zipped_size(bootstrap):
+    """Bytes of the deployment package `sam build` makes of the bootstrap: a zip holding it as
+    `bootstrap`, deflated (Python's zipfile, as SAM writes it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        package = os.path.join(tmp, "function.zip")
+        with zipfile.ZipFile(package, "w", zipfile.ZIP_DEFLATED) as z:
+            z.write(bootstrap, "bootstrap")
+        return os.path.getsize(package)
+
+
 def run(args):
     """--runs cold inits, then the summary."""
     samples = [one_init(args.bootstrap) for _ in range(args.runs)]
     size = os.path.getsize(args.bootstrap)
-    print(f"bootstrap {args.bootstrap}: {size} bytes")
+    print(f"bootstrap {args.bootstrap}: {size} bytes, zipped (the deployment package) {zipped_size(args.bootstrap)} bytes")
     print(f"cold init (spawn -> first response), {args.runs} runs: median {statistics.median(samples):.1f} ms "
           f"(min {min(samples):.1f}, max {max(samples):.1f})")
