@@ -91,16 +91,21 @@ def one_init(bootstrap):
                AWS_LAMBDA_FUNCTION_MEMORY_SIZE="1024",
                GITSTATE_REPOSITORY="default=https://git.example.invalid/states.git",
                GITSTATE_CACHE_DIR="/tmp/gitstate-bench-cache", RUST_LOG="warn")
+    output = tempfile.TemporaryFile()
     start = time.perf_counter()
-    proc = s.spawn([bootstrap], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = s.spawn([bootstrap], env=env, stdout=output, stderr=output)
     deadline = start + 10
-    while Runtime.responded is None and time.perf_counter() < deadline:
+    while Runtime.responded is None and time.perf_counter() < deadline and proc.poll() is None:
         time.sleep(0.0005)
+    exited = proc.poll()
     proc.kill()
     s.stop(proc)
     server.shutdown()
     if Runtime.responded is None:
-        raise SystemExit("the bootstrap did not answer within 10 s")
+        output.seek(0)
+        said = output.read()[-2000:].decode(errors="replace")
+        how = f"it exited with {exited}" if exited is not None else "it was still running after 10 s"
+        raise SystemExit(f"the bootstrap did not answer ({how}); it said:\n{said}")
     answered, payload = Runtime.responded
     if b'"statusCode":200' not in payload.replace(b" ", b""):
         raise SystemExit(f"unexpected response: {payload[:300]!r}")
