@@ -18,8 +18,13 @@ git goes through the proxy: the gitstate servers and the git CLI baseline.
 
 Reports writes/s, its ratio to the ceiling, p50/p99/max latency, lost writes, non-2xx.
 
+With --profile the servers log each round of their write queue and each write's answer (debug
+events `round` and `write answered` of gitstate_git::batch), and a second table says where the
+timed writes' time went: rounds led, lost and followed, their fetch and push time, the courtesy
+waits, and per write its time in the queue, its rounds and when it was published.
+
 Usage: scripts/bench write-queue [--processes 1,4,8,16] [--writers 32] [--per-process]
-           [--writes-total 256] [--delay-ms 30] [--gitstate PATH] [--label NAME]
+           [--writes-total 256] [--delay-ms 30] [--gitstate PATH] [--label NAME] [--profile]
 """
 
 import http.client
@@ -86,7 +91,9 @@ def check_branch(bare, before_tip, expected):
 def measure(args, root, remote, bare, processes, writers):
     """One cell: `processes` servers, `writers` writer threads; the row's numbers."""
     cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
-    env = {"GITSTATE_WRITE_BUDGET_SECONDS": str(args.budget)} if args.budget else None
+    env = {"GITSTATE_WRITE_BUDGET_SECONDS": str(args.budget)} if args.budget else {}
+    if args.profile:
+        env["RUST_LOG"] = "info,gitstate_git::batch=debug"
     servers = [scaling.start_server(args.gitstate, root, f"q-{processes}-{writers}-{k}",
                               ["--repository", f"default={remote}", "--cache-dir", os.path.join(cache_root, str(k))],
                               env=env)
@@ -144,7 +151,9 @@ def measure(args, root, remote, bare, processes, writers):
                     return
                 latencies[w].append((time.perf_counter() - start) * 1000)
 
+        timed_from = time.time()
         wall = s.run_together(writer, writers, barrier)
+        timed_to = time.time()
         expected = [(paths[w], serial) for w in range(writers) for serial in range(2, 2 + len(latencies[w]))]
         commits = rev_count(bare) - before
         lost, extra, wrong = check_branch(bare, before_tip, expected)
@@ -157,7 +166,56 @@ def measure(args, root, remote, bare, processes, writers):
     return {"processes": processes, "writers": writers, "writes": writers * per_writer, "answered": answered,
             "wall": wall, "lat": all_lat, "commits": commits, "lost": lost, "extra": extra, "wrong": wrong,
             "non2xx": len(statuses), "codes": sorted({code for code, _ in statuses}), "errors": errors,
-            "samples": [d for _, d in statuses[:2]], "longest_request": max(requests, default=0)}
+            "samples": [d for _, d in statuses[:2]], "longest_request": max(requests, default=0),
+            "profile": profile([server.log_path for server in servers], timed_from, timed_to, wall)
+            if args.profile else None}
+
+
+def timed_events(log_paths, since, until):
+    """The JSON log events of `log_paths` stamped within [since, until] (unix seconds)."""
+    from datetime import datetime
+    for path in log_paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.startswith("{"):
+                    continue
+                event = json.loads(line)
+                at = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+                if since <= at <= until:
+                    yield event["fields"]
+
+
+def profile(log_paths, since, until, wall):
+    """Where the timed writes' time went, from the servers' `round`, `write answered` and
+    `request handled` events."""
+    rounds, answers, requests = [], [], []
+    for fields in timed_events(log_paths, since, until):
+        message = fields.get("message")
+        if message == "round":
+            rounds.append(fields)
+        elif message == "write answered":
+            answers.append(fields)
+        elif message == "request handled" and fields.get("status") == 200:
+            requests.append(float(fields["duration_ms"]))
+
+    def mean(values):
+        values = list(values)
+        return statistics.mean(values) if values else 0.0
+    led = [r for r in rounds if r["led"] and not r["lost"]]
+    lost = [r for r in rounds if r["led"] and r["lost"]]
+    followed = [r for r in rounds if not r["led"]]
+    published = [a for a in answers if a.get("published_ms") is not None]
+    return {
+        "pushes_per_s": len(led) / wall, "led": len(led), "lost": len(lost), "followed": len(followed),
+        "writes_per_push": mean(r["writes"] + r.get("folded", 0) for r in led),
+        "lead_ms": mean(r["round_ms"] for r in led), "lead_fetch_ms": mean(r["fetch_ms"] for r in led),
+        "lead_push_ms": mean(r["push_ms"] for r in led), "follow_ms": mean(r["round_ms"] for r in followed),
+        "courtesy_ms": sum(r["courtesy_ms"] for r in rounds) / max(1, len(rounds)),
+        "request_ms": mean(requests), "queued_ms": mean(a["queued_ms"] for a in answers),
+        "rounds_per_write": mean(a["rounds"] for a in answers),
+        "published_share": len(published) / max(1, len(answers)),
+        "published_after_ms": mean(a["published_ms"] for a in published),
+    }
 
 
 def add_arguments(parser):
@@ -178,6 +236,8 @@ def add_arguments(parser):
                         help="sleep Retry-After before resending a 503 (Terraform's client does not)")
     s.add_gitstate_argument(parser)
     parser.add_argument("--label", default="run")
+    parser.add_argument("--profile", action="store_true",
+                        help="log the write queue's rounds and answers (debug) and print where the time went")
 
 
 def run(args):
@@ -242,4 +302,21 @@ def run(args):
               f"{rate / ceiling:.1f}× | {s.percentile(lat, 50):.0f} | {s.percentile(lat, 99):.0f} | "
               f"{max(lat):.0f} | {r['longest_request']:.0f} | {r['commits']} / {r['answered']} | {r['lost'] + r['wrong']} | "
               f"{r['non2xx']} {tuple(r['codes']) or ''} |")
-
+    if args.profile:
+        print()
+        print("Where the time went (timed writes only; from the servers' debug events `round` and `write answered`): "
+              "pushes/s = rounds that moved the branch; writes/push = the leader's own and those it folded; lead ms = such a round, of it fetch (pending writes, "
+              "another process's tip) and push; follow ms = a round that published or looked for answers; "
+              "courtesy = the wait before a round (mean); request = a 200 POST; queue = its time in the write "
+              "queue; published = share of writes that went through the remote's queue, and after how long.")
+        print()
+        print("| processes | pushes/s | writes/push | rounds led / lost / followed | lead ms (fetch, push) | "
+              "follow ms | courtesy ms | request ms | queue ms | rounds/write | published (after ms) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            p = r["profile"]
+            print(f"| {r['processes']} | {p['pushes_per_s']:.1f} | {p['writes_per_push']:.1f} | "
+                  f"{p['led']} / {p['lost']} / {p['followed']} | {p['lead_ms']:.0f} ({p['lead_fetch_ms']:.0f}, "
+                  f"{p['lead_push_ms']:.0f}) | {p['follow_ms']:.0f} | {p['courtesy_ms']:.0f} | {p['request_ms']:.0f} | "
+                  f"{p['queued_ms']:.0f} | {p['rounds_per_write']:.1f} | {p['published_share']:.0%} "
+                  f"({p['published_after_ms']:.0f}) |")

@@ -22,9 +22,7 @@ use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use bytes::Bytes;
-
-use crate::objects::{entry_id, internal, state_commit};
+use crate::objects::{entry_id, file_commit, FileChange};
 use crate::pending::{
     self, pending_commit, read_pending, Kind, PendingWrite, Publication, QueueRefs, QUEUE_ROOT,
 };
@@ -77,6 +75,46 @@ struct Waiting {
     reply: oneshot::Sender<Result<Revision, StoreError>>,
     /// The write is in the remote's queue (DESIGN §9.4) as this pending ref.
     published: Option<Published>,
+    /// Its part of the queue's timeline (logged with its answer).
+    timeline: Timeline,
+}
+
+/// Where a write's time in the queue went, logged at debug with its answer (`write answered`):
+/// the profile of docs/BENCHMARKS.md ("Where a queued write's time goes") is read from these.
+#[derive(Debug, Clone, Copy)]
+struct Timeline {
+    /// When it joined the queue.
+    queued: Instant,
+    /// Rounds it was part of, and of those the ones this process led.
+    rounds: u32,
+    led: u32,
+    /// When it was published in the remote's queue (first time).
+    published: Option<Instant>,
+}
+
+impl Timeline {
+    fn new() -> Timeline {
+        Timeline {
+            queued: Instant::now(),
+            rounds: 0,
+            led: 0,
+            published: None,
+        }
+    }
+
+    /// Logs the answer of a write with where its time went.
+    fn answered(&self, ok: bool) {
+        tracing::debug!(
+            ok,
+            queued_ms = self.queued.elapsed().as_millis() as u64,
+            rounds = self.rounds,
+            led = self.led,
+            published_ms = self
+                .published
+                .map(|p| p.duration_since(self.queued).as_millis() as u64),
+            "write answered"
+        );
+    }
 }
 
 /// A write of this process published as a pending ref of the remote's queue.
@@ -103,6 +141,9 @@ struct Queue {
     own_tip: Option<ObjectId>,
     /// How long a push attempt takes here (moving average).
     estimate: Option<Duration>,
+    /// The last round used the remote's queue (DESIGN §9.4), which orders the writes of all
+    /// processes: no courtesy wait.
+    queued: bool,
 }
 
 /// Writes taken for one push, and the session to push over (when one is at hand).
@@ -210,6 +251,7 @@ impl WriteQueue {
                 seq,
                 reply,
                 published: None,
+                timeline: Timeline::new(),
             });
             if queue.driving {
                 false
@@ -285,11 +327,12 @@ impl WriteQueue {
     /// batch whose oldest write is young waits a random part of two attempts' time less that
     /// write's age before it tries. Old writes go at once; the process that just pushed (its
     /// waiting writes arrived after its push) lets the others, whose writes waited longer, go
-    /// first. Nothing waits when this process writes alone.
+    /// first. Nothing waits when this process writes alone, nor while the remote's queue
+    /// orders the writes (DESIGN §9.4).
     fn courtesy(&self) -> Result<Duration, StoreError> {
         use rand::Rng;
         let queue = self.lock()?;
-        if !queue.contended {
+        if !queue.contended || queue.queued {
             return Ok(Duration::ZERO);
         }
         let Some(oldest) = queue.waiting.iter().map(|w| w.write.since).min() else {
@@ -319,13 +362,15 @@ impl WriteQueue {
     async fn drive(self: Arc<Self>, store: RemoteStore) {
         let mut losses = 0u32;
         loop {
-            match self.courtesy() {
-                Ok(pause) if !pause.is_zero() => tokio::time::sleep(pause).await,
-                Ok(_) => {}
+            let courtesy = match self.courtesy() {
+                Ok(pause) => pause,
                 Err(e) => {
                     tracing::error!(error = %e, "the write queue failed");
                     return;
                 }
+            };
+            if !courtesy.is_zero() {
+                tokio::time::sleep(courtesy).await;
             }
             let (batch, session) = match self.next_batch() {
                 Ok(Some(next)) => next,
@@ -337,7 +382,7 @@ impl WriteQueue {
             };
             let (writes, replies): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = batch
                 .into_iter()
-                .map(|w| ((w.write, w.published), (w.seq, w.reply)))
+                .map(|w| ((w.write, w.published), (w.seq, w.reply, w.timeline)))
                 .unzip();
             let count = writes.len();
             let started = Instant::now();
@@ -356,12 +401,24 @@ impl WriteQueue {
                     // The round failed as a whole (timeout, transport, task failure): the remote
                     // holds all of it or none of it; the writers get the error.
                     tracing::warn!(writes = count, error = %e, "batch push failed; every write of it is answered with the error");
-                    for (_, reply) in replies {
+                    for (_, reply, timeline) in replies {
+                        timeline.answered(false);
                         let _ = reply.send(Err(e.clone()));
                     }
                     continue;
                 }
             };
+            tracing::debug!(
+                writes = count,
+                led = round.led,
+                lost = round.lost,
+                folded = round.folded,
+                courtesy_ms = courtesy.as_millis() as u64,
+                fetch_ms = round.fetching.as_millis() as u64,
+                push_ms = round.pushing.as_millis() as u64,
+                round_ms = started.elapsed().as_millis() as u64,
+                "round"
+            );
             if !round.led {
                 tracing::debug!(writes = count, "batch waits for another process's push");
             } else if round.lost {
@@ -390,19 +447,27 @@ impl WriteQueue {
                     );
                 }
             }
+            if let Ok(mut queue) = self.lock() {
+                queue.queued = round.queue;
+            }
+            let cleanup = round.cleanup;
             let mut back = Vec::new();
             let mut unpublished = Vec::new();
-            for (((write, published), (seq, reply)), outcome) in
+            for (((write, published), (seq, reply, mut timeline)), outcome) in
                 writes.into_iter().zip(replies).zip(round.outcomes)
             {
+                timeline.rounds += 1;
+                timeline.led += u32::from(round.led);
                 let waiting = Waiting {
                     write,
                     seq,
                     reply,
                     published,
+                    timeline,
                 };
                 match outcome {
                     Outcome::Answer(result) => {
+                        waiting.timeline.answered(result.is_ok());
                         let _ = waiting.reply.send(result);
                     }
                     Outcome::Again if waiting.published.is_none() && round.lost && round.queue => {
@@ -411,9 +476,16 @@ impl WriteQueue {
                     Outcome::Again => back.push(waiting),
                     Outcome::Queued(published) => back.push(Waiting {
                         published: Some(published),
+                        timeline: Timeline {
+                            published: timeline.published.or(Some(Instant::now())),
+                            ..timeline
+                        },
                         ..waiting
                     }),
                 }
+            }
+            if let Some((session, updates)) = cleanup {
+                clean_up(&store, session, updates).await;
             }
             // Lost: the writes go into the remote's queue, where whichever process wins the
             // branch next folds them (DESIGN §9.4).
@@ -442,7 +514,7 @@ impl WriteQueue {
         }
         let (queued, rest): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = writes
             .into_iter()
-            .map(|w| ((w.write, None), (w.seq, w.reply)))
+            .map(|w| ((w.write, None), (w.seq, w.reply, w.timeline)))
             .unzip();
         let outcome = store
             .run(move |store| {
@@ -459,7 +531,8 @@ impl WriteQueue {
             }
             Err(e) => {
                 // The task failed and the writes with it: answer them.
-                for (_, reply) in rest {
+                for (_, reply, timeline) in rest {
+                    timeline.answered(false);
                     let _ = reply.send(Err(e.clone()));
                 }
                 return Vec::new();
@@ -469,12 +542,20 @@ impl WriteQueue {
             .into_iter()
             .zip(rest)
             .zip(published)
-            .map(|(((write, _), (seq, reply)), published)| Waiting {
-                write,
-                seq,
-                reply,
-                published,
-            })
+            .map(
+                |(((write, _), (seq, reply, timeline)), published)| Waiting {
+                    timeline: Timeline {
+                        published: timeline
+                            .published
+                            .or(published.as_ref().map(|_| Instant::now())),
+                        ..timeline
+                    },
+                    write,
+                    seq,
+                    reply,
+                    published,
+                },
+            )
             .collect()
     }
 
@@ -502,6 +583,17 @@ impl WriteQueue {
             .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
         let nanos = estimate.as_nanos().min(u64::MAX as u128) as u64;
         Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos / 2))
+    }
+}
+
+/// Pushes the deletes of answers this process has read (best effort: an answer left behind is
+/// deleted by a leader once it is two minutes old).
+async fn clean_up(store: &RemoteStore, session: ReceivePack, updates: Vec<RefUpdate>) {
+    let outcome = store
+        .run(move |store| store.push_updates(session, &updates, &[]))
+        .await;
+    if let Err(e) = outcome {
+        tracing::debug!(error = %e, "the answers read could not be deleted now; a leader deletes them later");
     }
 }
 
@@ -553,6 +645,11 @@ pub(crate) struct Round {
     led: bool,
     /// This process's writes are the oldest in the remote's queue: it leads the next round.
     leads_next: bool,
+    /// Time spent fetching (pending writes, a tip pushed by another process) and pushing.
+    fetching: Duration,
+    pushing: Duration,
+    /// Deletes of answers read, to push once the writers are answered.
+    cleanup: Option<(ReceivePack, Vec<RefUpdate>)>,
 }
 
 /// A pending write read in this round, and who it belongs to.
@@ -671,9 +768,25 @@ fn push_batch(
             chosen.push((id.clone(), *commit, None));
         }
     }
-    if !chosen.is_empty() {
-        let missing: Vec<ObjectId> = chosen.iter().map(|(_, c, _)| *c).collect();
-        if let Err(e) = cache.fetch_by_id(store.endpoint(), missing) {
+    let fetch_started = Instant::now();
+    // One request brings what the round lacks: the tip another process pushed, and the
+    // pending commits with their trees. Their blobs stay on the remote: the chain names them
+    // by id.
+    let mut tip = session.tip(&state_ref);
+    let lacking: HashMap<String, ObjectId> = tip
+        .filter(|t| !cache.repo().has_object(t))
+        .map(|t| (state_ref.clone(), t))
+        .into_iter()
+        .collect();
+    let roots: Vec<ObjectId> = chosen.iter().map(|(_, c, _)| *c).collect();
+    let together = cache
+        .fetch_advertised_and(store.endpoint(), &lacking, &roots)
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "the tip and the pending writes could not be fetched in one request");
+            false
+        });
+    if !together && !roots.is_empty() {
+        if let Err(e) = cache.fetch_by_id(store.endpoint(), roots) {
             // Others' writes wait for another leader; this process's own are in its cache.
             tracing::warn!(error = %e, "could not fetch the pending writes of other processes");
             chosen.retain(|(_, _, own)| own.is_some());
@@ -690,11 +803,6 @@ fn push_batch(
         })
         .collect();
 
-    let mut tip = session.tip(&state_ref);
-    if let Some(advertised) = tip.filter(|t| !repo.has_object(t)) {
-        let tips = HashMap::from([(state_ref.clone(), advertised)]);
-        cache.fetch_advertised(store.endpoint(), &tips)?;
-    }
     if tip.is_some_and(|t| !repo.has_object(t)) {
         // Another process wrote: fetch (shallow). A newer tip than advertised is fine:
         // receive-pack compares with the ref's value when it updates it.
@@ -708,13 +816,14 @@ fn push_batch(
             return Ok(Round::lost(batch, queue));
         }
     }
+    let fetching = fetch_started.elapsed();
     if !pending.is_empty() {
         pending::crash_point("queue.fetched");
     }
     let mut chain = tip;
     let mut commits: Vec<(ObjectId, String)> = Vec::new();
     // One write onto the chain (when its conditions hold), recorded for the pack.
-    let mut add = |conditions: &Conditions<'_>, change: &StateChange, message: &str| {
+    let mut add = |conditions: &Conditions<'_>, change: FileChange<'_>, message: &str| {
         let made = extend(&repo, &session, &mut chain, conditions, change, message)?;
         if let Ok(commit) = &made {
             commits.push((*commit, conditions.path.as_str().to_owned()));
@@ -722,6 +831,8 @@ fn push_batch(
         Ok::<_, StoreError>(made)
     };
     let mut folds: Vec<Fold> = Vec::with_capacity(pending.len());
+    // The blobs of the folded writes: on the remote, maybe not in the cache.
+    let mut on_remote: Vec<ObjectId> = Vec::new();
     for foreign in &pending {
         let fold = match &foreign.write {
             Err(why) => {
@@ -734,20 +845,18 @@ fn push_batch(
             }
             Ok(write) => {
                 let change = match write.blob {
-                    Some(blob) => StateChange::Write(Bytes::from(
-                        repo.find_object(blob)
-                            .map_err(internal("reading a pending state"))?
-                            .detach()
-                            .data,
-                    )),
-                    None => StateChange::Delete,
+                    Some(blob) => {
+                        on_remote.push(blob);
+                        FileChange::Blob(blob)
+                    }
+                    None => FileChange::Remove,
                 };
                 let conditions = Conditions {
                     path: &write.path,
                     base_file: write.base_file,
                     lock_tip: write.lock_tip,
                 };
-                match add(&conditions, &change, &write.message)? {
+                match add(&conditions, change, &write.message)? {
                     Ok(commit) => Fold::Folded(commit),
                     Err(_) => Fold::Rejected,
                 }
@@ -778,7 +887,7 @@ fn push_batch(
             base_file: write.base_file,
             lock_tip: write.lock_tip,
         };
-        let made = add(&conditions, &write.change, &write.message)?;
+        let made = add(&conditions, (&write.change).into(), &write.message)?;
         results.push((i, made.map(|commit| commit.to_string())));
     }
     if queue {
@@ -823,14 +932,20 @@ fn push_batch(
         commits: if new_tip.is_some() { commits.len() } else { 0 },
         led: true,
         leads_next: false,
+        fetching,
+        pushing: Duration::ZERO,
+        cleanup: None,
     };
     let objects = if updates.is_empty() {
         Vec::new()
     } else {
         let paths: Vec<(ObjectId, &str)> = commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
-        let objects = store.pack_objects(repo, &paths)?;
+        let objects = store.pack_objects(repo, &paths, &on_remote)?;
         let queue_refs = updates.len() > usize::from(new_tip.is_some());
-        match store.push_updates(session, &updates, &objects)? {
+        let push_started = Instant::now();
+        let pushed = store.push_updates(session, &updates, &objects)?;
+        round.pushing = push_started.elapsed();
+        match pushed {
             Pushed::Accepted => {}
             Pushed::Lost => round.lost = true,
             Pushed::Refused { name, error } if queue_refs && name.starts_with(QUEUE_ROOT) => {
@@ -948,14 +1063,34 @@ fn follow(
     // Nothing older was pending: this batch's writes are (most likely) the oldest now, and
     // this process leads the next round.
     round.leads_next = !publications.is_empty() && listing_empty;
-    let objects = store.pack_objects(repo, &[])?;
+    if publications.is_empty() && withdrawn.is_empty() && !updates.is_empty() {
+        // Only answers read are to be deleted: the writers need not wait for that. It is
+        // pushed once they are answered (a clean-up nobody waits for; what it misses, a
+        // leader deletes once the answer is two minutes old).
+        round.cleanup = Some((session, updates));
+        round.outcomes = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Outcome::Again))
+            .collect();
+        return Ok(round);
+    }
+    let objects = store.pack_objects(repo, &[], &[])?;
     if !updates.is_empty() {
-        match store.push_updates(session, &updates, &objects)? {
+        let push_started = Instant::now();
+        let pushed = store.push_updates(session, &updates, &objects)?;
+        round.pushing = push_started.elapsed();
+        match pushed {
             Pushed::Accepted => {}
             Pushed::Lost => {
                 // A withdrawn write was folded meanwhile (or an answer was deleted): all of it
-                // goes again.
-                return Ok(Round::lost(batch, true));
+                // goes again, but for the answers read (what the advertisement said holds).
+                let mut lost = Round::lost(batch, true);
+                for (slot, outcome) in lost.outcomes.iter_mut().zip(outcomes) {
+                    if let Some(answer @ Outcome::Answer(_)) = outcome {
+                        *slot = answer;
+                    }
+                }
+                return Ok(lost);
             }
             Pushed::Refused { name, error } if name.starts_with(QUEUE_ROOT) => {
                 refuse_queue(store.endpoint(), &error);
@@ -1025,7 +1160,7 @@ fn extend(
     session: &ReceivePack,
     chain: &mut Option<ObjectId>,
     write: &Conditions<'_>,
-    change: &StateChange,
+    change: FileChange<'_>,
     message: &str,
 ) -> Result<Result<ObjectId, StoreError>, StoreError> {
     if session.tip(&write.path.lock_ref()) != write.lock_tip {
@@ -1040,7 +1175,7 @@ fn extend(
         tracing::debug!(path = %write.path, "the state changed since the write read it");
         return Ok(Err(StoreError::Stale));
     }
-    match state_commit(repo, *chain, write.path.as_str(), change, message) {
+    match file_commit(repo, *chain, write.path.as_str(), change, message) {
         Ok(commit) => {
             *chain = Some(commit);
             Ok(Ok(commit))
@@ -1063,6 +1198,9 @@ impl Round {
             commits: 0,
             led: false,
             leads_next: false,
+            fetching: Duration::ZERO,
+            pushing: Duration::ZERO,
+            cleanup: None,
         }
     }
 
@@ -1078,6 +1216,9 @@ impl Round {
             commits: 0,
             led: true,
             leads_next: false,
+            fetching: Duration::ZERO,
+            pushing: Duration::ZERO,
+            cleanup: None,
         }
     }
 }

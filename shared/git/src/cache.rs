@@ -608,7 +608,10 @@ impl Cache {
                 tips.insert(name, id);
             }
         }
-        if self.fetch_tips(&mut session, endpoint, &tips)?.is_none() {
+        if self
+            .fetch_tips(&mut session, endpoint, &tips, &[])?
+            .is_none()
+        {
             return Ok(None);
         }
         let blobs = self.missing_blobs(
@@ -622,16 +625,21 @@ impl Cache {
         Ok(Some(tips))
     }
 
-    /// Fetches the commits and trees of `tips` (name → id) the cache lacks at depth 1 without
-    /// blobs over `session`, and moves the tracking refs. `None` when another process holds the
-    /// cache's `shallow.lock`.
+    /// Fetches the commits and trees of `tips` (name → id) and of the root commits `roots`
+    /// the cache lacks, at depth 1 without blobs, in one request over `session`, and moves the
+    /// tracking refs of `tips`. `None` when another process holds the cache's `shallow.lock`.
     fn fetch_tips(
         &self,
         session: &mut UploadPack,
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
+        roots: &[ObjectId],
     ) -> Result<Option<()>, StoreError> {
-        if !tips.values().all(|id| self.repo().has_object(id)) {
+        if !tips
+            .values()
+            .chain(roots)
+            .all(|id| self.repo().has_object(id))
+        {
             let _guard = self
                 .write_lock
                 .lock()
@@ -639,6 +647,7 @@ impl Cache {
             let repo = self.repo();
             let mut missing: Vec<ObjectId> = tips
                 .values()
+                .chain(roots)
                 .filter(|id| !repo.has_object(*id))
                 .copied()
                 .collect();
@@ -679,10 +688,27 @@ impl Cache {
                     },
                     &self.pack_dir(),
                 )?;
-                write_shallow(lock, shallow, &fetched.shallow)?;
-                self.fetched_pack("tips", fetched.pack.as_deref());
                 let repo = self.repo();
+                // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
+                // marks every wanted commit) would only grow the file and every later request.
+                let boundary: Vec<ShallowUpdate> = fetched
+                    .shallow
+                    .iter()
+                    .filter(|update| match update {
+                        ShallowUpdate::Shallow(id) if roots.contains(id) => !is_root(&repo, *id),
+                        _ => true,
+                    })
+                    .copied()
+                    .collect();
+                write_shallow(lock, shallow, &boundary)?;
+                self.fetched_pack("tips", fetched.pack.as_deref());
                 all_arrived(&repo, endpoint, tips)?;
+                if let Some(root) = roots.iter().find(|id| !repo.has_object(*id)) {
+                    return Err(StoreError::Remote(format!(
+                        "{} did not send the object {root} asked for",
+                        endpoint.display
+                    )));
+                }
                 self.move_tracking_refs(&repo, tips);
             }
         }
@@ -698,11 +724,23 @@ impl Cache {
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
     ) -> Result<bool, StoreError> {
+        self.fetch_advertised_and(endpoint, tips, &[])
+    }
+
+    /// [`Cache::fetch_advertised`], and in the same request the root commits `roots` with their
+    /// trees but not their blobs (the pending writes a leader folds by their blobs' ids, DESIGN
+    /// §9.4).
+    pub fn fetch_advertised_and(
+        &self,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+        roots: &[ObjectId],
+    ) -> Result<bool, StoreError> {
         // This process's own last push may still be being recorded: wait for it before asking
         // the remote for what it is writing.
         self.settle();
         let repo = self.repo();
-        if tips.values().all(|id| repo.has_object(id)) {
+        if tips.values().chain(roots).all(|id| repo.has_object(id)) {
             return Ok(true);
         }
         if !self.fetches_by_id(endpoint) {
@@ -715,7 +753,7 @@ impl Cache {
                 Err(_) => return Ok(false),
             },
         };
-        match self.fetch_tips(&mut session, endpoint, tips) {
+        match self.fetch_tips(&mut session, endpoint, tips, roots) {
             Ok(Some(())) => {
                 keep_session(endpoint, session);
                 Ok(true)
@@ -1368,6 +1406,12 @@ fn all_arrived(
         ))),
         None => Ok(()),
     }
+}
+
+/// Whether `id` is a commit in `repo` without parents.
+fn is_root(repo: &gix::Repository, id: ObjectId) -> bool {
+    repo.find_commit(id)
+        .is_ok_and(|commit| commit.parent_ids().next().is_none())
 }
 
 /// True when `error` is a lock file of the cache held by someone else (e.g. `shallow.lock`).

@@ -100,12 +100,44 @@ fn check_no_directory_conflict(
     Ok(())
 }
 
+/// What a commit does to its one path.
+#[derive(Debug, Clone, Copy)]
+pub enum FileChange<'a> {
+    /// Add or replace the file with these bytes (written into the repository's store).
+    Content(&'a [u8]),
+    /// Add or replace the file with a blob the remote already holds, by id; the cache need not
+    /// hold it (a pending write's blob, DESIGN §9.4).
+    Blob(ObjectId),
+    /// Remove the file.
+    Remove,
+}
+
+impl<'a> From<&'a StateChange> for FileChange<'a> {
+    fn from(change: &'a StateChange) -> Self {
+        match change {
+            StateChange::Write(content) => FileChange::Content(content),
+            StateChange::Delete => FileChange::Remove,
+        }
+    }
+}
+
 /// Writes the commit on top of `base` whose only change is `change` to `path`; returns its id.
 pub fn state_commit(
     repo: &gix::Repository,
     base: Option<ObjectId>,
     path: &str,
     change: &StateChange,
+    message: &str,
+) -> Result<ObjectId, StoreError> {
+    file_commit(repo, base, path, change.into(), message)
+}
+
+/// [`state_commit`] for any [`FileChange`].
+pub fn file_commit(
+    repo: &gix::Repository,
+    base: Option<ObjectId>,
+    path: &str,
+    change: FileChange<'_>,
     message: &str,
 ) -> Result<ObjectId, StoreError> {
     let base_tree = tree_of(repo, base)?;
@@ -122,23 +154,24 @@ pub fn state_commit(
     // changed path.
     let mut editor = gix::objs::tree::Editor::new(root, &repo.objects, repo.object_hash());
     let components = path.split('/');
-    match change {
-        StateChange::Write(content) => {
-            check_no_directory_conflict(repo, base_tree, path)?;
-            let blob = repo
-                .write_blob(content)
-                .map_err(internal("writing the state blob"))?
-                .detach();
-            editor
-                .upsert(components, EntryKind::Blob, blob)
-                .map_err(internal("editing the tree"))?;
-        }
-        StateChange::Delete => {
-            editor
-                .remove(components)
-                .map_err(internal("editing the tree"))?;
-        }
+    // A path that would swap a file and a directory is refused before anything is written.
+    if !matches!(change, FileChange::Remove) {
+        check_no_directory_conflict(repo, base_tree, path)?;
     }
+    let blob = match change {
+        FileChange::Content(content) => Some(
+            repo.write_blob(content)
+                .map_err(internal("writing the state blob"))?
+                .detach(),
+        ),
+        FileChange::Blob(blob) => Some(blob),
+        FileChange::Remove => None,
+    };
+    match blob {
+        Some(blob) => editor.upsert(components, EntryKind::Blob, blob),
+        None => editor.remove(components),
+    }
+    .map_err(internal("editing the tree"))?;
     let tree = editor
         .write(|tree| repo.write_object(tree).map(gix::Id::detach))
         .map_err(internal("writing the tree"))?;

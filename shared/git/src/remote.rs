@@ -203,17 +203,20 @@ impl RemoteStore {
     ) -> Result<Outgoing, StoreError> {
         let repo = self.cache()?.repo().with_object_memory();
         let commit = make(&repo)?;
-        let objects = self.pack_objects(repo, &[(commit, file)])?;
+        let objects = self.pack_objects(repo, &[(commit, file)], &[])?;
         Ok(Outgoing { commit, objects })
     }
 
     /// The objects a push of `commits` (each with the file it changed) must carry: every object
     /// `repo` holds in memory (built for the push), plus each commit's tree and every object on
-    /// its changed path, in case the cache still holds an object the remote has since dropped.
+    /// its changed path, in case the cache still holds an object the remote has since dropped;
+    /// except the blobs `on_remote` that the cache lacks (pending writes' blobs, DESIGN §9.4:
+    /// the remote holds them, reachable from the pending refs this push deletes).
     pub(crate) fn pack_objects(
         &self,
         mut repo: gix::Repository,
         commits: &[(ObjectId, &str)],
+        on_remote: &[ObjectId],
     ) -> Result<Vec<(ObjectId, Kind, Vec<u8>)>, StoreError> {
         let mut path_ids = Vec::new();
         for (commit, file) in commits {
@@ -243,7 +246,7 @@ impl RemoteStore {
             }
         }
         for id in path_ids {
-            if !seen.insert(id) {
+            if !seen.insert(id) || (on_remote.contains(&id) && !repo.has_object(id)) {
                 continue;
             }
             let object = repo
