@@ -164,9 +164,10 @@ def with_credentials(url):
     return url.replace("http://", f"http://{USER}:{PASSWORD}@")
 
 
-def start_lighttpd(root, repos, port):
+def start_lighttpd(root, repos, port, access_log=None):
     """lighttpd + `git http-backend` serving the bare repositories under `repos` at /git/, basic
-    auth (USER, PASSWORD); returns the process once it listens on `port`."""
+    auth (USER, PASSWORD); returns the process once it listens on `port`. `access_log`: a file
+    that gets one line per request (method and URL first)."""
     htpasswd = os.path.join(root, "htpasswd")
     # The password through stdin, never argv.
     hashed = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"], check=True,
@@ -182,6 +183,7 @@ server.document-root = "{root}"
 server.bind = "127.0.0.1"
 server.port = {port}
 server.errorlog = "{root}/lighttpd.err"
+{access_log_conf(access_log)}
 alias.url = ("/git/" => "{http_backend_path()}/")
 $HTTP["url"] =~ "^/git/" {{
   cgi.assign = ("" => "")
@@ -194,6 +196,15 @@ $HTTP["url"] =~ "^/git/" {{
     proc = spawn(["lighttpd", "-D", "-f", conf])
     wait_port(port)
     return proc
+
+
+def access_log_conf(path):
+    """lighttpd configuration lines logging each request's method and URL to `path` (none
+    without a path)."""
+    if not path:
+        return ""
+    return (f'server.modules += ("mod_accesslog")\naccesslog.filename = "{path}"\n'
+            'accesslog.format = "%m %U%q %s"')
 
 
 class GitHttp:

@@ -151,9 +151,13 @@ def measure(args, root, remote, bare, processes, writers):
                     return
                 latencies[w].append((time.perf_counter() - start) * 1000)
 
-        timed_from = time.time()
+        settle = 1.5 if args.access_log else 0  # lighttpd writes its access log about once a second
+        time.sleep(settle)
+        timed_from, cpu_from, logged_from = time.time(), cpu_times(), git_requests(args.access_log)
         wall = s.run_together(writer, writers, barrier)
-        timed_to = time.time()
+        timed_to, cpu_to = time.time(), cpu_times()
+        time.sleep(settle)
+        logged_to = git_requests(args.access_log)
         expected = [(paths[w], serial) for w in range(writers) for serial in range(2, 2 + len(latencies[w]))]
         commits = rev_count(bare) - before
         lost, extra, wrong = check_branch(bare, before_tip, expected)
@@ -167,8 +171,44 @@ def measure(args, root, remote, bare, processes, writers):
             "wall": wall, "lat": all_lat, "commits": commits, "lost": lost, "extra": extra, "wrong": wrong,
             "non2xx": len(statuses), "codes": sorted({code for code, _ in statuses}), "errors": errors,
             "samples": [d for _, d in statuses[:2]], "longest_request": max(requests, default=0),
+            "cpu_busy": 1 - (cpu_to[1] - cpu_from[1]) / max(1, cpu_to[0] - cpu_from[0]),
+            "git_requests": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to},
             "profile": profile([server.log_path for server in servers], timed_from, timed_to, wall)
             if args.profile else None}
+
+
+def git_requests(access_log):
+    """Requests the git server has answered so far, by kind (advertisement or request, per
+    service), from lighttpd's access log ({} without one)."""
+    counts = {}
+    if not access_log or not os.path.exists(access_log):
+        return counts
+    with open(access_log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            method, url = (line.split() + ["", ""])[:2]
+            if "info/refs" in url:
+                kind = "advert " + url.rsplit("service=", 1)[-1].replace("git-", "")
+            else:
+                kind = f"{method} " + url.rsplit("/", 1)[-1].replace("git-", "")
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def cpu_times():
+    """(all, idle) jiffies of the machine's CPUs, from /proc/stat: the share of time the
+    machine was busy during a cell (the servers, the git server's processes, the proxy and the
+    writers all run here)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def per_write(row):
+    """The git server's requests per answered write, by kind, e.g. `4.1 (advert receive-pack 1.9, ...)`."""
+    requests = row["git_requests"]
+    answered = max(1, row["answered"])
+    parts = ", ".join(f"{kind} {count / answered:.1f}" for kind, count in sorted(requests.items()) if count)
+    return f"{sum(requests.values()) / answered:.1f} ({parts})"
 
 
 def timed_events(log_paths, since, until):
@@ -257,7 +297,9 @@ def run(args):
         # queue (DESIGN §9.4), which fetches pending writes by id, is on.
         s.git("config", "uploadpack.allowFilter", "true", cwd=bare)
     http_port = s.free_port()
-    lighttpd = s.start_lighttpd(root, repos, http_port)
+    access_log = os.path.join(root, "access.log") if args.profile else None
+    lighttpd = s.start_lighttpd(root, repos, http_port, access_log)
+    args.access_log = access_log
     proxy, proxy_port = s.start_latency_proxy(root, http_port, args.delay_ms)
     remote = f"http://127.0.0.1:{proxy_port}/git/queue.git"
     rows = []
@@ -293,15 +335,15 @@ def run(args):
           "the longest single HTTP request (bounded by the write budget).")
     print()
     print("| processes | writers | writes answered | writes/s | × ceiling | p50 ms | p99 ms | max ms | "
-          "longest request ms | commits / writes | lost | non-2xx (codes) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "longest request ms | commits / writes | lost | non-2xx (codes) | CPU busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = r["lat"] or [0]
         rate = r["answered"] / r["wall"]
         print(f"| {r['processes']} | {r['writers']} | {r['answered']} / {r['writes']} | {rate:.1f} | "
               f"{rate / ceiling:.1f}× | {s.percentile(lat, 50):.0f} | {s.percentile(lat, 99):.0f} | "
               f"{max(lat):.0f} | {r['longest_request']:.0f} | {r['commits']} / {r['answered']} | {r['lost'] + r['wrong']} | "
-              f"{r['non2xx']} {tuple(r['codes']) or ''} |")
+              f"{r['non2xx']} {tuple(r['codes']) or ''} | {r['cpu_busy']:.0%} |")
     if args.profile:
         print()
         print("Where the time went (timed writes only; from the servers' debug events `round` and `write answered`): "
@@ -311,12 +353,13 @@ def run(args):
               "queue; published = share of writes that went through the remote's queue, and after how long.")
         print()
         print("| processes | pushes/s | writes/push | rounds led / lost / followed | lead ms (fetch, push) | "
-              "follow ms | courtesy ms | request ms | queue ms | rounds/write | published (after ms) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "follow ms | courtesy ms | request ms | queue ms | rounds/write | published (after ms) | "
+              "git requests per write |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             p = r["profile"]
             print(f"| {r['processes']} | {p['pushes_per_s']:.1f} | {p['writes_per_push']:.1f} | "
                   f"{p['led']} / {p['lost']} / {p['followed']} | {p['lead_ms']:.0f} ({p['lead_fetch_ms']:.0f}, "
                   f"{p['lead_push_ms']:.0f}) | {p['follow_ms']:.0f} | {p['courtesy_ms']:.0f} | {p['request_ms']:.0f} | "
                   f"{p['queued_ms']:.0f} | {p['rounds_per_write']:.1f} | {p['published_share']:.0%} "
-                  f"({p['published_after_ms']:.0f}) |")
+                  f"({p['published_after_ms']:.0f}) | {per_write(r)} |")
