@@ -38,6 +38,8 @@ pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 const BACK_OFF_BASE: Duration = Duration::from_millis(10);
 /// Cap of one back-off after a loss (the age-based yield below does the rest).
 const BACK_OFF_MAX: Duration = Duration::from_millis(50);
+/// Longest wait before a follower looks for its answers, however long answers took before.
+const MAX_ANSWER_WAIT: Duration = Duration::from_secs(1);
 /// First guess of how long a push attempt takes, before one was measured.
 const FIRST_ATTEMPT_ESTIMATE: Duration = Duration::from_millis(250);
 
@@ -144,6 +146,9 @@ struct Queue {
     /// The last round used the remote's queue (DESIGN §9.4), which orders the writes of all
     /// processes: no courtesy wait.
     queued: bool,
+    /// How long a published write of this process waits for its answer (moving average): a
+    /// follower looks for answers when they are due rather than many times before.
+    answer_delay: Option<Duration>,
 }
 
 /// Writes taken for one push, and the session to push over (when one is at hand).
@@ -169,6 +174,9 @@ impl Drop for WaitingGauge {
 /// The queue of one remote branch and credential in this process.
 pub(crate) struct WriteQueue {
     queue: Mutex<Queue>,
+    /// Wakes a driver that waits for another process's push when a new write arrives (it is
+    /// published at once rather than after the pause).
+    arrived: tokio::sync::Notify,
 }
 
 /// The queues of this process: per remote and branch, one per credential, with when each was
@@ -213,6 +221,7 @@ impl WriteQueue {
         }
         let queue = Arc::new(WriteQueue {
             queue: Mutex::new(Queue::default()),
+            arrived: tokio::sync::Notify::new(),
         });
         slot.push((credentials.cloned(), queue.clone(), Instant::now()));
         Ok(queue)
@@ -254,6 +263,7 @@ impl WriteQueue {
                 timeline: Timeline::new(),
             });
             if queue.driving {
+                self.arrived.notify_one();
                 false
             } else {
                 queue.driving = true;
@@ -467,6 +477,11 @@ impl WriteQueue {
                 };
                 match outcome {
                     Outcome::Answer(result) => {
+                        if let (Some(_), Some(published), Ok(_)) =
+                            (&waiting.published, waiting.timeline.published, &result)
+                        {
+                            self.observe_answer(published.elapsed());
+                        }
                         waiting.timeline.answered(result.is_ok());
                         let _ = waiting.reply.send(result);
                     }
@@ -491,6 +506,7 @@ impl WriteQueue {
             // branch next folds them (DESIGN §9.4).
             back.extend(self.publish_all(&store, unpublished).await);
             let waiting_on_others = !back.is_empty() && back.iter().all(|w| w.published.is_some());
+            let first_published = back.iter().filter_map(|w| w.timeline.published).min();
             if let Err(e) = self.put_back(back) {
                 tracing::error!(error = %e, "the write queue failed");
                 return;
@@ -498,8 +514,12 @@ impl WriteQueue {
             if round.leads_next {
                 // Straight on: this process pushes next.
             } else if waiting_on_others {
-                // Another process is folding them now; look again in about one attempt's time.
-                tokio::time::sleep(self.poll_pause()).await;
+                // Another process is folding them now; look again when their answer is due, or
+                // at once when a new write arrives (it is published without waiting).
+                tokio::select! {
+                    _ = tokio::time::sleep(self.poll_pause(first_published)) => {}
+                    _ = self.arrived.notified() => {}
+                }
             } else if round.lost {
                 tokio::time::sleep(back_off(losses)).await;
             }
@@ -572,17 +592,37 @@ impl WriteQueue {
         estimate.saturating_mul(4).max(Duration::from_secs(2))
     }
 
-    /// A pause of a quarter to half an attempt's time (jittered), while this process's writes wait in the
-    /// remote's queue for another process's push.
-    fn poll_pause(&self) -> Duration {
+    /// How long to wait before looking for the answers of this process's published writes
+    /// (the earliest published at `first_published`): until three quarters of the usual wait for
+    /// an answer have passed since then, and at least a quarter to half an attempt's time
+    /// (jittered). Each look is a request to the git server: looking before an answer can be
+    /// there only loads it.
+    fn poll_pause(&self, first_published: Option<Instant>) -> Duration {
         use rand::Rng;
-        let estimate = self
+        let (estimate, answer_delay) = self
             .lock()
-            .ok()
-            .and_then(|q| q.estimate)
-            .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
+            .map(|q| (q.estimate, q.answer_delay))
+            .unwrap_or_default();
+        let estimate = estimate.unwrap_or(FIRST_ATTEMPT_ESTIMATE);
         let nanos = estimate.as_nanos().min(u64::MAX as u128) as u64;
-        Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos / 2))
+        let pause = Duration::from_nanos(rand::rng().random_range(nanos / 4..=nanos / 2));
+        let due = match (first_published, answer_delay) {
+            (Some(published), Some(delay)) => (delay.saturating_mul(3) / 4)
+                .saturating_sub(published.elapsed())
+                .min(MAX_ANSWER_WAIT),
+            _ => Duration::ZERO,
+        };
+        pause.max(due)
+    }
+
+    /// Records how long a published write waited for its answer.
+    fn observe_answer(&self, took: Duration) {
+        if let Ok(mut queue) = self.lock() {
+            queue.answer_delay = Some(match queue.answer_delay {
+                Some(delay) => (delay.saturating_mul(3) + took) / 4,
+                None => took,
+            });
+        }
     }
 }
 
