@@ -38,6 +38,8 @@ pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 const BACK_OFF_BASE: Duration = Duration::from_millis(10);
 /// Cap of one back-off after a loss (the age-based yield below does the rest).
 const BACK_OFF_MAX: Duration = Duration::from_millis(50);
+/// Longest wait before any process folds a pending write whose own process does not.
+const MAX_TAKEOVER: Duration = Duration::from_secs(10);
 /// Longest wait before a follower looks for its answers, however long answers took before.
 const MAX_ANSWER_WAIT: Duration = Duration::from_secs(1);
 /// First guess of how long a push attempt takes, before one was measured.
@@ -134,8 +136,12 @@ struct Queue {
     /// A driver task is running.
     driving: bool,
     next_seq: u64,
-    /// The receive-pack session of the write that started the driver (used for its first push).
+    /// The freshest receive-pack session at hand: that of the newest write that joined the
+    /// queue, used by the next round instead of asking for an advertisement of its own.
     session: Option<ReceivePack>,
+    /// When this process's last push (of any round) was answered: a session asked for before
+    /// then may not show it, and is not used.
+    last_push: Option<Instant>,
     /// The last attempt lost, or built on a tip another process had pushed: other processes
     /// write to this branch now.
     contended: bool,
@@ -263,6 +269,13 @@ impl WriteQueue {
                 timeline: Timeline::new(),
             });
             if queue.driving {
+                // Fresher than the one kept (if any): the next round uses it.
+                if queue
+                    .last_push
+                    .is_none_or(|pushed| session.asked() > pushed)
+                {
+                    queue.session = Some(session);
+                }
                 self.arrived.notify_one();
                 false
             } else {
@@ -323,7 +336,12 @@ impl WriteQueue {
         }
         let rest = kept.split_off(take);
         queue.waiting = rest;
-        Ok(Some((kept, queue.session.take())))
+        let last_push = queue.last_push;
+        let session = queue
+            .session
+            .take()
+            .filter(|s| last_push.is_none_or(|pushed| s.asked() > pushed));
+        Ok(Some((kept, session)))
     }
 
     /// Puts writes of a batch back (after a lost compare-and-swap), keeping their order.
@@ -405,6 +423,7 @@ impl WriteQueue {
                     Ok((writes, round))
                 })
                 .await;
+            self.pushed();
             let (writes, round) = match outcome {
                 Ok((writes, Ok(round))) => (writes, round),
                 Err(e) | Ok((_, Err(e))) => {
@@ -501,10 +520,14 @@ impl WriteQueue {
             }
             if let Some((session, updates)) = cleanup {
                 clean_up(&store, session, updates).await;
+                self.pushed();
             }
             // Lost: the writes go into the remote's queue, where whichever process wins the
             // branch next folds them (DESIGN §9.4).
-            back.extend(self.publish_all(&store, unpublished).await);
+            if !unpublished.is_empty() {
+                back.extend(self.publish_all(&store, unpublished).await);
+                self.pushed();
+            }
             let waiting_on_others = !back.is_empty() && back.iter().all(|w| w.published.is_some());
             let first_published = back.iter().filter_map(|w| w.timeline.published).min();
             if let Err(e) = self.put_back(back) {
@@ -580,16 +603,21 @@ impl WriteQueue {
     }
 
     /// How long the oldest pending write of the remote may wait before this process pushes
-    /// in place of its (slow or gone) process: four attempts' time, at least two seconds (its
-    /// own process looks again within half an attempt's time; a takeover too early makes
-    /// processes race for the branch again).
+    /// in place of its (slow or gone) process: four attempts' time and twice the usual wait of
+    /// a published write for its answer, at least two seconds (its own process looks again
+    /// within half an attempt's time; a takeover too early makes processes race for the
+    /// branch again, as they did through a slow remote, where a follower's own attempts are
+    /// few and its estimate the first guess).
     fn takeover(&self) -> Duration {
-        let estimate = self
+        let (estimate, answer_delay) = self
             .lock()
-            .ok()
-            .and_then(|q| q.estimate)
-            .unwrap_or(FIRST_ATTEMPT_ESTIMATE);
-        estimate.saturating_mul(4).max(Duration::from_secs(2))
+            .map(|q| (q.estimate, q.answer_delay))
+            .unwrap_or_default();
+        estimate
+            .unwrap_or(FIRST_ATTEMPT_ESTIMATE)
+            .saturating_mul(4)
+            .max(answer_delay.unwrap_or_default().saturating_mul(2))
+            .clamp(Duration::from_secs(2), MAX_TAKEOVER)
     }
 
     /// How long to wait before looking for the answers of this process's published writes
@@ -613,6 +641,14 @@ impl WriteQueue {
             _ => Duration::ZERO,
         };
         pause.max(due)
+    }
+
+    /// Notes that a push of this process was answered (or may have been applied): sessions
+    /// asked for before now are not used any more.
+    fn pushed(&self) {
+        if let Ok(mut queue) = self.lock() {
+            queue.last_push = Some(Instant::now());
+        }
     }
 
     /// Records how long a published write waited for its answer.

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use gitstate_core::StoreError;
 use gix::protocol::transport::client::blocking_io::Transport;
@@ -157,11 +158,14 @@ pub struct ReceivePack {
     endpoint: Endpoint,
     refs: HashMap<String, ObjectId>,
     capabilities: Vec<String>,
+    /// When the advertisement was asked for: it shows every ref update answered before.
+    asked: Instant,
 }
 
 impl ReceivePack {
     /// Connects and reads the advertisement (the authorization check for writes).
     pub fn connect(endpoint: &Endpoint) -> Result<Self, StoreError> {
+        let asked = Instant::now();
         // receive-pack has no protocol v2.
         let mut transport = connect(endpoint, Protocol::V1)?;
         super::fetchpack::round_trip("receive-pack", "advertisement");
@@ -198,7 +202,13 @@ impl ReceivePack {
             endpoint: endpoint.clone(),
             refs,
             capabilities,
+            asked,
         })
+    }
+
+    /// When the advertisement was asked for: every push answered before then is in it.
+    pub fn asked(&self) -> Instant {
+        self.asked
     }
 
     /// The advertised id of `name`, if the ref exists.
