@@ -13,6 +13,7 @@
 //! any other failure answers the whole batch, which the remote then holds entirely or not at
 //! all.
 
+mod answers;
 mod round;
 mod write;
 
@@ -27,8 +28,8 @@ use tracing::Instrument;
 
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::remote::RemoteStore;
-use round::{publish, push_batch, Outcome};
-use write::busy;
+use round::{publish, push_batch};
+use write::{busy, Outcome};
 pub(crate) use write::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
 
 /// First back-off bound after a lost compare-and-swap; doubles per loss in a row.

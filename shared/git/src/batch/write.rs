@@ -1,10 +1,10 @@
 //! One write in the write queue (DESIGN §9.2, §9.4): what it changes and what it read, its
-//! publication in the remote's queue, and the answer of a write whose time ran out. Shared by
-//! the queue's driver and its rounds.
+//! publication in the remote's queue, what became of it in a round, and the answer of a write
+//! whose time ran out. Shared by the queue's driver and its rounds.
 
 use std::time::Instant;
 
-use gitstate_core::{StateChange, StatePath, StoreError};
+use gitstate_core::{Revision, StateChange, StatePath, StoreError};
 use gix::ObjectId;
 
 /// Most writes one push carries.
@@ -55,4 +55,14 @@ pub(crate) fn busy(write: &QueuedWrite) -> StoreError {
         write.path,
         write.since.elapsed().as_secs_f32()
     ))
+}
+
+/// What became of one write in a round.
+pub(crate) enum Outcome {
+    /// Answer the writer.
+    Answer(Result<Revision, StoreError>),
+    /// Back into the queue (with its publication, when it has one).
+    Again,
+    /// Back into the queue, now published in the remote's queue.
+    Queued(Published),
 }
