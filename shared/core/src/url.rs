@@ -312,6 +312,14 @@ impl RepoUrl {
                 "the ssh address names no repository (nothing after 'host:')".into(),
             ));
         }
+        if form == Form::ScpAbsolute && segments[0].starts_with('~') {
+            // git and gix read `host:/~user/x` as `~user/x`, under a home directory: not the
+            // absolute path the policy would see.
+            return Err(UrlError(
+                "an ssh address 'host:/~…' names a home directory, not an absolute path; write 'host:~…'"
+                    .into(),
+            ));
+        }
         Ok(RepoUrl {
             scheme: Scheme::Ssh,
             userinfo,
@@ -772,6 +780,9 @@ mod tests {
             "ext::sh",
             "fd::3",
             "ü::1",
+            "ü:/~",
+            "git@h:/~bob/x.git",
+            "git@h:/%7ebob/x.git",
             "ftp://h/x",
             "http://h:99999/x",
             "http://h:0/x",
