@@ -9,5 +9,6 @@ pub mod onepost;
 pub mod pack;
 pub mod pktline;
 pub mod sendpack;
+pub mod sessions;
 pub mod ssh;
 pub mod transport;

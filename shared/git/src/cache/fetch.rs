@@ -1,0 +1,123 @@
+//! Every read of a cache starts here: list the remote's tips (the authorization check), then
+//! fetch what the cache lacks with the strategy the remote allows, remembered per process
+//! ([`FetchMode`]): partial (`partial.rs`) or whole trees (`whole.rs`).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use gitstate_core::StoreError;
+use gix::ObjectId;
+
+use super::mode::{fetch_mode, set_fetch_mode, FetchMode};
+use super::{Cache, FETCHED};
+use crate::plumbing::fetchpack::{NotOffered, UploadPack};
+use crate::plumbing::sessions;
+use crate::plumbing::transport::Endpoint;
+
+impl Cache {
+    /// Asks the remote for the current tips of `names` (one ref advertisement: the authorization
+    /// check) and fetches those missing from the cache (shallow, unless this is the history
+    /// cache). Returns the tips of the refs that exist. A name ending in `*` stands for every
+    /// ref it is a prefix of (e.g. `refs/heads/locks/*`).
+    pub fn refresh(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+    ) -> Result<HashMap<String, ObjectId>, StoreError> {
+        self.refresh_reading(endpoint, names, &|_| None)
+    }
+
+    /// [`Cache::refresh`], and then makes sure the blob at `file(name)` of each tip found is
+    /// in the cache, fetching those missing over the same session (a partial cache has the
+    /// trees of its tips, and only the blobs something read).
+    pub fn refresh_reading(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+        file: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<HashMap<String, ObjectId>, StoreError> {
+        // Another process sharing the cache directory may hold its `shallow.lock` for the
+        // duration of a fetch; gix then fails at once. Wait for it a little, bounded.
+        FETCHED.with(|f| f.set(false));
+        let mut attempt = 0u32;
+        loop {
+            match self.refresh_once(endpoint, names, file)? {
+                Some(tips) => {
+                    let result = if FETCHED.with(Cell::get) {
+                        "miss"
+                    } else {
+                        "hit"
+                    };
+                    metrics::counter!(gitstate_core::metrics::CACHE_READS, "result" => result)
+                        .increment(1);
+                    return Ok(tips);
+                }
+                None if attempt < 100 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(
+                        10 + u64::from(attempt.min(10)) * 5,
+                    ));
+                }
+                None => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the cache {} stayed locked by another process",
+                        self.dir.display()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Cache::refresh_reading`]; `None` when the cache was locked by another
+    /// process.
+    ///
+    /// A request cache fetches partially (protocol v2, `filter blob:none`, then blobs by id)
+    /// when the remote offers it; otherwise, and for the history cache, whole trees through
+    /// gix's fetch. Which one is decided on the first fetch from a remote in this process.
+    fn refresh_once(
+        &self,
+        endpoint: &Endpoint,
+        names: &[&str],
+        file: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
+        let prefixes: Vec<&str> = names
+            .iter()
+            .map(|n| n.strip_suffix('*').unwrap_or(n))
+            .collect();
+        if self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial) {
+            // Over HTTP a session kept from an earlier request needs no new capability
+            // advertisement: a warm read is one request (`ls-refs`, with this request's
+            // credentials: the authorization check).
+            if let Some(mut session) = sessions::take(endpoint) {
+                match session.ls_refs(&prefixes) {
+                    Ok(listed) => {
+                        return self.refresh_partial(session, endpoint, names, listed, file)
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")
+                    }
+                }
+            }
+        }
+        if self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
+            match UploadPack::connect(endpoint)? {
+                Ok(mut session) if session.offers("filter") && session.offers("shallow") => {
+                    set_fetch_mode(&endpoint.display, FetchMode::Partial, None);
+                    let listed = session.ls_refs(&prefixes)?;
+                    return self.refresh_partial(session, endpoint, names, listed, file);
+                }
+                Ok(session) => {
+                    let why = if session.offers("shallow") {
+                        NotOffered::Feature("filter")
+                    } else {
+                        NotOffered::Feature("shallow")
+                    };
+                    session.finish();
+                    set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why));
+                }
+                Err(why) => set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why)),
+            }
+        }
+        self.refresh_whole(endpoint, names)
+    }
+}
