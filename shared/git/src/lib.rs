@@ -14,7 +14,9 @@ pub mod local;
 pub mod objects;
 mod pending;
 pub mod plumbing;
+mod push;
 pub mod remote;
+mod target;
 
 pub use local::LocalStore;
 pub use plumbing::limits::{

@@ -21,13 +21,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gitstate_core::{BlockingStore, Credentials, Revision, StoreError};
+use gitstate_core::{Credentials, Revision, StoreError};
 use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::remote::RemoteStore;
+use crate::push::push_updates;
+use crate::target::Target;
 use round::{publish, push_batch};
 use write::{busy, Outcome};
 pub(crate) use write::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
@@ -212,7 +213,7 @@ impl WriteQueue {
     /// driven, dropped otherwise.
     pub(crate) async fn submit(
         self: &Arc<Self>,
-        store: &RemoteStore,
+        store: &Target,
         write: QueuedWrite,
         session: ReceivePack,
     ) -> Result<Revision, StoreError> {
@@ -348,7 +349,7 @@ impl WriteQueue {
     }
 
     /// Drives batches until nothing waits.
-    async fn drive(self: Arc<Self>, store: RemoteStore) {
+    async fn drive(self: Arc<Self>, store: Target) {
         let mut losses = 0u32;
         loop {
             let courtesy = match self.courtesy() {
@@ -512,7 +513,7 @@ impl WriteQueue {
 
     /// Publishes `writes` in the remote's queue; returns them, published where the server took
     /// them (the others stay this process's own and are retried as they are).
-    async fn publish_all(&self, store: &RemoteStore, writes: Vec<Waiting>) -> Vec<Waiting> {
+    async fn publish_all(&self, store: &Target, writes: Vec<Waiting>) -> Vec<Waiting> {
         if writes.is_empty() {
             return writes;
         }
@@ -625,9 +626,9 @@ impl WriteQueue {
 
 /// Pushes the deletes of answers this process has read (best effort: an answer left behind is
 /// deleted by a leader once it is two minutes old).
-async fn clean_up(store: &RemoteStore, session: ReceivePack, updates: Vec<RefUpdate>) {
+async fn clean_up(store: &Target, session: ReceivePack, updates: Vec<RefUpdate>) {
     let outcome = store
-        .run(move |store| store.push_updates(session, &updates, &[]))
+        .run(move |store| push_updates(store.endpoint(), session, &updates, &[]))
         .await;
     if let Err(e) = outcome {
         tracing::debug!(error = %e, "the answers read could not be deleted now; a leader deletes them later");

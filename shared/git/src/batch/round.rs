@@ -17,7 +17,8 @@ use crate::pending::{
 };
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::plumbing::transport::Endpoint;
-use crate::remote::{Pushed, RemoteStore};
+use crate::push::{pack_objects, push_updates, Pushed};
+use crate::target::Target;
 
 /// What one round (one push attempt) did.
 pub(crate) struct Round {
@@ -67,7 +68,7 @@ enum Fold {
 /// process (folded or rejected, DESIGN §9.4), then this batch's own new writes, each checked
 /// against its own conditions; one push, atomic where the remote keeps a queue.
 pub(super) fn push_batch(
-    store: &RemoteStore,
+    store: &Target,
     session: Option<ReceivePack>,
     batch: &[(QueuedWrite, Option<Published>)],
     takeover: Duration,
@@ -78,7 +79,7 @@ pub(super) fn push_batch(
         None => ReceivePack::connect(store.endpoint())?,
     };
     let state_ref = store.state_ref().to_owned();
-    let cache = store.pinned_cache()?;
+    let cache = store.cache()?;
     let refs = QueueRefs::new(&state_ref);
     let queue = session.offers("atomic")
         && session.offers("delete-refs")
@@ -268,10 +269,10 @@ pub(super) fn push_batch(
         Vec::new()
     } else {
         let paths: Vec<(ObjectId, &str)> = commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
-        let objects = store.pack_objects(repo, &paths, &on_remote)?;
+        let objects = pack_objects(repo, &paths, &on_remote)?;
         let queue_refs = updates.len() > usize::from(new_tip.is_some());
         let push_started = Instant::now();
-        let pushed = store.push_updates(session, &updates, &objects)?;
+        let pushed = push_updates(store.endpoint(), session, &updates, &objects)?;
         round.pushing = push_started.elapsed();
         match pushed {
             Pushed::Accepted => {}
@@ -337,11 +338,11 @@ pub(super) fn push_batch(
 /// done, the pending commits come by id; when they cannot be fetched, only this process's own
 /// stay chosen (the others wait for another leader).
 fn fetch_for_fold(
-    store: &RemoteStore,
+    store: &Target,
     advertised: Option<ObjectId>,
     chosen: &mut Vec<(String, ObjectId, Option<usize>)>,
 ) -> Result<(), StoreError> {
-    let cache = store.pinned_cache()?;
+    let cache = store.cache()?;
     let lacking: HashMap<String, ObjectId> = advertised
         .filter(|t| !cache.repo().has_object(t))
         .map(|t| (store.state_ref().to_owned(), t))
@@ -397,7 +398,7 @@ fn leads(
 /// past their deadline and deletes the answers it read, in one push over `session` (none when
 /// there is nothing to change).
 fn follow(
-    store: &RemoteStore,
+    store: &Target,
     session: ReceivePack,
     batch: &[(QueuedWrite, Option<Published>)],
     mut updates: Vec<RefUpdate>,
@@ -405,7 +406,7 @@ fn follow(
     mut outcomes: Vec<Option<Outcome>>,
     listing_empty: bool,
 ) -> Result<Round, StoreError> {
-    let repo = store.pinned_cache()?.repo().with_object_memory();
+    let repo = store.cache()?.repo().with_object_memory();
     let refs = QueueRefs::new(store.state_ref());
     let mut publications = Vec::new();
     for (i, (write, published)) in batch.iter().enumerate() {
@@ -434,10 +435,10 @@ fn follow(
             .collect();
         return Ok(round);
     }
-    let objects = store.pack_objects(repo, &[], &[])?;
+    let objects = pack_objects(repo, &[], &[])?;
     if !updates.is_empty() {
         let push_started = Instant::now();
-        let pushed = store.push_updates(session, &updates, &objects)?;
+        let pushed = push_updates(store.endpoint(), session, &updates, &objects)?;
         round.pushing = push_started.elapsed();
         match pushed {
             Pushed::Accepted => {}
@@ -461,7 +462,7 @@ fn follow(
     }
     if !publications.is_empty() {
         pending::crash_point("queue.published");
-        store.pinned_cache()?.record_objects(&objects)?;
+        store.cache()?.record_objects(&objects)?;
     }
     for (i, publication) in publications {
         outcomes[i] = Some(Outcome::Queued(publication));
@@ -587,7 +588,7 @@ impl Round {
 /// (DESIGN §9.4) over a new session: a [`follow`] round. Per write, its publication, or `None`
 /// when the server did not take it (it stays this process's own).
 pub(super) fn publish(
-    store: &RemoteStore,
+    store: &Target,
     batch: &[(QueuedWrite, Option<Published>)],
 ) -> Result<Vec<Option<Published>>, StoreError> {
     let session = ReceivePack::connect(store.endpoint())?;

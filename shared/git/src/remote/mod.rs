@@ -1,0 +1,482 @@
+//! The remote store: a repository on a git server (smart HTTP(S), `git://`, `file://`, ssh).
+//!
+//! Per request (DESIGN §4): one ref listing with the caller's credentials (also the
+//! authorization check; protocol v2 `ls-refs` for just the refs the request needs where the
+//! server offers partial fetch, DESIGN §9.5), a shallow fetch of only the missing tips into the
+//! per-remote cache (commit and trees, then only the blobs read, by id), reads from the cache, and
+//! for writes a push of a pack holding just the new objects, with the id that was read as the
+//! expected old value of the ref. Never forced.
+//!
+//! Writes and unlocks ([`StateStore::begin`](gitstate_core::StateStore::begin)) read the tips
+//! from receive-pack's advertisement instead, and push over that same session: over smart HTTP
+//! that is two requests (advertisement, push) when the tips are already in the cache.
+//!
+//! Over smart HTTP, a lock is created and a lock this process wrote is released in one request
+//! ([`crate::plumbing::onepost`]): the push alone, with the old id it must replace (none for a new
+//! lock, the recorded one for a release) checked by the server. Any doubt takes the two-request
+//! way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use gitstate_core::{
+    BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
+    StoreError, WriteSession,
+};
+use gix::objs::Kind;
+use gix::ObjectId;
+
+use crate::cache::{Cache, CacheHandle};
+use crate::objects::{lock_commit, parse_id, read_file, state_commit};
+use crate::plumbing::onepost;
+use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
+use crate::plumbing::transport::Endpoint;
+use crate::push::{pack_objects, push_in_one_request, push_updates, Pushed};
+use crate::target::Target;
+
+mod session;
+
+pub use session::RemoteSession;
+
+/// Default timeout of one store call (connect, stalls and the whole operation).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to reach a remote repository.
+#[derive(Clone)]
+pub struct RemoteConfig {
+    /// Repository URL: `https://…`, `http://…`, `ssh://…`, `git://…` or `file://…`. A user name
+    /// and password in the URL are used as credentials when `credentials` is `None`.
+    pub url: String,
+    /// State branch name (without `refs/heads/`).
+    pub git_ref: String,
+    /// Basic-auth credentials for HTTP(S).
+    pub credentials: Option<Credentials>,
+    /// Where per-remote caches live (e.g. `$GITSTATE_CACHE_DIR`, `/tmp/gitstate-cache`).
+    pub cache_dir: PathBuf,
+    /// Limit for connecting, for any stall, and for a whole store call.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("url", &gitstate_core::url::redact_in_text(&self.url))
+            .field("git_ref", &self.git_ref)
+            .field("credentials", &self.credentials)
+            .field("cache_dir", &self.cache_dir)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// A [`StateStore`] on a remote git repository. Cheap to create per request (the cache
+/// repository is shared process-wide).
+#[derive(Clone, Debug)]
+pub struct RemoteStore {
+    /// The remote's state branch and the cache generation this request works with.
+    target: Target,
+    /// This store has passed a remote check of the history (with its credentials). A pass-through
+    /// deployment makes a store per request, so this is "in this request" there.
+    history_checked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Objects built in memory for one push, and the pack holding them.
+struct Outgoing {
+    commit: ObjectId,
+    objects: Vec<(ObjectId, Kind, Vec<u8>)>,
+}
+
+impl RemoteStore {
+    /// Sets up the store; touches only the local cache directory (no network).
+    pub fn new(config: RemoteConfig) -> Result<Self, StoreError> {
+        let endpoint = Endpoint::parse(&config.url, config.credentials, config.timeout)?;
+        let handle = CacheHandle::for_url(&config.cache_dir, &endpoint.display)?;
+        Ok(RemoteStore {
+            target: Target {
+                endpoint,
+                state_ref: format!("refs/heads/{}", config.git_ref),
+                handle,
+                pinned: None,
+                timeout: config.timeout,
+            },
+            history_checked: Arc::default(),
+        })
+    }
+
+    /// The same store with `network` enforced on every connection (an ad-hoc repository: its
+    /// resolved addresses checked against the policy, no redirects).
+    pub fn with_network(mut self, network: gitstate_core::NetworkGuard) -> Self {
+        self.target.endpoint.network = network;
+        self
+    }
+
+    /// The same store accepting answers of at most `max_bytes` from the remote (see
+    /// [`crate::plumbing::limits`]).
+    pub fn with_answer_limit(mut self, max_bytes: u64) -> Self {
+        self.target.endpoint.limits.max_bytes = max_bytes;
+        self
+    }
+
+    /// The remote URL without credentials.
+    pub fn url(&self) -> &str {
+        &self.target.endpoint.display
+    }
+
+    /// The directory of this remote's current cache generation.
+    pub fn cache_dir(&self) -> std::path::PathBuf {
+        match &self.target.pinned {
+            Some(cache) => cache.dir().to_owned(),
+            None => self
+                .target
+                .handle
+                .current()
+                .map(|c| c.dir().to_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The cache generation this operation works with.
+    fn cache(&self) -> Result<&Arc<Cache>, StoreError> {
+        self.target.cache()
+    }
+
+    /// The file at `tip`, its blob fetched by id first when the (partial) cache lacks it.
+    fn read(&self, tip: Option<ObjectId>, file: &str) -> Result<Option<Bytes>, StoreError> {
+        match tip {
+            Some(tip) => {
+                let cache = self.cache()?;
+                cache.ensure_files(&self.target.endpoint, &[(tip, file)])?;
+                read_file(&cache.repo(), tip, file)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Builds objects in memory on top of the cache; returns exactly the objects the cache (and
+    /// therefore the remote) lacks, plus every object on the changed path, in case the cache
+    /// still holds an object the remote has since dropped.
+    fn build(
+        &self,
+        file: &str,
+        make: impl FnOnce(&gix::Repository) -> Result<ObjectId, StoreError>,
+    ) -> Result<Outgoing, StoreError> {
+        let repo = self.cache()?.repo().with_object_memory();
+        let commit = make(&repo)?;
+        let objects = pack_objects(repo, &[(commit, file)], &[])?;
+        Ok(Outgoing { commit, objects })
+    }
+
+    /// Pushes one ref update; `Ok(true)` when accepted, `Ok(false)` when the server refused it
+    /// as a lost compare-and-swap.
+    fn push_one(
+        &self,
+        session: ReceivePack,
+        update: RefUpdate,
+        outgoing: Option<&Outgoing>,
+    ) -> Result<bool, StoreError> {
+        let objects = outgoing.map_or(&[][..], |o| &o.objects[..]);
+        match push_updates(
+            &self.target.endpoint,
+            session,
+            std::slice::from_ref(&update),
+            objects,
+        )? {
+            Pushed::Accepted => Ok(true),
+            Pushed::Lost => Ok(false),
+            Pushed::Refused { error, .. } => Err(error),
+        }
+    }
+
+    /// Pushes a one-file commit on `base` over `session`, expecting the state branch at `base`.
+    fn push_state(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        base: Option<ObjectId>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let outgoing = self.build(path.as_str(), |repo| {
+            state_commit(repo, base, path.as_str(), change, message)
+        })?;
+        let null = ObjectId::null(gix::hash::Kind::Sha1);
+        let update = RefUpdate {
+            name: self.target.state_ref.clone(),
+            old: base.unwrap_or(null),
+            new: outgoing.commit,
+        };
+        if !self.push_one(session, update, Some(&outgoing))? {
+            return Err(StoreError::Stale);
+        }
+        self.cache()?.record_pushed(
+            &outgoing.objects,
+            &self.target.state_ref,
+            Some(outgoing.commit),
+        )?;
+        Ok(outgoing.commit.to_string())
+    }
+
+    /// Deletes the lock branch over `session`, expecting it at `old`.
+    fn push_lock_delete(
+        &self,
+        session: ReceivePack,
+        path: &StatePath,
+        old: ObjectId,
+    ) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        if !self.push_one(session, update, None)? {
+            return Err(StoreError::Stale);
+        }
+        self.cache()?.record_pushed(&[], &lock_ref, None)?;
+        Ok(())
+    }
+
+    /// The lock that beat us, read fresh from the remote.
+    fn held(&self, path: &StatePath) -> Result<LockCreate, StoreError> {
+        match self.read_lock_blocking(path)? {
+            Some((tip, content)) => Ok(LockCreate::Held { tip, content }),
+            // Released meanwhile: the caller retries from a fresh read.
+            None => Err(StoreError::Stale),
+        }
+    }
+}
+
+impl RemoteStore {
+    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
+    /// fetch of the state branch's missing history) and returns it with the branch tip.
+    fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
+        let cache = self.target.handle.history()?;
+        let tips = cache.refresh(&self.target.endpoint, &[&self.target.state_ref])?;
+        self.history_checked
+            .store(true, std::sync::atomic::Ordering::Release);
+        let tip = tips.get(&self.target.state_ref).copied();
+        Ok((cache, tip))
+    }
+}
+
+// No per-process write serializer (the default): concurrent writes share pushes through the
+// write queue.
+impl BlockingStore for RemoteStore {
+    const OWN_WRITE_SESSIONS: bool = true;
+
+    /// Runs blocking git work on a cache generation, bounded by the store timeout (see
+    /// [`Target::run`]).
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(RemoteStore) -> Result<T, StoreError> + Send + 'static,
+    {
+        let history_checked = self.history_checked.clone();
+        self.target
+            .run(move |target| {
+                work(RemoteStore {
+                    target,
+                    history_checked,
+                })
+            })
+            .await
+    }
+
+    fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        let lock_ref = path.lock_ref();
+        let lock_file = path.lock_file();
+        // The state and lock blobs come over the same session as the tips.
+        let file = |name: &str| {
+            if name == self.target.state_ref {
+                Some(path.as_str().to_owned())
+            } else if name == lock_ref {
+                Some(lock_file.clone())
+            } else {
+                None
+            }
+        };
+        let tips = self.cache()?.refresh_reading(
+            &self.target.endpoint,
+            &[&self.target.state_ref, &lock_ref],
+            &file,
+        )?;
+        let state_tip = tips.get(&self.target.state_ref).copied();
+        let lock_tip = tips.get(&lock_ref).copied();
+        Ok(Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        })
+    }
+
+    fn update_state_blocking(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let base = base.map(|b| parse_id(b)).transpose()?;
+        if let Some(base) = base {
+            if !self.cache()?.repo().has_object(base) {
+                // Read by another process or before the cache was recreated: fetch it now.
+                let tips = self
+                    .cache()?
+                    .refresh(&self.target.endpoint, &[&self.target.state_ref])?;
+                if tips.get(&self.target.state_ref) != Some(&base) {
+                    return Err(StoreError::Stale);
+                }
+            }
+        }
+        let session = ReceivePack::connect(&self.target.endpoint)?;
+        if session.tip(&self.target.state_ref) != base {
+            // Moved already: do not upload a pack the server would refuse.
+            return Err(StoreError::Stale);
+        }
+        self.push_state(session, path, base, change, message)
+    }
+
+    fn create_lock_blocking(
+        &self,
+        path: &StatePath,
+        content: &[u8],
+        message: &str,
+    ) -> Result<LockCreate, StoreError> {
+        let lock_ref = path.lock_ref();
+        let lock_file = path.lock_file();
+        let outgoing = self.build(&lock_file, |repo| {
+            lock_commit(repo, &lock_file, content, message)
+        })?;
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old: ObjectId::null(gix::hash::Kind::Sha1),
+            new: outgoing.commit,
+        };
+        let created = || -> Result<LockCreate, StoreError> {
+            self.cache()?
+                .record_pushed(&outgoing.objects, &lock_ref, Some(outgoing.commit))?;
+            Ok(LockCreate::Created)
+        };
+        // The lock must not exist, which the push itself checks: no advertisement needed. Not
+        // when the cache last saw the state locked: a held lock (Terraform polling with
+        // -lock-timeout) is then found without pushing anything.
+        if onepost::possible(&self.target.endpoint) && self.cache()?.tracked(&lock_ref).is_none() {
+            match push_in_one_request(&self.target.endpoint, &update, &outgoing.objects) {
+                Some(Ok(Pushed::Accepted)) => return created(),
+                Some(Ok(Pushed::Lost)) => return self.held(path),
+                _ => {}
+            }
+        }
+        let session = ReceivePack::connect(&self.target.endpoint)?;
+        if session.tip(&lock_ref).is_some() {
+            drop(session);
+            return self.held(path);
+        }
+        if self.push_one(session, update, Some(&outgoing))? {
+            created()
+        } else {
+            self.held(path)
+        }
+    }
+
+    fn read_lock_blocking(
+        &self,
+        path: &StatePath,
+    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+        let lock_ref = path.lock_ref();
+        let lock_file = path.lock_file();
+        let tips = self
+            .cache()?
+            .refresh_reading(&self.target.endpoint, &[&lock_ref], &|_| {
+                Some(lock_file.clone())
+            })?;
+        match tips.get(&lock_ref) {
+            Some(tip) => Ok(Some((
+                tip.to_string(),
+                self.read(Some(*tip), &path.lock_file())?
+                    .unwrap_or_default(),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let old = parse_id(tip)?;
+        let session = ReceivePack::connect(&self.target.endpoint)?;
+        if session.tip(&lock_ref) != Some(old) {
+            return Err(StoreError::Stale);
+        }
+        self.push_lock_delete(session, path, old)
+    }
+
+    fn history_blocking(
+        &self,
+        path: &StatePath,
+        limit: usize,
+    ) -> Result<Vec<gitstate_core::Version>, StoreError> {
+        match self.history_cache()? {
+            (cache, Some(tip)) => {
+                crate::history::versions(&cache.repo(), tip, path.as_str(), limit)
+            }
+            (_, None) => Ok(Vec::new()),
+        }
+    }
+
+    fn read_version_blocking(
+        &self,
+        path: &StatePath,
+        commit: &Revision,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let commit = parse_id(commit)?;
+        // A commit never changes: once this store has checked the remote (the history that
+        // named the commit, in the same request), a commit the history cache holds is read
+        // without asking again. Otherwise: check and fetch first.
+        let checked = self
+            .history_checked
+            .load(std::sync::atomic::Ordering::Acquire);
+        let cache = match self.target.handle.history()? {
+            cache if checked && cache.repo().has_object(commit) => cache,
+            _ => self.history_cache()?.0,
+        };
+        crate::history::read_at(&cache.repo(), commit, path.as_str())
+    }
+
+    fn list_states_blocking(&self) -> Result<Vec<gitstate_core::StateListing>, StoreError> {
+        match self.history_cache()? {
+            (cache, Some(tip)) => crate::history::listing(&cache.repo(), tip),
+            (_, None) => Ok(Vec::new()),
+        }
+    }
+
+    fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
+        let pattern = format!("{}*", crate::LOCK_REF_PREFIX);
+        let lock_file = |name: &str| {
+            name.strip_prefix(crate::LOCK_REF_PREFIX)
+                .and_then(|p| StatePath::parse(p).ok())
+                .map(|p| p.lock_file())
+        };
+        let tips = self
+            .cache()?
+            .refresh_reading(&self.target.endpoint, &[&pattern], &lock_file)?;
+        crate::held_locks(&self.cache()?.repo(), tips)
+    }
+
+    fn begin_blocking(
+        &self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteSession>, StoreError> {
+        Ok(Box::new(self.begin_session(path, intent)?))
+    }
+
+    fn check_blocking(&self) -> Result<(), StoreError> {
+        ReceivePack::connect(&self.target.endpoint).map(|_| ())
+    }
+}

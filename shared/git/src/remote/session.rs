@@ -1,0 +1,379 @@
+//! A write or unlock in progress on a remote ([`RemoteSession`]): how it begins (from
+//! receive-pack's advertisement, or recalled from what this cache recorded when the write or
+//! release can go in one request) and how it ends (through the write queue, or one push).
+
+use std::sync::Arc;
+
+use gitstate_core::{
+    BlockingStore, Intent, Revision, Snapshot, StateChange, StatePath, StoreError, WriteBudget,
+    WriteSession,
+};
+use gix::ObjectId;
+
+use super::{Outgoing, RemoteStore};
+use crate::batch::{QueuedWrite, WriteQueue};
+use crate::objects::{entry_id, state_commit};
+use crate::plumbing::onepost;
+use crate::plumbing::pack::write_pack;
+use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
+use crate::push::{judge, push_in_one_request, Pushed};
+
+/// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
+/// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
+/// that is the same connection; over smart HTTP the push is the second request.
+pub struct RemoteSession {
+    store: RemoteStore,
+    path: StatePath,
+    intent: Intent,
+    /// The entry at `path` on `state_tip`: a write's condition (DESIGN §9.1).
+    base_file: Option<ObjectId>,
+    lock_tip: Option<ObjectId>,
+    snapshot: Snapshot,
+    /// The advertisement read; `None` for a release begun from the cache ([`Intent::Release`]),
+    /// whose delete goes in one request.
+    receive_pack: Option<ReceivePack>,
+    budget: Option<WriteBudget>,
+}
+
+impl RemoteSession {
+    /// The state tip the session read (or recalled).
+    fn state_tip(&self) -> Option<ObjectId> {
+        self.snapshot
+            .state_tip
+            .as_deref()
+            .and_then(|tip| ObjectId::from_hex(tip.as_bytes()).ok())
+    }
+}
+
+#[async_trait::async_trait]
+impl WriteSession for RemoteSession {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    fn set_budget(&mut self, budget: WriteBudget) {
+        self.budget = Some(budget);
+    }
+
+    fn recalled(&self) -> bool {
+        self.receive_pack.is_none()
+    }
+
+    /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
+    /// batch, as its own commit, once its own conditions (the file and the lock it read are
+    /// unchanged) hold on the branch tip.
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        if !matches!(self.intent, Intent::Write | Intent::HeldWrite) {
+            return Err(StoreError::Internal(
+                "a state write in a session that did not read the state".into(),
+            ));
+        }
+        let this = *self;
+        if this.receive_pack.is_none() {
+            // Begun from the cache (Intent::HeldWrite): one request, outside the write queue.
+            let (Some(base), Some(lock_tip)) = (this.state_tip(), this.lock_tip) else {
+                return Err(StoreError::Stale);
+            };
+            let store = this.store.clone();
+            let path = this.path;
+            let message = message.to_owned();
+            return store
+                .run(move |store| store.write_recalled(&path, base, lock_tip, &change, &message))
+                .await;
+        }
+        let queue = this.store.write_queue()?;
+        let target = this.store.target.unpinned();
+        let write = QueuedWrite {
+            path: this.path,
+            base_file: this.base_file,
+            lock_tip: this.lock_tip,
+            change,
+            message: message.to_owned(),
+            since: this
+                .budget
+                .map_or_else(std::time::Instant::now, |b| b.since),
+            deadline: this.budget.map(|b| b.deadline),
+        };
+        let Some(session) = this.receive_pack else {
+            return Err(StoreError::Internal(
+                "a state write in a session without an advertisement".into(),
+            ));
+        };
+        queue.submit(&target, write, session).await
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        let this = *self;
+        if this.intent == Intent::HeldWrite {
+            return Err(StoreError::Internal(
+                "a lock release in a held write".into(),
+            ));
+        }
+        let Some(old) = this.lock_tip else {
+            return Err(StoreError::Stale);
+        };
+        let store = this.store.clone();
+        store
+            .run(move |store| match this.receive_pack {
+                Some(session) => store.push_lock_delete(session, &this.path, old),
+                None => store.release_recalled(&this.path, old),
+            })
+            .await
+    }
+}
+
+impl RemoteStore {
+    /// Opens a receive-pack session, takes the tips `intent` needs from its advertisement (the
+    /// fresh remote check), fetches those the cache lacks and reads the files.
+    pub(super) fn begin_session(
+        &self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<RemoteSession, StoreError> {
+        let lock_ref = path.lock_ref();
+        if intent == Intent::Release {
+            if let Some(session) = self.recall_lock(path)? {
+                return Ok(session);
+            }
+        }
+        if intent == Intent::HeldWrite {
+            if let Some(session) = self.recall_write(path)? {
+                return Ok(session);
+            }
+        }
+        // Not recalled: a fresh read, as for any write.
+        let intent = match intent {
+            Intent::HeldWrite => Intent::Write,
+            other => other,
+        };
+        let names: Vec<&str> = match intent {
+            Intent::Write | Intent::HeldWrite => vec![&self.target.state_ref, &lock_ref],
+            Intent::Unlock | Intent::Release => vec![&lock_ref],
+        };
+        let receive_pack = ReceivePack::connect(&self.target.endpoint)?;
+        let mut state_tip = match intent {
+            Intent::Write | Intent::HeldWrite => receive_pack.tip(&self.target.state_ref),
+            Intent::Unlock | Intent::Release => None,
+        };
+        let mut lock_tip = receive_pack.tip(&lock_ref);
+        let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
+            tips.into_iter().flatten().all(|id| repo.has_object(id))
+        };
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            // Written by another process: fetch the advertised tips (one request on a kept
+            // protocol-v2 session), so that the push builds on exactly what was advertised.
+            let advertised: std::collections::HashMap<String, ObjectId> = [
+                (self.target.state_ref.clone(), state_tip),
+                (lock_ref.clone(), lock_tip),
+            ]
+            .into_iter()
+            .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
+            .collect();
+            self.cache()?
+                .fetch_advertised(&self.target.endpoint, &advertised)?;
+        }
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow),
+            // keeping the session open for the push.
+            let file = |name: &str| {
+                if name == self.target.state_ref {
+                    Some(path.as_str().to_owned())
+                } else {
+                    Some(path.lock_file())
+                }
+            };
+            let fresh = self
+                .cache()?
+                .refresh_reading(&self.target.endpoint, &names, &file)?;
+            // upload-pack's advertisement came after receive-pack's: when another writer moved
+            // the refs in between, work from the newer tips. receive-pack compares the expected
+            // old id with the ref's value when it updates it, not with what it advertised, so
+            // this push can still win where it would otherwise be sure to lose.
+            if intent == Intent::Write {
+                state_tip = fresh.get(&self.target.state_ref).copied();
+            }
+            lock_tip = fresh.get(&lock_ref).copied();
+            if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+                return Err(StoreError::Stale);
+            }
+        }
+        // Both blobs in one request when the (partial) cache lacks them.
+        let lock_file = path.lock_file();
+        let files: Vec<(ObjectId, &str)> = [(state_tip, path.as_str()), (lock_tip, &lock_file)]
+            .into_iter()
+            .filter_map(|(tip, file)| tip.map(|tip| (tip, file)))
+            .collect();
+        self.cache()?.ensure_files(&self.target.endpoint, &files)?;
+        let snapshot = Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        };
+        let base_file = match state_tip {
+            Some(tip) => entry_id(&self.cache()?.repo(), tip, path.as_str())?,
+            None => None,
+        };
+        Ok(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent,
+            base_file,
+            lock_tip,
+            snapshot,
+            receive_pack: Some(receive_pack),
+            budget: None,
+        })
+    }
+
+    /// A release session from the lock this cache recorded for `path` (its own push, or the
+    /// last fetch), when a delete can go in one request; `None` otherwise.
+    fn recall_lock(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+        if !onepost::possible(&self.target.endpoint) {
+            return Ok(None);
+        }
+        let lock_ref = path.lock_ref();
+        let Some(tip) = self.cache()?.tracked(&lock_ref) else {
+            return Ok(None);
+        };
+        let Some(lock) = self.read(Some(tip), &path.lock_file())? else {
+            return Ok(None);
+        };
+        Ok(Some(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent: Intent::Release,
+            base_file: None,
+            lock_tip: Some(tip),
+            snapshot: Snapshot {
+                lock_tip: Some(tip.to_string()),
+                lock: Some(lock),
+                ..Snapshot::default()
+            },
+            receive_pack: None,
+            budget: None,
+        }))
+    }
+
+    /// This process's write queue for the state branch, under this store's credential.
+    fn write_queue(&self) -> Result<Arc<WriteQueue>, StoreError> {
+        WriteQueue::of(
+            &format!("{:p}", Arc::as_ptr(&self.target.handle)),
+            &self.target.state_ref,
+            self.target.endpoint.credentials.as_ref(),
+        )
+    }
+
+    /// A write session from what this cache recorded of the state branch and of `path`'s lock
+    /// (its own pushes, or the last fetch), when the write can go in one request: a smart-HTTP
+    /// remote running git's receive-pack (which takes an update whose old and new ids are the
+    /// same as "this ref must still be here", checked in the same atomic transaction) that
+    /// offers `atomic`, and no other write of this process on the branch, nor contention with
+    /// another process. `None` otherwise.
+    fn recall_write(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+        if !onepost::asserts_unchanged_refs(&self.target.endpoint) || !self.write_queue()?.quiet() {
+            return Ok(None);
+        }
+        let cache = self.cache()?;
+        let (Some(state_tip), Some(lock_tip)) = (
+            cache.tracked_settled(&self.target.state_ref),
+            cache.tracked(&path.lock_ref()),
+        ) else {
+            return Ok(None);
+        };
+        let Some(lock) = self.read(Some(lock_tip), &path.lock_file())? else {
+            return Ok(None);
+        };
+        let state = self.read(Some(state_tip), path.as_str())?;
+        let base_file = entry_id(&cache.repo(), state_tip, path.as_str())?;
+        Ok(Some(RemoteSession {
+            store: self.clone(),
+            path: path.clone(),
+            intent: Intent::HeldWrite,
+            base_file,
+            lock_tip: Some(lock_tip),
+            snapshot: Snapshot {
+                state_tip: Some(state_tip.to_string()),
+                state,
+                lock_tip: Some(lock_tip.to_string()),
+                lock: Some(lock),
+            },
+            receive_pack: None,
+            budget: None,
+        }))
+    }
+
+    /// Pushes `change` on top of `base` (the recalled state tip) in one request, with the lock
+    /// branch asserted at `lock_tip` in the same atomic push. Anything but an accepted push is
+    /// [`StoreError::Stale`]: the caller decides again on a fresh read (which also reports a
+    /// refusal the usual way).
+    fn write_recalled(
+        &self,
+        path: &StatePath,
+        base: ObjectId,
+        lock_tip: ObjectId,
+        change: &StateChange,
+        message: &str,
+    ) -> Result<Revision, StoreError> {
+        let Outgoing { commit, objects } = self.build(path.as_str(), |repo| {
+            state_commit(repo, Some(base), path.as_str(), change, message)
+        })?;
+        let updates = [
+            RefUpdate {
+                name: self.target.state_ref.clone(),
+                old: base,
+                new: commit,
+            },
+            RefUpdate {
+                name: path.lock_ref(),
+                old: lock_tip,
+                new: lock_tip,
+            },
+        ];
+        let pack = write_pack(&objects).map_err(StoreError::Internal)?;
+        let accepted = match onepost::push(&self.target.endpoint, &updates, &pack) {
+            Some(report) => matches!(
+                judge(&self.target.endpoint, &updates, report),
+                Ok(Pushed::Accepted)
+            ),
+            None => false,
+        };
+        if !accepted {
+            return Err(StoreError::Stale);
+        }
+        metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS).record(1.0);
+        // After the answer: the writer need not wait for the cache's copy.
+        self.cache()?
+            .record_pushed_later(objects, self.target.state_ref.clone(), commit);
+        Ok(commit.to_string())
+    }
+
+    /// Deletes the lock branch expected at `old` (the recalled lock) in one request. When the
+    /// server did not take it, the cache forgets that lock and the caller begins again from a
+    /// fresh read ([`StoreError::Stale`]).
+    fn release_recalled(&self, path: &StatePath, old: ObjectId) -> Result<(), StoreError> {
+        let lock_ref = path.lock_ref();
+        let update = RefUpdate {
+            name: lock_ref.clone(),
+            old,
+            new: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        let accepted = matches!(
+            push_in_one_request(&self.target.endpoint, &update, &[]),
+            Some(Ok(Pushed::Accepted))
+        );
+        self.cache()?.record_pushed(&[], &lock_ref, None)?;
+        if accepted {
+            Ok(())
+        } else {
+            Err(StoreError::Stale)
+        }
+    }
+}
