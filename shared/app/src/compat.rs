@@ -10,9 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::{
-    key_value_pairs, AuthMode, Config, ConfigError, TlsConfig, DEFAULT_REPOSITORY,
-};
+use crate::config::{AuthMode, Config, ConfigError, TlsConfig, DEFAULT_REPOSITORY};
+use crate::settings::{Settings, SETTINGS};
 
 /// terraform-backend-git's file name (its viper config name with type `hcl`).
 pub const FILE_NAME: &str = "terraform-backend-git.hcl";
@@ -64,36 +63,6 @@ pub struct TbgInput {
     /// Its standalone server (no `git` subcommand): query addresses naming its repository
     /// (`git.repository`) are served with this server's git credential, as it served them.
     pub standalone: bool,
-}
-
-/// What gitstate's own flags and `GITSTATE_*` variables set (they come before
-/// terraform-backend-git's variables and file).
-#[derive(Debug, Clone, Default)]
-pub struct Given<'a> {
-    /// `--config` / `GITSTATE_CONFIG`: its file is then not read.
-    pub config_file: bool,
-    /// `--listen` / `GITSTATE_LISTEN`.
-    pub listen: bool,
-    /// `--repository` / `GITSTATE_REPOSITORY`.
-    pub repositories: bool,
-    /// `--ref` / `GITSTATE_REF`.
-    pub git_ref: Option<&'a str>,
-    /// `--auth-mode` / `GITSTATE_AUTH_MODE`.
-    pub auth_mode: Option<&'a str>,
-    /// `--tls-cert` / `GITSTATE_TLS_CERT`.
-    pub tls: bool,
-    /// `--kms-arn` / `SOPS_KMS_ARN`.
-    pub kms_arns: bool,
-    /// `--kms-context` / `GITSTATE_KMS_CONTEXT`.
-    pub kms_context: bool,
-    /// `--age-recipient` / `SOPS_AGE_RECIPIENTS`.
-    pub age_recipients: bool,
-    /// `--pgp-fingerprint` / `SOPS_PGP_FP`.
-    pub pgp_fingerprints: bool,
-    /// `--vault-uri` / `SOPS_VAULT_URIS`.
-    pub vault_uris: bool,
-    /// `--gcp-kms-key` / `SOPS_GCP_KMS_IDS`.
-    pub gcp_kms_keys: bool,
 }
 
 /// The wrapper-only values of terraform-backend-git's configuration, and where every value that
@@ -282,35 +251,25 @@ fn truthy(value: &str, what: &str) -> Result<bool, ConfigError> {
     }
 }
 
-/// The comma-separated items of a list variable (as sops splits them), blanks dropped.
-fn items(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Applies terraform-backend-git's spellings to `config` (already resolved from gitstate's own
 /// settings, its file and defaults; `given` says which of those settings were given) with the
 /// precedence in the module's documentation.
 pub fn apply(
     input: &TbgInput,
-    given: &Given,
+    settings: &Settings,
     config: &mut Config,
 ) -> Result<TbgConfig, ConfigError> {
-    apply_with(input, given, config, &env)
+    apply_with(input, settings, config, &env)
 }
 
 /// [`apply`] with variables read by `env`.
 fn apply_with(
     input: &TbgInput,
-    given: &Given,
+    settings: &Settings,
     config: &mut Config,
     env: Lookup,
 ) -> Result<TbgConfig, ConfigError> {
-    let file_path = if given.config_file {
+    let file_path = if settings.given("config") {
         if let TbgFile::Path(path) = &input.file {
             return Err(ConfigError::BadValue(format!(
                 "both --config {} (terraform-backend-git's file) and GITSTATE_CONFIG (gitstate's) are given; use one",
@@ -346,9 +305,9 @@ fn apply_with(
         file: file_path.clone(),
         ..TbgConfig::default()
     };
-    let gitstate_listen = given.listen;
-    let gitstate_repository = given.repositories;
-    let gitstate_ref = given.git_ref.is_some_and(|r| !r.is_empty());
+    let gitstate_listen = settings.given("listen");
+    let gitstate_repository = settings.given("repositories");
+    let gitstate_ref = settings.given("git_ref");
 
     // Listen address: its flag over GITSTATE_LISTEN over its variable over the files.
     if let Some(address) = layers.get(&flags.address, "address", "address") {
@@ -369,7 +328,7 @@ fn apply_with(
                     (r.value.clone(), format!("ref: {}", r.source))
                 }
                 (_, true) => (
-                    given.git_ref.unwrap_or_default().to_owned(),
+                    settings.git_ref.clone().unwrap_or_default(),
                     "ref: --ref or GITSTATE_REF".into(),
                 ),
                 (None, false) => (
@@ -435,14 +394,15 @@ fn apply_with(
         out.sources.insert("access_logs".into(), logs.source);
     }
 
-    apply_http(given, config, &mut out, env)?;
-    apply_sops(given, config, &mut out, env)?;
+    apply_http(settings, config, &mut out, env)?;
+    apply_aliases(settings, config, &mut out, env)?;
+    check_sops(env)?;
     Ok(out)
 }
 
 /// Its endpoint's basic auth and HTTPS (`TF_BACKEND_GIT_HTTP_*`, `TF_BACKEND_GIT_HTTPS_*`).
 fn apply_http(
-    given: &Given,
+    settings: &Settings,
     config: &mut Config,
     out: &mut TbgConfig,
     env: Lookup,
@@ -453,7 +413,7 @@ fn apply_http(
     match (env(USER), zeroize::Zeroizing::new(env(PASSWORD))) {
         (Some(user), password) if password.is_some() => {
             let password = password.as_deref().unwrap_or_default();
-            let gitstate_mode = given.auth_mode.filter(|m| !m.is_empty());
+            let gitstate_mode = settings.auth_mode.as_deref().filter(|m| !m.is_empty());
             match gitstate_mode {
                 None | Some("team") => {}
                 Some(other) => {
@@ -489,7 +449,7 @@ fn apply_http(
     }
     const CERT: &str = "TF_BACKEND_GIT_HTTPS_CERT";
     const KEY: &str = "TF_BACKEND_GIT_HTTPS_KEY";
-    if !given.tls {
+    if !settings.given("tls_cert") {
         match (env(CERT), env(KEY)) {
             (Some(cert), Some(key)) => {
                 config.tls = Some(TlsConfig {
@@ -510,86 +470,45 @@ fn apply_http(
     Ok(())
 }
 
-/// Its sops master keys (`TF_BACKEND_HTTP_SOPS_*`), under gitstate's own (`--kms-arn`,
-/// `SOPS_KMS_ARN`, `--age-recipient`, `SOPS_AGE_RECIPIENTS`, `GITSTATE_KMS_CONTEXT`).
-fn apply_sops(
-    given: &Given,
+/// Its variables that are aliases of gitstate's settings (the `tbg` column of
+/// [`crate::settings::SETTINGS`]: its sops master keys `TF_BACKEND_HTTP_SOPS_*`, its encryption
+/// provider), each under gitstate's own flag and variable.
+fn apply_aliases(
+    settings: &Settings,
     config: &mut Config,
     out: &mut TbgConfig,
     env: Lookup,
 ) -> Result<(), ConfigError> {
-    let env = |name: &str| env(name).filter(|v| !v.is_empty());
-    const ARNS: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS";
-    const CONTEXT: &str = "TF_BACKEND_HTTP_SOPS_AWS_KMS_CONTEXT";
-    const AGE: &str = "TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS";
-    const SHAMIR: &str = "TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD";
-    let e = &mut config.encryption;
-    if let Some(arns) = env(ARNS).map(|v| items(&v)).filter(|v| !v.is_empty()) {
-        if !given.kms_arns {
-            e.kms_arns = arns;
+    for row in SETTINGS {
+        let Some(name) = row.tbg else { continue };
+        let Some(raw) = env(name).filter(|v| v.split(',').any(|item| !item.trim().is_empty()))
+        else {
+            continue;
+        };
+        if !settings.given(row.id) {
+            settings.apply_alias(row.id, &raw, name, config)?;
             out.sources
-                .insert("kms_arns".into(), format!("environment {ARNS}"));
-        }
-    }
-    if let Some(pairs) = env(CONTEXT) {
-        if !given.kms_context {
-            e.kms_context = key_value_pairs(pairs.trim().split(','), CONTEXT)?;
-            out.sources
-                .insert("kms_context".into(), format!("environment {CONTEXT}"));
-        }
-    }
-    if let Some(recipients) = env(AGE).map(|v| items(&v)).filter(|v| !v.is_empty()) {
-        if !given.age_recipients {
-            e.age_recipients = recipients;
-            out.sources
-                .insert("age_recipients".into(), format!("environment {AGE}"));
-        }
-    }
-    if let Some(threshold) = env(SHAMIR) {
-        match threshold.trim().parse::<u32>() {
-            Ok(0 | 1) => {}
-            Ok(n) => {
-                return Err(ConfigError::BadValue(format!(
-                    "{SHAMIR}={n} asks for {n} key groups to open a state, but gitstate wraps each data key for every configured key in one group (any one key opens it); unset it, or set it to 1"
-                )))
-            }
-            Err(_) => {
-                return Err(ConfigError::BadValue(format!(
-                    "{SHAMIR} must be a whole number, not '{threshold}'"
-                )))
-            }
-        }
-    }
-    // PGP fingerprints, Vault transit URIs and GCP KMS key names: lists, as it reads them.
-    for (name, own, setting, values) in [
-        (
-            "TF_BACKEND_HTTP_SOPS_PGP_FP",
-            given.pgp_fingerprints,
-            "pgp_fingerprints",
-            &mut e.pgp_fingerprints,
-        ),
-        (
-            "TF_BACKEND_HTTP_SOPS_HC_VAULT_URIS",
-            given.vault_uris,
-            "vault_uris",
-            &mut e.vault_uris,
-        ),
-        (
-            "TF_BACKEND_HTTP_SOPS_GCP_KMS_KEYS",
-            given.gcp_kms_keys,
-            "gcp_kms_keys",
-            &mut e.gcp_kms_keys,
-        ),
-    ] {
-        if let Some(list) = env(name).map(|v| items(&v)).filter(|v| !v.is_empty()) {
-            if !own {
-                *values = list;
-                out.sources
-                    .insert(setting.into(), format!("environment {name}"));
-            }
+                .insert(row.id.into(), format!("environment {name}"));
         }
     }
     Ok(())
+}
+
+/// Its sops settings gitstate cannot honour stop the start: a Shamir threshold above 1.
+fn check_sops(env: Lookup) -> Result<(), ConfigError> {
+    const SHAMIR: &str = "TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD";
+    let Some(threshold) = env(SHAMIR).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    match threshold.trim().parse::<u32>() {
+        Ok(0 | 1) => Ok(()),
+        Ok(n) => Err(ConfigError::BadValue(format!(
+            "{SHAMIR}={n} asks for {n} key groups to open a state, but gitstate wraps each data key for every configured key in one group (any one key opens it); unset it, or set it to 1"
+        ))),
+        Err(_) => Err(ConfigError::BadValue(format!(
+            "{SHAMIR} must be a whole number, not '{threshold}'"
+        ))),
+    }
 }
 
 /// Variables the process should set for the libraries and programs it uses, translated from
@@ -674,7 +593,7 @@ mod tests {
         vars: &[(&str, &str)],
         file_text: Option<&str>,
         flags: TbgFlags,
-        given: Given,
+        settings: Settings,
     ) -> Result<(Config, TbgConfig), ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let file = match file_text {
@@ -696,7 +615,7 @@ mod tests {
             standalone: false,
         };
         let mut config = Config::default();
-        let tbg = apply_with(&input, &given, &mut config, &lookup)?;
+        let tbg = apply_with(&input, &settings, &mut config, &lookup)?;
         Ok((config, tbg))
     }
 
@@ -705,7 +624,7 @@ mod tests {
     #[test]
     fn its_file_alone_configures_repository_ref_state_address() {
         let (config, tbg) =
-            applied(&[], Some(FILE), TbgFlags::default(), Given::default()).unwrap();
+            applied(&[], Some(FILE), TbgFlags::default(), Settings::default()).unwrap();
         let default = &config.repositories[DEFAULT_REPOSITORY];
         assert_eq!(default.url, "https://file.example/a.git");
         assert_eq!(default.git_ref, "states");
@@ -727,7 +646,7 @@ mod tests {
             ("TF_BACKEND_GIT_ACCESSLOGS", "false"),
         ];
         let (config, tbg) =
-            applied(&vars, Some(FILE), TbgFlags::default(), Given::default()).unwrap();
+            applied(&vars, Some(FILE), TbgFlags::default(), Settings::default()).unwrap();
         let default = &config.repositories[DEFAULT_REPOSITORY];
         assert_eq!(default.url, "https://env.example/b.git");
         assert_eq!(default.git_ref, "states", "the file's ref still applies");
@@ -745,7 +664,7 @@ mod tests {
             address: Some("127.0.0.1:7003".into()),
             ..TbgFlags::default()
         };
-        let (config, tbg) = applied(&vars, Some(FILE), flags, Given::default()).unwrap();
+        let (config, tbg) = applied(&vars, Some(FILE), flags, Settings::default()).unwrap();
         let default = &config.repositories[DEFAULT_REPOSITORY];
         assert_eq!(default.url, "https://flag.example/c.git");
         assert_eq!(default.git_ref, "flagref");
@@ -756,15 +675,15 @@ mod tests {
     #[test]
     fn its_repository_without_a_ref_stays_on_master() {
         let vars = [("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git")];
-        let (config, _) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        let (config, _) = applied(&vars, None, TbgFlags::default(), Settings::default()).unwrap();
         assert_eq!(
             config.repositories[DEFAULT_REPOSITORY].git_ref,
             TBG_DEFAULT_REF
         );
         // gitstate's own --ref applies to its repository too.
-        let given = Given {
-            git_ref: Some("trunk"),
-            ..Given::default()
+        let given = Settings {
+            git_ref: Some("trunk".into()),
+            ..Settings::default()
         };
         let (config, _) = applied(&vars, None, TbgFlags::default(), given).unwrap();
         assert_eq!(config.repositories[DEFAULT_REPOSITORY].git_ref, "trunk");
@@ -776,18 +695,18 @@ mod tests {
             ("TF_BACKEND_GIT_ADDRESS", "127.0.0.1:7002"),
             ("TF_BACKEND_GIT_GIT_REPOSITORY", "https://env.example/b.git"),
         ];
-        let given = Given {
-            listen: true,
-            repositories: true,
-            ..Given::default()
+        let given = Settings {
+            listen: Some("127.0.0.1:7009".into()),
+            repositories: vec!["default=https://own.example/a.git".into()],
+            ..Settings::default()
         };
         let (config, tbg) = applied(&vars, None, TbgFlags::default(), given).unwrap();
         assert_eq!(config.listen, Config::default().listen);
         assert!(config.repositories.is_empty());
         assert!(!tbg.sources.contains_key("repository"));
-        let given = Given {
-            config_file: true,
-            ..Given::default()
+        let given = Settings {
+            config: Some("gitstate.hcl".into()),
+            ..Settings::default()
         };
         // Its --config and GITSTATE_CONFIG together: one file at a time.
         let err = applied(&[], Some(FILE), TbgFlags::default(), given).unwrap_err();
@@ -800,22 +719,22 @@ mod tests {
             ("TF_BACKEND_GIT_HTTP_USERNAME", "bob"),
             ("TF_BACKEND_GIT_HTTP_PASSWORD", "hunter2"),
         ];
-        let (config, _) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        let (config, _) = applied(&vars, None, TbgFlags::default(), Settings::default()).unwrap();
         assert_eq!(config.auth.mode, AuthMode::Team);
         assert_eq!(
             config.auth.users,
             vec![format!("bob:{}", crate::tokens::hash_of("hunter2"))]
         );
-        let err = applied(&vars[1..], None, TbgFlags::default(), Given::default()).unwrap_err();
+        let err = applied(&vars[1..], None, TbgFlags::default(), Settings::default()).unwrap_err();
         assert!(
             err.to_string()
                 .contains("without TF_BACKEND_GIT_HTTP_USERNAME"),
             "{err}"
         );
         assert!(!err.to_string().contains("hunter2"));
-        let given = Given {
-            auth_mode: Some("passthrough"),
-            ..Given::default()
+        let given = Settings {
+            auth_mode: Some("passthrough".into()),
+            ..Settings::default()
         };
         let err = applied(&vars, None, TbgFlags::default(), given).unwrap_err();
         assert!(err.to_string().contains("\"passthrough\""), "{err}");
@@ -835,7 +754,7 @@ mod tests {
             ("TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS", "age1xyz"),
             ("TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD", "1"),
         ];
-        let (config, tbg) = applied(&vars, None, TbgFlags::default(), Given::default()).unwrap();
+        let (config, tbg) = applied(&vars, None, TbgFlags::default(), Settings::default()).unwrap();
         let e = &config.encryption;
         assert_eq!(e.kms_arns.len(), 2);
         assert_eq!(e.kms_context["team"], "payments");
@@ -858,7 +777,7 @@ mod tests {
                 &[(name, value)],
                 None,
                 TbgFlags::default(),
-                Given::default(),
+                Settings::default(),
             )
             .expect("its key variables are taken");
             let e = &config.encryption;
@@ -874,7 +793,7 @@ mod tests {
             &[("TF_BACKEND_HTTP_SOPS_SHAMIR_THRESHOLD", "2")],
             None,
             TbgFlags::default(),
-            Given::default(),
+            Settings::default(),
         )
         .unwrap_err();
         assert!(err.to_string().contains("SHAMIR_THRESHOLD=2"), "{err}");

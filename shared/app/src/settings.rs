@@ -1,29 +1,207 @@
 //! The settings every entrypoint shares, with one precedence: flags > `GITSTATE_*` environment >
 //! configuration file (`--config` / `GITSTATE_CONFIG`) > defaults. The CLI parses them from its
 //! arguments; the Lambda handler from the environment alone.
+//!
+//! **Every setting is declared once**, in the [`settings!`] table below: its field, flag and
+//! environment variable and `--help` text (clap's attributes), its key in the configuration file,
+//! its terraform-backend-git alias if it has one, and how it lands in [`Config`]. The overlay on
+//! the file ([`Settings::resolve`]), terraform-backend-git's aliases ([`crate::compat`]), `gitstate
+//! config show`'s sources and `--help` all read that table; adding a setting is one row, plus
+//! the [`Config`] field it sets (whose serde default is the file's default) and its use. No
+//! setting given by flag holds a secret: passwords, tokens and passphrases come from variables
+//! or files only (DESIGN §6), outside this table.
 
 use std::path::PathBuf;
 
-use clap::Args;
-
-use crate::compat::{Given, TbgConfig, TbgInput};
+use crate::compat::{TbgConfig, TbgInput};
 use crate::config::{Config, ConfigError, TlsConfig, DEFAULT_REF};
 
-/// Flags (each also a `GITSTATE_*` variable) that override the configuration file.
-#[derive(Args, Debug, Clone, Default)]
-pub struct Settings {
+/// A value as a flag or variable gives it: `None` when not given. An empty variable (a template
+/// parameter left blank) means "not set", not "an empty value", and a list keeps only its
+/// non-empty items.
+pub trait Given {
+    /// What the setting's row receives.
+    type Value;
+    /// The value, when one was given.
+    fn given(&self) -> Option<Self::Value>;
+}
+
+impl Given for Option<String> {
+    type Value = String;
+    fn given(&self) -> Option<String> {
+        self.clone().filter(|v| !v.is_empty())
+    }
+}
+
+impl Given for Vec<String> {
+    type Value = Vec<String>;
+    fn given(&self) -> Option<Vec<String>> {
+        let values: Vec<String> = self.iter().filter(|v| !v.is_empty()).cloned().collect();
+        (!values.is_empty()).then_some(values)
+    }
+}
+
+macro_rules! given_as_is {
+    ($($ty:ty),*) => {$(
+        impl Given for Option<$ty> {
+            type Value = $ty;
+            fn given(&self) -> Option<$ty> {
+                self.clone()
+            }
+        }
+    )*};
+}
+given_as_is!(PathBuf, u64, usize, bool);
+
+/// A value read from a terraform-backend-git variable: a list is comma-separated, as sops splits
+/// it (blanks dropped); a single value is trimmed. Only these types may have an alias.
+pub trait FromAlias {
+    /// The value of the variable's text.
+    fn from_alias(raw: &str) -> Self;
+}
+
+impl FromAlias for Vec<String> {
+    fn from_alias(raw: &str) -> Self {
+        raw.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl FromAlias for String {
+    fn from_alias(raw: &str) -> Self {
+        raw.trim().to_owned()
+    }
+}
+
+/// One row of the table, as the other readers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// The field (and clap's id).
+    pub id: &'static str,
+    /// The key in `gitstate.hcl` that holds it (the top-level attribute or block; empty for
+    /// `--config` itself).
+    pub file_key: &'static str,
+    /// terraform-backend-git's variable for it, below gitstate's own flag and variable and above
+    /// the files (see [`crate::compat`]).
+    pub tbg: Option<&'static str>,
+}
+
+/// Declares the settings: the clap struct, the table of rows, the overlay on a [`Config`], the
+/// aliases. Each row: clap's doc and attributes, `field: Type { file: "key", [tbg: "VARIABLE",]
+/// apply: |settings, config, value, what| { … } }`, where `value` is the given value
+/// ([`Given::Value`]) and `what()` names where it came from, for a message.
+macro_rules! settings {
+    ($(
+        $(#[$attr:meta])*
+        $field:ident: $ty:ty {
+            file: $file:literal,
+            $(tbg: $tbg:literal,)?
+            apply: |$s:ident, $config:ident, $value:ident, $what:ident| $apply:block,
+        }
+    )*) => {
+        /// Flags (each also a variable) that override the configuration file: one row each in
+        /// [`SETTINGS`].
+        #[derive(clap::Args, Debug, Clone, Default)]
+        pub struct Settings {
+            $($(#[$attr])* pub $field: $ty,)*
+            /// terraform-backend-git's flags and file, when gitstate runs under its command line
+            /// (see [`crate::compat`]); its variables are read in every mode.
+            #[arg(skip)]
+            pub tbg: TbgInput,
+        }
+
+        /// Every setting, in the order they are applied.
+        pub const SETTINGS: &[Setting] = &[$(Setting {
+            id: stringify!($field),
+            file_key: $file,
+            tbg: settings!(@alias $($tbg)?),
+        },)*];
+
+        impl Settings {
+            /// Whether the setting `id` was given (by flag or variable, not empty).
+            pub fn given(&self, id: &str) -> bool {
+                match id {
+                    $(stringify!($field) => Given::given(&self.$field).is_some(),)*
+                    _ => false,
+                }
+            }
+
+            /// Sets in `config` every setting given, in the table's order.
+            fn overlay(&self, config: &mut Config) -> Result<(), ConfigError> {
+                $(
+                    if let Some(value) = Given::given(&self.$field) {
+                        let spelling = || Settings::spelling(stringify!($field));
+                        settings!(@apply self, config, value, spelling, $s, $config, $value, $what, $apply);
+                    }
+                )*
+                Ok(())
+            }
+
+            /// Sets the setting `id` in `config` from `raw`, the text of its terraform-backend-git
+            /// variable `name` (see [`Setting::tbg`]).
+            pub(crate) fn apply_alias(
+                &self,
+                id: &str,
+                raw: &str,
+                name: &str,
+                config: &mut Config,
+            ) -> Result<(), ConfigError> {
+                $($(
+                    if id == stringify!($field) {
+                        let _ = $tbg;
+                        let value = <<$ty as Given>::Value as FromAlias>::from_alias(raw);
+                        let spelling = || name.to_owned();
+                        settings!(@apply self, config, value, spelling, $s, $config, $value, $what, $apply);
+                        return Ok(());
+                    }
+                )?)*
+                Err(ConfigError::BadValue(format!("{name} names no setting gitstate reads")))
+            }
+        }
+    };
+    (@alias) => { None };
+    (@alias $tbg:literal) => { Some($tbg) };
+    (@apply $self:expr, $config_in:expr, $value_in:expr, $spelling:expr, $s:ident, $config:ident, $value:ident, $what:ident, $apply:block) => {{
+        #[allow(unused_variables)]
+        let $s: &Settings = $self;
+        #[allow(unused_variables)]
+        let $config: &mut Config = &mut *$config_in;
+        #[allow(unused_variables)]
+        let $value = $value_in;
+        #[allow(unused_variables)]
+        let $what = &$spelling;
+        $apply
+    }};
+}
+
+settings! {
     /// Address to listen on [default: 127.0.0.1:6061].
     #[arg(long, env = "GITSTATE_LISTEN")]
-    pub listen: Option<String>,
+    listen: Option<String> {
+        file: "listen",
+        apply: |_s, config, value, _what| { config.listen = value; },
+    }
     /// Configuration file (HCL).
     #[arg(long, env = "GITSTATE_CONFIG")]
-    pub config: Option<PathBuf>,
+    config: Option<PathBuf> {
+        file: "",
+        apply: |_s, _config, _value, _what| {},
+    }
     /// Directory of the embedded default repository [default: ./.gitstate].
     #[arg(long, env = "GITSTATE_DATA_DIR")]
-    pub data_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf> {
+        file: "data_dir",
+        apply: |_s, config, value, _what| { config.data_dir = value; },
+    }
     /// Cache of fetched objects for remote repositories [default: $TMPDIR/gitstate-cache].
     #[arg(long, env = "GITSTATE_CACHE_DIR")]
-    pub cache_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf> {
+        file: "cache_dir",
+        apply: |_s, config, value, _what| { config.cache_dir = value; },
+    }
     /// A repository as NAME=URL (repeatable, or comma-separated in the variable); replaces the
     /// configuration file's repositories.
     #[arg(
@@ -32,10 +210,22 @@ pub struct Settings {
         env = "GITSTATE_REPOSITORY",
         value_delimiter = ','
     )]
-    pub repositories: Vec<String>,
+    repositories: Vec<String> {
+        file: "repository",
+        apply: |s, config, value, _what| {
+            config.repositories.clear();
+            let git_ref = s.git_ref.as_deref().filter(|r| !r.is_empty()).unwrap_or(DEFAULT_REF);
+            for spec in &value {
+                config.add_repository_flag(spec, git_ref)?;
+            }
+        },
+    }
     /// Branch holding the states, for --repository [default: main].
     #[arg(long = "ref", value_name = "REF", env = "GITSTATE_REF")]
-    pub git_ref: Option<String>,
+    git_ref: Option<String> {
+        file: "repository",
+        apply: |_s, _config, _value, _what| { /* read by --repository */ },
+    }
     /// URL patterns (`scheme://host[:port]/path`, `*` within one path segment, a last `**` for
     /// any depth, `*.` before a host name) allowed for query-style ad-hoc addresses, contacted
     /// with the caller's credential (pass-through) or none (repeatable, or comma-separated in the
@@ -46,7 +236,10 @@ pub struct Settings {
         env = "GITSTATE_ALLOW",
         value_delimiter = ','
     )]
-    pub allow: Vec<String>,
+    allow: Vec<String> {
+        file: "allow",
+        apply: |_s, config, value, _what| { config.allow = value; },
+    }
     /// URL patterns of ad-hoc repositories that may be contacted with this server's own git
     /// credential (repeatable, or comma-separated in the variable); replaces the file's
     /// `allow_with_credential`.
@@ -56,12 +249,18 @@ pub struct Settings {
         env = "GITSTATE_ALLOW_WITH_CREDENTIAL",
         value_delimiter = ','
     )]
-    pub allow_with_credential: Vec<String>,
+    allow_with_credential: Vec<String> {
+        file: "allow_with_credential",
+        apply: |_s, config, value, _what| { config.allow_with_credential = value; },
+    }
     /// Whose git credential a request uses: "server" (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN),
     /// "passthrough" (the caller's basic-auth pair, for that request only) or "team" (the
     /// server's credential; callers present a token) [default: server].
     #[arg(long, env = "GITSTATE_AUTH_MODE")]
-    pub auth_mode: Option<String>,
+    auth_mode: Option<String> {
+        file: "auth",
+        apply: |_s, config, value, _what| { config.auth.mode = value.parse().map_err(ConfigError::BadValue)?; },
+    }
     /// Team mode: SHA-256 hashes (`sha256:<hex>`, e.g. from `printf %s TOKEN | sha256sum`) of the
     /// tokens callers may present as their basic-auth password (repeatable, or comma-separated in
     /// the variable); replaces the file's `auth.token_hashes`.
@@ -71,7 +270,10 @@ pub struct Settings {
         env = "GITSTATE_TOKEN_HASHES",
         value_delimiter = ','
     )]
-    pub token_hashes: Vec<String>,
+    token_hashes: Vec<String> {
+        file: "auth",
+        apply: |_s, config, value, _what| { config.auth.token_hashes = value; },
+    }
     /// Team mode: a user as NAME:HASH, the hash from `htpasswd -nB NAME` (bcrypt; it asks for the password) or
     /// `sha256:<hex>` (repeatable, or comma-separated in the variable); replaces the file's
     /// `auth.users`.
@@ -81,21 +283,36 @@ pub struct Settings {
         env = "GITSTATE_USERS",
         value_delimiter = ','
     )]
-    pub users: Vec<String>,
+    users: Vec<String> {
+        file: "auth",
+        apply: |_s, config, value, _what| { config.auth.users = value; },
+    }
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
-    pub max_state_bytes: Option<usize>,
+    max_state_bytes: Option<usize> {
+        file: "max_state_bytes",
+        apply: |_s, config, value, _what| { config.max_state_bytes = value; },
+    }
     /// Largest answer accepted from a git server (a pack), in bytes [default: 2147483648].
     #[arg(long, env = "GITSTATE_MAX_ANSWER_BYTES")]
-    pub max_answer_bytes: Option<u64>,
+    max_answer_bytes: Option<u64> {
+        file: "max_answer_bytes",
+        apply: |_s, config, value, _what| { config.max_answer_bytes = value; },
+    }
     /// How long a write may wait for its turn and retry before it is answered 503 with nothing
     /// written, in seconds [default: 30].
     #[arg(long, env = "GITSTATE_WRITE_BUDGET_SECONDS")]
-    pub write_budget_seconds: Option<u64>,
+    write_budget_seconds: Option<u64> {
+        file: "write_budget_seconds",
+        apply: |_s, config, value, _what| { config.write_budget_seconds = value; },
+    }
     /// Encryption at rest: "all" values or only secrets, keeping the "structure" readable
     /// [default: all].
     #[arg(long, env = "GITSTATE_ENCRYPTION_MODE")]
-    pub encryption_mode: Option<String>,
+    encryption_mode: Option<String> {
+        file: "encryption",
+        apply: |_s, config, value, _what| { config.encryption.mode = value; },
+    }
     /// AWS KMS key ARN new state versions are wrapped for (repeatable, or comma-separated in the
     /// variable, as sops reads it); replaces the file's `encryption.kms_arns`.
     #[arg(
@@ -104,7 +321,11 @@ pub struct Settings {
         env = "SOPS_KMS_ARN",
         value_delimiter = ','
     )]
-    pub kms_arns: Vec<String>,
+    kms_arns: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_AWS_KMS_ARNS",
+        apply: |_s, config, value, _what| { config.encryption.kms_arns = value; },
+    }
     /// KMS encryption context as KEY=VALUE (repeatable, or comma-separated in the variable);
     /// replaces the file's `encryption.kms_context`.
     #[arg(
@@ -113,7 +334,14 @@ pub struct Settings {
         env = "GITSTATE_KMS_CONTEXT",
         value_delimiter = ','
     )]
-    pub kms_context: Vec<String>,
+    kms_context: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_AWS_KMS_CONTEXT",
+        apply: |_s, config, value, what| {
+            config.encryption.kms_context =
+                crate::config::key_value_pairs(value.iter().map(String::as_str), &what())?;
+        },
+    }
     /// KMS key ARN that may still read older versions (rotation; repeatable).
     #[arg(
         long = "fallback-kms-arn",
@@ -121,7 +349,10 @@ pub struct Settings {
         env = "GITSTATE_FALLBACK_KMS_ARNS",
         value_delimiter = ','
     )]
-    pub fallback_kms_arns: Vec<String>,
+    fallback_kms_arns: Vec<String> {
+        file: "encryption",
+        apply: |_s, config, value, _what| { config.encryption.fallback_kms_arns = value; },
+    }
     /// age recipient new state versions are wrapped for (repeatable, or comma-separated in the
     /// variable, as sops reads it). Identities for reading come from SOPS_AGE_KEY_FILE or
     /// SOPS_AGE_KEY.
@@ -131,7 +362,11 @@ pub struct Settings {
         env = "SOPS_AGE_RECIPIENTS",
         value_delimiter = ','
     )]
-    pub age_recipients: Vec<String>,
+    age_recipients: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_AGE_RECIPIENTS",
+        apply: |_s, config, value, _what| { config.encryption.age_recipients = value; },
+    }
     /// PGP key fingerprint new state versions are wrapped for through gpg (repeatable, or
     /// comma-separated in the variable, as sops reads it); replaces the file's
     /// `encryption.pgp_fingerprints`. The secret key in gpg's keyring (GNUPGHOME) reads.
@@ -141,7 +376,11 @@ pub struct Settings {
         env = "SOPS_PGP_FP",
         value_delimiter = ','
     )]
-    pub pgp_fingerprints: Vec<String>,
+    pgp_fingerprints: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_PGP_FP",
+        apply: |_s, config, value, _what| { config.encryption.pgp_fingerprints = value; },
+    }
     /// Vault / OpenBao transit key new state versions are wrapped for, as sops takes it
     /// (https://vault:8200/v1/transit/keys/NAME; repeatable, or comma-separated in the variable);
     /// replaces the file's `encryption.vault_uris`. The token comes from VAULT_TOKEN or
@@ -152,7 +391,11 @@ pub struct Settings {
         env = "SOPS_VAULT_URIS",
         value_delimiter = ','
     )]
-    pub vault_uris: Vec<String>,
+    vault_uris: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_HC_VAULT_URIS",
+        apply: |_s, config, value, _what| { config.encryption.vault_uris = value; },
+    }
     /// GCP KMS key (projects/P/locations/L/keyRings/R/cryptoKeys/K) new state versions are
     /// wrapped for (repeatable, or comma-separated in the variable, as sops reads it); replaces
     /// the file's `encryption.gcp_kms_keys`.
@@ -162,7 +405,11 @@ pub struct Settings {
         env = "SOPS_GCP_KMS_IDS",
         value_delimiter = ','
     )]
-    pub gcp_kms_keys: Vec<String>,
+    gcp_kms_keys: Vec<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_SOPS_GCP_KMS_KEYS",
+        apply: |_s, config, value, _what| { config.encryption.gcp_kms_keys = value; },
+    }
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
     #[arg(
         long,
@@ -170,7 +417,15 @@ pub struct Settings {
         env = "GITSTATE_TLS_CERT",
         requires = "tls_key"
     )]
-    pub tls_cert: Option<PathBuf>,
+    tls_cert: Option<PathBuf> {
+        file: "tls",
+        apply: |s, config, value, _what| {
+            // clap requires both halves.
+            if let Some(key_file) = &s.tls_key {
+                config.tls = Some(TlsConfig { cert_file: value, key_file: key_file.clone() });
+            }
+        },
+    }
     /// The private key (PEM) of --tls-cert.
     #[arg(
         long,
@@ -178,30 +433,61 @@ pub struct Settings {
         env = "GITSTATE_TLS_KEY",
         requires = "tls_cert"
     )]
-    pub tls_key: Option<PathBuf>,
+    tls_key: Option<PathBuf> {
+        file: "tls",
+        apply: |_s, _config, _value, _what| { /* read by --tls-cert */ },
+    }
     /// DynamoDB table of the catalog (states, locks, audit trail); replaces the file's
     /// `catalog.dynamodb_table` [default: no catalog].
     #[arg(long, value_name = "TABLE", env = "GITSTATE_CATALOG_TABLE")]
-    pub catalog_table: Option<String>,
+    catalog_table: Option<String> {
+        file: "catalog",
+        apply: |_s, config, value, _what| {
+            let audit_ttl_days = config.catalog.as_ref().map_or(90, |c| c.audit_ttl_days);
+            let kms_arn = config.catalog.as_ref().and_then(|c| c.kms_arn.clone());
+            config.catalog = Some(crate::config::CatalogConfig {
+                dynamodb_table: value,
+                audit_ttl_days,
+                kms_arn,
+            });
+        },
+    }
     /// KMS key that makes the catalog's resource index key (identifiers are stored as keyed
     /// hashes under it); replaces the file's `catalog.kms_arn` [default: the first of
     /// encryption.kms_arns; without any, nothing is indexed].
     #[arg(long, value_name = "ARN", env = "GITSTATE_CATALOG_KMS_ARN")]
-    pub catalog_kms_arn: Option<String>,
+    catalog_kms_arn: Option<String> {
+        file: "catalog",
+        apply: |_s, config, value, _what| {
+            if let Some(catalog) = config.catalog.as_mut() {
+                catalog.kms_arn = Some(value);
+            }
+        },
+    }
     /// terraform-backend-git's encryption provider: "sops" (needs a key: --kms-arn,
     /// --age-recipient) or "aes" (needs the legacy passphrase; its files are read, and written
     /// back with the sops keys, or as plaintext without keys). Also read from
     /// TF_BACKEND_HTTP_ENCRYPTION_PROVIDER.
     #[arg(long, value_name = "sops|aes", env = "GITSTATE_ENCRYPTION_PROVIDER")]
-    pub encryption_provider: Option<String>,
+    encryption_provider: Option<String> {
+        file: "encryption",
+        tbg: "TF_BACKEND_HTTP_ENCRYPTION_PROVIDER",
+        apply: |_s, config, value, _what| { config.encryption.provider = Some(value); },
+    }
     /// A file holding the passphrase terraform-backend-git's aes provider encrypted states with
     /// (read only, never written in that format). The passphrase itself can be given in
     /// GITSTATE_LEGACY_AES_PASSPHRASE or TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE, never as a flag.
     #[arg(long, value_name = "PATH", env = "GITSTATE_LEGACY_AES_PASSPHRASE_FILE")]
-    pub legacy_aes_passphrase_file: Option<PathBuf>,
+    legacy_aes_passphrase_file: Option<PathBuf> {
+        file: "encryption",
+        apply: |_s, config, value, _what| { config.encryption.legacy_aes_passphrase_file = Some(value); },
+    }
     /// Refuse to start without an encryption key, so plaintext is never stored.
     #[arg(long, env = "GITSTATE_ENCRYPTION_ENFORCED", num_args = 0..=1, default_missing_value = "true")]
-    pub encryption_enforced: Option<bool>,
+    encryption_enforced: Option<bool> {
+        file: "encryption",
+        apply: |_s, config, value, _what| { config.encryption.enforced = value; },
+    }
     /// A host name browsers may use for a server listening on loopback, besides localhost and
     /// loopback addresses (repeatable, or comma-separated in the variable); any other Host
     /// header is refused (DNS rebinding). Replaces the file's `allowed_hosts`.
@@ -211,7 +497,10 @@ pub struct Settings {
         env = "GITSTATE_ALLOWED_HOSTS",
         value_delimiter = ','
     )]
-    pub allowed_hosts: Vec<String>,
+    allowed_hosts: Vec<String> {
+        file: "allowed_hosts",
+        apply: |_s, config, value, _what| { config.allowed_hosts = value; },
+    }
     /// Serve on a non-loopback address with auth mode "server": anyone who reaches the address
     /// reads and writes every state with the server's git credential. Refused without this.
     #[arg(
@@ -220,15 +509,17 @@ pub struct Settings {
         num_args = 0..=1,
         default_missing_value = "true"
     )]
-    pub insecure_no_auth_on_public_address: Option<bool>,
+    insecure_no_auth_on_public_address: Option<bool> {
+        file: "insecure_no_auth_on_public_address",
+        apply: |_s, config, value, _what| { config.insecure_no_auth_on_public_address = value; },
+    }
     /// The state guard: refuse (409) a POST that would replace a state with another lineage or
     /// an older serial, unless its address says `?force=true`. On by default.
     #[arg(long, env = "GITSTATE_STATE_GUARD", num_args = 0..=1, default_missing_value = "true")]
-    pub state_guard: Option<bool>,
-    /// terraform-backend-git's flags and file, when gitstate runs under its command line (see
-    /// [`crate::compat`]); its variables are read in every mode.
-    #[arg(skip)]
-    pub tbg: TbgInput,
+    state_guard: Option<bool> {
+        file: "state_guard",
+        apply: |_s, config, value, _what| { config.state_guard = value; },
+    }
 }
 
 impl Settings {
@@ -241,21 +532,7 @@ impl Settings {
     /// [`Settings::resolve`], and what came from terraform-backend-git's spellings.
     pub fn resolve_all(&self) -> Result<(Config, TbgConfig), ConfigError> {
         let mut config = self.resolve_own()?;
-        let given = Given {
-            config_file: self.config.is_some(),
-            listen: self.listen.is_some(),
-            repositories: given(&self.repositories).is_some(),
-            git_ref: self.git_ref.as_deref().filter(|r| !r.is_empty()),
-            auth_mode: self.auth_mode.as_deref().filter(|m| !m.is_empty()),
-            tls: self.tls_cert.is_some(),
-            kms_arns: given(&self.kms_arns).is_some(),
-            kms_context: given(&self.kms_context).is_some(),
-            age_recipients: given(&self.age_recipients).is_some(),
-            pgp_fingerprints: given(&self.pgp_fingerprints).is_some(),
-            vault_uris: given(&self.vault_uris).is_some(),
-            gcp_kms_keys: given(&self.gcp_kms_keys).is_some(),
-        };
-        let tbg = crate::compat::apply(&self.tbg, &given, &mut config)?;
+        let tbg = crate::compat::apply(&self.tbg, self, &mut config)?;
         Ok((config, tbg))
     }
 
@@ -265,124 +542,30 @@ impl Settings {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
-        if let Some(listen) = &self.listen {
-            config.listen = listen.clone();
-        }
-        if let Some(dir) = &self.data_dir {
-            config.data_dir = dir.clone();
-        }
-        if let Some(dir) = &self.cache_dir {
-            config.cache_dir = dir.clone();
-        }
-        if let Some(allow) = given(&self.allow) {
-            config.allow = allow;
-        }
-        if let Some(allow) = given(&self.allow_with_credential) {
-            config.allow_with_credential = allow;
-        }
-        if let Some(mode) = self.auth_mode.as_deref().filter(|m| !m.is_empty()) {
-            config.auth.mode = mode.parse().map_err(ConfigError::BadValue)?;
-        }
-        if let Some(hashes) = given(&self.token_hashes) {
-            config.auth.token_hashes = hashes;
-        }
-        if let Some(users) = given(&self.users) {
-            config.auth.users = users;
-        }
-        if let Some(max) = self.max_state_bytes {
-            config.max_state_bytes = max;
-        }
-        if let Some(max) = self.max_answer_bytes {
-            config.max_answer_bytes = max;
-        }
-        if let Some(budget) = self.write_budget_seconds {
-            config.write_budget_seconds = budget;
-        }
-        if let (Some(cert_file), Some(key_file)) = (&self.tls_cert, &self.tls_key) {
-            config.tls = Some(TlsConfig {
-                cert_file: cert_file.clone(),
-                key_file: key_file.clone(),
-            });
-        }
-        if let Some(table) = self.catalog_table.as_deref().filter(|t| !t.is_empty()) {
-            let audit_ttl_days = config.catalog.as_ref().map_or(90, |c| c.audit_ttl_days);
-            let kms_arn = config.catalog.as_ref().and_then(|c| c.kms_arn.clone());
-            config.catalog = Some(crate::config::CatalogConfig {
-                dynamodb_table: table.to_owned(),
-                audit_ttl_days,
-                kms_arn,
-            });
-        }
-        if let (Some(catalog), Some(arn)) = (
-            config.catalog.as_mut(),
-            self.catalog_kms_arn.as_deref().filter(|a| !a.is_empty()),
-        ) {
-            catalog.kms_arn = Some(arn.to_owned());
-        }
-        let encryption = &mut config.encryption;
-        if let Some(mode) = self.encryption_mode.as_deref().filter(|m| !m.is_empty()) {
-            encryption.mode = mode.to_owned();
-        }
-        if let Some(arns) = given(&self.kms_arns) {
-            encryption.kms_arns = arns;
-        }
-        if let Some(pairs) = given(&self.kms_context) {
-            encryption.kms_context =
-                crate::config::key_value_pairs(pairs.iter().map(String::as_str), "--kms-context")?;
-        }
-        if let Some(arns) = given(&self.fallback_kms_arns) {
-            encryption.fallback_kms_arns = arns;
-        }
-        if let Some(recipients) = given(&self.age_recipients) {
-            encryption.age_recipients = recipients;
-        }
-        if let Some(fingerprints) = given(&self.pgp_fingerprints) {
-            encryption.pgp_fingerprints = fingerprints;
-        }
-        if let Some(uris) = given(&self.vault_uris) {
-            encryption.vault_uris = uris;
-        }
-        if let Some(keys) = given(&self.gcp_kms_keys) {
-            encryption.gcp_kms_keys = keys;
-        }
-        if let Some(enforced) = self.encryption_enforced {
-            encryption.enforced = enforced;
-        }
-        if let Some(provider) = self
-            .encryption_provider
-            .clone()
-            .or_else(|| std::env::var(TF_ENCRYPTION_PROVIDER).ok())
-            .filter(|p| !p.is_empty())
-        {
-            encryption.provider = Some(provider);
-        }
-        if let Some(file) = &self.legacy_aes_passphrase_file {
-            encryption.legacy_aes_passphrase_file = Some(file.clone());
-        } else if let Some(passphrase) = legacy_aes_passphrase_from_env()? {
-            encryption.legacy_aes_passphrase = Some(passphrase);
-            encryption.legacy_aes_passphrase_file = None;
-        }
-        if let Some(hosts) = given(&self.allowed_hosts) {
-            config.allowed_hosts = hosts;
-        }
-        if let Some(guard) = self.state_guard {
-            config.state_guard = guard;
-        }
-        if let Some(insecure) = self.insecure_no_auth_on_public_address {
-            config.insecure_no_auth_on_public_address = insecure;
-        }
-        if let Some(repositories) = given(&self.repositories) {
-            config.repositories.clear();
-            let git_ref = self
-                .git_ref
-                .as_deref()
-                .filter(|r| !r.is_empty())
-                .unwrap_or(DEFAULT_REF);
-            for spec in &repositories {
-                config.add_repository_flag(spec, git_ref)?;
+        self.overlay(&mut config)?;
+        // The legacy passphrase itself is never a flag: only a variable (or the file above).
+        if !self.given("legacy_aes_passphrase_file") {
+            if let Some(passphrase) = legacy_aes_passphrase_from_env()? {
+                config.encryption.legacy_aes_passphrase = Some(passphrase);
+                config.encryption.legacy_aes_passphrase_file = None;
             }
         }
         Ok(config)
+    }
+
+    /// How the setting `id` is spelled: `--flag / VARIABLE`, from clap's declaration.
+    pub fn spelling(id: &str) -> String {
+        let command = <Settings as clap::Args>::augment_args(clap::Command::new("settings"));
+        let Some(arg) = command.get_arguments().find(|a| a.get_id() == id) else {
+            return id.to_owned();
+        };
+        let flag = arg.get_long().map(|l| format!("--{l}"));
+        let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+        [flag, env]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" / ")
     }
 }
 
@@ -418,11 +601,4 @@ fn legacy_aes_passphrase_from_env() -> Result<Option<gitstate_seal::Passphrase>,
         )));
     }
     Ok(None)
-}
-
-/// The non-empty values of a list flag, or `None` when none was given. An empty variable (a
-/// template parameter left blank) means "not set", not "an empty list".
-fn given(values: &[String]) -> Option<Vec<String>> {
-    let values: Vec<String> = values.iter().filter(|v| !v.is_empty()).cloned().collect();
-    (!values.is_empty()).then_some(values)
 }

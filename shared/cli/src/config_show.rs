@@ -4,6 +4,7 @@
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use gitstate_app::compat::TbgConfig;
+use gitstate_app::settings::SETTINGS;
 use gitstate_app::{Config, Settings};
 use gitstate_core::url::redact_in_text;
 
@@ -29,7 +30,14 @@ struct Sources<'a> {
 }
 
 impl Sources<'_> {
-    fn of(&self, id: &str, file_key: &str) -> String {
+    /// The source of setting `id`: its flag or variable (from the command line's matches), else
+    /// the file when it sets the setting's key ([`SETTINGS`]; `id` itself for a file-only key),
+    /// else the default.
+    fn of(&self, id: &str) -> String {
+        let file_key = SETTINGS
+            .iter()
+            .find(|s| s.id == id)
+            .map_or(id, |s| s.file_key);
         let command = <Settings as clap::Args>::augment_args(clap::Command::new("settings"));
         let arg = command.get_arguments().find(|a| a.get_id() == id);
         // Only settings with a flag have a source in the matches (asking for others panics).
@@ -97,37 +105,37 @@ pub fn render(
     let mut lines: Vec<(String, String)> = vec![
         (
             format!("listen = {}", quoted(&config.listen)),
-            tbg_source(tbg, &["listen"]).unwrap_or_else(|| sources.of("listen", "listen")),
+            tbg_source(tbg, &["listen"]).unwrap_or_else(|| sources.of("listen")),
         ),
         (
             format!(
                 "data_dir = {}",
                 quoted(&config.data_dir.display().to_string())
             ),
-            sources.of("data_dir", "data_dir"),
+            sources.of("data_dir"),
         ),
         (
             format!(
                 "cache_dir = {}",
                 quoted(&config.cache_dir.display().to_string())
             ),
-            sources.of("cache_dir", "cache_dir"),
+            sources.of("cache_dir"),
         ),
         (
             format!("max_state_bytes = {}", config.max_state_bytes),
-            sources.of("max_state_bytes", "max_state_bytes"),
+            sources.of("max_state_bytes"),
         ),
         (
             format!("max_answer_bytes = {}", config.max_answer_bytes),
-            sources.of("max_answer_bytes", "max_answer_bytes"),
+            sources.of("max_answer_bytes"),
         ),
         (
             format!("git_timeout_seconds = {}", config.git_timeout_seconds),
-            sources.of("git_timeout_seconds", "git_timeout_seconds"),
+            sources.of("git_timeout_seconds"),
         ),
         (
             format!("allow = {}", list(&config.allow)),
-            sources.of("allow", "allow"),
+            sources.of("allow"),
         ),
         (
             format!(
@@ -135,25 +143,22 @@ pub fn render(
                 list(&config.allow_with_credential)
             ),
             tbg_source(tbg, &["allow_with_credential"])
-                .unwrap_or_else(|| sources.of("allow_with_credential", "allow_with_credential")),
+                .unwrap_or_else(|| sources.of("allow_with_credential")),
         ),
         (
             format!("allowed_hosts = {}", list(&config.allowed_hosts)),
-            sources.of("allowed_hosts", "allowed_hosts"),
+            sources.of("allowed_hosts"),
         ),
         (
             format!(
                 "insecure_no_auth_on_public_address = {}",
                 config.insecure_no_auth_on_public_address
             ),
-            sources.of(
-                "insecure_no_auth_on_public_address",
-                "insecure_no_auth_on_public_address",
-            ),
+            sources.of("insecure_no_auth_on_public_address"),
         ),
         (
             format!("state_guard = {}", config.state_guard),
-            sources.of("state_guard", "state_guard"),
+            sources.of("state_guard"),
         ),
     ];
     if config.repositories.is_empty() {
@@ -171,8 +176,7 @@ pub fn render(
                 quoted(&redact_in_text(&repository.url)),
                 quoted(&repository.git_ref)
             ),
-            tbg_source(tbg, &["repository", "ref"])
-                .unwrap_or_else(|| sources.of("repositories", "repository")),
+            tbg_source(tbg, &["repository", "ref"]).unwrap_or_else(|| sources.of("repositories")),
         ));
     }
     lines.push((
@@ -188,7 +192,7 @@ pub fn render(
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        tbg_source(tbg, &["auth"]).unwrap_or_else(|| sources.of("auth_mode", "auth")),
+        tbg_source(tbg, &["auth"]).unwrap_or_else(|| sources.of("auth_mode")),
     ));
     let e = &config.encryption;
     lines.push((
@@ -202,7 +206,7 @@ pub fn render(
             e.enforced
         ),
         tbg_source(tbg, &["kms_arns", "kms_context", "age_recipients"])
-            .unwrap_or_else(|| sources.of("kms_arns", "encryption")),
+            .unwrap_or_else(|| sources.of("kms_arns")),
     ));
     if !e.pgp_fingerprints.is_empty() || !e.vault_uris.is_empty() || !e.gcp_kms_keys.is_empty() {
         lines.push((
@@ -212,10 +216,11 @@ pub fn render(
                 list(&e.vault_uris),
                 list(&e.gcp_kms_keys)
             ),
-            sources.of("pgp_fingerprints", "encryption"),
+            tbg_source(tbg, &["pgp_fingerprints", "vault_uris", "gcp_kms_keys"])
+                .unwrap_or_else(|| sources.of("pgp_fingerprints")),
         ));
     }
-    lines.extend(legacy_encryption_lines(config, &sources));
+    lines.extend(legacy_encryption_lines(config, tbg, &sources));
     if let Some(tls) = &config.tls {
         lines.push((
             format!(
@@ -223,7 +228,7 @@ pub fn render(
                 quoted(&tls.cert_file.display().to_string()),
                 quoted(&tls.key_file.display().to_string())
             ),
-            tbg_source(tbg, &["tls"]).unwrap_or_else(|| sources.of("tls_cert", "tls")),
+            tbg_source(tbg, &["tls"]).unwrap_or_else(|| sources.of("tls_cert")),
         ));
     }
     lines.extend(tbg_wrapper_lines(tbg));
@@ -253,17 +258,23 @@ pub fn render(
 
 /// terraform-backend-git's encryption settings: the provider and the legacy aes passphrase
 /// (never its value), each with its source, naming terraform-backend-git's spellings.
-fn legacy_encryption_lines(config: &Config, sources: &Sources) -> Vec<(String, String)> {
-    use gitstate_app::settings::TF_ENCRYPTION_PROVIDER;
+fn legacy_encryption_lines(
+    config: &Config,
+    tbg_config: &TbgConfig,
+    sources: &Sources,
+) -> Vec<(String, String)> {
     let tbg = |name: &str| format!("environment {name} (terraform-backend-git's name)");
     let e = &config.encryption;
     let mut lines = Vec::new();
     if let Some(provider) = &e.provider {
-        let mut source = sources.of("encryption_provider", "encryption");
-        let from_tbg = std::env::var(TF_ENCRYPTION_PROVIDER).ok().as_deref() == Some(provider);
-        if source == "default" || (source.starts_with("file") && from_tbg) {
-            source = tbg(TF_ENCRYPTION_PROVIDER);
-        }
+        let source = match tbg_config
+            .sources
+            .get("encryption_provider")
+            .and_then(|s| s.strip_prefix("environment "))
+        {
+            Some(name) => tbg(name),
+            None => sources.of("encryption_provider"),
+        };
         lines.push((
             format!("encryption.provider = {}", quoted(provider)),
             source,
@@ -282,7 +293,7 @@ fn legacy_encryption_lines(config: &Config, sources: &Sources) -> Vec<(String, S
                 "encryption.legacy_aes_passphrase_file = {}",
                 quoted(&file.display().to_string())
             ),
-            sources.of("legacy_aes_passphrase_file", "encryption"),
+            sources.of("legacy_aes_passphrase_file"),
         )),
         (None, None) => {}
     }
