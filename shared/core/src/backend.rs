@@ -1,5 +1,9 @@
 //! The rules of the Terraform `http` backend protocol (DESIGN §2), independent of HTTP and git:
 //! lock checks, idempotent replays, force-unlock, and the contention retry loop for writes.
+//!
+//! This file holds the [`Backend`], its errors and the reads; `write.rs` the read-then-write loop
+//! of `POST` and `DELETE`, `checks.rs` the replay and state-guard checks, `locks.rs` `LOCK` and
+//! `UNLOCK`, `migrate.rs` re-sealing what is stored.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,14 +11,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
-use crate::lock::{LockInfo, LockInfoError, Unlock, Unlocked};
+use crate::lock::LockInfoError;
 use crate::path::StatePath;
 use crate::seal::{Opener, Place, SealError, Sealer};
 use crate::statefile::{StateError, StateFile};
-use crate::store::{
-    Intent, LockCreate, Revision, StateChange, StateStore, StoreError, WriteBudget,
-};
-use crate::text::escape_controls;
+use crate::store::{Revision, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
@@ -275,31 +276,6 @@ impl Backend {
         }
     }
 
-    /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a document
-    /// the sealer opens to the same state. A replay must not make a commit.
-    async fn holds(
-        &self,
-        at: &Place,
-        stored: &Option<Bytes>,
-        content: &Option<Bytes>,
-    ) -> Result<bool, BackendError> {
-        let (Some(stored), Some(content), Some(sealer)) = (stored, content, &self.sealer) else {
-            return Ok(stored == content);
-        };
-        // Asked even for equal bytes: a sealer that enforces sealing does not count plaintext
-        // (or a document it did not seal) as holding anything, so the write replaces it.
-        match sealer.holds(at, stored.clone(), content).await {
-            Ok(held) => Ok(held),
-            Err(e @ SealError::Unavailable(_)) => Err(e.into()),
-            Err(e) => {
-                // Unreadable (tampered, or no current key opens it): a full new state replaces it,
-                // sealed under a fresh data key.
-                tracing::warn!(path = %at.path, repository = %at.repository, error = %e, "the stored state cannot be opened; it will be replaced");
-                Ok(false)
-            }
-        }
-    }
-
     /// `POST`: stores `body` as the state unless another client holds the lock, and returns the
     /// new commit and its writer. A body equal to what is stored is a success without a commit
     /// (`None`), so client retries are safe.
@@ -357,375 +333,15 @@ impl Backend {
         })
         .await
     }
-
-    async fn write(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        proposal: Proposal,
-        lock_id: Option<&str>,
-        caller: &Caller,
-        message: impl Fn(&str) -> String,
-    ) -> Result<Option<Written>, BackendError> {
-        let Proposal { content, guard } = proposal;
-        let started = Instant::now();
-        let deadline = self.retry.deadline(started, caller.deadline);
-        let _serialized = serialized(store).await;
-        let mut attempt = 0;
-        // The holder of the lock may begin from the store's memory (one request to the remote,
-        // the push confirming the state tip and the lock); whatever that memory alone would
-        // answer (423, a replay, the guard's 409, a lost push) is decided again on a fresh read.
-        let mut recall = lock_id.is_some();
-        loop {
-            let intent = if recall {
-                Intent::HeldWrite
-            } else {
-                Intent::Write
-            };
-            // One session: the read and the compare-and-swap push share one remote check.
-            let session = self
-                .begin_write(store, path, intent, (&mut attempt, started, deadline))
-                .await?;
-            let recalled = session.recalled();
-            let snapshot = session.snapshot();
-            // The writer's name goes into the commit message: escaped, so it stays one line.
-            let mut who = escape_controls(caller.display()).into_owned();
-            match &snapshot.lock {
-                Some(lock) => {
-                    let holder = LockInfo::stored(lock);
-                    if holder.admits(lock_id) {
-                        if !holder.who.is_empty() {
-                            who = escape_controls(&holder.who).into_owned();
-                        }
-                    } else if recalled {
-                        recall = false;
-                        continue;
-                    } else {
-                        return Err(BackendError::Locked(lock.clone()));
-                    }
-                }
-                None if recalled => {
-                    recall = false;
-                    continue;
-                }
-                None => {}
-            }
-            let at = Place::new(store.repository(), path);
-            if self.holds(&at, &snapshot.state, &content).await? {
-                if recalled {
-                    recall = false;
-                    continue;
-                }
-                return Ok(None);
-            }
-            if let (Some(incoming), Some(stored), Some(body)) = (&guard, &snapshot.state, &content)
-            {
-                match self.check_guard(&at, stored, body, incoming).await {
-                    Err(BackendError::Conflict(_)) if recalled => {
-                        recall = false;
-                        continue;
-                    }
-                    checked => checked?,
-                }
-            }
-            let change = match (&content, &self.sealer) {
-                (Some(bytes), Some(sealer)) => {
-                    StateChange::Write(sealer.seal(&at, bytes.clone()).await?)
-                }
-                (Some(bytes), None) => StateChange::Write(bytes.clone()),
-                (None, _) => StateChange::Delete,
-            };
-            let timing = (&mut attempt, started, deadline);
-            let message = message(&who);
-            // A recalled session that lost goes again at once, on a fresh read.
-            recall = false;
-            if let Some(revision) = self
-                .push_attempt(session, change, &message, "write", timing)
-                .await?
-            {
-                tracing::info!(%path, %revision, attempt, recalled, "state written");
-                return Ok(Some(Written {
-                    commit: revision,
-                    who,
-                }));
-            }
-        }
-    }
-
-    /// The read of one attempt of a read-then-write loop (a write, a migration): a write session
-    /// on `path`, begun again (after the retry policy's pause, within the deadline) while the
-    /// refs move under the read; [`BackendError::Busy`] when the read itself outlasts the
-    /// deadline.
-    pub(crate) async fn begin_write<'a>(
-        &self,
-        store: &'a dyn StateStore,
-        path: &StatePath,
-        intent: Intent,
-        (attempt, started, deadline): (&mut u32, Instant, Instant),
-    ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
-        loop {
-            // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
-            // the answer must leave before the invocation's deadline, however slow the remote.
-            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, intent));
-            let Ok(begun) = begun.await else {
-                return Err(busy_error(
-                    "reading the state branch took all of this write's time, before anything was pushed",
-                    *attempt + 1,
-                    started,
-                ));
-            };
-            match begun {
-                Ok(session) => return Ok(session),
-                Err(StoreError::Stale) => self.retry_or_busy(attempt, started, deadline).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// The push of one attempt of a read-then-write loop (a write, a migration): refused when
-    /// the time ran out, else pushed within the budget. `Ok(None)` when it lost to another
-    /// writer: the loop reads again (after the retry policy's pause).
-    pub(crate) async fn push_attempt(
-        &self,
-        mut session: Box<dyn crate::store::WriteSession + '_>,
-        change: StateChange,
-        message: &str,
-        what: &str,
-        (attempt, started, deadline): (&mut u32, Instant, Instant),
-    ) -> Result<Option<Revision>, BackendError> {
-        if Instant::now() >= deadline {
-            return Err(busy_error(
-                &format!("this {what}'s time ran out before it could be pushed"),
-                *attempt + 1,
-                started,
-            ));
-        }
-        session.set_budget(WriteBudget {
-            since: started,
-            deadline,
-        });
-        let recalled = session.recalled();
-        match session.update_state(change, message).await {
-            Ok(revision) => Ok(Some(revision)),
-            // Begun from the store's memory: nobody else's push is implied, read again at once.
-            Err(StoreError::Stale) if recalled => Ok(None),
-            Err(StoreError::Stale) => {
-                tracing::debug!(
-                    attempt = *attempt,
-                    "the state, its lock or the branch moved; reading again"
-                );
-                self.retry_or_busy(attempt, started, deadline).await?;
-                Ok(None)
-            }
-            Err(StoreError::Busy(why)) => Err(busy_error(&why, *attempt + 1, started)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The state guard: `incoming` (the summary of `body`) may replace the state stored at `at`
-    /// only when it continues it: the same lineage, and a higher serial (or the same serial with
-    /// the same content, a replay). A stored state that cannot be read (no serial or lineage, or
-    /// not openable here) does not guard anything: the write replaces it as before.
-    async fn check_guard(
-        &self,
-        at: &Place,
-        stored: &Bytes,
-        body: &Bytes,
-        incoming: &StateFile,
-    ) -> Result<(), BackendError> {
-        let (stored, _) = self.open_legacy(stored.clone()).await;
-        let stored = match &self.sealer {
-            Some(sealer) => match sealer.open(at, stored).await {
-                Ok(opened) => opened,
-                Err(e @ SealError::Unavailable(_)) => return Err(e.into()),
-                Err(_) => return Ok(()),
-            },
-            None => stored,
-        };
-        let Ok(current) = crate::statefile::read(&stored) else {
-            return Ok(());
-        };
-        let force = "; if this is intended (terraform state push -force), send it to the address with ?force=true";
-        if let (Some(was), Some(now)) = (&current.lineage, &incoming.lineage) {
-            if was != now {
-                return Err(BackendError::Conflict(format!(
-                    "{} holds the state of lineage {was}, and this write is of lineage {now}: it is another state, and nothing was written{force}",
-                    at.path
-                )));
-            }
-        }
-        match (current.serial, incoming.serial) {
-            (Some(was), Some(now)) if now < was => Err(BackendError::Conflict(format!(
-                "{} is at serial {was}, and this write has the older serial {now}: nothing was written{force}",
-                at.path
-            ))),
-            (Some(was), Some(now)) if now == was && !crate::seal::same_json(&stored, body) => {
-                Err(BackendError::Conflict(format!(
-                    "{} is at serial {was} already, with other content than this write of the same serial: nothing was written{force}",
-                    at.path
-                )))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// After a lost compare-and-swap: waits for the next attempt and counts it, or answers
-    /// [`BackendError::Busy`] when the retry policy is spent.
-    async fn retry_or_busy(
-        &self,
-        attempt: &mut u32,
-        started: Instant,
-        deadline: Instant,
-    ) -> Result<(), BackendError> {
-        if self.retry.back_off(*attempt, deadline).await {
-            metrics::counter!(crate::metrics::WRITE_RETRIES).increment(1);
-            *attempt += 1;
-            Ok(())
-        } else {
-            Err(busy_error(
-                "other writers kept moving the state branch until this write's time ran out",
-                *attempt + 1,
-                started,
-            ))
-        }
-    }
-
-    /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
-    /// another holder gets [`BackendError::Locked`] with its LockInfo. Answers the LockInfo as
-    /// read (the body itself is what is stored).
-    pub async fn lock(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        body: Bytes,
-    ) -> Result<LockInfo, BackendError> {
-        let info = LockInfo::parse(&body)?;
-        let who = if info.who.is_empty() {
-            "unknown"
-        } else {
-            &info.who
-        };
-        // Every caller-chosen field is escaped: the subject stays one line, no trailer can be added.
-        let message = format!(
-            "Lock {path}: {} by {} ({})",
-            escape_controls(&info.operation),
-            escape_controls(who),
-            escape_controls(&info.id)
-        );
-        match store.create_lock(path, body, &message).await? {
-            LockCreate::Created => {
-                metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
-                metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
-                tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
-                Ok(info)
-            }
-            LockCreate::Held { content, .. } => {
-                if LockInfo::stored(&content).is_held_by(&info.id) {
-                    Ok(info)
-                } else {
-                    record_lock_age(&content, "conflict");
-                    Err(BackendError::Locked(content))
-                }
-            }
-        }
-    }
-
-    /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
-    /// whatever lock is held for a force-unlock). Not locked is a success. Answers what the
-    /// release was ([`Unlock::answer`]).
-    pub async fn unlock(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        request: &Unlock,
-    ) -> Result<Unlocked, BackendError> {
-        let answer = request.answer();
-        let started = Instant::now();
-        let deadline = self.retry.deadline(started, None);
-        let mut attempt = 0;
-        // First from what the store remembers of the lock it wrote (the common case: the holder
-        // releases what it took through this deployment), then, after any doubt, from a fresh
-        // read.
-        let mut intent = Intent::Release;
-        loop {
-            let session = match store.begin(path, intent).await {
-                Ok(session) => session,
-                Err(StoreError::Stale) => {
-                    intent = Intent::Unlock;
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let recalled = session.recalled();
-            let Some(content) = &session.snapshot().lock else {
-                if recalled {
-                    intent = Intent::Unlock;
-                    continue;
-                }
-                return Ok(answer);
-            };
-            if let Some(id) = request.required_id() {
-                if !LockInfo::stored(content).is_held_by(id) {
-                    if recalled {
-                        intent = Intent::Unlock;
-                        continue;
-                    }
-                    return Err(BackendError::Locked(content.clone()));
-                }
-            }
-            let held = content.clone();
-            match session.delete_lock().await {
-                Ok(()) => {
-                    record_lock_age(&held, "release");
-                    metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
-                    metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
-                    tracing::info!(%path, force = answer.force, "lock released");
-                    return Ok(answer);
-                }
-                Err(StoreError::Stale) => {
-                    intent = Intent::Unlock;
-                    self.retry_or_busy(&mut attempt, started, deadline).await?
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
 }
 
-/// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not
-/// an RFC 3339 time, as in a lock written by hand).
-fn record_lock_age(content: &[u8], event: &'static str) {
-    let created = crate::time::parse_rfc3339(&LockInfo::stored(content).created);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64);
-    if let (Some(created), Ok(now)) = (created, now) {
-        metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event)
-            .record((now - created).max(0) as f64);
-    }
-}
-
-/// The store's write serializer held for one write (a local repository's; `None` for the
-/// others: DESIGN §9.2).
-pub(crate) async fn serialized(store: &dyn StateStore) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-    match store.write_serializer() {
-        Some(mutex) => Some(mutex.lock_owned().await),
-        None => None,
-    }
-}
-
-/// The 503 of a write whose time ran out (nothing was written).
-fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
-    BackendError::Busy {
-        why: why.to_owned(),
-        attempts,
-        waited_ms: started.elapsed().as_millis().min(u64::MAX as u128) as u64,
-    }
-}
-
+mod checks;
+mod locks;
 mod migrate;
+mod write;
+
 pub use migrate::{Migration, StoredForm};
+pub(crate) use write::serialized;
 
 #[cfg(test)]
 mod tests;

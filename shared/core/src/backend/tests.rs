@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::fakes::{MemoryOpener, MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
+use crate::lock::{Unlock, Unlocked};
 
 const P: &str = "team/app.tfstate";
 

@@ -1,0 +1,129 @@
+//! `LOCK` and `UNLOCK`: the lock branch created atomically, released by its holder or by a
+//! force-unlock, each safe to repeat.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{Backend, BackendError};
+use crate::lock::{LockInfo, Unlock, Unlocked};
+use crate::path::StatePath;
+use crate::store::{Intent, LockCreate, StateStore, StoreError};
+use crate::text::escape_controls;
+
+impl Backend {
+    /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
+    /// another holder gets [`BackendError::Locked`] with its LockInfo. Answers the LockInfo as
+    /// read (the body itself is what is stored).
+    pub async fn lock(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+    ) -> Result<LockInfo, BackendError> {
+        let info = LockInfo::parse(&body)?;
+        let who = if info.who.is_empty() {
+            "unknown"
+        } else {
+            &info.who
+        };
+        // Every caller-chosen field is escaped: the subject stays one line, no trailer can be added.
+        let message = format!(
+            "Lock {path}: {} by {} ({})",
+            escape_controls(&info.operation),
+            escape_controls(who),
+            escape_controls(&info.id)
+        );
+        match store.create_lock(path, body, &message).await? {
+            LockCreate::Created => {
+                metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
+                metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
+                tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
+                Ok(info)
+            }
+            LockCreate::Held { content, .. } => {
+                if LockInfo::stored(&content).is_held_by(&info.id) {
+                    Ok(info)
+                } else {
+                    record_lock_age(&content, "conflict");
+                    Err(BackendError::Locked(content))
+                }
+            }
+        }
+    }
+
+    /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
+    /// whatever lock is held for a force-unlock). Not locked is a success. Answers what the
+    /// release was ([`Unlock::answer`]).
+    pub async fn unlock(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        request: &Unlock,
+    ) -> Result<Unlocked, BackendError> {
+        let answer = request.answer();
+        let started = Instant::now();
+        let deadline = self.retry.deadline(started, None);
+        let mut attempt = 0;
+        // First from what the store remembers of the lock it wrote (the common case: the holder
+        // releases what it took through this deployment), then, after any doubt, from a fresh
+        // read.
+        let mut intent = Intent::Release;
+        loop {
+            let session = match store.begin(path, intent).await {
+                Ok(session) => session,
+                Err(StoreError::Stale) => {
+                    intent = Intent::Unlock;
+                    self.retry_or_busy(&mut attempt, started, deadline).await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let recalled = session.recalled();
+            let Some(content) = &session.snapshot().lock else {
+                if recalled {
+                    intent = Intent::Unlock;
+                    continue;
+                }
+                return Ok(answer);
+            };
+            if let Some(id) = request.required_id() {
+                if !LockInfo::stored(content).is_held_by(id) {
+                    if recalled {
+                        intent = Intent::Unlock;
+                        continue;
+                    }
+                    return Err(BackendError::Locked(content.clone()));
+                }
+            }
+            let held = content.clone();
+            match session.delete_lock().await {
+                Ok(()) => {
+                    record_lock_age(&held, "release");
+                    metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
+                    metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
+                    tracing::info!(%path, force = answer.force, "lock released");
+                    return Ok(answer);
+                }
+                Err(StoreError::Stale) => {
+                    intent = Intent::Unlock;
+                    self.retry_or_busy(&mut attempt, started, deadline).await?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not
+/// an RFC 3339 time, as in a lock written by hand).
+fn record_lock_age(content: &[u8], event: &'static str) {
+    let created = crate::time::parse_rfc3339(&LockInfo::stored(content).created);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64);
+    if let (Some(created), Ok(now)) = (created, now) {
+        metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event)
+            .record((now - created).max(0) as f64);
+    }
+}

@@ -1,0 +1,241 @@
+//! The read-then-write loop of a `POST` or `DELETE` (and a migration): begin a session, decide
+//! from what it read (the lock, a replay, the state guard), seal, push; read again after a lost
+//! compare-and-swap, within the retry policy and the caller's deadline.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{Backend, BackendError, Caller, Proposal, Written};
+use crate::lock::LockInfo;
+use crate::path::StatePath;
+use crate::seal::Place;
+use crate::statefile::StateFile;
+use crate::store::{Intent, Revision, StateChange, StateStore, StoreError, WriteBudget};
+use crate::text::escape_controls;
+
+/// What a write does with what it read.
+enum Decision {
+    /// Write, naming `who` in the commit message.
+    Write { who: String },
+    /// The stored state already holds the body: answer without a commit.
+    Replay,
+}
+
+impl Backend {
+    pub(super) async fn write(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        proposal: Proposal,
+        lock_id: Option<&str>,
+        caller: &Caller,
+        message: impl Fn(&str) -> String,
+    ) -> Result<Option<Written>, BackendError> {
+        let Proposal { content, guard } = proposal;
+        let started = Instant::now();
+        let deadline = self.retry.deadline(started, caller.deadline);
+        let _serialized = serialized(store).await;
+        let mut attempt = 0;
+        // The holder of the lock may begin from the store's memory (one request to the remote,
+        // the push confirming the state tip and the lock); whatever that memory alone would
+        // answer (423, a replay, the guard's 409, a lost push) is decided again on a fresh read.
+        let mut recall = lock_id.is_some();
+        loop {
+            let intent = if recall {
+                Intent::HeldWrite
+            } else {
+                Intent::Write
+            };
+            // One session: the read and the compare-and-swap push share one remote check.
+            let session = self
+                .begin_write(store, path, intent, (&mut attempt, started, deadline))
+                .await?;
+            let recalled = session.recalled();
+            if recalled && session.snapshot().lock.is_none() {
+                recall = false;
+                continue;
+            }
+            let at = Place::new(store.repository(), path);
+            let who = match self
+                .decide(&at, session.snapshot(), &content, &guard, lock_id, caller)
+                .await
+            {
+                Ok(Decision::Write { who }) => who,
+                // Whatever the store's memory alone would answer (423, a replay, the guard's
+                // 409) is decided again on a fresh read.
+                Ok(Decision::Replay) | Err(BackendError::Locked(_) | BackendError::Conflict(_))
+                    if recalled =>
+                {
+                    recall = false;
+                    continue;
+                }
+                Ok(Decision::Replay) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let change = match (&content, &self.sealer) {
+                (Some(bytes), Some(sealer)) => {
+                    StateChange::Write(sealer.seal(&at, bytes.clone()).await?)
+                }
+                (Some(bytes), None) => StateChange::Write(bytes.clone()),
+                (None, _) => StateChange::Delete,
+            };
+            let timing = (&mut attempt, started, deadline);
+            let message = message(&who);
+            // A recalled session that lost goes again at once, on a fresh read.
+            recall = false;
+            if let Some(revision) = self
+                .push_attempt(session, change, &message, "write", timing)
+                .await?
+            {
+                tracing::info!(%path, %revision, attempt, recalled, "state written");
+                return Ok(Some(Written {
+                    commit: revision,
+                    who,
+                }));
+            }
+        }
+    }
+
+    /// What a write decides from what its session read at `at`: refused while another holds
+    /// the lock ([`BackendError::Locked`]), a replay when the stored state already holds
+    /// `content`, refused by the state guard ([`BackendError::Conflict`]), else written, in the
+    /// name of the lock's holder (its `Who`) or the caller.
+    async fn decide(
+        &self,
+        at: &Place,
+        snapshot: &crate::store::Snapshot,
+        content: &Option<Bytes>,
+        guard: &Option<StateFile>,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<Decision, BackendError> {
+        // The writer's name goes into the commit message: escaped, so it stays one line.
+        let mut who = escape_controls(caller.display()).into_owned();
+        if let Some(lock) = &snapshot.lock {
+            let holder = LockInfo::stored(lock);
+            if !holder.admits(lock_id) {
+                return Err(BackendError::Locked(lock.clone()));
+            }
+            if !holder.who.is_empty() {
+                who = escape_controls(&holder.who).into_owned();
+            }
+        }
+        if self.holds(at, &snapshot.state, content).await? {
+            return Ok(Decision::Replay);
+        }
+        if let (Some(incoming), Some(stored), Some(body)) = (guard, &snapshot.state, content) {
+            self.check_guard(at, stored, body, incoming).await?;
+        }
+        Ok(Decision::Write { who })
+    }
+
+    /// The read of one attempt of a read-then-write loop (a write, a migration): a write session
+    /// on `path`, begun again (after the retry policy's pause, within the deadline) while the
+    /// refs move under the read; [`BackendError::Busy`] when the read itself outlasts the
+    /// deadline.
+    pub(crate) async fn begin_write<'a>(
+        &self,
+        store: &'a dyn StateStore,
+        path: &StatePath,
+        intent: Intent,
+        (attempt, started, deadline): (&mut u32, Instant, Instant),
+    ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
+        loop {
+            // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
+            // the answer must leave before the invocation's deadline, however slow the remote.
+            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, intent));
+            let Ok(begun) = begun.await else {
+                return Err(busy_error(
+                    "reading the state branch took all of this write's time, before anything was pushed",
+                    *attempt + 1,
+                    started,
+                ));
+            };
+            match begun {
+                Ok(session) => return Ok(session),
+                Err(StoreError::Stale) => self.retry_or_busy(attempt, started, deadline).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The push of one attempt of a read-then-write loop (a write, a migration): refused when
+    /// the time ran out, else pushed within the budget. `Ok(None)` when it lost to another
+    /// writer: the loop reads again (after the retry policy's pause).
+    pub(crate) async fn push_attempt(
+        &self,
+        mut session: Box<dyn crate::store::WriteSession + '_>,
+        change: StateChange,
+        message: &str,
+        what: &str,
+        (attempt, started, deadline): (&mut u32, Instant, Instant),
+    ) -> Result<Option<Revision>, BackendError> {
+        if Instant::now() >= deadline {
+            return Err(busy_error(
+                &format!("this {what}'s time ran out before it could be pushed"),
+                *attempt + 1,
+                started,
+            ));
+        }
+        session.set_budget(WriteBudget {
+            since: started,
+            deadline,
+        });
+        let recalled = session.recalled();
+        match session.update_state(change, message).await {
+            Ok(revision) => Ok(Some(revision)),
+            // Begun from the store's memory: nobody else's push is implied, read again at once.
+            Err(StoreError::Stale) if recalled => Ok(None),
+            Err(StoreError::Stale) => {
+                tracing::debug!(
+                    attempt = *attempt,
+                    "the state, its lock or the branch moved; reading again"
+                );
+                self.retry_or_busy(attempt, started, deadline).await?;
+                Ok(None)
+            }
+            Err(StoreError::Busy(why)) => Err(busy_error(&why, *attempt + 1, started)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After a lost compare-and-swap: waits for the next attempt and counts it, or answers
+    /// [`BackendError::Busy`] when the retry policy is spent.
+    pub(super) async fn retry_or_busy(
+        &self,
+        attempt: &mut u32,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        if self.retry.back_off(*attempt, deadline).await {
+            metrics::counter!(crate::metrics::WRITE_RETRIES).increment(1);
+            *attempt += 1;
+            Ok(())
+        } else {
+            Err(busy_error(
+                "other writers kept moving the state branch until this write's time ran out",
+                *attempt + 1,
+                started,
+            ))
+        }
+    }
+}
+
+/// The store's write serializer held for one write (a local repository's; `None` for the
+/// others: DESIGN §9.2).
+pub(crate) async fn serialized(store: &dyn StateStore) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    match store.write_serializer() {
+        Some(mutex) => Some(mutex.lock_owned().await),
+        None => None,
+    }
+}
+
+/// The 503 of a write whose time ran out (nothing was written).
+fn busy_error(why: &str, attempts: u32, started: Instant) -> BackendError {
+    BackendError::Busy {
+        why: why.to_owned(),
+        attempts,
+        waited_ms: started.elapsed().as_millis().min(u64::MAX as u128) as u64,
+    }
+}
