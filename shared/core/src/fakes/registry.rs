@@ -1,0 +1,104 @@
+//! The fake [`StoreRegistry`]: named repositories of [`super::MemoryStore`]s, and team tokens.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use crate::store::{Credentials, RegistryError, StateStore, StoreRegistry};
+
+/// A [`StoreRegistry`] of named [`MemoryStore`]s that admits every caller and refuses every
+/// ad-hoc address (a deployment without an `allow` list).
+#[derive(Debug, Default)]
+pub struct MemoryRegistry {
+    stores: BTreeMap<String, Arc<MemoryStore>>,
+    /// Team mode: only callers with this password are admitted (anonymous ones get 401).
+    token: Option<String>,
+    /// Pass-through mode: what spans repositories is refused to everyone.
+    passthrough: bool,
+}
+
+impl MemoryRegistry {
+    /// A registry of one store per name that admits every caller (server mode).
+    pub fn with(names: &[&str]) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry::of(names))
+    }
+
+    /// [`MemoryRegistry::with`] in team mode: only the password `token` is admitted.
+    pub fn team(names: &[&str], token: &str) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry {
+            token: Some(token.to_owned()),
+            ..MemoryRegistry::of(names)
+        })
+    }
+
+    /// [`MemoryRegistry::with`] in pass-through mode: nothing that spans repositories is
+    /// served.
+    pub fn passthrough(names: &[&str]) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry {
+            passthrough: true,
+            ..MemoryRegistry::of(names)
+        })
+    }
+
+    fn of(names: &[&str]) -> MemoryRegistry {
+        MemoryRegistry {
+            stores: names
+                .iter()
+                .map(|name| ((*name).to_owned(), MemoryStore::named(name)))
+                .collect(),
+            token: None,
+            passthrough: false,
+        }
+    }
+
+    /// The store named `name`.
+    pub fn store(&self, name: &str) -> Option<Arc<MemoryStore>> {
+        self.stores.get(name).cloned()
+    }
+}
+
+#[async_trait]
+impl StoreRegistry for MemoryRegistry {
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        match (&self.token, caller) {
+            (None, _) => Ok(()),
+            (Some(token), Some(c)) if c.password == *token => Ok(()),
+            (Some(_), _) => Err(RegistryError::Unauthenticated("send the team token".into())),
+        }
+    }
+
+    fn named(
+        &self,
+        name: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        match self.stores.get(name) {
+            Some(store) => Ok(store.clone()),
+            None => Err(RegistryError::UnknownRepository(name.to_owned())),
+        }
+    }
+
+    fn adhoc(
+        &self,
+        _url: &str,
+        _git_ref: &str,
+        _caller: Option<&Credentials>,
+    ) -> Result<Arc<dyn StateStore>, RegistryError> {
+        Err(RegistryError::NotAllowed(
+            "this deployment allows no ad-hoc repository addresses".into(),
+        ))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.stores.keys().cloned().collect()
+    }
+
+    fn admit_operator(&self, _caller: Option<&Credentials>) -> Result<(), RegistryError> {
+        if self.passthrough {
+            return Err(RegistryError::NotAllowed("spans repositories".into()));
+        }
+        Ok(())
+    }
+}
