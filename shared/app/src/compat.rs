@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{AuthMode, Config, ConfigError, TlsConfig, DEFAULT_REPOSITORY};
-use crate::settings::{Settings, SETTINGS};
 
 /// terraform-backend-git's file name (its viper config name with type `hcl`).
 pub const FILE_NAME: &str = "terraform-backend-git.hcl";
@@ -63,6 +62,25 @@ pub struct TbgInput {
     /// Its standalone server (no `git` subcommand): query addresses naming its repository
     /// (`git.repository`) are served with this server's git credential, as it served them.
     pub standalone: bool,
+}
+
+/// What this mapping needs to know of gitstate's own settings (which come first): implemented
+/// by [`crate::Settings`] from its table, so that this module does not depend on it.
+pub trait OwnSettings {
+    /// Whether gitstate's setting `id` was given (flag or variable, not empty).
+    fn given(&self, id: &str) -> bool;
+    /// The value of gitstate's setting `id` when it is a given string (`git_ref`, `auth_mode`).
+    fn text(&self, id: &str) -> Option<String>;
+    /// The settings with a terraform-backend-git alias: (setting, its variable).
+    fn aliases(&self) -> Vec<(&'static str, &'static str)>;
+    /// Sets setting `id` in `config` from `raw`, the text of its alias `name`.
+    fn apply_alias(
+        &self,
+        id: &str,
+        raw: &str,
+        name: &str,
+        config: &mut Config,
+    ) -> Result<(), ConfigError>;
 }
 
 /// The wrapper-only values of terraform-backend-git's configuration, and where every value that
@@ -256,7 +274,7 @@ fn truthy(value: &str, what: &str) -> Result<bool, ConfigError> {
 /// precedence in the module's documentation.
 pub fn apply(
     input: &TbgInput,
-    settings: &Settings,
+    settings: &dyn OwnSettings,
     config: &mut Config,
 ) -> Result<TbgConfig, ConfigError> {
     apply_with(input, settings, config, &env)
@@ -265,7 +283,7 @@ pub fn apply(
 /// [`apply`] with variables read by `env`.
 fn apply_with(
     input: &TbgInput,
-    settings: &Settings,
+    settings: &dyn OwnSettings,
     config: &mut Config,
     env: Lookup,
 ) -> Result<TbgConfig, ConfigError> {
@@ -328,7 +346,7 @@ fn apply_with(
                     (r.value.clone(), format!("ref: {}", r.source))
                 }
                 (_, true) => (
-                    settings.git_ref.clone().unwrap_or_default(),
+                    settings.text("git_ref").unwrap_or_default(),
                     "ref: --ref or GITSTATE_REF".into(),
                 ),
                 (None, false) => (
@@ -402,7 +420,7 @@ fn apply_with(
 
 /// Its endpoint's basic auth and HTTPS (`TF_BACKEND_GIT_HTTP_*`, `TF_BACKEND_GIT_HTTPS_*`).
 fn apply_http(
-    settings: &Settings,
+    settings: &dyn OwnSettings,
     config: &mut Config,
     out: &mut TbgConfig,
     env: Lookup,
@@ -413,7 +431,8 @@ fn apply_http(
     match (env(USER), zeroize::Zeroizing::new(env(PASSWORD))) {
         (Some(user), password) if password.is_some() => {
             let password = password.as_deref().unwrap_or_default();
-            let gitstate_mode = settings.auth_mode.as_deref().filter(|m| !m.is_empty());
+            let gitstate_mode = settings.text("auth_mode");
+            let gitstate_mode = gitstate_mode.as_deref();
             match gitstate_mode {
                 None | Some("team") => {}
                 Some(other) => {
@@ -474,21 +493,19 @@ fn apply_http(
 /// [`crate::settings::SETTINGS`]: its sops master keys `TF_BACKEND_HTTP_SOPS_*`, its encryption
 /// provider), each under gitstate's own flag and variable.
 fn apply_aliases(
-    settings: &Settings,
+    settings: &dyn OwnSettings,
     config: &mut Config,
     out: &mut TbgConfig,
     env: Lookup,
 ) -> Result<(), ConfigError> {
-    for row in SETTINGS {
-        let Some(name) = row.tbg else { continue };
+    for (id, name) in settings.aliases() {
         let Some(raw) = env(name).filter(|v| v.split(',').any(|item| !item.trim().is_empty()))
         else {
             continue;
         };
-        if !settings.given(row.id) {
-            settings.apply_alias(row.id, &raw, name, config)?;
-            out.sources
-                .insert(row.id.into(), format!("environment {name}"));
+        if !settings.given(id) {
+            settings.apply_alias(id, &raw, name, config)?;
+            out.sources.insert(id.into(), format!("environment {name}"));
         }
     }
     Ok(())
@@ -559,6 +576,7 @@ fn shell_quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Settings;
 
     #[test]
     fn reads_both_spellings_of_its_file() {

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use crate::compat::{TbgConfig, TbgInput};
+use crate::compat::{OwnSettings, TbgConfig, TbgInput};
 use crate::config::{Config, ConfigError, TlsConfig, DEFAULT_REF};
 
 /// A value as a flag or variable gives it: `None` when not given. An empty variable (a template
@@ -140,9 +140,28 @@ macro_rules! settings {
                 Ok(())
             }
 
+        }
+
+        impl OwnSettings for Settings {
+            fn given(&self, id: &str) -> bool {
+                Settings::given(self, id)
+            }
+
+            fn text(&self, id: &str) -> Option<String> {
+                let value: &dyn std::any::Any = match id {
+                    $(stringify!($field) => &self.$field,)*
+                    _ => return None,
+                };
+                value.downcast_ref::<Option<String>>().and_then(Given::given)
+            }
+
+            fn aliases(&self) -> Vec<(&'static str, &'static str)> {
+                SETTINGS.iter().filter_map(|s| Some((s.id, s.tbg?))).collect()
+            }
+
             /// Sets the setting `id` in `config` from `raw`, the text of its terraform-backend-git
             /// variable `name` (see [`Setting::tbg`]).
-            pub(crate) fn apply_alias(
+            fn apply_alias(
                 &self,
                 id: &str,
                 raw: &str,

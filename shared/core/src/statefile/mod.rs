@@ -25,11 +25,13 @@ mod goversion;
 mod hcl;
 mod header;
 mod keys;
+mod mismatch;
 mod prepare;
 mod shape;
 mod walk;
 
-use header::{Header, Seen, Top, TopValue};
+use header::{Header, Top, TopValue};
+use mismatch::Seen;
 
 /// A state body that Terraform and OpenTofu read back: its form and the header the protocol
 /// uses.
@@ -169,7 +171,7 @@ fn state(header: &Header) -> Result<StateFile, StateError> {
         }) = header.get(*top)
         {
             return Err(StateError::Field {
-                place: m.place(*top),
+                place: m.place(top.name()),
                 found: m.found.clone(),
                 expected: m.expected.into(),
             });
@@ -221,7 +223,7 @@ fn envelope(header: &Header) -> Result<StateFile, StateError> {
     }) = header.get(Top::Meta)
     {
         return Err(envelope_error((
-            m.place(Top::Meta),
+            m.place(Top::Meta.name()),
             m.found.clone(),
             m.expected.into(),
         )));

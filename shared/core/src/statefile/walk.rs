@@ -10,8 +10,8 @@ use std::fmt;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::facts::{Facts, Kept};
-use super::header::{Mismatch, Seen, Step};
 use super::keys::{KeySeed, MapKeys, StructKeys};
+use super::mismatch::{Mismatch, Seen, Step};
 use super::shape::{Fact, Scope, Shape};
 
 /// What a walked value was, and the first place it did not meet its shape.
