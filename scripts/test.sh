@@ -17,6 +17,8 @@ bash scripts/install-test-deps.sh
 echo "test.sh: test components ready ($((SECONDS - start)) s)"
 
 bash scripts/lint-infra.sh
+# No two modules import each other (ARCHITECTURE.md, invariants).
+python3 scripts/check-imports.py
 
 # The Lambda function as SAM builds it (cargo-lambda with zig, the release profile): arm64, the
 # template's default, then x86_64, which stays at the bootstrap path for the scripts that run it.
