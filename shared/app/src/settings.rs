@@ -196,6 +196,8 @@ macro_rules! settings {
     }};
 }
 
+// One row per setting, in the order they are applied. The rows look alike on purpose (a
+// duplicate scan sees one shape many times): each row is the whole declaration of its setting.
 settings! {
     /// Address to listen on [default: 127.0.0.1:6061].
     #[arg(long, env = "GITSTATE_LISTEN")]

@@ -154,6 +154,24 @@ impl RemoteStore {
         }
     }
 
+    /// The state and lock of `path` at the tips `state_tip` and `lock_tip` (in the cache).
+    fn snapshot_at(
+        &self,
+        path: &StatePath,
+        state_tip: Option<ObjectId>,
+        lock_tip: Option<ObjectId>,
+    ) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot {
+            state_tip: state_tip.map(|id| id.to_string()),
+            state: self.read(state_tip, path.as_str())?,
+            lock_tip: lock_tip.map(|id| id.to_string()),
+            lock: match lock_tip {
+                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
+                None => None,
+            },
+        })
+    }
+
     /// Builds objects in memory on top of the cache; returns exactly the objects the cache (and
     /// therefore the remote) lacks, plus every object on the changed path, in case the cache
     /// still holds an object the remote has since dropped.
@@ -304,15 +322,7 @@ impl BlockingStore for RemoteStore {
         )?;
         let state_tip = tips.get(&self.target.state_ref).copied();
         let lock_tip = tips.get(&lock_ref).copied();
-        Ok(Snapshot {
-            state_tip: state_tip.map(|id| id.to_string()),
-            state: self.read(state_tip, path.as_str())?,
-            lock_tip: lock_tip.map(|id| id.to_string()),
-            lock: match lock_tip {
-                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
-                None => None,
-            },
-        })
+        self.snapshot_at(path, state_tip, lock_tip)
     }
 
     fn update_state_blocking(

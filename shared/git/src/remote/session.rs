@@ -208,15 +208,7 @@ impl RemoteStore {
             .filter_map(|(tip, file)| tip.map(|tip| (tip, file)))
             .collect();
         self.cache()?.ensure_files(&self.target.endpoint, &files)?;
-        let snapshot = Snapshot {
-            state_tip: state_tip.map(|id| id.to_string()),
-            state: self.read(state_tip, path.as_str())?,
-            lock_tip: lock_tip.map(|id| id.to_string()),
-            lock: match lock_tip {
-                Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
-                None => None,
-            },
-        };
+        let snapshot = self.snapshot_at(path, state_tip, lock_tip)?;
         let base_file = match state_tip {
             Some(tip) => entry_id(&self.cache()?.repo(), tip, path.as_str())?,
             None => None,
