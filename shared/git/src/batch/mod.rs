@@ -14,7 +14,10 @@
 //! all.
 
 mod answers;
+mod follow;
+mod lead;
 mod round;
+mod timeline;
 mod write;
 
 use std::collections::HashMap;
@@ -29,7 +32,10 @@ use tracing::Instrument;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::push_updates;
 use crate::target::Target;
-use round::{publish, push_batch};
+use follow::publish;
+use lead::push_batch;
+use round::Round;
+use timeline::Timeline;
 use write::{busy, Outcome};
 pub(crate) use write::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
 
@@ -44,6 +50,13 @@ const MAX_ANSWER_WAIT: Duration = Duration::from_secs(1);
 /// First guess of how long a push attempt takes, before one was measured.
 const FIRST_ATTEMPT_ESTIMATE: Duration = Duration::from_millis(250);
 
+/// A write of a batch as a round takes it: the write, and its publication when it has one.
+type Entry = (QueuedWrite, Option<Published>);
+
+/// Where a write's answer goes: its order, its writer, its timeline.
+type Reply = (u64, oneshot::Sender<Result<Revision, StoreError>>, Timeline);
+
+/// A write in this process's queue, with where its answer goes.
 struct Waiting {
     write: QueuedWrite,
     seq: u64,
@@ -52,44 +65,6 @@ struct Waiting {
     published: Option<Published>,
     /// Its part of the queue's timeline (logged with its answer).
     timeline: Timeline,
-}
-
-/// Where a write's time in the queue went, logged at debug with its answer (`write answered`):
-/// the profile of docs/BENCHMARKS.md ("Where a queued write's time goes") is read from these.
-#[derive(Debug, Clone, Copy)]
-struct Timeline {
-    /// When it joined the queue.
-    queued: Instant,
-    /// Rounds it was part of, and of those the ones this process led.
-    rounds: u32,
-    led: u32,
-    /// When it was published in the remote's queue (first time).
-    published: Option<Instant>,
-}
-
-impl Timeline {
-    fn new() -> Timeline {
-        Timeline {
-            queued: Instant::now(),
-            rounds: 0,
-            led: 0,
-            published: None,
-        }
-    }
-
-    /// Logs the answer of a write with where its time went.
-    fn answered(&self, ok: bool) {
-        tracing::debug!(
-            ok,
-            queued_ms = self.queued.elapsed().as_millis() as u64,
-            rounds = self.rounds,
-            led = self.led,
-            published_ms = self
-                .published
-                .map(|p| p.duration_since(self.queued).as_millis() as u64),
-            "write answered"
-        );
-    }
 }
 
 #[derive(Default)]
@@ -348,7 +323,9 @@ impl WriteQueue {
         }
     }
 
-    /// Drives batches until nothing waits.
+    /// Drives batches until nothing waits: per round, the courtesy pause, the next batch, the
+    /// round itself, what it teaches (contention, timings), the answers, then the clean-up and
+    /// publications it leaves, and the pause before the next.
     async fn drive(self: Arc<Self>, store: Target) {
         let mut losses = 0u32;
         loop {
@@ -370,116 +347,23 @@ impl WriteQueue {
                     return;
                 }
             };
-            let (writes, replies): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = batch
-                .into_iter()
-                .map(|w| ((w.write, w.published), (w.seq, w.reply, w.timeline)))
-                .unzip();
-            let count = writes.len();
             let started = Instant::now();
             let own_tip = self.lock().ok().and_then(|q| q.own_tip);
-            let takeover = self.takeover();
-            let contended = self.lock().map(|q| q.contended).unwrap_or(true);
-            let outcome = store
-                .run(move |store| {
-                    let round = push_batch(&store, session, &writes, takeover, contended);
-                    Ok((writes, round))
-                })
-                .await;
-            self.pushed();
-            let (writes, round) = match outcome {
-                Ok((writes, Ok(round))) => (writes, round),
-                Err(e) | Ok((_, Err(e))) => {
-                    // The round failed as a whole (timeout, transport, task failure): the remote
-                    // holds all of it or none of it; the writers get the error.
-                    tracing::warn!(writes = count, error = %e, "batch push failed; every write of it is answered with the error");
-                    for (_, reply, timeline) in replies {
-                        timeline.answered(false);
-                        let _ = reply.send(Err(e.clone()));
-                    }
-                    continue;
-                }
+            let Some((writes, replies, mut round)) = self.round(&store, batch, session).await
+            else {
+                continue;
             };
-            tracing::debug!(
-                writes = count,
-                led = round.led,
-                lost = round.lost,
-                folded = round.folded,
-                courtesy_ms = courtesy.as_millis() as u64,
-                fetch_ms = round.fetching.as_millis() as u64,
-                push_ms = round.pushing.as_millis() as u64,
-                round_ms = started.elapsed().as_millis() as u64,
-                "round"
+            self.learn(
+                &round,
+                writes.len(),
+                started,
+                own_tip,
+                courtesy,
+                &mut losses,
             );
-            if !round.led {
-                tracing::debug!(writes = count, "batch waits for another process's push");
-            } else if round.lost {
-                metrics::counter!(gitstate_core::metrics::GIT_CAS_LOSSES).increment(1);
-                losses += 1;
-                self.observe(true, None, started.elapsed());
-                tracing::debug!(writes = count, losses, "batch push lost a compare-and-swap");
-            } else {
-                losses = 0;
-                let others_pushed = own_tip.is_some() && round.base != own_tip;
-                self.observe(
-                    others_pushed || round.folded > 0,
-                    round.tip,
-                    started.elapsed(),
-                );
-                if round.tip.is_some() {
-                    metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS)
-                        .record(round.commits as f64);
-                    metrics::counter!(gitstate_core::metrics::FOLDED_WRITES)
-                        .increment(round.folded as u64);
-                    tracing::info!(
-                        writes = count,
-                        folded = round.folded,
-                        micros = started.elapsed().as_micros() as u64,
-                        "batch pushed"
-                    );
-                }
-            }
-            if let Ok(mut queue) = self.lock() {
-                queue.queued = round.queue;
-            }
-            let cleanup = round.cleanup;
-            let mut back = Vec::new();
-            let mut unpublished = Vec::new();
-            for (((write, published), (seq, reply, mut timeline)), outcome) in
-                writes.into_iter().zip(replies).zip(round.outcomes)
-            {
-                timeline.rounds += 1;
-                timeline.led += u32::from(round.led);
-                let waiting = Waiting {
-                    write,
-                    seq,
-                    reply,
-                    published,
-                    timeline,
-                };
-                match outcome {
-                    Outcome::Answer(result) => {
-                        if let (Some(_), Some(published), Ok(_)) =
-                            (&waiting.published, waiting.timeline.published, &result)
-                        {
-                            self.observe_answer(published.elapsed());
-                        }
-                        waiting.timeline.answered(result.is_ok());
-                        let _ = waiting.reply.send(result);
-                    }
-                    Outcome::Again if waiting.published.is_none() && round.lost && round.queue => {
-                        unpublished.push(waiting)
-                    }
-                    Outcome::Again => back.push(waiting),
-                    Outcome::Queued(published) => back.push(Waiting {
-                        published: Some(published),
-                        timeline: Timeline {
-                            published: timeline.published.or(Some(Instant::now())),
-                            ..timeline
-                        },
-                        ..waiting
-                    }),
-                }
-            }
+            let cleanup = round.cleanup.take();
+            let outcomes = std::mem::take(&mut round.outcomes);
+            let (mut back, unpublished) = self.settle(writes, replies, outcomes, &round);
             if let Some((session, updates)) = cleanup {
                 clean_up(&store, session, updates).await;
                 self.pushed();
@@ -509,6 +393,151 @@ impl WriteQueue {
                 tokio::time::sleep(back_off(losses)).await;
             }
         }
+    }
+
+    /// One round of `batch` on a blocking thread (see [`push_batch`]). `None` when it failed
+    /// as a whole (timeout, transport, task failure): the remote holds all of it or none of
+    /// it, and every writer of the batch is answered with the error.
+    async fn round(
+        &self,
+        store: &Target,
+        batch: Vec<Waiting>,
+        session: Option<ReceivePack>,
+    ) -> Option<(Vec<Entry>, Vec<Reply>, Round)> {
+        let (writes, replies): (Vec<Entry>, Vec<Reply>) = batch
+            .into_iter()
+            .map(|w| ((w.write, w.published), (w.seq, w.reply, w.timeline)))
+            .unzip();
+        let count = writes.len();
+        let takeover = self.takeover();
+        let contended = self.lock().map(|q| q.contended).unwrap_or(true);
+        let outcome = store
+            .run(move |store| {
+                let round = push_batch(&store, session, &writes, takeover, contended);
+                Ok((writes, round))
+            })
+            .await;
+        self.pushed();
+        match outcome {
+            Ok((writes, Ok(round))) => Some((writes, replies, round)),
+            Err(e) | Ok((_, Err(e))) => {
+                tracing::warn!(writes = count, error = %e, "batch push failed; every write of it is answered with the error");
+                for (_, reply, timeline) in replies {
+                    timeline.answered(false);
+                    let _ = reply.send(Err(e.clone()));
+                }
+                None
+            }
+        }
+    }
+
+    /// What a round teaches the queue: whether others write to the branch, how long an attempt
+    /// takes, the losses in a row; logged at debug (`round`), counted in the metrics.
+    fn learn(
+        &self,
+        round: &Round,
+        count: usize,
+        started: Instant,
+        own_tip: Option<ObjectId>,
+        courtesy: Duration,
+        losses: &mut u32,
+    ) {
+        tracing::debug!(
+            writes = count,
+            led = round.led,
+            lost = round.lost,
+            folded = round.folded,
+            courtesy_ms = courtesy.as_millis() as u64,
+            fetch_ms = round.fetching.as_millis() as u64,
+            push_ms = round.pushing.as_millis() as u64,
+            round_ms = started.elapsed().as_millis() as u64,
+            "round"
+        );
+        if !round.led {
+            tracing::debug!(writes = count, "batch waits for another process's push");
+        } else if round.lost {
+            metrics::counter!(gitstate_core::metrics::GIT_CAS_LOSSES).increment(1);
+            *losses += 1;
+            self.observe(true, None, started.elapsed());
+            tracing::debug!(
+                writes = count,
+                losses = *losses,
+                "batch push lost a compare-and-swap"
+            );
+        } else {
+            *losses = 0;
+            let others_pushed = own_tip.is_some() && round.base != own_tip;
+            self.observe(
+                others_pushed || round.folded > 0,
+                round.tip,
+                started.elapsed(),
+            );
+            if round.tip.is_some() {
+                metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS)
+                    .record(round.commits as f64);
+                metrics::counter!(gitstate_core::metrics::FOLDED_WRITES)
+                    .increment(round.folded as u64);
+                tracing::info!(
+                    writes = count,
+                    folded = round.folded,
+                    micros = started.elapsed().as_micros() as u64,
+                    "batch pushed"
+                );
+            }
+        }
+        if let Ok(mut queue) = self.lock() {
+            queue.queued = round.queue;
+        }
+    }
+
+    /// Answers the writes the round answered; returns those that go again (published or not)
+    /// and, apart, those to publish now (the round lost, and the remote keeps a queue).
+    fn settle(
+        &self,
+        writes: Vec<Entry>,
+        replies: Vec<Reply>,
+        outcomes: Vec<Outcome>,
+        round: &Round,
+    ) -> (Vec<Waiting>, Vec<Waiting>) {
+        let mut back = Vec::new();
+        let mut unpublished = Vec::new();
+        for (((write, published), (seq, reply, mut timeline)), outcome) in
+            writes.into_iter().zip(replies).zip(outcomes)
+        {
+            timeline.rounds += 1;
+            timeline.led += u32::from(round.led);
+            let waiting = Waiting {
+                write,
+                seq,
+                reply,
+                published,
+                timeline,
+            };
+            match outcome {
+                Outcome::Answer(result) => {
+                    if let (Some(_), Some(published), Ok(_)) =
+                        (&waiting.published, waiting.timeline.published, &result)
+                    {
+                        self.observe_answer(published.elapsed());
+                    }
+                    waiting.timeline.answered(result.is_ok());
+                    let _ = waiting.reply.send(result);
+                }
+                Outcome::Again if waiting.published.is_none() && round.lost && round.queue => {
+                    unpublished.push(waiting)
+                }
+                Outcome::Again => back.push(waiting),
+                Outcome::Queued(published) => back.push(Waiting {
+                    published: Some(published),
+                    timeline: Timeline {
+                        published: timeline.published.or(Some(Instant::now())),
+                        ..timeline
+                    },
+                    ..waiting
+                }),
+            }
+        }
+        (back, unpublished)
     }
 
     /// Publishes `writes` in the remote's queue; returns them, published where the server took
