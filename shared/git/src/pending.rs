@@ -269,17 +269,7 @@ pub(crate) fn read_pending(
         .trim_end()
         .rsplit_once("\n\n")
         .ok_or_else(|| format!("the pending commit {commit} has no trailers"))?;
-    let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
-    for line in trailers.lines() {
-        let (key, value) = line
-            .split_once(": ")
-            .ok_or_else(|| format!("the pending commit {commit} has a malformed trailer"))?;
-        if fields.insert(key, value).is_some() {
-            return Err(format!(
-                "the pending commit {commit} repeats the trailer {key}"
-            ));
-        }
-    }
+    let fields = trailer_fields(trailers, commit)?;
     let field = |key: &str| {
         fields
             .get(key)
@@ -305,22 +295,7 @@ pub(crate) fn read_pending(
         .parse::<u64>()
         .map_err(|_| format!("the pending commit {commit} has a malformed deadline"))?;
     let blob = match field(TRAILER_CHANGE)? {
-        "write" => {
-            let tree_id = tree;
-            let found = repo
-                .find_tree(tree_id)
-                .map_err(|e| {
-                    format!("the tree of the pending commit {commit} cannot be read: {e}")
-                })?
-                .lookup_entry_by_path(path.as_str())
-                .map_err(|e| {
-                    format!("the tree of the pending commit {commit} cannot be read: {e}")
-                })?
-                .filter(|e| e.mode().is_blob())
-                .map(|e| e.object_id())
-                .ok_or_else(|| format!("the pending commit {commit} holds no file at its path"))?;
-            Some(found)
-        }
+        "write" => Some(file_in(repo, tree, &path, commit)?),
         "delete" => None,
         _ => {
             return Err(format!(
@@ -337,6 +312,41 @@ pub(crate) fn read_pending(
         message: message.to_owned(),
         deadline_millis,
     })
+}
+
+/// The trailers of a pending commit's message, each key once.
+fn trailer_fields(trailers: &str, commit: ObjectId) -> Result<BTreeMap<&str, &str>, String> {
+    let mut fields = BTreeMap::new();
+    for line in trailers.lines() {
+        let (key, value) = line
+            .split_once(": ")
+            .ok_or_else(|| format!("the pending commit {commit} has a malformed trailer"))?;
+        if fields.insert(key, value).is_some() {
+            return Err(format!(
+                "the pending commit {commit} repeats the trailer {key}"
+            ));
+        }
+    }
+    Ok(fields)
+}
+
+/// The blob at `path` in the pending commit `commit`'s `tree`.
+fn file_in(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    path: &StatePath,
+    commit: ObjectId,
+) -> Result<ObjectId, String> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        format!("the tree of the pending commit {commit} cannot be read: {e}")
+    };
+    repo.find_tree(tree)
+        .map_err(|e| unreadable(&e))?
+        .lookup_entry_by_path(path.as_str())
+        .map_err(|e| unreadable(&e))?
+        .filter(|e| e.mode().is_blob())
+        .map(|e| e.object_id())
+        .ok_or_else(|| format!("the pending commit {commit} holds no file at its path"))
 }
 
 /// Whether `write` expired (its deadline plus [`EXPIRY_SLACK`] is past).

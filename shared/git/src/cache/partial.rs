@@ -92,50 +92,68 @@ impl Cache {
                         )))
                     }
                 };
-                let shallow = read_shallow(&shallow_file)?;
-                // The tips this cache had give the server `have`s: a moved tip costs only the
-                // new trees.
-                let haves: Vec<ObjectId> = tips
-                    .keys()
-                    .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
-                    .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
-                    .filter(|id| repo.has_object(id))
-                    .collect();
-                let fetched = session.fetch(
-                    &FetchRequest {
-                        wants: missing.clone(),
-                        haves,
-                        shallow: shallow.clone(),
-                        deepen: Some(1),
-                        filter: Some("blob:none".into()),
-                    },
-                    &self.pack_dir(),
-                )?;
-                let repo = self.repo();
-                // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
-                // marks every wanted commit) would only grow the file and every later request.
-                let boundary: Vec<ShallowUpdate> = fetched
-                    .shallow
-                    .iter()
-                    .filter(|update| match update {
-                        ShallowUpdate::Shallow(id) if roots.contains(id) => !is_root(&repo, *id),
-                        _ => true,
-                    })
-                    .copied()
-                    .collect();
-                write_shallow(lock, shallow, &boundary)?;
-                self.fetched_pack("tips", fetched.pack.as_deref());
-                all_arrived(&repo, endpoint, tips)?;
-                if let Some(root) = roots.iter().find(|id| !repo.has_object(*id)) {
-                    return Err(StoreError::Remote(format!(
-                        "{} did not send the object {root} asked for",
-                        endpoint.display
-                    )));
-                }
-                self.move_tracking_refs(&repo, tips);
+                self.fetch_locked(session, endpoint, tips, roots, missing, lock)?;
             }
         }
         Ok(Some(()))
+    }
+
+    /// The fetch of [`Cache::fetch_tips`] with the cache's write lock and `lock` (its
+    /// `shallow` file) held: the `missing` objects at depth 1 without blobs, the tracking refs'
+    /// tips as `have`s, then the new shallow boundary (none for a root commit).
+    fn fetch_locked(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+        roots: &[ObjectId],
+        missing: Vec<ObjectId>,
+        lock: gix::lock::File,
+    ) -> Result<(), StoreError> {
+        let shallow = read_shallow(&self.dir.join("shallow"))?;
+        let repo = self.repo();
+        // The tips this cache had give the server `have`s: a moved tip costs only the
+        // new trees.
+        let haves: Vec<ObjectId> = tips
+            .keys()
+            .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
+            .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
+            .filter(|id| repo.has_object(id))
+            .collect();
+        let fetched = session.fetch(
+            &FetchRequest {
+                wants: missing.clone(),
+                haves,
+                shallow: shallow.clone(),
+                deepen: Some(1),
+                filter: Some("blob:none".into()),
+            },
+            &self.pack_dir(),
+        )?;
+        // A fresh handle: it sees the pack just written.
+        let repo = self.repo();
+        // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
+        // marks every wanted commit) would only grow the file and every later request.
+        let boundary: Vec<ShallowUpdate> = fetched
+            .shallow
+            .iter()
+            .filter(|update| match update {
+                ShallowUpdate::Shallow(id) if roots.contains(id) => !is_root(&repo, *id),
+                _ => true,
+            })
+            .copied()
+            .collect();
+        write_shallow(lock, shallow, &boundary)?;
+        self.fetched_pack("tips", fetched.pack.as_deref());
+        all_arrived(&repo, endpoint, tips)?;
+        if let Some(root) = roots.iter().find(|id| !repo.has_object(*id)) {
+            return Err(StoreError::Remote(format!(
+                "{} did not send the object {root} asked for",
+                endpoint.display
+            )));
+        }
+        self.move_tracking_refs(&repo, tips);
+        Ok(())
     }
 
     /// Fetches the tips `tips` (name → id, as receive-pack advertised them) the cache lacks, as

@@ -150,57 +150,13 @@ impl RemoteStore {
             Intent::HeldWrite => Intent::Write,
             other => other,
         };
-        let names: Vec<&str> = match intent {
-            Intent::Write | Intent::HeldWrite => vec![&self.target.state_ref, &lock_ref],
-            Intent::Unlock | Intent::Release => vec![&lock_ref],
-        };
         let receive_pack = ReceivePack::connect(&self.target.endpoint)?;
-        let mut state_tip = match intent {
+        let state_tip = match intent {
             Intent::Write | Intent::HeldWrite => receive_pack.tip(&self.target.state_ref),
             Intent::Unlock | Intent::Release => None,
         };
-        let mut lock_tip = receive_pack.tip(&lock_ref);
-        let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
-            tips.into_iter().flatten().all(|id| repo.has_object(id))
-        };
-        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
-            // Written by another process: fetch the advertised tips (one request on a kept
-            // protocol-v2 session), so that the push builds on exactly what was advertised.
-            let advertised: std::collections::HashMap<String, ObjectId> = [
-                (self.target.state_ref.clone(), state_tip),
-                (lock_ref.clone(), lock_tip),
-            ]
-            .into_iter()
-            .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
-            .collect();
-            self.cache()?
-                .fetch_advertised(&self.target.endpoint, &advertised)?;
-        }
-        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
-            // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow),
-            // keeping the session open for the push.
-            let file = |name: &str| {
-                if name == self.target.state_ref {
-                    Some(path.as_str().to_owned())
-                } else {
-                    Some(path.lock_file())
-                }
-            };
-            let fresh = self
-                .cache()?
-                .refresh_reading(&self.target.endpoint, &names, &file)?;
-            // upload-pack's advertisement came after receive-pack's: when another writer moved
-            // the refs in between, work from the newer tips. receive-pack compares the expected
-            // old id with the ref's value when it updates it, not with what it advertised, so
-            // this push can still win where it would otherwise be sure to lose.
-            if intent == Intent::Write {
-                state_tip = fresh.get(&self.target.state_ref).copied();
-            }
-            lock_tip = fresh.get(&lock_ref).copied();
-            if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
-                return Err(StoreError::Stale);
-            }
-        }
+        let lock_tip = receive_pack.tip(&lock_ref);
+        let (state_tip, lock_tip) = self.fetch_tips(path, intent, state_tip, lock_tip)?;
         // Both blobs in one request when the (partial) cache lacks them.
         let lock_file = path.lock_file();
         let files: Vec<(ObjectId, &str)> = [(state_tip, path.as_str()), (lock_tip, &lock_file)]
@@ -223,6 +179,68 @@ impl RemoteStore {
             receive_pack: Some(receive_pack),
             budget: None,
         })
+    }
+
+    /// Makes sure the tips a session read from receive-pack's advertisement are in the cache:
+    /// fetched as advertised (one request on a kept protocol-v2 session), else read fresh over
+    /// upload-pack. Returns the tips to build on (newer ones when the refs moved in between);
+    /// [`StoreError::Stale`] when they still cannot be had.
+    fn fetch_tips(
+        &self,
+        path: &StatePath,
+        intent: Intent,
+        mut state_tip: Option<ObjectId>,
+        mut lock_tip: Option<ObjectId>,
+    ) -> Result<(Option<ObjectId>, Option<ObjectId>), StoreError> {
+        let lock_ref = path.lock_ref();
+        let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
+            tips.into_iter().flatten().all(|id| repo.has_object(id))
+        };
+        if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            return Ok((state_tip, lock_tip));
+        }
+        // Written by another process: fetch the advertised tips, so that the push builds on
+        // exactly what was advertised.
+        let advertised: std::collections::HashMap<String, ObjectId> = [
+            (self.target.state_ref.clone(), state_tip),
+            (lock_ref.clone(), lock_tip),
+        ]
+        .into_iter()
+        .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
+        .collect();
+        self.cache()?
+            .fetch_advertised(&self.target.endpoint, &advertised)?;
+        if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            return Ok((state_tip, lock_tip));
+        }
+        // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow), keeping
+        // the session open for the push.
+        let names: Vec<&str> = match intent {
+            Intent::Write | Intent::HeldWrite => vec![&self.target.state_ref, &lock_ref],
+            Intent::Unlock | Intent::Release => vec![&lock_ref],
+        };
+        let file = |name: &str| {
+            if name == self.target.state_ref {
+                Some(path.as_str().to_owned())
+            } else {
+                Some(path.lock_file())
+            }
+        };
+        let fresh = self
+            .cache()?
+            .refresh_reading(&self.target.endpoint, &names, &file)?;
+        // upload-pack's advertisement came after receive-pack's: when another writer moved the
+        // refs in between, work from the newer tips. receive-pack compares the expected old id
+        // with the ref's value when it updates it, not with what it advertised, so this push
+        // can still win where it would otherwise be sure to lose.
+        if intent == Intent::Write {
+            state_tip = fresh.get(&self.target.state_ref).copied();
+        }
+        lock_tip = fresh.get(&lock_ref).copied();
+        if !present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+            return Err(StoreError::Stale);
+        }
+        Ok((state_tip, lock_tip))
     }
 
     /// A release session from the lock this cache recorded for `path` (its own push, or the
