@@ -8,6 +8,7 @@ BENCHES = {
     "state-check": "state_check",
     "cold-read": "cold_read",
     "scaling": "scaling",
+    "many-states": "many_states",
     "write-queue": "write_queue",
     "freeze": "freeze",
     "large-state": "large_state",

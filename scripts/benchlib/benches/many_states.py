@@ -1,0 +1,212 @@
+"""Many states in one repository (issue 34): each operation against a 10-state repository.
+
+Setup: lighttpd + `git http-backend` (CGI, basic auth, `uploadpack.allowFilter` on, as GitHub and
+GitLab offer it) serving, per configuration, two bare repositories made with `git fast-import` in
+one commit each: N states of about --state-bytes (default 1 KiB) and 10 states, both in the same
+layout: `folders` (`fNNN/sNNNNNN.tfstate`, --folders folders) or `flat` (one folder, named by
+id, as Crossplane-style controllers name them). Every state has its own lineage, serial 1.
+
+Per run, for each repository in turn (interleaved, so load hits both alike), a fresh `gitstate
+serve` with an empty cache directory (a new Lambda container):
+  cold GET        the first GET of a state (the server is up before the clock starts)
+  warm GET        the same GET again
+  POST            a new serial of another state (the state guard on, as by default)
+  lock cycle      LOCK + POST ?ID= + UNLOCK of a third state, timed together
+  cache           the cache directory's bytes after these
+Then, once per repository: `GET /_/states/default` (3 runs: time and bytes), and for the big one
+a reconcile loop: one process reading --reconcile different states in turn (first and last 10 %
+of the reads, packs and bytes in the cache at the end).
+
+Usage: scripts/bench many-states [--states 50000] [--layouts folders,flat] [--folders 100]
+                                 [--runs 15] [--reconcile 2000] [--gitstate BIN]
+Prints one markdown table per configuration: medians (min–max) and the ratio to 10 states.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+
+from benchlib import support as s
+
+
+def add_arguments(parser):
+    """--states, --layouts, --folders, --state-bytes, --runs, --reconcile, --gitstate."""
+    parser.add_argument("--states", type=s.int_list, default=[50000],
+                        help="states in the big repository; a comma-separated list runs each")
+    parser.add_argument("--layouts", default="folders,flat",
+                        help="comma-separated: folders (--folders folders) and/or flat (one folder)")
+    parser.add_argument("--folders", type=int, default=100)
+    parser.add_argument("--state-bytes", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--reconcile", type=int, default=2000,
+                        help="different states one process reads in turn (0: skip)")
+    s.add_gitstate_argument(parser)
+
+
+def state_path(i, layout, folders):
+    """The path of state `i` in `layout`."""
+    if layout == "flat":
+        return f"s{i:06}.tfstate"
+    return f"f{i % folders:03}/s{i:06}.tfstate"
+
+
+def state(i, serial, size):
+    """State `i`'s body at `serial`: its own lineage, padded to about `size` bytes."""
+    pad = "x" * max(0, size - 140)
+    return json.dumps({"version": 4, "terraform_version": "1.15.5", "serial": serial,
+                       "lineage": f"bench-{i:06}", "outputs": {}, "resources": [],
+                       "pad": pad}).encode()
+
+
+def seed(path, count, layout, folders, size):
+    """A bare repository whose `main` holds `count` states in one commit (git fast-import)."""
+    s.init_bare(path, allow_filter=True)
+    chunks = []
+    for i in range(count):
+        body = state(i, 1, size)
+        chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (i + 1, len(body), body))
+    message = b"seed"
+    chunks.append(b"commit refs/heads/main\ncommitter bench <b@b> 1764115200 +0000\n"
+                  b"data %d\n%s\n" % (len(message), message))
+    for i in range(count):
+        chunks.append(b"M 100644 :%d %s\n" % (i + 1, state_path(i, layout, folders).encode()))
+    chunks.append(b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(chunks), cwd=path, check=True)
+
+
+def packs(cache):
+    """Pack files under a cache directory."""
+    return sum(1 for _, _, files in os.walk(cache) for f in files if f.endswith(".pack"))
+
+
+def one_run(binary, root, remote, count, layout, folders, size, run, rng):
+    """(cold GET, warm GET, POST, lock cycle) ms and the cache's bytes, on a fresh server."""
+    cache = os.path.join(root, f"cache-{run}-{count}")
+    server = s.Gitstate(binary, ["--repository", f"default={remote}", "--cache-dir", cache],
+                        s.git_credentials_env("warn"), root, log="gitstate.log")
+    try:
+        client = server.client()
+        read, written, locked = rng.sample(range(count), 3)
+        url = lambda i: f"/state/default/{state_path(i, layout, folders)}"  # noqa: E731
+        cold, body = client.timed("GET", url(read))
+        if json.loads(body).get("lineage") != f"bench-{read:06}":
+            raise SystemExit(f"the cold GET of state {read} answered something else")
+        warm, _ = client.timed("GET", url(read))
+        # Serials grow run by run: a state written in an earlier run is at most at run + 1.
+        post, _ = client.timed("POST", url(written), state(written, run + 2, size))
+        lock_id = f"bench-{run}"
+        lock_url = url(locked)
+        cycle = 0.0
+        took, _ = client.timed("LOCK", lock_url, s.lock_body(lock_id))
+        cycle += took
+        took, _ = client.timed("POST", f"{url(locked)}?ID={lock_id}", state(locked, run + 2, size))
+        cycle += took
+        took, _ = client.timed("UNLOCK", lock_url, s.lock_body(lock_id))
+        cycle += took
+        return (cold, warm, post, cycle), s.dir_bytes(cache)
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def listing(binary, root, remote):
+    """(ms samples, bytes) of `GET /_/states/default` on a server that has read nothing yet."""
+    cache = os.path.join(root, "cache-listing")
+    server = s.Gitstate(binary, ["--repository", f"default={remote}", "--cache-dir", cache],
+                        s.git_credentials_env("warn"), root, log="gitstate.log")
+    try:
+        client = server.client()
+        samples, size = [], 0
+        for _ in range(3):
+            took, body = client.timed("GET", "/_/states/default")
+            samples.append(took)
+            size = len(body)
+        return samples, size
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def reconcile(binary, root, remote, count, reads, layout, folders, rng):
+    """(ms of each read, packs, cache bytes) of one process reading `reads` different states."""
+    cache = os.path.join(root, "cache-reconcile")
+    server = s.Gitstate(binary, ["--repository", f"default={remote}", "--cache-dir", cache],
+                        s.git_credentials_env("warn"), root, log="gitstate.log")
+    try:
+        client = server.client()
+        samples = []
+        for i in rng.sample(range(count), min(reads, count)):
+            took, _ = client.timed("GET", f"/state/default/{state_path(i, layout, folders)}")
+            samples.append(took)
+        return samples, packs(cache), s.dir_bytes(cache)
+    finally:
+        server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def configuration(binary, root, githttp, count, layout, args):
+    """Seeds both repositories of one configuration, measures them, prints its table."""
+    rng = random.Random(count)
+    names = {}
+    for n in (10, count):
+        name = f"{layout}-{n}.git"
+        s.log(f"many-states: seeding {n} states ({layout})")
+        seed(os.path.join(githttp.repos, name), n, layout, args.folders, args.state_bytes)
+        names[n] = githttp.url(name)
+    ops = {n: ([], [], [], [], []) for n in names}
+    for run in range(args.runs):
+        for n, remote in names.items():
+            timings, size = one_run(binary, root, remote, n, layout, args.folders,
+                                    args.state_bytes, run, rng)
+            for column, value in zip(ops[n], (*timings, size)):
+                column.append(value)
+        s.log(f"many-states: {layout} {count}: run {run + 1}/{args.runs}")
+    lists = {n: listing(binary, root, remote) for n, remote in names.items()}
+
+    print(f"### {count} states, layout {layout}" + (f" ({args.folders} folders)" if layout == "folders" else ""))
+    print()
+    print(f"{args.runs} runs, fresh server and cache each; states of about {args.state_bytes} "
+          f"bytes; loopback lighttpd + git http-backend, allowFilter on; {os.cpu_count()} cores")
+    print()
+    s.table_header("operation", "10 states ms", f"{count} states ms", "ratio")
+    for k, label in enumerate(("cold GET", "warm GET", "POST", "LOCK + POST ?ID= + UNLOCK")):
+        small, big = s.summarize(ops[10][k]), s.summarize(ops[count][k])
+        s.table_row(label, s.cell(ops[10][k]), s.cell(ops[count][k]), f"{big[0] / small[0]:.2f}×")
+    mib = 1024 * 1024
+    small, big = s.summarize(ops[10][4]), s.summarize(ops[count][4])
+    s.table_row("cache on disk after them (MiB)", f"{small[0] / mib:.2f}", f"{big[0] / mib:.2f}",
+                f"{big[0] / small[0]:.2f}×")
+    (small_ms, small_bytes), (big_ms, big_bytes) = lists[10], lists[count]
+    s.table_row("`GET /_/states/default` (bytes)", f"{s.cell(small_ms)} ({small_bytes:,})",
+                f"{s.cell(big_ms)} ({big_bytes:,})",
+                f"{s.summarize(big_ms)[0] / s.summarize(small_ms)[0]:.2f}×")
+    print()
+    if args.reconcile:
+        samples, pack_count, size = reconcile(binary, root, names[count], count, args.reconcile,
+                                              layout, args.folders, rng)
+        tenth = max(1, len(samples) // 10)
+        print(f"Reconcile: one process reads {len(samples)} different states of {count} in turn: "
+              f"first 10 % {s.cell(samples[:tenth])} ms, last 10 % {s.cell(samples[-tenth:])} ms, "
+              f"all {s.cell(samples)} ms; {pack_count} pack(s), {size / mib:.1f} MiB in the cache.")
+        print()
+
+
+def run(args):
+    """Every configuration (states × layouts), one lighttpd for all."""
+    s.require_lighttpd()
+    binary = args.gitstate or s.default_gitstate()
+    root = tempfile.mkdtemp(prefix="gitstate-many-")
+    githttp = None
+    try:
+        githttp = s.GitHttp(root)
+        for count in args.states:
+            for layout in [l for l in args.layouts.split(",") if l]:
+                if layout not in ("folders", "flat"):
+                    raise SystemExit(f"unknown layout {layout}: folders or flat")
+                configuration(binary, root, githttp, count, layout, args)
+    finally:
+        if githttp:
+            githttp.stop()
+        shutil.rmtree(root, ignore_errors=True)
