@@ -124,6 +124,24 @@ fn open_options() -> gix::open::Options {
         ])
 }
 
+/// Lays out an empty bare repository at `dir` (mode 0700): what gix needs to open one, and no
+/// more. gix's own `init` also writes hook samples, a description and an exclude file, and
+/// probes the file system with scratch files, on the cold start of every Lambda container.
+/// `HEAD` comes last: a directory without it is not taken for a repository.
+fn init_bare(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o700);
+    for sub in ["objects/info", "objects/pack", "refs/heads", "refs/tags"] {
+        builder.create(dir.join(sub))?;
+    }
+    std::fs::write(
+        dir.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tbare = true\n",
+    )?;
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n")
+}
+
 /// The directory name of the cache of `url` (which must carry no credentials).
 pub fn cache_name(url: &str) -> String {
     let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::objs::Kind::Blob, url.as_bytes())
@@ -139,26 +157,11 @@ impl Cache {
             gix::ThreadSafeRepository::open_opts(dir, open_options())
                 .map_err(internal("opening the cache repository"))?
         } else {
-            {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .map_err(|e| {
-                        StoreError::Internal(format!(
-                            "cannot create the cache {}: {e}",
-                            dir.display()
-                        ))
-                    })?;
-            }
-            gix::ThreadSafeRepository::init_opts(
-                dir,
-                gix::create::Kind::Bare,
-                gix::create::Options::default(),
-                open_options(),
-            )
-            .map_err(internal("creating the cache repository"))?
+            init_bare(dir).map_err(|e| {
+                StoreError::Internal(format!("cannot create the cache {}: {e}", dir.display()))
+            })?;
+            gix::ThreadSafeRepository::open_opts(dir, open_options())
+                .map_err(internal("opening the new cache repository"))?
         };
         Ok(Cache {
             repo,
