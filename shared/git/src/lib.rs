@@ -11,6 +11,7 @@ pub mod batch;
 pub mod cache;
 pub mod history;
 pub mod local;
+mod lookup;
 pub mod objects;
 mod pending;
 pub mod plumbing;

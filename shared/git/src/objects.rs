@@ -202,14 +202,6 @@ pub fn lock_commit(
     commit_on(repo, tree, None, message)
 }
 
-/// The root tree of `commit`.
-fn commit_tree(repo: &gix::Repository, commit: ObjectId) -> Result<gix::Tree<'_>, StoreError> {
-    repo.find_commit(commit)
-        .map_err(internal("reading a commit"))?
-        .tree()
-        .map_err(internal("reading a tree"))
-}
-
 /// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when
 /// there is none.
 pub fn entry_id(
@@ -217,10 +209,7 @@ pub fn entry_id(
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<ObjectId>, StoreError> {
-    Ok(commit_tree(repo, commit)?
-        .lookup_entry_by_path(path)
-        .map_err(internal("looking up a path"))?
-        .map(|entry| entry.object_id()))
+    Ok(crate::lookup::entry_at(repo, commit, path)?.map(|entry| entry.id))
 }
 
 /// The id of the file (blob) at `path` in `commit`, or `None` when the path holds no file. Reads
@@ -230,10 +219,10 @@ pub fn file_id(
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<ObjectId>, StoreError> {
-    let entry = commit_tree(repo, commit)?
-        .lookup_entry_by_path(path)
-        .map_err(internal("looking up a path"))?;
-    Ok(entry.filter(|e| e.mode().is_blob()).map(|e| e.object_id()))
+    let entry = crate::lookup::entry_at(repo, commit, path)?;
+    Ok(entry
+        .filter(|e| matches!(e.kind, EntryKind::Blob | EntryKind::BlobExecutable))
+        .map(|e| e.id))
 }
 
 /// The blob at `path` in `commit`, or `None` when the path holds no file.
