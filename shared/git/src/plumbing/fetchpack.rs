@@ -197,73 +197,26 @@ impl UploadPack {
         if request.wants.is_empty() {
             return Ok(Fetched::default());
         }
-        if request.deepen.is_some() && !self.offers("shallow") {
-            return Err(StoreError::Remote(format!(
-                "{} does not offer shallow fetches",
-                self.endpoint.display
-            )));
+        for (asked, feature, what) in [
+            (request.deepen.is_some(), "shallow", "shallow"),
+            (request.filter.is_some(), "filter", "filtered"),
+        ] {
+            if asked && !self.offers(feature) {
+                return Err(StoreError::Remote(format!(
+                    "{} does not offer {what} fetches",
+                    self.endpoint.display
+                )));
+            }
         }
-        if request.filter.is_some() && !self.offers("filter") {
-            return Err(StoreError::Remote(format!(
-                "{} does not offer filtered fetches",
-                self.endpoint.display
-            )));
-        }
-        let mut arguments = Vec::new();
-        line(&mut arguments, b"no-progress\n")?;
-        line(&mut arguments, b"ofs-delta\n")?;
-        for id in &request.shallow {
-            line(&mut arguments, format!("shallow {id}\n").as_bytes())?;
-        }
-        if let Some(depth) = request.deepen {
-            line(&mut arguments, format!("deepen {depth}\n").as_bytes())?;
-        }
-        if let Some(filter) = &request.filter {
-            line(&mut arguments, format!("filter {filter}\n").as_bytes())?;
-        }
-        for id in &request.wants {
-            line(&mut arguments, format!("want {id}\n").as_bytes())?;
-        }
-        for id in &request.haves {
-            line(&mut arguments, format!("have {id}\n").as_bytes())?;
-        }
-        line(&mut arguments, b"done\n")?;
+        let arguments = fetch_arguments(request)?;
 
         let endpoint = self.endpoint.clone();
         let what = "fetching from";
         let mut reader = self.command("fetch", &arguments, what)?;
-        let mut fetched = Fetched::default();
-        // Sections: `shallow-info`, `wanted-refs`, `packfile-uris` (none asked for), then
-        // `packfile`; `acknowledgments` does not come after `done`.
-        loop {
-            let header = match reader.readline() {
-                Some(packet) => match packet_data(&endpoint, what, packet)? {
-                    Some(data) => data
-                        .trim_end_with(|c| c == '\n')
-                        .to_str_lossy()
-                        .into_owned(),
-                    None => return Err(malformed(&endpoint, "a fetch answer without a pack")),
-                },
-                None => return Err(malformed(&endpoint, "a fetch answer without a pack")),
-            };
-            match header.as_str() {
-                "packfile" => break,
-                "shallow-info" => {
-                    fetched.shallow = read_shallow_info(&mut *reader, &endpoint)?;
-                }
-                other => {
-                    // Skip a section we did not ask for (e.g. `acknowledgments`).
-                    tracing::debug!(section = other, "skipping a fetch answer section");
-                    while let Some(packet) = reader.readline() {
-                        if packet_data(&endpoint, what, packet)?.is_none() {
-                            break;
-                        }
-                    }
-                }
-            }
-            // Past the section's delimiter.
-            reader.reset(Protocol::V2);
-        }
+        let mut fetched = Fetched {
+            shallow: read_sections(&mut *reader, &endpoint)?,
+            ..Fetched::default()
+        };
         let mut pack = SideBand::new(&mut *reader);
         let outcome = gix_pack::Bundle::write_to_directory(
             &mut pack,
@@ -511,6 +464,70 @@ impl<R: ReadlineBufRead + ?Sized> Read for SideBand<'_, R> {
         self.consume(n);
         Ok(n)
     }
+}
+
+/// Reads a `fetch` answer's sections up to `packfile`: the `shallow-info` updates, others
+/// skipped (`wanted-refs`, `packfile-uris`; `acknowledgments` does not come after `done`).
+fn read_sections(
+    reader: &mut (dyn ExtendedBufRead<'_> + Unpin + '_),
+    endpoint: &Endpoint,
+) -> Result<Vec<ShallowUpdate>, StoreError> {
+    let what = "fetching from";
+    let mut shallow = Vec::new();
+    loop {
+        let header = match reader.readline() {
+            Some(packet) => match packet_data(endpoint, what, packet)? {
+                Some(data) => data
+                    .trim_end_with(|c| c == '\n')
+                    .to_str_lossy()
+                    .into_owned(),
+                None => return Err(malformed(endpoint, "a fetch answer without a pack")),
+            },
+            None => return Err(malformed(endpoint, "a fetch answer without a pack")),
+        };
+        match header.as_str() {
+            "packfile" => break,
+            "shallow-info" => {
+                shallow = read_shallow_info(&mut *reader, endpoint)?;
+            }
+            other => {
+                // Skip a section we did not ask for (e.g. `acknowledgments`).
+                tracing::debug!(section = other, "skipping a fetch answer section");
+                while let Some(packet) = reader.readline() {
+                    if packet_data(endpoint, what, packet)?.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        // Past the section's delimiter.
+        reader.reset(Protocol::V2);
+    }
+    Ok(shallow)
+}
+
+/// The pkt-lines of a `fetch` command for `request`, ending with `done` (no negotiation).
+fn fetch_arguments(request: &FetchRequest) -> Result<Vec<u8>, StoreError> {
+    let mut arguments = Vec::new();
+    line(&mut arguments, b"no-progress\n")?;
+    line(&mut arguments, b"ofs-delta\n")?;
+    for id in &request.shallow {
+        line(&mut arguments, format!("shallow {id}\n").as_bytes())?;
+    }
+    if let Some(depth) = request.deepen {
+        line(&mut arguments, format!("deepen {depth}\n").as_bytes())?;
+    }
+    if let Some(filter) = &request.filter {
+        line(&mut arguments, format!("filter {filter}\n").as_bytes())?;
+    }
+    for id in &request.wants {
+        line(&mut arguments, format!("want {id}\n").as_bytes())?;
+    }
+    for id in &request.haves {
+        line(&mut arguments, format!("have {id}\n").as_bytes())?;
+    }
+    line(&mut arguments, b"done\n")?;
+    Ok(arguments)
 }
 
 #[cfg(test)]

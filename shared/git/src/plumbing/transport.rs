@@ -559,38 +559,11 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
                 return StoreError::Unauthorized(text);
             }
         }
-        if let Some(e) = e.downcast_ref::<std::io::Error>() {
-            match e
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<AnswerRefused>())
-            {
-                Some(refused @ AnswerRefused::TooLarge { .. }) => {
-                    return StoreError::Remote(format!("{what} {}: {refused}", endpoint.display))
-                }
-                Some(refused @ AnswerRefused::TooSlow { .. }) => {
-                    return StoreError::Unavailable(format!(
-                        "{what} {}: {refused}",
-                        endpoint.display
-                    ))
-                }
-                None => {}
-            }
-            use std::io::ErrorKind::*;
-            if matches!(
-                e.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | TimedOut
-                    | WouldBlock
-                    | NotConnected
-                    | AddrNotAvailable
-                    | HostUnreachable
-                    | NetworkUnreachable
-                    | BrokenPipe
-                    | UnexpectedEof
-            ) {
-                return StoreError::Unavailable(text);
-            }
+        if let Some(classified) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| classify_io(endpoint, what, &text, io))
+        {
+            return classified;
         }
     }
     if error.is_resource_exhausted() {
@@ -611,6 +584,47 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         ));
     }
     StoreError::Remote(text)
+}
+
+/// [`classify`] for an I/O error in the chain: an answer the limits refused, or the network
+/// failing (`Unavailable`, with `text`); `None` for any other.
+fn classify_io(
+    endpoint: &Endpoint,
+    what: &str,
+    text: &str,
+    e: &std::io::Error,
+) -> Option<StoreError> {
+    use std::io::ErrorKind::*;
+    let refused = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<AnswerRefused>());
+    match refused {
+        Some(refused @ AnswerRefused::TooLarge { .. }) => Some(StoreError::Remote(format!(
+            "{what} {}: {refused}",
+            endpoint.display
+        ))),
+        Some(refused @ AnswerRefused::TooSlow { .. }) => Some(StoreError::Unavailable(format!(
+            "{what} {}: {refused}",
+            endpoint.display
+        ))),
+        None if matches!(
+            e.kind(),
+            ConnectionRefused
+                | ConnectionReset
+                | TimedOut
+                | WouldBlock
+                | NotConnected
+                | AddrNotAvailable
+                | HostUnreachable
+                | NetworkUnreachable
+                | BrokenPipe
+                | UnexpectedEof
+        ) =>
+        {
+            Some(StoreError::Unavailable(text.to_owned()))
+        }
+        None => None,
+    }
 }
 
 /// The first error of type `T` in `error`'s chain of sources.
