@@ -69,8 +69,10 @@ pub struct TbgInput {
 pub trait OwnSettings {
     /// Whether gitstate's setting `id` was given (flag or variable, not empty).
     fn given(&self, id: &str) -> bool;
-    /// The value of gitstate's setting `id` when it is a given string (`git_ref`, `auth_mode`).
-    fn text(&self, id: &str) -> Option<String>;
+    /// gitstate's `--ref` / `GITSTATE_REF`, when given.
+    fn git_ref(&self) -> Option<String>;
+    /// gitstate's `--auth-mode` / `GITSTATE_AUTH_MODE`, when given.
+    fn auth_mode(&self) -> Option<String>;
     /// The settings with a terraform-backend-git alias: (setting, its variable).
     fn aliases(&self) -> Vec<(&'static str, &'static str)>;
     /// Sets setting `id` in `config` from `raw`, the text of its alias `name`.
@@ -346,7 +348,7 @@ fn apply_with(
                     (r.value.clone(), format!("ref: {}", r.source))
                 }
                 (_, true) => (
-                    settings.text("git_ref").unwrap_or_default(),
+                    settings.git_ref().unwrap_or_default(),
                     "ref: --ref or GITSTATE_REF".into(),
                 ),
                 (None, false) => (
@@ -431,7 +433,7 @@ fn apply_http(
     match (env(USER), zeroize::Zeroizing::new(env(PASSWORD))) {
         (Some(user), password) if password.is_some() => {
             let password = password.as_deref().unwrap_or_default();
-            let gitstate_mode = settings.text("auth_mode");
+            let gitstate_mode = settings.auth_mode();
             let gitstate_mode = gitstate_mode.as_deref();
             match gitstate_mode {
                 None | Some("team") => {}

@@ -147,12 +147,12 @@ macro_rules! settings {
                 Settings::given(self, id)
             }
 
-            fn text(&self, id: &str) -> Option<String> {
-                let value: &dyn std::any::Any = match id {
-                    $(stringify!($field) => &self.$field,)*
-                    _ => return None,
-                };
-                value.downcast_ref::<Option<String>>().and_then(Given::given)
+            fn git_ref(&self) -> Option<String> {
+                Given::given(&self.git_ref)
+            }
+
+            fn auth_mode(&self) -> Option<String> {
+                Given::given(&self.auth_mode)
             }
 
             fn aliases(&self) -> Vec<(&'static str, &'static str)> {

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod cache;
+mod errors;
 pub mod history;
 pub mod local;
 mod lookup;

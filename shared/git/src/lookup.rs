@@ -14,6 +14,8 @@ use gitstate_core::StoreError;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
+use crate::errors::internal;
+
 /// Trees with more entries than this are indexed; smaller ones are scanned as git does.
 pub const INDEXED_FROM: usize = 256;
 /// Entries the index holds at most, over all trees (about 100 bytes each).
@@ -27,11 +29,6 @@ pub struct Entry {
 }
 
 type Index = Arc<HashMap<Vec<u8>, Entry>>;
-
-/// An error of reading the cache's objects, with what was being read.
-fn internal<E: std::fmt::Display>(context: &'static str) -> impl Fn(E) -> StoreError {
-    move |e| StoreError::Internal(format!("{context}: {e}"))
-}
 
 #[derive(Default)]
 struct Indexes {

@@ -12,10 +12,7 @@ pub const COMMITTER_NAME: &str = "gitstate";
 /// See [`COMMITTER_NAME`].
 pub const COMMITTER_EMAIL: &str = "gitstate@localhost";
 
-/// Turns any displayable engine failure into [`StoreError::Internal`] with context.
-pub(crate) fn internal<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> StoreError + '_ {
-    move |e| StoreError::Internal(format!("{context}: {e}"))
-}
+pub(crate) use crate::errors::internal;
 
 /// Parses a [`gitstate_core::Revision`] back into an object id.
 pub(crate) fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {

@@ -128,18 +128,11 @@ fn lead(
         updates.insert(0, move_branch(store, tip, new_tip));
     }
     let mut round = Round {
-        outcomes: Vec::new(),
         base: tip,
         tip: new_tip,
-        lost: false,
-        queue,
-        folded: 0,
         commits: if new_tip.is_some() { commits.len() } else { 0 },
-        led: true,
-        leads_next: false,
         fetching,
-        pushing: Duration::ZERO,
-        cleanup: None,
+        ..Round::new(batch, queue, true)
     };
     let objects = if updates.is_empty() {
         Vec::new()

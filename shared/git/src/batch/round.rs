@@ -40,17 +40,17 @@ pub(crate) struct Round {
 }
 
 impl Round {
-    /// A round that leaves the pushing to another process.
-    pub(super) fn waiting(batch: &[(QueuedWrite, Option<Published>)]) -> Round {
+    /// A round that wrote nothing yet: every write goes again unless told otherwise.
+    pub(super) fn new(batch: &[(QueuedWrite, Option<Published>)], queue: bool, led: bool) -> Round {
         Round {
             outcomes: batch.iter().map(|_| Outcome::Again).collect(),
             base: None,
             tip: None,
             lost: false,
-            queue: true,
+            queue,
             folded: 0,
             commits: 0,
-            led: false,
+            led,
             leads_next: false,
             fetching: Duration::ZERO,
             pushing: Duration::ZERO,
@@ -58,21 +58,16 @@ impl Round {
         }
     }
 
+    /// A round that leaves the pushing to another process.
+    pub(super) fn waiting(batch: &[(QueuedWrite, Option<Published>)]) -> Round {
+        Round::new(batch, true, false)
+    }
+
     /// A round that wrote nothing because the branch moved under it.
     pub(super) fn lost(batch: &[(QueuedWrite, Option<Published>)], queue: bool) -> Round {
         Round {
-            outcomes: batch.iter().map(|_| Outcome::Again).collect(),
-            base: None,
-            tip: None,
             lost: true,
-            queue,
-            folded: 0,
-            commits: 0,
-            led: true,
-            leads_next: false,
-            fetching: Duration::ZERO,
-            pushing: Duration::ZERO,
-            cleanup: None,
+            ..Round::new(batch, queue, true)
         }
     }
 }
