@@ -13,6 +13,9 @@ serve` with an empty cache directory (a new Lambda container):
   POST            a new serial of another state (the state guard on, as by default)
   lock cycle      LOCK + POST ?ID= + UNLOCK of a third state, timed together
   cache           the cache directory's bytes after these
+  git CLI floors  what git itself takes on the same server for the objects a cold GET fetches
+                  (`clone --bare --depth 1 --filter=tree:1`) and a POST pushes (`push` of a
+                  commit changing one state; serial 0, below every serial the POSTs write)
 Then, once per repository: `GET /_/states/default` (3 runs: time and bytes), and for the big one
 a reconcile loop: one process reading --reconcile different states in turn (first and last 10 %
 of the reads, packs and bytes in the cache at the end).
@@ -27,6 +30,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+import time
 
 from benchlib import support as s
 
@@ -111,6 +115,35 @@ def one_run(binary, root, remote, count, layout, folders, size, run, rng):
         shutil.rmtree(cache, ignore_errors=True)
 
 
+def git_floor(root, remote, path, body, run):
+    """(ms, ms) the git CLI takes on the same server for what bounds a cold GET and a POST: a
+    clone of the tip's commit and root tree (`--depth 1 --filter=tree:1`), and the push of a
+    commit that changes the one file at `path` (made in a `blob:none` clone, not timed)."""
+    url = s.with_credentials(remote)
+    clone = os.path.join(root, f"floor-{run}")
+    start = time.perf_counter()
+    s.git("clone", "--bare", "-q", "--depth", "1", "--filter=tree:1", "--no-tags", url, clone)
+    cold = s.ms_since(start)
+    shutil.rmtree(clone)
+    s.git("clone", "--bare", "-q", "--depth", "1", "--filter=blob:none", "--no-tags", url, clone)
+    env = dict(os.environ, GIT_INDEX_FILE=os.path.join(root, f"floor-{run}.index"),
+               GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="b@b",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="b@b")
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=body, cwd=clone,
+                          check=True, stdout=subprocess.PIPE).stdout.decode().strip()
+    s.git("read-tree", "main", cwd=clone, env=env)
+    s.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", cwd=clone, env=env)
+    tree = s.git("write-tree", "--missing-ok", cwd=clone, env=env).decode().strip()
+    commit = s.git("commit-tree", tree, "-p", "main", "-m", "floor", cwd=clone,
+                   env=env).decode().strip()
+    start = time.perf_counter()
+    s.git("push", "-q", url, f"{commit}:refs/heads/main", cwd=clone)
+    push = s.ms_since(start)
+    shutil.rmtree(clone)
+    os.remove(env["GIT_INDEX_FILE"])
+    return cold, push
+
+
 def listing(binary, root, remote):
     """(ms samples, bytes) of `GET /_/states/default` on a server that has read nothing yet."""
     cache = os.path.join(root, "cache-listing")
@@ -155,12 +188,15 @@ def configuration(binary, root, githttp, count, layout, args):
         s.log(f"many-states: seeding {n} states ({layout})")
         seed(os.path.join(githttp.repos, name), n, layout, args.folders, args.state_bytes)
         names[n] = githttp.url(name)
-    ops = {n: ([], [], [], [], []) for n in names}
+    ops = {n: ([], [], [], [], [], [], []) for n in names}
     for run in range(args.runs):
         for n, remote in names.items():
             timings, size = one_run(binary, root, remote, n, layout, args.folders,
                                     args.state_bytes, run, rng)
-            for column, value in zip(ops[n], (*timings, size)):
+            written = rng.randrange(n)
+            floor = git_floor(root, remote, state_path(written, layout, args.folders),
+                              state(written, 0, args.state_bytes), run)
+            for column, value in zip(ops[n], (*timings, size, *floor)):
                 column.append(value)
         s.log(f"many-states: {layout} {count}: run {run + 1}/{args.runs}")
     lists = {n: listing(binary, root, remote) for n, remote in names.items()}
@@ -172,6 +208,10 @@ def configuration(binary, root, githttp, count, layout, args):
     print()
     s.table_header("operation", "10 states ms", f"{count} states ms", "ratio")
     for k, label in enumerate(("cold GET", "warm GET", "POST", "LOCK + POST ?ID= + UNLOCK")):
+        small, big = s.summarize(ops[10][k]), s.summarize(ops[count][k])
+        s.table_row(label, s.cell(ops[10][k]), s.cell(ops[count][k]), f"{big[0] / small[0]:.2f}×")
+    for k, label in ((5, "git CLI: `clone --depth 1 --filter=tree:1` (floor of a cold GET)"),
+                     (6, "git CLI: `push` of one changed state (floor of a POST)")):
         small, big = s.summarize(ops[10][k]), s.summarize(ops[count][k])
         s.table_row(label, s.cell(ops[10][k]), s.cell(ops[count][k]), f"{big[0] / small[0]:.2f}×")
     mib = 1024 * 1024

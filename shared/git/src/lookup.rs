@@ -42,12 +42,34 @@ fn indexes() -> &'static Mutex<Indexes> {
     INDEXES.get_or_init(Default::default)
 }
 
-/// The entry at `path` (segments separated by `/`) in the tree of `commit`, or `None`.
+/// How far the cache's trees reach along a path (a partial cache holds only the trees that
+/// something read, DESIGN §9.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Every tree on the path is here: the entry at the path, or `None` when there is none.
+    Found(Option<Entry>),
+    /// The tree with this id, on the path, is not in the cache.
+    Lacks(ObjectId),
+}
+
+/// The entry at `path` (segments separated by `/`) in the tree of `commit`, or `None`; an error
+/// when a tree on the path is not in the cache (see [`reach`]).
 pub fn entry_at(
     repo: &gix::Repository,
     commit: ObjectId,
     path: &str,
 ) -> Result<Option<Entry>, StoreError> {
+    match reach(repo, commit, path)? {
+        Reach::Found(entry) => Ok(entry),
+        Reach::Lacks(tree) => Err(StoreError::Internal(format!(
+            "the tree {tree} on the path {path} of {commit} is not in the cache"
+        ))),
+    }
+}
+
+/// Walks `path` from the tree of `commit` (which must be in the cache) as far as the cache's
+/// trees go.
+pub fn reach(repo: &gix::Repository, commit: ObjectId, path: &str) -> Result<Reach, StoreError> {
     let mut tree = repo
         .find_commit(commit)
         .map_err(internal("reading a commit"))?
@@ -56,18 +78,21 @@ pub fn entry_at(
         .detach();
     let mut segments = path.split('/').peekable();
     while let Some(segment) = segments.next() {
+        if !repo.has_object(tree) {
+            return Ok(Reach::Lacks(tree));
+        }
         let Some(entry) = entry_in(repo, tree, segment.as_bytes())? else {
-            return Ok(None);
+            return Ok(Reach::Found(None));
         };
         if segments.peek().is_none() {
-            return Ok(Some(entry));
+            return Ok(Reach::Found(Some(entry)));
         }
         if entry.kind != EntryKind::Tree {
-            return Ok(None);
+            return Ok(Reach::Found(None));
         }
         tree = entry.id;
     }
-    Ok(None)
+    Ok(Reach::Found(None))
 }
 
 /// The entry `name` of the tree `tree`: from the index when the tree is indexed, else by a scan

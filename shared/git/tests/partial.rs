@@ -33,6 +33,9 @@ fn store(url: &str, cache: &Path, credentials: Option<Credentials>) -> RemoteSto
     .unwrap()
 }
 
+/// Folders of small states beside them, in folders of folders.
+const FOLDERS: [&str; 3] = ["teams/a", "teams/b", "other"];
+
 fn big_name(i: usize) -> String {
     format!("big-{i}.tfstate")
 }
@@ -59,8 +62,16 @@ fn seed(bare: &Path, scratch: &Path) -> Vec<(String, Vec<u8>)> {
     for i in 0..BIGS {
         files.push((big_name(i), noise(BIG_BYTES)));
     }
+    for folder in FOLDERS {
+        for i in 0..3 {
+            let content = format!("{{\"state\":\"{folder}/{i}\"}}");
+            files.push((format!("{folder}/s{i}.tfstate"), content.into_bytes()));
+        }
+    }
     for (path, content) in &files {
-        std::fs::write(work.join(path), content).unwrap();
+        let path = work.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
     }
     git(&work, &["add", "."]);
     git(&work, &["commit", "-q", "-m", "seed"]);
@@ -82,10 +93,20 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
-fn blob_id(bare: &Path, path: &str) -> String {
+/// The id of the blob or tree at `path` on `main`.
+fn object_id(bare: &Path, path: &str) -> String {
     git(bare, &["rev-parse", &format!("main:{path}")])
         .trim()
         .to_string()
+}
+
+/// The pack files in the cache repository.
+fn packs(cache: &Path) -> usize {
+    std::fs::read_dir(cache.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .count()
 }
 
 /// Whether the object is in the cache repository (read with the git CLI).
@@ -109,16 +130,47 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
         after_first < (BIG_BYTES / 4) as u64,
         "a cold read of a 2 KiB state left {after_first} bytes in the cache, next to {BIGS} states of {BIG_BYTES} bytes"
     );
-    assert!(cached(&dir, &blob_id(bare, SMALL)));
+    assert!(cached(&dir, &object_id(bare, SMALL)));
     for i in 0..BIGS {
         assert!(
-            !cached(&dir, &blob_id(bare, &big_name(i))),
+            !cached(&dir, &object_id(bare, &big_name(i))),
             "{} was fetched by a read of {SMALL}",
             big_name(i)
         );
     }
     // The cache stays shallow: one commit, the boundary recorded.
     assert!(dir.join("shallow").exists());
+    // Only the trees on the path read: the root tree, no folder's.
+    assert!(cached(&dir, &object_id(bare, "")));
+    for folder in ["teams", "teams/a", "other"] {
+        assert!(
+            !cached(&dir, &object_id(bare, folder)),
+            "the tree of {folder} was fetched by a read of {SMALL}"
+        );
+    }
+    // A state two folders down brings the trees on its path, not its neighbours.
+    let nested = "teams/a/s1.tfstate";
+    let snap = s.snapshot(&sp(nested)).await.expect("nested read");
+    assert_eq!(
+        snap.state.as_deref(),
+        Some(&b"{\"state\":\"teams/a/1\"}"[..])
+    );
+    for (folder, fetched) in [
+        ("teams", true),
+        ("teams/a", true),
+        ("teams/b", false),
+        ("other", false),
+    ] {
+        assert_eq!(
+            cached(&dir, &object_id(bare, folder)),
+            fetched,
+            "the tree of {folder} after reading {nested}"
+        );
+    }
+    assert!(!cached(&dir, &object_id(bare, "teams/a/s0.tfstate")));
+    // The trees and blobs fetched by id landed loose: the one pack is the tip's.
+    assert_eq!(packs(&dir), 1, "packs in the cache after two reads");
+    let after_first = dir_bytes(&dir);
 
     // Reading a second state adds its blob only.
     let big0 = big_name(0);
@@ -130,9 +182,9 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
         "reading one more state of {BIG_BYTES} bytes added {} bytes",
         after_second - after_first
     );
-    assert!(cached(&dir, &blob_id(bare, &big0)));
+    assert!(cached(&dir, &object_id(bare, &big0)));
     for i in 1..BIGS {
-        assert!(!cached(&dir, &blob_id(bare, &big_name(i))));
+        assert!(!cached(&dir, &object_id(bare, &big_name(i))));
     }
     // A warm read fetches nothing.
     s.snapshot(&sp(SMALL)).await.expect("warm read");
@@ -180,14 +232,33 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
         .await
         .expect("write on a partial cache");
     // A nested state too (a new subtree next to trees whose blobs are absent).
+    let written = s
+        .update_state(
+            &sp("team/nested.tfstate"),
+            Some(&written),
+            StateChange::Write(Bytes::from_static(b"nested")),
+            "Update nested by test",
+        )
+        .await
+        .expect("nested write on a partial cache");
+    // And a state in a folder whose tree the cache lacks: the trees on its path come first.
+    let unread = "teams/b/s2.tfstate";
+    assert!(!cached(&dir, &object_id(bare, "teams/b")));
     s.update_state(
-        &sp("team/nested.tfstate"),
+        &sp(unread),
         Some(&written),
-        StateChange::Write(Bytes::from_static(b"nested")),
-        "Update nested by test",
+        StateChange::Write(Bytes::from_static(b"unread")),
+        "Update unread by test",
     )
     .await
-    .expect("nested write on a partial cache");
+    .expect("a write in a folder the cache lacks");
+    let files: Vec<(String, Vec<u8>)> = files
+        .into_iter()
+        .map(|(path, content)| match path == unread {
+            true => (path, b"unread".to_vec()),
+            false => (path, content),
+        })
+        .collect();
     git(bare, &["fsck", "--strict", "--no-dangling"]);
     let clone = scratch.path().join("check");
     git(
@@ -209,7 +280,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
     }
     // The writes did not fetch the big blobs either.
     for i in [1, 3, 4, 5] {
-        assert!(!cached(&dir, &blob_id(bare, &big_name(i))));
+        assert!(!cached(&dir, &object_id(bare, &big_name(i))));
     }
 
     // Another cache (another process) reads what was written, partially too.
@@ -295,7 +366,7 @@ async fn falls_back_without_filter(url: &str, credentials: Option<Credentials>, 
     assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
     let dir = s.cache_dir();
     // Whole trees: the big blobs came too.
-    assert!(cached(&dir, &blob_id(bare, &big_name(0))));
+    assert!(cached(&dir, &object_id(bare, &big_name(0))));
     assert!(dir.join("shallow").exists());
     assert_eq!(fallback_logged(url), 1, "the fallback is logged once");
     // A second store (another request) on the same remote: not logged again.
@@ -333,6 +404,88 @@ async fn smart_http_without_filter_falls_back_to_whole_trees() {
         password: "s3cret".into(),
     };
     falls_back_without_filter(&http.url("plain"), Some(credentials), &bare).await;
+}
+
+/// How often the tree filter's refusal was logged for `url`.
+fn tree_filter_refusal_logged(url: &str) -> usize {
+    let logs = logs();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| l.contains("refuses the tree filter") && l.contains(url))
+        .count()
+}
+
+/// A server that offers `filter` but refuses tree filters (`uploadpackfilter.tree.allow`
+/// off, as a forge may): reads stay partial with `blob:none` (every tree, only the blobs read),
+/// the refusal is logged once per remote, and reads and writes work.
+async fn falls_back_without_tree_filter(url: &str, credentials: Option<Credentials>, bare: &Path) {
+    logs();
+    git(bare, &["config", "uploadpackfilter.tree.allow", "false"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let files = seed(bare, scratch.path());
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(url, cache.path(), credentials.clone());
+    let snap = s.snapshot(&sp("teams/a/s0.tfstate")).await.expect("read");
+    assert_eq!(
+        snap.state.as_deref(),
+        Some(&b"{\"state\":\"teams/a/0\"}"[..])
+    );
+    let dir = s.cache_dir();
+    // Every tree came (blob:none), but no blob the read did not need.
+    for folder in ["teams/b", "other"] {
+        assert!(cached(&dir, &object_id(bare, folder)), "{folder}");
+    }
+    assert!(!cached(&dir, &object_id(bare, &big_name(0))));
+    assert!(!cached(&dir, &object_id(bare, "teams/b/s0.tfstate")));
+    assert_eq!(
+        tree_filter_refusal_logged(url),
+        1,
+        "the refusal is logged once"
+    );
+    // Another cache of the same remote reads and writes, and nothing is logged again.
+    let other = tempfile::tempdir().unwrap();
+    let s2 = store(url, other.path(), credentials);
+    let snap = s2.snapshot(&sp(SMALL)).await.expect("read");
+    assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
+    s2.update_state(
+        &sp("other/s1.tfstate"),
+        snap.state_tip.as_ref(),
+        StateChange::Write(Bytes::from_static(b"2")),
+        "Update other by test",
+    )
+    .await
+    .expect("write");
+    assert_eq!(git(bare, &["show", "main:other/s1.tfstate"]), "2");
+    assert_eq!(
+        tree_filter_refusal_logged(url),
+        1,
+        "the refusal is logged once"
+    );
+    assert_eq!(
+        fallback_logged(url),
+        0,
+        "the remote still fetches partially"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_daemon_without_tree_filter_fetches_every_tree_and_only_the_blobs_read() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "no-trees");
+    let daemon = GitDaemon::start(repos.path());
+    falls_back_without_tree_filter(&daemon.url("no-trees"), None, &bare).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn smart_http_without_tree_filter_fetches_every_tree_and_only_the_blobs_read() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "no-trees");
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: "s3cret".into(),
+    };
+    falls_back_without_tree_filter(&http.url("no-trees"), Some(credentials), &bare).await;
 }
 
 /// The packet lines upload-pack sent or received, from the server's `GIT_TRACE_PACKET`.
@@ -414,11 +567,12 @@ async fn ls_refs_asks_only_for_the_refs_a_read_needs() {
             .any(|l| l == &format!("ref-prefix refs/heads/locks/{SMALL}")),
         "{asked:?}"
     );
-    assert!(asked.iter().any(|l| l == "filter blob:none"), "{asked:?}");
+    // A cold cache asks for the tips with their root trees only.
+    assert!(asked.iter().any(|l| l == "filter tree:1"), "{asked:?}");
     assert!(
         asked
             .iter()
-            .any(|l| l == &format!("want {}", blob_id(&bare, SMALL))),
+            .any(|l| l == &format!("want {}", object_id(&bare, SMALL))),
         "the state's blob is asked for by id: {asked:?}"
     );
     let listed_others = sent.iter().filter(|l| l.contains("locks/other-")).count();

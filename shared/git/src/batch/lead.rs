@@ -109,7 +109,7 @@ fn lead(
     let refs = QueueRefs::new(store.state_ref());
     let chosen = choose(batch, listing, &own, &withdrawn);
     let fetch_started = Instant::now();
-    let Some(Loaded { tip, repo, pending }) = load(store, &session, chosen, queue)? else {
+    let Some(Loaded { tip, repo, pending }) = load(store, &session, batch, chosen, queue)? else {
         return Ok(Round::lost(batch, queue));
     };
     let fetching = fetch_started.elapsed();
@@ -199,6 +199,7 @@ struct Loaded {
 fn load(
     store: &Target,
     session: &ReceivePack,
+    batch: &Batch,
     mut chosen: Vec<(String, ObjectId, Option<usize>)>,
     queue: bool,
 ) -> Result<Option<Loaded>, StoreError> {
@@ -228,7 +229,25 @@ fn load(
             return Ok(None);
         }
     }
-    Ok(Some(Loaded { tip, repo, pending }))
+    let Some(tip) = tip else {
+        return Ok(Some(Loaded { tip, repo, pending }));
+    };
+    // The chain edits the tip's trees on every path it writes: a partial cache may lack some.
+    let files: Vec<(ObjectId, &str)> = pending
+        .iter()
+        .filter_map(|f: &Foreign| f.write.as_ref().ok())
+        .map(|write| write.path.as_str())
+        .chain(batch.iter().map(|(write, _)| write.path.as_str()))
+        .map(|path| (tip, path))
+        .collect();
+    cache.ensure_paths(store.endpoint(), &files, false)?;
+    // A fresh handle: it sees what that fetched.
+    let repo = cache.repo().with_object_memory();
+    Ok(Some(Loaded {
+        tip: Some(tip),
+        repo,
+        pending,
+    }))
 }
 
 /// The chain a leading round builds on the tip: one commit per write whose conditions hold.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
-use super::mode::{fetch_mode, set_fetch_mode, FetchMode};
+use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::{Cache, FETCHED};
 use crate::plumbing::fetchpack::{NotOffered, UploadPack};
 use crate::plumbing::sessions;
@@ -71,8 +71,9 @@ impl Cache {
     /// One attempt of [`Cache::refresh_reading`]; `None` when the cache was locked by another
     /// process.
     ///
-    /// A request cache fetches partially (protocol v2, `filter blob:none`, then blobs by id)
-    /// when the remote offers it; otherwise, and for the history cache, whole trees through
+    /// A request cache fetches partially (protocol v2 with `filter`: a new tip with its root
+    /// tree, then the trees and blobs on the paths read, by id; see `partial.rs`) when the
+    /// remote offers it; otherwise, and for the history cache, whole trees through
     /// gix's fetch. Which one is decided on the first fetch from a remote in this process.
     fn refresh_once(
         &self,
@@ -84,7 +85,7 @@ impl Cache {
             .iter()
             .map(|n| n.strip_suffix('*').unwrap_or(n))
             .collect();
-        if self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial) {
+        if self.shallow && fetches_partially(&endpoint.display) {
             // Over HTTP a session kept from an earlier request needs no new capability
             // advertisement: a warm read is one request (`ls-refs`, with this request's
             // credentials: the authorization check).
@@ -102,7 +103,7 @@ impl Cache {
         if self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
             match UploadPack::connect(endpoint)? {
                 Ok(mut session) if session.offers("filter") && session.offers("shallow") => {
-                    set_fetch_mode(&endpoint.display, FetchMode::Partial, None);
+                    set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);
                     let listed = session.ls_refs(&prefixes)?;
                     return self.refresh_partial(session, endpoint, names, listed, file);
                 }
@@ -113,9 +114,17 @@ impl Cache {
                         NotOffered::Feature("shallow")
                     };
                     session.finish();
-                    set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why));
+                    set_fetch_mode(
+                        &endpoint.display,
+                        FetchMode::Whole,
+                        Some(&why as &dyn std::fmt::Display),
+                    );
                 }
-                Err(why) => set_fetch_mode(&endpoint.display, FetchMode::Whole, Some(&why)),
+                Err(why) => set_fetch_mode(
+                    &endpoint.display,
+                    FetchMode::Whole,
+                    Some(&why as &dyn std::fmt::Display),
+                ),
             }
         }
         self.refresh_whole(endpoint, names)

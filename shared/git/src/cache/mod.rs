@@ -4,18 +4,21 @@
 //! must send. One [`CacheHandle`] per remote per process, shared by all requests; fetches into a
 //! generation are serialized.
 //!
-//! What a request cache holds (DESIGN §9): for each tip it has, the commit and **all its trees**
-//! (a reader that finds the tip commit may skip the fetch); blobs only when the server offers no
-//! partial fetch (protocol v2 with `filter`), otherwise only the blobs something read, fetched by
-//! id (`want <blob>`) when a read finds one missing. Blobs are kept by id, so a later read of
-//! another state at the same or a later tip adds only its blob. Nothing a push builds reads a
-//! blob it does not write (see `objects::state_commit`). The `shallow` file lists the depth-1
-//! boundary, as gix's fetch writes it; tracking refs `refs/cache/…` point at the tips fetched or
-//! pushed (the `have`s of the next fetch).
+//! What a request cache holds (DESIGN §9.5): for each tip it has, the commit and its root tree;
+//! every other tree and blob only where something read, wrote or pushed it. Over protocol v2
+//! with `filter` a new tip comes with its root tree only, a moved one with the trees that
+//! changed, and the trees and blob on a path by id (`partial.rs`), so every use of a path makes
+//! its trees present first ([`Cache::ensure_paths`]). Without partial fetch the tip comes with
+//! its whole tree (`whole.rs`). Objects are kept by id, so a later read of another state at the
+//! same or a later tip adds only what is new on its path. Nothing a push builds reads a tree or
+//! blob off the path it writes (see `objects::state_commit`). The `shallow` file lists the
+//! depth-1 boundary, as gix's fetch writes it; tracking refs `refs/cache/…` point at the tips
+//! fetched or pushed (the `have`s of the next fetch).
 //!
-//! gix cannot repack, and every fetch adds a pack: a long-running process would collect packs
-//! without end. So a generation that has grown past its budget is retired: new requests get a
-//! fresh, empty generation (its first fetch brings the tip tree again, shallow), requests in
+//! gix cannot repack, and every fetch of a tip adds a pack (a small fetch by id lands loose,
+//! `loose.rs`): a long-running process would collect packs and objects without end. So a
+//! generation that has grown past its budget is retired: new requests get a
+//! fresh, empty generation (its first fetch brings the tip again, shallow), requests in
 //! flight finish on the old one, which is deleted when the last of them lets go. A generation
 //! belongs to one process (its pid is in the name), so no process ever deletes a directory
 //! another one uses; directories of processes that are gone are removed at start.
@@ -24,7 +27,8 @@
 //! `generations.rs` the process-wide handle of a remote, the budget that retires a generation
 //! and the cache root's permissions; `fetch.rs` the entry of every read (which of the two
 //! strategies a remote gets, remembered per process); `partial.rs` the protocol-v2 partial
-//! fetch (tips without blobs, blobs by id); `whole.rs` the fetch of whole trees through gix;
+//! fetch (tips with their root trees, the paths by id); `loose.rs` how a fetch by id lands;
+//! `whole.rs` the fetch of whole trees through gix;
 //! `shallow.rs` the depth-1 boundary file; `pushed.rs` the record of what this process pushed.
 //! The pool of kept upload-pack sessions is `plumbing::sessions`.
 
@@ -44,6 +48,7 @@ use crate::plumbing::transport::Endpoint;
 
 mod fetch;
 mod generations;
+mod loose;
 mod mode;
 mod partial;
 mod pushed;
@@ -67,7 +72,8 @@ pub struct Cache {
     write_lock: Mutex<()>,
     /// Packs received by fetches into this generation.
     packs: AtomicUsize,
-    /// Pushes recorded into this generation (each adds a few loose objects).
+    /// Pushes recorded, and fetches by id written loose, into this generation (each adds a few
+    /// loose objects).
     recorded: AtomicUsize,
     /// Bytes this generation took on disk, as far as it wrote them: fetched packs, and recorded
     /// objects counted uncompressed in whole 4 KiB blocks (an upper bound of their loose files).
@@ -225,11 +231,22 @@ impl Cache {
     /// Counts a pack fetched into this cache (`pack`: the file written, when the pack held
     /// objects), for the cache's budget and the metrics; marks this thread's read as a miss.
     pub(super) fn fetched_pack(&self, kind: &'static str, pack: Option<&Path>) {
-        self.packs.fetch_add(1, Ordering::Relaxed);
-        FETCHED.with(|f| f.set(true));
         let bytes = pack
             .and_then(|p| std::fs::metadata(p).ok())
             .map_or(0, |m| m.len());
+        self.fetched(kind, bytes, true);
+    }
+
+    /// Counts a fetch of `bytes` into this cache, as a pack or as loose objects (which count
+    /// with the recorded pushes), for the cache's budget and the metrics; marks this thread's
+    /// read as a miss.
+    pub(super) fn fetched(&self, kind: &'static str, bytes: u64, pack: bool) {
+        if pack {
+            self.packs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.recorded.fetch_add(1, Ordering::Relaxed);
+        }
+        FETCHED.with(|f| f.set(true));
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         metrics::counter!(gitstate_core::metrics::GIT_FETCHES, "kind" => kind).increment(1);
         metrics::counter!(gitstate_core::metrics::GIT_FETCHED_BYTES, "kind" => kind)

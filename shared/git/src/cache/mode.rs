@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use crate::plumbing::fetchpack::NotOffered;
-
 /// How the request caches of a remote fetch: decided on the first fetch from it in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum FetchMode {
-    /// Protocol v2 with `filter`: commits and trees first, blobs by id when read.
-    Partial,
+    /// Protocol v2 with `filter`, tree filters allowed: a new tip comes with its root tree
+    /// only (`filter tree:1`), and the trees and blob on a read's path by id (`filter tree:0`).
+    Treeless,
+    /// Protocol v2 with `filter`, but the server refuses tree filters (some forges allow only
+    /// `blob:none`): a new tip comes with all its trees, blobs by id when read.
+    Blobless,
     /// Whole trees through gix's fetch (protocol v0/v1, or v2 without `filter`).
     Whole,
 }
@@ -28,14 +30,38 @@ pub(super) fn fetch_mode(url: &str) -> Option<FetchMode> {
         .and_then(|modes| modes.get(url).copied())
 }
 
-/// Records the fetch mode of `url`; the first time it is [`FetchMode::Whole`], says why at info
-/// (once per remote and process).
-pub(super) fn set_fetch_mode(url: &str, mode: FetchMode, why: Option<&NotOffered>) {
+/// Whether the request caches of `url` fetch partially (objects by id; [`FetchMode::Treeless`]
+/// or [`FetchMode::Blobless`]).
+pub(super) fn fetches_partially(url: &str) -> bool {
+    matches!(
+        fetch_mode(url),
+        Some(FetchMode::Treeless | FetchMode::Blobless)
+    )
+}
+
+/// Records the fetch mode of `url`; the first time it is [`FetchMode::Whole`] or
+/// [`FetchMode::Blobless`], says why at info (once per remote and process). A remote found to
+/// refuse tree filters stays [`FetchMode::Blobless`].
+pub(super) fn set_fetch_mode(url: &str, mode: FetchMode, why: Option<&dyn std::fmt::Display>) {
     let Ok(mut modes) = fetch_modes().lock() else {
         return;
     };
-    if modes.insert(url.to_owned(), mode) != Some(mode) && mode == FetchMode::Whole {
-        let why = why.map(ToString::to_string).unwrap_or_default();
-        tracing::info!(remote = %url, reason = %why, "the git server offers no partial fetch (protocol v2 with filter): cold reads fetch whole trees");
+    let before = modes.get(url).copied();
+    if before == Some(FetchMode::Blobless) && mode == FetchMode::Treeless {
+        return;
+    }
+    modes.insert(url.to_owned(), mode);
+    if before == Some(mode) {
+        return;
+    }
+    let why = why.map(ToString::to_string).unwrap_or_default();
+    match mode {
+        FetchMode::Whole => {
+            tracing::info!(remote = %url, reason = %why, "the git server offers no partial fetch (protocol v2 with filter): cold reads fetch whole trees")
+        }
+        FetchMode::Blobless => {
+            tracing::info!(remote = %url, reason = %why, "the git server refuses the tree filter: cold reads fetch every tree of the tip (filter blob:none)")
+        }
+        FetchMode::Treeless => {}
     }
 }

@@ -1,22 +1,27 @@
-//! The partial fetch over protocol v2: tips with their commits and trees at depth 1 and no
-//! blobs (`filter blob:none`), then the blobs a read needs, by id, over a kept session.
+//! The partial fetch over protocol v2 (DESIGN §9.5): a tip the cache has never seen comes with
+//! its commit and root tree only (depth 1, `filter tree:1`), a tip that moved with the trees
+//! that changed (`filter blob:none`, the old tip as `have`); then the trees and the blob on each
+//! path a request reads or writes come by id (`filter tree:0`), one level per request, over a
+//! kept session. A server that refuses tree filters is fetched with `blob:none` throughout.
 
 use std::collections::HashMap;
 
 use gitstate_core::StoreError;
+use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
-use super::mode::{fetch_mode, FetchMode};
+use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::shallow::{read_shallow, write_shallow};
 use super::{all_arrived, ref_matches};
 use super::{tracking_ref, Cache};
+use crate::lookup::{reach, Reach};
 use crate::plumbing::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
 use crate::plumbing::sessions;
 use crate::plumbing::transport::Endpoint;
 
 impl Cache {
     /// The partial fetch over a protocol-v2 `session`: `ls-refs` for `names` only, the missing
-    /// tips with their trees (depth 1, no blobs), then the blobs `file` names.
+    /// tips (depth 1), then the trees and blob on the path `file` names of each.
     pub(super) fn refresh_partial(
         &self,
         mut session: UploadPack,
@@ -37,13 +42,12 @@ impl Cache {
         {
             return Ok(None);
         }
-        let blobs = self.missing_blobs(
-            tips.iter()
-                .filter_map(|(name, tip)| file(name).map(|path| (*tip, path))),
-        )?;
-        if !blobs.is_empty() {
-            self.fetch_ids(&mut session, endpoint, blobs)?;
-        }
+        let files: Vec<(ObjectId, String)> = tips
+            .iter()
+            .filter_map(|(name, tip)| file(name).map(|path| (*tip, path)))
+            .collect();
+        let files: Vec<(ObjectId, &str)> = files.iter().map(|(c, p)| (*c, p.as_str())).collect();
+        self.complete(&mut session, endpoint, &files, true)?;
         sessions::keep(endpoint, session);
         Ok(Some(tips))
     }
@@ -120,16 +124,27 @@ impl Cache {
             .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
             .filter(|id| repo.has_object(id))
             .collect();
-        let fetched = session.fetch(
-            &FetchRequest {
-                wants: missing.clone(),
-                haves,
-                shallow: shallow.clone(),
-                deepen: Some(1),
-                filter: Some("blob:none".into()),
-            },
-            &self.pack_dir(),
-        )?;
+        // A tip never seen comes with its root tree only; a moved one (or pending commits,
+        // whose trees are read whole) with the trees that changed.
+        let root_only = haves.is_empty()
+            && roots.is_empty()
+            && fetch_mode(&endpoint.display) == Some(FetchMode::Treeless);
+        let mut request = FetchRequest {
+            wants: missing.clone(),
+            haves,
+            shallow: shallow.clone(),
+            deepen: Some(1),
+            filter: Some(if root_only { "tree:1" } else { "blob:none" }.into()),
+        };
+        let fetched = match session.fetch(&request, &self.pack_dir()) {
+            Err(e) if root_only && refuses_tree_filter(&e) => {
+                set_fetch_mode(&endpoint.display, FetchMode::Blobless, Some(&e));
+                *session = reconnect(endpoint)?;
+                request.filter = Some("blob:none".into());
+                session.fetch(&request, &self.pack_dir())?
+            }
+            fetched => fetched?,
+        };
         // A fresh handle: it sees the pack just written.
         let repo = self.repo();
         // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
@@ -207,22 +222,38 @@ impl Cache {
         }
     }
 
-    /// Makes sure the blob at each `(commit, path)` (commits in the cache) is in the cache,
-    /// fetching the missing ones by id in one protocol-v2 request. Nothing to do for a cache
-    /// that fetches whole trees, nor for a path that holds no file.
+    /// Makes sure the file at each `(commit, path)` (commits in the cache), and the trees on
+    /// its path, are in the cache, fetching what lacks by id (see [`Cache::ensure_paths`]).
     pub fn ensure_files(
         &self,
         endpoint: &Endpoint,
         files: &[(ObjectId, &str)],
     ) -> Result<(), StoreError> {
-        let blobs = self.missing_blobs(files.iter().map(|(c, p)| (*c, p.to_string())))?;
-        self.fetch_by_id(endpoint, blobs)
+        self.ensure_paths(endpoint, files, true)
+    }
+
+    /// Makes sure the trees on each `(commit, path)` (commits in the cache) are in the cache,
+    /// and with `blobs` the file at the path too: what a partial cache lacks comes by id, one
+    /// request per level of the paths. Nothing to do for a cache that fetches whole trees, nor
+    /// past a path that ends early (no such entry, or a file where a folder would be).
+    pub fn ensure_paths(
+        &self,
+        endpoint: &Endpoint,
+        files: &[(ObjectId, &str)],
+        blobs: bool,
+    ) -> Result<(), StoreError> {
+        if self.lacking(files, blobs)?.is_empty() {
+            return Ok(());
+        }
+        self.with_session(endpoint, |session| {
+            self.complete(session, endpoint, files, blobs)
+        })
     }
 
     /// Whether this cache fetches objects by id from `endpoint` (a request cache of a remote
     /// that offers partial fetch, DESIGN §9.5).
     pub fn fetches_by_id(&self, endpoint: &Endpoint) -> bool {
-        self.shallow && fetch_mode(&endpoint.display) == Some(FetchMode::Partial)
+        self.shallow && fetches_partially(&endpoint.display)
     }
 
     /// Fetches the objects `ids` (with everything they reference: a commit comes with its
@@ -233,8 +264,20 @@ impl Cache {
         if ids.is_empty() {
             return Ok(());
         }
+        self.with_session(endpoint, |session| {
+            self.fetch_ids(session, endpoint, ids.clone(), None)
+        })
+    }
+
+    /// Runs `work` over a kept protocol-v2 session of `endpoint`, or a new one when there is
+    /// none or the kept one fails, and keeps the session afterwards.
+    fn with_session(
+        &self,
+        endpoint: &Endpoint,
+        work: impl Fn(&mut UploadPack) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         if let Some(mut session) = sessions::take(endpoint) {
-            match self.fetch_ids(&mut session, endpoint, ids.clone()) {
+            match work(&mut session) {
                 Ok(()) => {
                     sessions::keep(endpoint, session);
                     return Ok(());
@@ -244,31 +287,68 @@ impl Cache {
                 }
             }
         }
-        match UploadPack::connect(endpoint)? {
-            Ok(mut session) => {
-                self.fetch_ids(&mut session, endpoint, ids)?;
-                sessions::keep(endpoint, session);
-                Ok(())
+        let mut session = reconnect(endpoint)?;
+        work(&mut session)?;
+        sessions::keep(endpoint, session);
+        Ok(())
+    }
+
+    /// Fetches over `session`, level by level, what the cache lacks on the paths `files`
+    /// (see [`Cache::ensure_paths`]).
+    fn complete(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        files: &[(ObjectId, &str)],
+        blobs: bool,
+    ) -> Result<(), StoreError> {
+        let levels = files
+            .iter()
+            .map(|(_, path)| path.split('/').count())
+            .max()
+            .unwrap_or(0);
+        // Each round brings at least the next level of every path that lacks one.
+        for _ in 0..=levels {
+            let wants = self.lacking(files, blobs)?;
+            if wants.is_empty() {
+                return Ok(());
             }
-            Err(why) => Err(StoreError::Remote(format!(
-                "the cache of {} lacks {} object(s) it needs and cannot fetch them by id: {why}",
-                endpoint.display,
-                ids.len()
+            let filter = match fetch_mode(&endpoint.display) {
+                Some(FetchMode::Treeless) => "tree:0",
+                _ => "blob:none",
+            };
+            match self.fetch_ids(session, endpoint, wants.clone(), Some(filter)) {
+                Err(e) if filter == "tree:0" && refuses_tree_filter(&e) => {
+                    set_fetch_mode(&endpoint.display, FetchMode::Blobless, Some(&e));
+                    *session = reconnect(endpoint)?;
+                    self.fetch_ids(session, endpoint, wants, Some("blob:none"))?;
+                }
+                fetched => fetched?,
+            }
+        }
+        match self.lacking(files, blobs)?.first() {
+            None => Ok(()),
+            Some(id) => Err(StoreError::Remote(format!(
+                "{} did not send the object {id} on a path asked for",
+                endpoint.display
             ))),
         }
     }
 
-    /// The blobs at `files` (commit, path) the cache lacks; the commits and their trees must
-    /// be in the cache.
-    fn missing_blobs(
+    /// The objects the cache lacks to read `files` (commit, path; the commits in the cache):
+    /// the first missing tree on each path, and with `blobs` the file at its end.
+    fn lacking(
         &self,
-        files: impl Iterator<Item = (ObjectId, String)>,
+        files: &[(ObjectId, &str)],
+        blobs: bool,
     ) -> Result<Vec<ObjectId>, StoreError> {
         let repo = self.repo();
         let mut missing = Vec::new();
         for (commit, path) in files {
-            let Some(id) = crate::objects::file_id(&repo, commit, &path)? else {
-                continue;
+            let id = match reach(&repo, *commit, path)? {
+                Reach::Lacks(tree) => tree,
+                Reach::Found(Some(entry)) if blobs && is_file(entry.kind) => entry.id,
+                Reach::Found(_) => continue,
             };
             if !repo.has_object(id) && !missing.contains(&id) {
                 missing.push(id);
@@ -277,13 +357,14 @@ impl Cache {
         Ok(missing)
     }
 
-    /// Fetches `blobs` (any objects) by id over `session` (no filter, no depth: the server sends
-    /// just them, with what they reference).
+    /// Fetches `blobs` (any objects) by id over `session`, no depth: the server sends them, and
+    /// what they reference as far as `filter` lets it (`tree:0`: nothing more).
     fn fetch_ids(
         &self,
         session: &mut UploadPack,
         endpoint: &Endpoint,
         blobs: Vec<ObjectId>,
+        filter: Option<&str>,
     ) -> Result<(), StoreError> {
         let _guard = self
             .write_lock
@@ -297,14 +378,14 @@ impl Cache {
         if wants.is_empty() {
             return Ok(()); // another request brought them meanwhile
         }
-        let fetched = session.fetch(
+        self.fetch_into_store(
+            session,
             &FetchRequest {
                 wants: wants.clone(),
+                filter: filter.map(str::to_owned),
                 ..Default::default()
             },
-            &self.pack_dir(),
         )?;
-        self.fetched_pack("blobs", fetched.pack.as_deref());
         let repo = self.repo();
         for id in &wants {
             if !repo.has_object(id) {
@@ -316,6 +397,29 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// Whether an entry of this kind is a file (a blob).
+fn is_file(kind: EntryKind) -> bool {
+    matches!(kind, EntryKind::Blob | EntryKind::BlobExecutable)
+}
+
+/// A new protocol-v2 session with `endpoint` (after an error ended the last one).
+fn reconnect(endpoint: &Endpoint) -> Result<UploadPack, StoreError> {
+    UploadPack::connect(endpoint)?.map_err(|why| {
+        StoreError::Remote(format!(
+            "{} cannot be fetched from by id: {why}",
+            endpoint.display
+        ))
+    })
+}
+
+/// Whether the server refused a fetch for its tree filter (git's upload-pack answers
+/// `ERR filter 'tree' not supported` when `uploadpackfilter.tree.allow` is off, or the depth
+/// is above `uploadpackfilter.tree.maxDepth`).
+fn refuses_tree_filter(error: &StoreError) -> bool {
+    let text = error.to_string();
+    text.contains("filter 'tree'")
 }
 
 /// Whether `id` is a commit in `repo` without parents.

@@ -127,7 +127,7 @@ impl Cache {
 /// to whole 4 KiB blocks: loose objects are compressed, but a small one still takes a block).
 /// Concurrent readers take "the tip commit is here" to mean "its whole tree is here" (that is how
 /// a fetch is skipped), so no object may appear before those it references.
-fn write_objects(
+pub(super) fn write_objects(
     repo: &gix::Repository,
     objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
 ) -> Result<u64, StoreError> {

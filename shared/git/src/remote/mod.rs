@@ -177,9 +177,15 @@ impl RemoteStore {
     /// still holds an object the remote has since dropped.
     fn build(
         &self,
+        base: Option<ObjectId>,
         file: &str,
         make: impl FnOnce(&gix::Repository) -> Result<ObjectId, StoreError>,
     ) -> Result<Outgoing, StoreError> {
+        if let Some(base) = base {
+            // The commit edits the trees on the path: a partial cache may lack some.
+            self.cache()?
+                .ensure_paths(&self.target.endpoint, &[(base, file)], false)?;
+        }
         let repo = self.cache()?.repo().with_object_memory();
         let commit = make(&repo)?;
         let objects = pack_objects(repo, &[(commit, file)], &[])?;
@@ -216,7 +222,7 @@ impl RemoteStore {
         change: &StateChange,
         message: &str,
     ) -> Result<Revision, StoreError> {
-        let outgoing = self.build(path.as_str(), |repo| {
+        let outgoing = self.build(base, path.as_str(), |repo| {
             state_commit(repo, base, path.as_str(), change, message)
         })?;
         let null = ObjectId::null(gix::hash::Kind::Sha1);
@@ -360,7 +366,7 @@ impl BlockingStore for RemoteStore {
     ) -> Result<LockCreate, StoreError> {
         let lock_ref = path.lock_ref();
         let lock_file = path.lock_file();
-        let outgoing = self.build(&lock_file, |repo| {
+        let outgoing = self.build(None, &lock_file, |repo| {
             lock_commit(repo, &lock_file, content, message)
         })?;
         let update = RefUpdate {

@@ -332,7 +332,7 @@ impl RemoteStore {
         change: &StateChange,
         message: &str,
     ) -> Result<Revision, StoreError> {
-        let Outgoing { commit, objects } = self.build(path.as_str(), |repo| {
+        let Outgoing { commit, objects } = self.build(Some(base), path.as_str(), |repo| {
             state_commit(repo, Some(base), path.as_str(), change, message)
         })?;
         let updates = [
