@@ -161,3 +161,148 @@ fn the_web_page_in_a_real_browser_shows_states_and_the_lock_holder() {
         "{text}"
     );
 }
+
+/// A state body gitstate accepts for `path` (its own lineage, serial 1, no resources).
+fn small_state(path: &str) -> String {
+    serde_json::json!({
+        "version": 4,
+        "terraform_version": "1.15.5",
+        "serial": 1,
+        "lineage": format!("lineage-{path}"),
+        "outputs": {},
+        "resources": []
+    })
+    .to_string()
+}
+
+/// `GET url`: status, `X-Total-Count`, the `rel="next"` target of `Link`, and the body.
+fn listing_page(url: &str) -> (u16, Option<usize>, Option<String>, serde_json::Value) {
+    let response = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .unwrap();
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let total = header("x-total-count").map(|t| t.parse().unwrap());
+    let next = header("link").map(|link| {
+        assert!(link.ends_with("; rel=\"next\""), "{link}");
+        link.trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_owned()
+    });
+    let body = response.text().unwrap();
+    (
+        status,
+        total,
+        next,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The paths of a `/_/states` page.
+fn paths_of(rows: &serde_json::Value) -> Vec<String> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_states_come_page_by_page_with_their_count_in_the_api_and_the_web_page() {
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&[], &[], cwd.path());
+    let mut all: Vec<String> = (0..3)
+        .map(|i| format!("apps/a{i}.tfstate"))
+        .chain((0..4).map(|i| format!("envs/e{i}.tfstate")))
+        .collect();
+    for path in &all {
+        let url = server.state_url("default", path);
+        let (status, body) = http("POST", &url, Some(&small_state(path)), None).unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    all.sort();
+    let base = server.base_url();
+
+    // The API: three at a time, each page counting all seven, the Link header leading on.
+    let mut url = format!("{base}/_/states/default?limit=3");
+    let mut listed = Vec::new();
+    let mut pages = 0;
+    loop {
+        let (status, total, next, rows) = listing_page(&url);
+        assert_eq!(status, 200, "{url}");
+        assert_eq!(total, Some(7), "{url}");
+        assert!(rows.as_array().unwrap().len() <= 3);
+        listed.extend(paths_of(&rows));
+        pages += 1;
+        match next {
+            Some(next) => url = format!("{base}{next}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        listed, all,
+        "the pages, one after another, list every state once"
+    );
+    assert_eq!(pages, 3);
+    // A prefix: that folder's states and their count.
+    let (status, total, next, rows) =
+        listing_page(&format!("{base}/_/states/default?prefix=apps/"));
+    assert_eq!((status, total, next), (200, Some(3), None));
+    assert_eq!(paths_of(&rows), all[..3]);
+    // A bad limit is a 400 that says why.
+    let (status, body) = http(
+        "GET",
+        &format!("{base}/_/states/default?limit=0"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("limit must be a number from 1 to"), "{body}");
+
+    // The web page: the count, the first page, and a link to the next one.
+    let first = format!("{base}/_/ui?repo=default&limit=3");
+    screenshot(&first, "index-paged.png");
+    let dom = browse(&first, "--dump-dom");
+    let text = text_of(&dom);
+    assert!(text.contains("7 states"), "{text}");
+    for path in &all[..3] {
+        assert!(
+            text.contains(path.as_str()),
+            "{path} not on the first page: {text}"
+        );
+    }
+    assert!(!text.contains(all[3].as_str()), "{text}");
+    let next = dom
+        .split("\">Next page")
+        .next()
+        .and_then(|before| before.rsplit("href=\"").next())
+        .expect("a link to the next page")
+        .replace("&amp;", "&");
+    let text = text_of(&browse(&format!("{base}{next}"), "--dump-dom"));
+    for path in &all[3..6] {
+        assert!(
+            text.contains(path.as_str()),
+            "{path} not on the second page: {text}"
+        );
+    }
+    assert!(!text.contains(all[0].as_str()), "{text}");
+    assert!(text.contains("First page"), "{text}");
+    // Filtered by folder: its count.
+    let text = text_of(&browse(
+        &format!("{base}/_/ui?repo=default&prefix=envs/"),
+        "--dump-dom",
+    ));
+    assert!(text.contains("4 states under envs/"), "{text}");
+}

@@ -16,7 +16,9 @@ serve` with an empty cache directory (a new Lambda container):
   git CLI floors  what git itself takes on the same server for the objects a cold GET fetches
                   (`clone --bare --depth 1 --filter=tree:1`) and a POST pushes (`push` of a
                   commit changing one state; serial 0, below every serial the POSTs write)
-Then, once per repository: `GET /_/states/default` (3 runs: time and bytes), and for the big one
+Then, once per repository, pages of `GET /_/states/default` on a fresh server: its first request
+(the history cache fetched), the first page (1,000), a page of 100 from the middle, a folder's
+page of 100 (5 runs each, warm; time and bytes; the count checked), and for the big one
 a reconcile loop: one process reading --reconcile different states in turn (first and last 10 %
 of the reads, packs and bytes in the cache at the end).
 
@@ -24,6 +26,7 @@ Usage: scripts/bench many-states [--states 50000] [--layouts folders,flat] [--fo
                                  [--runs 15] [--reconcile 2000] [--gitstate BIN]
 Prints one markdown table per configuration: medians (min–max) and the ratio to 10 states.
 """
+import http.client
 import json
 import os
 import random
@@ -144,19 +147,43 @@ def git_floor(root, remote, path, body, run):
     return cold, push
 
 
-def listing(binary, root, remote):
-    """(ms samples, bytes) of `GET /_/states/default` on a server that has read nothing yet."""
+def listing(binary, root, remote, count, layout, folders):
+    """{label: (ms samples, bytes of the last answer)} of `/_/states/default` pages on a server
+    that has read nothing yet: its first request (the history cache fetched), then warm: the
+    first page (1,000), a page of 100 from the middle, a folder's (or a name prefix's) page of
+    100. Each answer's `X-Total-Count` is checked."""
     cache = os.path.join(root, "cache-listing")
     server = s.Gitstate(binary, ["--repository", f"default={remote}", "--cache-dir", cache],
                         s.git_credentials_env("warn"), root, log="gitstate.log")
+    middle = state_path(count // 2, layout, folders)
+    prefix = (state_path(count // 2, layout, folders).split("/")[0] + "/" if layout == "folders"
+              else middle[:4])
+    pages = [
+        ("first request (history cache fetched)", "/_/states/default", 1, count),
+        ("first page (1,000)", "/_/states/default", 5, count),
+        ("a page of 100 after the middle", f"/_/states/default?after={middle}&limit=100", 5,
+         count),
+        (f"`prefix={prefix}`, 100", f"/_/states/default?prefix={prefix}&limit=100", 5, None),
+    ]
     try:
-        client = server.client()
-        samples, size = [], 0
-        for _ in range(3):
-            took, body = client.timed("GET", "/_/states/default")
-            samples.append(took)
-            size = len(body)
-        return samples, size
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+        results = {}
+        for label, url, runs, total in pages:
+            samples, size = [], 0
+            for _ in range(runs):
+                start = time.perf_counter()
+                conn.request("GET", url)
+                response = conn.getresponse()
+                body = response.read()
+                samples.append(s.ms_since(start))
+                if response.status != 200:
+                    raise SystemExit(f"{url}: {response.status} {body[:200]!r}")
+                counted = int(response.getheader("X-Total-Count", "-1"))
+                if total is not None and counted != total:
+                    raise SystemExit(f"{url}: X-Total-Count {counted}, expected {total}")
+                size = len(body)
+            results[label] = (samples, size)
+        return results
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
@@ -199,7 +226,8 @@ def configuration(binary, root, githttp, count, layout, args):
             for column, value in zip(ops[n], (*timings, size, *floor)):
                 column.append(value)
         s.log(f"many-states: {layout} {count}: run {run + 1}/{args.runs}")
-    lists = {n: listing(binary, root, remote) for n, remote in names.items()}
+    lists = {n: listing(binary, root, remote, n, layout, args.folders)
+             for n, remote in names.items()}
 
     print(f"### {count} states, layout {layout}" + (f" ({args.folders} folders)" if layout == "folders" else ""))
     print()
@@ -218,10 +246,11 @@ def configuration(binary, root, githttp, count, layout, args):
     small, big = s.summarize(ops[10][4]), s.summarize(ops[count][4])
     s.table_row("cache on disk after them (MiB)", f"{small[0] / mib:.2f}", f"{big[0] / mib:.2f}",
                 f"{big[0] / small[0]:.2f}×")
-    (small_ms, small_bytes), (big_ms, big_bytes) = lists[10], lists[count]
-    s.table_row("`GET /_/states/default` (bytes)", f"{s.cell(small_ms)} ({small_bytes:,})",
-                f"{s.cell(big_ms)} ({big_bytes:,})",
-                f"{s.summarize(big_ms)[0] / s.summarize(small_ms)[0]:.2f}×")
+    for (label, (small_ms, small_bytes)), (big_ms, big_bytes) in zip(lists[10].items(),
+                                                                      lists[count].values()):
+        s.table_row(f"`GET /_/states`: {label} (bytes)", f"{s.cell(small_ms)} ({small_bytes:,})",
+                    f"{s.cell(big_ms)} ({big_bytes:,})",
+                    f"{s.summarize(big_ms)[0] / s.summarize(small_ms)[0]:.2f}×")
     print()
     if args.reconcile:
         samples, pack_count, size = reconcile(binary, root, names[count], count, args.reconcile,

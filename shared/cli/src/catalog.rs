@@ -7,8 +7,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use gitstate_app::Settings;
 use gitstate_catalog::DynamoCatalog;
-use gitstate_core::StatePath;
 use gitstate_core::{Catalog, CatalogChange, CatalogEvent, LockFacts, StateEntry, StateFacts};
+use gitstate_core::{ListQuery, StatePath};
 
 use crate::admin::Repositories;
 use crate::output::{json, table, Progress};
@@ -117,11 +117,15 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     for name in repositories.names() {
         let store = repositories.store(&name)?;
         let backend = &repositories.backend;
-        let rows = backend
-            .states(store.as_ref())
+        let page = backend
+            .states(store.as_ref(), &ListQuery::all())
             .await
             .map_err(|e| format!("{name}: {e}"))?;
-        let states: Vec<_> = rows.into_iter().filter(|r| r.commit.is_some()).collect();
+        let states: Vec<_> = page
+            .rows
+            .into_iter()
+            .filter(|r| r.commit.is_some())
+            .collect();
         let mut progress = Progress::new(format!("rebuild {name}"), states.len());
         let mut present = BTreeSet::new();
         let mut indexed = 0;

@@ -8,7 +8,7 @@
 use clap::Args;
 use gitstate_app::Settings;
 use gitstate_core::backend::Caller;
-use gitstate_core::{BackendError, CatalogChange, StateFacts, StatePath};
+use gitstate_core::{BackendError, CatalogChange, ListQuery, StateFacts, StatePath};
 use serde::Serialize;
 
 use crate::admin::{operator, Repositories};
@@ -72,9 +72,10 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
     for name in names {
         let store = repositories.store(&name)?;
         let listed = store
-            .list_states()
+            .list_states(&ListQuery::all())
             .await
-            .map_err(|e| format!("cannot list the states of {name}: {e}"))?;
+            .map_err(|e| format!("cannot list the states of {name}: {e}"))?
+            .states;
         let verb = if args.dry_run { "check" } else { "migrate" };
         let mut progress = Progress::new(format!("{verb} {name}"), listed.len());
         for entry in listed {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::store::begin_with_separate_calls;
 use crate::{
-    HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateListing, StatePath,
+    HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StateChange, StatePage, StatePath,
     StateStore, StoreError, Version, WriteSession,
 };
 
@@ -68,7 +68,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     ) -> Result<Option<Bytes>, StoreError>;
 
     /// See [`StateStore::list_states`].
-    fn list_states_blocking(&self) -> Result<Vec<StateListing>, StoreError>;
+    fn list_states_blocking(&self, query: &ListQuery) -> Result<StatePage, StoreError>;
 
     /// See [`StateStore::list_locks`].
     fn list_locks_blocking(&self) -> Result<Vec<HeldLock>, StoreError>;
@@ -160,8 +160,10 @@ impl<S: BlockingStore> StateStore for S {
             .await
     }
 
-    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
-        self.run(move |store| store.list_states_blocking()).await
+    async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
+        let query = query.clone();
+        self.run(move |store| store.list_states_blocking(&query))
+            .await
     }
 
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {

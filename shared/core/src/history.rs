@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::backend::{Backend, BackendError, Caller};
+use crate::listing::ListQuery;
 use crate::lock::LockInfo;
 use crate::path::StatePath;
 use crate::seal::SealError;
@@ -111,6 +112,17 @@ pub struct StateRow {
     pub commit: Option<Revision>,
     /// The lock, when one is held.
     pub lock: Option<LockListing>,
+}
+
+/// One page of a repository's states ([`Backend::states`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatesPage {
+    /// The rows, in path order.
+    pub rows: Vec<StateRow>,
+    /// Files under the query's prefix, in all pages.
+    pub total: usize,
+    /// The cursor of the next page (`after=`), when one follows.
+    pub next: Option<String>,
 }
 
 /// What a restore did.
@@ -280,18 +292,27 @@ impl Backend {
         })
     }
 
-    /// The states of a repository (every file on the state branch that is a valid state path)
-    /// with their last writer and lock holder, sorted by path. Locks on paths without a state
-    /// are listed too.
-    pub async fn states(&self, store: &dyn StateStore) -> Result<Vec<StateRow>, BackendError> {
+    /// One page of the states of a repository (the files on the state branch that are valid
+    /// state paths, as `query` asks), with their last writer and lock holder, in path order.
+    /// Locks on paths without a state are rows too, where they sort (not counted in `total`).
+    pub async fn states(
+        &self,
+        store: &dyn StateStore,
+        query: &ListQuery,
+    ) -> Result<StatesPage, BackendError> {
         let (listed, locks) = tokio::try_join!(
-            async { store.list_states().await.map_err(BackendError::from) },
+            async { store.list_states(query).await.map_err(BackendError::from) },
             self.locks(store)
         )?;
-        let mut locks: std::collections::BTreeMap<String, LockListing> =
-            locks.into_iter().map(|l| (l.path.clone(), l)).collect();
-        let mut rows = Vec::with_capacity(listed.len());
-        for entry in listed {
+        let next = listed.next().map(str::to_owned);
+        let mut locks: std::collections::BTreeMap<String, LockListing> = locks
+            .into_iter()
+            .filter(|l| query.admits(&l.path))
+            .filter(|l| next.as_ref().is_none_or(|last| l.path <= *last))
+            .map(|l| (l.path.clone(), l))
+            .collect();
+        let mut rows = Vec::with_capacity(listed.states.len());
+        for entry in listed.states {
             let Ok(path) = StatePath::parse(&entry.path) else {
                 continue; // a README or anything else that is not a state
             };
@@ -319,7 +340,11 @@ impl Backend {
             lock: Some(lock),
         }));
         rows.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(rows)
+        Ok(StatesPage {
+            rows,
+            total: listed.total,
+            next,
+        })
     }
 
     /// The held locks of a repository, with their LockInfo.

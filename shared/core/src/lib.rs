@@ -9,6 +9,7 @@ pub mod catalog;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
 pub mod history;
+pub mod listing;
 pub mod lock;
 pub mod metrics;
 pub mod path;
@@ -27,6 +28,7 @@ pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
+pub use listing::{ListQuery, StatePage};
 pub use lock::{LockInfo, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Opener, Place, SealError, Sealer};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::listing::{ListQuery, StatePage};
 use crate::path::StatePath;
 
 /// A commit id (hex) as the store reported it.
@@ -207,9 +208,10 @@ pub trait StateStore: Send + Sync + 'static {
         Err(StoreError::Internal("this store keeps no history".into()))
     }
 
-    /// Every file on the state branch at its tip with the last commit that changed it, sorted by
-    /// path.
-    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
+    /// The files on the state branch at its tip that `query` asks for, with the last commit
+    /// that changed each, in path order (the rule: [`StatePage::of_sorted`]).
+    async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
+        let _ = query;
         Err(StoreError::Internal(
             "this store cannot list its states".into(),
         ))
@@ -359,8 +361,8 @@ impl StateStore for NamedStore {
         self.inner.read_version(path, commit).await
     }
 
-    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
-        self.inner.list_states().await
+    async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
+        self.inner.list_states(query).await
     }
 
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {

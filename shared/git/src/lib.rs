@@ -4,13 +4,14 @@
 //!
 //! Porcelain: the stores (`local`, `remote`), the per-remote cache (`cache`), the write path
 //! across writes and processes (`batch`: group commit; `pending`: the queue's refs on the remote),
-//! history listings (`history`) and object reading/writing (`objects`); protocol plumbing
+//! history (`history`), paged listings (`listing`) and object reading/writing (`objects`); protocol plumbing
 //! (transports, pkt-lines, send-pack, fetch, pack writing, kept HTTP clients) in `plumbing`.
 
 pub mod batch;
 pub mod cache;
 mod errors;
 pub mod history;
+mod listing;
 pub mod local;
 mod lookup;
 pub mod objects;

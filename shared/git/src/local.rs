@@ -294,10 +294,13 @@ impl BlockingStore for LocalStore {
         )
     }
 
-    fn list_states_blocking(&self) -> Result<Vec<gitstate_core::StateListing>, StoreError> {
+    fn list_states_blocking(
+        &self,
+        query: &gitstate_core::ListQuery,
+    ) -> Result<gitstate_core::StatePage, StoreError> {
         match self.tip(&self.state_ref)? {
-            Some(tip) => crate::history::listing(&self.repo.to_thread_local(), tip),
-            None => Ok(Vec::new()),
+            Some(tip) => crate::listing::page(&self.repo.to_thread_local(), tip, query),
+            None => Ok(gitstate_core::StatePage::default()),
         }
     }
 

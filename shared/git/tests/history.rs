@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{git, sp, write_retrying};
-use gitstate_core::{LockCreate, StateStore};
+use gitstate_core::{ListQuery, LockCreate, StateStore};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, GitDaemon};
 
@@ -116,8 +116,51 @@ async fn agrees_with_git(store: &dyn StateStore, bare: &Path) {
     assert_eq!(prod[0].message, "Update prod.tfstate (serial 11) by carol");
     assert_eq!(prod[2].size, None, "the deletion");
 
-    let listed = store.list_states().await.expect("list_states");
+    let listed = store
+        .list_states(&ListQuery::all())
+        .await
+        .expect("list_states")
+        .states;
     let files = git(bare, &["ls-tree", "-r", "--name-only", "main"]);
+    // Page by page (two at a time, after the last path of each), the same files, each page
+    // counting them all.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let query = ListQuery {
+            prefix: String::new(),
+            after: after.clone(),
+            limit: 2,
+        };
+        let page = store.list_states(&query).await.expect("a page");
+        assert_eq!(page.total, listed.len());
+        paged.extend(page.states.iter().cloned());
+        match page.next() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, listed);
+    // A folder's page: what git lists in it.
+    if let Some(folder) = listed
+        .iter()
+        .find_map(|l| l.path.rsplit_once('/').map(|(f, _)| format!("{f}/")))
+    {
+        let query = ListQuery {
+            prefix: folder.clone(),
+            ..ListQuery::all()
+        };
+        let page = store.list_states(&query).await.expect("a folder");
+        let in_git = git(bare, &["ls-tree", "-r", "--name-only", "main", &folder]);
+        assert_eq!(
+            page.states
+                .iter()
+                .map(|l| l.path.as_str())
+                .collect::<Vec<_>>(),
+            in_git.lines().collect::<Vec<_>>()
+        );
+        assert_eq!(page.total, in_git.lines().count());
+    }
     assert_eq!(
         listed.iter().map(|l| l.path.as_str()).collect::<Vec<_>>(),
         files.lines().collect::<Vec<_>>()
@@ -195,7 +238,10 @@ async fn local_store_history_matches_git() {
     let bare = dir.path().join("default.git");
     let store = LocalStore::open_or_init(&bare, "main").unwrap();
     assert_eq!(store.history(&sp("prod.tfstate"), 10).await, Ok(vec![]));
-    assert_eq!(store.list_states().await, Ok(vec![]));
+    assert_eq!(
+        store.list_states(&ListQuery::all()).await,
+        Ok(Default::default())
+    );
     build_history(&store, &bare, dir.path()).await;
     agrees_with_git(&store, &bare).await;
     lists_locks(&store, &bare).await;

@@ -5,10 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use gitstate_core::history::{LockListing, StateRow, VersionInfo, DEFAULT_HISTORY_LIMIT};
-use gitstate_core::{AuditEntry, Catalog, Duplicate, ManagedBy, StateEntry, StatePath, StateStore};
+use gitstate_core::history::{LockListing, VersionInfo, DEFAULT_HISTORY_LIMIT};
+use gitstate_core::{
+    AuditEntry, Catalog, Duplicate, ListQuery, ManagedBy, StateEntry, StatePath, StateStore,
+};
 
 use crate::error::ApiError;
 use crate::handlers::authenticated_caller;
@@ -34,26 +37,98 @@ pub(crate) fn state_path(raw: &str) -> Result<StatePath, ApiError> {
 
 /// `?limit=N` (default [`DEFAULT_HISTORY_LIMIT`], at most [`MAX_HISTORY_LIMIT`]).
 pub(crate) fn limit(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+    limit_within(query, DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT)
+}
+
+/// `?limit=N`, from 1 to `max` (`default` when absent).
+fn limit_within(
+    query: &HashMap<String, String>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
     match query.get("limit") {
-        None => Ok(DEFAULT_HISTORY_LIMIT),
+        None => Ok(default),
         Some(raw) => match raw.parse::<usize>() {
-            Ok(n) if (1..=MAX_HISTORY_LIMIT).contains(&n) => Ok(n),
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
             _ => Err(ApiError::bad_request(format!(
-                "limit must be a number from 1 to {MAX_HISTORY_LIMIT}"
+                "limit must be a number from 1 to {max}"
             ))),
         },
     }
 }
 
-/// `GET /_/states/{repo}`: every state with serial, size, last writer and lock holder.
+/// States one page of `/_/states` lists unless `limit` says otherwise.
+pub const DEFAULT_STATES_PAGE: usize = 1_000;
+/// Most states one page of `/_/states` lists.
+const MAX_STATES_PAGE: usize = 10_000;
+/// Longest `prefix` or `after` accepted (longer than any state path).
+const MAX_LISTING_TEXT: usize = 1_024;
+
+/// The listing query of `?prefix=P&after=CURSOR&limit=N` (`default_limit` when absent).
+pub(crate) fn list_query(
+    query: &HashMap<String, String>,
+    default_limit: usize,
+) -> Result<ListQuery, ApiError> {
+    let text = |key: &str| -> Result<Option<String>, ApiError> {
+        match query.get(key) {
+            Some(value) if value.len() > MAX_LISTING_TEXT => Err(ApiError::bad_request(format!(
+                "{key} must be at most {MAX_LISTING_TEXT} bytes"
+            ))),
+            value => Ok(value.cloned()),
+        }
+    };
+    Ok(ListQuery {
+        prefix: text("prefix")?.unwrap_or_default(),
+        after: text("after")?.filter(|a| !a.is_empty()),
+        limit: limit_within(query, default_limit, MAX_STATES_PAGE)?,
+    })
+}
+
+/// `?prefix=…&after=…&limit=…` of `query`, URL-encoded, for a link to another page.
+pub(crate) fn query_string(query: &ListQuery, after: &str) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    if !query.prefix.is_empty() {
+        out.append_pair("prefix", &query.prefix);
+    }
+    out.append_pair("after", after);
+    out.append_pair("limit", &query.limit.to_string());
+    out.finish()
+}
+
+/// `GET /_/states/{repo}?prefix=P&after=CURSOR&limit=N`: one page of the states (at most
+/// [`DEFAULT_STATES_PAGE`] unless `limit` says otherwise), in path order, with serial, size,
+/// last writer and lock holder. `X-Total-Count` gives the states under the prefix; `Link`
+/// with `rel="next"` the next page, when one follows.
 pub async fn states(
     State(app): State<AppState>,
     Path(repo): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> Result<Json<Vec<StateRow>>, ApiError> {
+) -> Result<Response, ApiError> {
+    let query = list_query(&query, DEFAULT_STATES_PAGE)?;
     let store = store_for(&app, &repo, &headers).await?;
-    Ok(Json(app.backend.states(store.as_ref()).await?))
+    let page = app.backend.states(store.as_ref(), &query).await?;
+    let mut response = Json(&page.rows).into_response();
+    let headers = response.headers_mut();
+    headers.insert("x-total-count", HeaderValue::from(page.total));
+    if let Some(next) = &page.next {
+        let segment = percent_encoding::utf8_percent_encode(&repo, PATH_SEGMENT);
+        let link = format!(
+            "</_/states/{segment}?{}>; rel=\"next\"",
+            query_string(&query, next)
+        );
+        if let Ok(value) = HeaderValue::from_str(&link) {
+            headers.insert(axum::http::header::LINK, value);
+        }
+    }
+    Ok(response)
 }
+
+/// What a repository name escapes in a path segment of a link.
+const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.');
 
 /// `GET /_/history/{repo}/{path}?limit=N`: the versions of one state, newest first.
 pub async fn history(

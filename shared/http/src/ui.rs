@@ -1,5 +1,6 @@
 //! The read-only web page at `/_/ui`: server-rendered HTML, no JavaScript, no build step. The
-//! index lists every repository's states with serial, size, last writer and lock holder; a
+//! index lists every repository's states with serial, size, last writer and lock holder, a page
+//! at a time, with their count and a filter by path prefix; a
 //! state's page lists its versions and shows what changed in the readable structure between
 //! two of them (resources and outputs added, removed or changed; never a value).
 
@@ -9,13 +10,13 @@ use std::fmt::Write as _;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use gitstate_core::history::{StateRow, VersionInfo};
+use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
 use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
-use gitstate_core::{BackendError, StoreError};
+use gitstate_core::{BackendError, ListQuery, StoreError};
 
 use crate::error::ApiError;
-use crate::inspect::{limit, state_path, store_for};
+use crate::inspect::{limit, list_query, query_string, state_path, store_for};
 use crate::AppState;
 
 /// Text made safe for HTML element content and attribute values.
@@ -113,18 +114,31 @@ fn needs_credentials(e: &BackendError) -> bool {
     matches!(e, BackendError::Store(StoreError::Unauthorized(_)))
 }
 
-/// `GET /_/ui`: every configured repository's states.
-pub async fn index(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+/// States one page of the web page lists unless `limit` says otherwise.
+const UI_PAGE: usize = 100;
+
+/// `GET /_/ui?repo=R&prefix=P&after=CURSOR&limit=N`: the first page of every configured
+/// repository's states, or with `repo` one page of that repository's: the count under the
+/// prefix, a prefix filter, and links through the pages.
+pub async fn index(
+    State(app): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = list_query(&params, UI_PAGE)?;
     let mut body = String::from("<h1>gitstate</h1>\n");
-    let names = app.registry.names();
+    let names: Vec<String> = match params.get("repo") {
+        Some(repo) => vec![repo.clone()],
+        None => app.registry.names(),
+    };
     if names.is_empty() {
         body.push_str("<p>No repositories are configured.</p>");
     }
     for name in names {
         let _ = writeln!(body, "<h2>Repository <code>{}</code></h2>", escape(&name));
         let store = store_for(&app, &name, &headers).await?;
-        match app.backend.states(store.as_ref()).await {
-            Ok(rows) => body.push_str(&states_table(&name, &rows)),
+        match app.backend.states(store.as_ref(), &query).await {
+            Ok(states) => body.push_str(&states_page(&name, &query, &states)),
             Err(e) if needs_credentials(&e) => return Err(e.into()),
             Err(e) => {
                 let _ = write!(body, "<p class=\"error\">{}</p>", escape(&e.to_string()));
@@ -132,6 +146,42 @@ pub async fn index(State(app): State<AppState>, headers: HeaderMap) -> Result<Re
         }
     }
     Ok(page("gitstate", &body))
+}
+
+/// One page of a repository's states: the count, the prefix filter, the table, the links.
+fn states_page(repo: &str, query: &ListQuery, states: &StatesPage) -> String {
+    let under = match query.prefix.is_empty() {
+        true => String::new(),
+        false => format!(" under <code>{}</code>", escape(&query.prefix)),
+    };
+    let mut html = format!(
+        "<form method=\"get\" action=\"/_/ui\"><p>{} state{}{under}. \
+         <input type=\"hidden\" name=\"repo\" value=\"{}\">\
+         <label>Path starts with <input name=\"prefix\" value=\"{}\"></label> \
+         <button type=\"submit\">Filter</button></p></form>\n",
+        states.total,
+        if states.total == 1 { "" } else { "s" },
+        escape(repo),
+        escape(&query.prefix),
+    );
+    html.push_str(&states_table(repo, &states.rows));
+    let base = format!("/_/ui?repo={}", url_part(repo));
+    let mut links = Vec::new();
+    if query.after.is_some() {
+        let first = match query.prefix.is_empty() {
+            true => base.clone(),
+            false => format!("{base}&prefix={}", url_part(&query.prefix)),
+        };
+        links.push(format!("<a href=\"{}\">First page</a>", escape(&first)));
+    }
+    if let Some(next) = &states.next {
+        let href = format!("{base}&{}", query_string(query, next));
+        links.push(format!("<a href=\"{}\">Next page →</a>", escape(&href)));
+    }
+    if !links.is_empty() {
+        let _ = write!(html, "<p>{}</p>", links.join(" · "));
+    }
+    html
 }
 
 fn differences(title: &str, list: &[Difference]) -> String {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::listing::{ListQuery, StatePage};
 use crate::path::StatePath;
 use crate::store::{
     HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateListing, StateStore,
@@ -301,8 +302,8 @@ impl StateStore for MemoryStore {
         }
     }
 
-    async fn list_states(&self) -> Result<Vec<StateListing>, StoreError> {
-        Ok(self
+    async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
+        let listed: Vec<StateListing> = self
             .repo()
             .files
             .iter()
@@ -311,7 +312,8 @@ impl StateStore for MemoryStore {
                 size: bytes.len() as u64,
                 last_change: None,
             })
-            .collect())
+            .collect();
+        Ok(StatePage::of_sorted(listed, query))
     }
 
     async fn begin<'a>(

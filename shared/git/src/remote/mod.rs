@@ -464,10 +464,13 @@ impl BlockingStore for RemoteStore {
         crate::history::read_at(&cache.repo(), commit, path.as_str())
     }
 
-    fn list_states_blocking(&self) -> Result<Vec<gitstate_core::StateListing>, StoreError> {
+    fn list_states_blocking(
+        &self,
+        query: &gitstate_core::ListQuery,
+    ) -> Result<gitstate_core::StatePage, StoreError> {
         match self.history_cache()? {
-            (cache, Some(tip)) => crate::history::listing(&cache.repo(), tip),
-            (_, None) => Ok(Vec::new()),
+            (cache, Some(tip)) => crate::listing::page(&cache.repo(), tip, query),
+            (_, None) => Ok(gitstate_core::StatePage::default()),
         }
     }
 
