@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::backend::{Backend, BackendError, Caller};
-use crate::listing::ListQuery;
+use crate::listing::{ListQuery, Version};
 use crate::lock::LockInfo;
 use crate::path::StatePath;
 use crate::seal::SealError;
-use crate::store::{Revision, StateStore, StoreError, Version};
+use crate::store::{Revision, StateStore, StoreError};
 
 /// Most versions a history lists unless asked otherwise.
 pub const DEFAULT_HISTORY_LIMIT: usize = 100;

@@ -28,13 +28,12 @@ pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
     LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
-pub use listing::{ListQuery, StatePage};
+pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,
-    StateChange, StateListing, StateStore, StoreError, StoreRegistry, Version, WriteBudget,
-    WriteSession,
+    StateChange, StateStore, StoreError, StoreRegistry, WriteBudget, WriteSession,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

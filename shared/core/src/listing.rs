@@ -1,8 +1,34 @@
-//! A listing of a repository's states, one page at a time (issue 34, DESIGN §9.5): which paths
-//! a page holds ([`ListQuery`]), and the page ([`StatePage`]). Pages are in path order (bytes,
-//! as git orders a tree's paths); the cursor is the last path of the page before.
+//! What a store lists: the versions of a state ([`Version`]), and the files at the tip
+//! ([`StateListing`]) one page at a time (issue 34, DESIGN §9.5): which paths a page holds
+//! ([`ListQuery`]), and the page ([`StatePage`]). Pages are in path order (bytes, as git orders a
+//! tree's paths); the cursor is the last path of the page before.
 
-use crate::store::StateListing;
+/// One version of a state file: a commit on the state branch that changed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The commit (a `Revision`).
+    pub commit: String,
+    /// Commit time, seconds since the Unix epoch.
+    pub time: i64,
+    /// The commit message (gitstate writes `Update {path} (serial N) by {Who}`).
+    pub message: String,
+    /// The commit's author name.
+    pub author: String,
+    /// Size of the stored file at this commit; `None` when the commit deleted it.
+    pub size: Option<u64>,
+}
+
+/// A file on the state branch at its tip, with the last commit that changed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateListing {
+    /// The file's path on the branch.
+    pub path: String,
+    /// Size of the stored file.
+    pub size: u64,
+    /// The last commit that changed it (`None` when the history does not reach it, e.g. a
+    /// shallow history).
+    pub last_change: Option<Version>,
+}
 
 /// Which states a listing asks for: paths starting with `prefix`, after the path `after` (the
 /// cursor), at most `limit` of them.

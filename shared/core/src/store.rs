@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::listing::{ListQuery, StatePage};
+use crate::listing::{ListQuery, StatePage, Version};
 use crate::path::StatePath;
 
 /// A commit id (hex) as the store reported it.
@@ -376,33 +376,6 @@ impl StateStore for NamedStore {
     ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
         self.inner.begin(path, intent).await
     }
-}
-
-/// One version of a state file: a commit on the state branch that changed it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
-    /// The commit.
-    pub commit: Revision,
-    /// Commit time, seconds since the Unix epoch.
-    pub time: i64,
-    /// The commit message (gitstate writes `Update {path} (serial N) by {Who}`).
-    pub message: String,
-    /// The commit's author name.
-    pub author: String,
-    /// Size of the stored file at this commit; `None` when the commit deleted it.
-    pub size: Option<u64>,
-}
-
-/// A file on the state branch at its tip, with the last commit that changed it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateListing {
-    /// The file's path on the branch.
-    pub path: String,
-    /// Size of the stored file.
-    pub size: u64,
-    /// The last commit that changed it (`None` when the history does not reach it, e.g. a
-    /// shallow history).
-    pub last_change: Option<Version>,
 }
 
 /// A held lock: a branch `refs/heads/locks/{path}` and its LockInfo.

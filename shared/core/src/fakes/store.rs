@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::listing::{ListQuery, StatePage};
+use crate::listing::{ListQuery, StateListing, StatePage};
 use crate::path::StatePath;
 use crate::store::{
-    HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateListing, StateStore,
-    StoreError, WriteSession,
+    HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateStore, StoreError,
+    WriteSession,
 };
 
 /// One commit the fake store made on its state branch.
