@@ -7,11 +7,13 @@
 //!   stopping one file past the page;
 //! - the count under the prefix adds up per-tree counts kept by tree id (a tree never changes, so
 //!   a count is never stale): after a write, only the trees on its path are counted again;
-//! - the last change of each file of the page comes from the first-parent history, looking at
-//!   the page's folders only, and stopping once every file of the page has its commit.
+//! - the last change of each file of the page comes from the first-parent history, stopping once
+//!   every file of the page has its commit; what each commit changed is read once per process
+//!   (a diff that goes into a folder only when its tree id differs) and kept by commit id.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gitstate_core::{ListQuery, StateListing, StatePage, StoreError, Version};
 use gix::ObjectId;
@@ -201,118 +203,180 @@ fn count_files(repo: &gix::Repository, tree: ObjectId) -> Result<usize, StoreErr
 }
 
 /// The last commit of the first-parent history of `tip` that changed each of `files` (path and
-/// blob at the tip), looking only at the folders that hold them.
+/// blob at the tip), walking back only until every one of them is found.
 fn last_changes(
     repo: &gix::Repository,
     tip: ObjectId,
     files: &[(String, ObjectId)],
 ) -> Result<HashMap<String, ObjectId>, StoreError> {
-    // Folder → (file name → blob at the newer commit), for the files still looked for.
-    let mut open: BTreeMap<&str, BTreeMap<&str, ObjectId>> = BTreeMap::new();
-    for (path, blob) in files {
-        let (folder, name) = path.rsplit_once('/').unwrap_or(("", path));
-        open.entry(folder).or_default().insert(name, *blob);
-    }
+    let mut open: HashSet<&str> = files.iter().map(|(path, _)| path.as_str()).collect();
     let mut found = HashMap::new();
-    let mut newer: Option<(ObjectId, HashMap<&str, Option<ObjectId>>)> = None;
+    let mut newer: Option<(ObjectId, ObjectId)> = None;
     for entry in first_parent_commits(repo, tip)? {
         if open.is_empty() {
             break;
         }
-        let (commit, root) = entry?;
-        let folders = folder_trees(repo, root, open.keys().copied())?;
-        if let Some((newer_commit, newer_folders)) = &newer {
-            for (folder, names) in open.iter_mut() {
-                let tree = folders.get(folder).copied().flatten();
-                if tree == newer_folders.get(folder).copied().flatten() {
-                    continue; // the folder did not change
+        let (commit, tree) = entry?;
+        if let Some((newer_commit, newer_tree)) = newer {
+            let changed = changes(repo, newer_commit, Some(tree), newer_tree)?;
+            open.retain(|path| {
+                let hit = changed.contains(*path);
+                if hit {
+                    found.insert((*path).to_owned(), newer_commit);
                 }
-                let blobs = match tree {
-                    Some(tree) => blobs_named(repo, tree, names)?,
-                    None => HashMap::new(),
-                };
-                names.retain(|name, blob| {
-                    let changed = blobs.get(name) != Some(blob);
-                    if changed {
-                        let path = match folder.is_empty() {
-                            true => (*name).to_owned(),
-                            false => format!("{folder}/{name}"),
-                        };
-                        found.insert(path, *newer_commit);
-                    }
-                    !changed
-                });
-            }
-            open.retain(|_, names| !names.is_empty());
+                !hit
+            });
         }
-        newer = Some((commit, folders));
+        newer = Some((commit, tree));
     }
     // What no commit changed since the oldest one reached was written by it.
     if let Some((oldest, _)) = newer {
-        for (folder, names) in open {
-            for name in names.keys() {
-                let path = match folder.is_empty() {
-                    true => (*name).to_owned(),
-                    false => format!("{folder}/{name}"),
-                };
-                found.insert(path, oldest);
-            }
+        for path in open {
+            found.insert(path.to_owned(), oldest);
         }
     }
     Ok(found)
 }
 
-/// The tree of each of `folders` (paths without a trailing `/`, `""` for the root) under
-/// `root`, `None` where there is none.
-fn folder_trees<'f>(
-    repo: &gix::Repository,
-    root: ObjectId,
-    folders: impl Iterator<Item = &'f str>,
-) -> Result<HashMap<&'f str, Option<ObjectId>>, StoreError> {
-    let mut trees = HashMap::new();
-    for folder in folders {
-        let mut tree = Some(root);
-        for segment in folder.split('/').filter(|s| !s.is_empty()) {
-            let Some(parent) = tree else { break };
-            tree = entries(repo, parent, |name| name == segment)?
-                .into_iter()
-                .find(|e| e.is_tree)
-                .map(|e| e.id);
-        }
-        trees.insert(folder, tree);
-    }
-    Ok(trees)
+/// Paths the commits' changes are kept for at most (each path about 100 bytes; beyond this,
+/// all are dropped).
+const MAX_KEPT_CHANGES: usize = 1_000_000;
+
+#[derive(Default)]
+struct Changes {
+    by_commit: HashMap<ObjectId, Arc<HashSet<String>>>,
+    paths: usize,
 }
 
-/// The blobs of the files `names` in the folder `tree`, reading its entries only as far as the
-/// last name (entries are sorted).
-fn blobs_named<'n>(
+fn kept_changes() -> &'static Mutex<Changes> {
+    static CHANGES: OnceLock<Mutex<Changes>> = OnceLock::new();
+    CHANGES.get_or_init(Default::default)
+}
+
+/// The files `commit` (whose tree is `tree`) changed, added or removed against its first parent
+/// (whose tree is `parent`): kept by commit id in this process, since a commit and its first
+/// parent never change.
+fn changes(
     repo: &gix::Repository,
+    commit: ObjectId,
+    parent: Option<ObjectId>,
     tree: ObjectId,
-    names: &BTreeMap<&'n str, ObjectId>,
-) -> Result<HashMap<&'n str, ObjectId>, StoreError> {
-    let Some(last) = names.keys().next_back() else {
-        return Ok(HashMap::new());
-    };
-    let object = repo.find_tree(tree).map_err(internal("reading a tree"))?;
-    let mut blobs = HashMap::new();
-    for entry in gix::objs::TreeRefIter::from_bytes(&object.data, repo.object_hash()) {
-        let entry = entry.map_err(internal("decoding a tree"))?;
-        // An entry sorts by its name, a folder's with a `/` after it: past the last name, no
-        // file of the page can follow.
-        if entry.filename > last.as_bytes() {
-            break;
+) -> Result<Arc<HashSet<String>>, StoreError> {
+    if let Some(kept) = kept_changes()
+        .lock()
+        .ok()
+        .and_then(|c| c.by_commit.get(&commit).cloned())
+    {
+        return Ok(kept);
+    }
+    let mut changed = HashSet::new();
+    diff(repo, parent, Some(tree), &mut String::new(), &mut changed)?;
+    let changed = Arc::new(changed);
+    if let Ok(mut kept) = kept_changes().lock() {
+        if kept.paths + changed.len() > MAX_KEPT_CHANGES {
+            *kept = Changes::default();
         }
-        if !entry.mode.is_blob() {
+        kept.paths += changed.len();
+        kept.by_commit.insert(commit, changed.clone());
+    }
+    Ok(changed)
+}
+
+/// Adds to `out` the files (under `path`, ending in `/` or empty) that differ between the trees
+/// `old` and `new` (`None`: no tree), reading both trees' entries side by side in git's order
+/// and going into a folder only when its tree id differs.
+fn diff(
+    repo: &gix::Repository,
+    old: Option<ObjectId>,
+    new: Option<ObjectId>,
+    path: &mut String,
+    out: &mut HashSet<String>,
+) -> Result<(), StoreError> {
+    if old == new {
+        return Ok(());
+    }
+    let read = |tree: Option<ObjectId>| -> Result<Vec<u8>, StoreError> {
+        match tree {
+            Some(id) => Ok(repo
+                .find_tree(id)
+                .map_err(internal("reading a tree"))?
+                .detach()
+                .data),
+            None => Ok(Vec::new()),
+        }
+    };
+    let (old_data, new_data) = (read(old)?, read(new)?);
+    let hash = repo.object_hash();
+    let mut olds = gix::objs::TreeRefIter::from_bytes(&old_data, hash).peekable();
+    let mut news = gix::objs::TreeRefIter::from_bytes(&new_data, hash).peekable();
+    let at = path.len();
+    loop {
+        let order = match (olds.peek(), news.peek()) {
+            (None, None) => break,
+            (Some(Err(_)), _) | (_, Some(Err(_))) => {
+                return Err(StoreError::Internal("decoding a tree".into()))
+            }
+            (Some(Ok(_)), None) => Ordering::Less,
+            (None, Some(Ok(_))) => Ordering::Greater,
+            (Some(Ok(a)), Some(Ok(b))) => git_order(a, b),
+        };
+        let (a, b) = match order {
+            Ordering::Less => (olds.next(), None),
+            Ordering::Greater => (None, news.next()),
+            Ordering::Equal => (olds.next(), news.next()),
+        };
+        let (a, b) = (a.and_then(Result::ok), b.and_then(Result::ok));
+        let Some(name) = a.as_ref().or(b.as_ref()).map(|e| e.filename) else {
+            break;
+        };
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue; // not a state path
+        };
+        if a.as_ref().map(|e| e.oid) == b.as_ref().map(|e| e.oid)
+            && a.as_ref().map(|e| e.mode) == b.as_ref().map(|e| e.mode)
+        {
             continue;
         }
-        if let Ok(name) = std::str::from_utf8(entry.filename) {
-            if let Some((kept, _)) = names.get_key_value(name) {
-                blobs.insert(*kept, entry.oid.to_owned());
-            }
+        path.truncate(at);
+        path.push_str(name);
+        let tree_of = |e: &Option<gix::objs::tree::EntryRef<'_>>| {
+            e.as_ref()
+                .filter(|e| e.mode.is_tree())
+                .map(|e| e.oid.to_owned())
+        };
+        let is_file = |e: &Option<gix::objs::tree::EntryRef<'_>>| {
+            e.as_ref().is_some_and(|e| e.mode.is_blob())
+        };
+        if is_file(&a) || is_file(&b) {
+            out.insert(path.clone());
+        }
+        let (old_tree, new_tree) = (tree_of(&a), tree_of(&b));
+        if old_tree.is_some() || new_tree.is_some() {
+            path.push('/');
+            diff(repo, old_tree, new_tree, path, out)?;
         }
     }
-    Ok(blobs)
+    path.truncate(at);
+    Ok(())
+}
+
+/// How git orders two entries of a tree: by name, a folder's name as if it ended in `/`.
+fn git_order(a: &gix::objs::tree::EntryRef<'_>, b: &gix::objs::tree::EntryRef<'_>) -> Ordering {
+    let key = |e: &gix::objs::tree::EntryRef<'_>, i: usize| -> Option<u8> {
+        match e.filename.get(i) {
+            Some(byte) => Some(*byte),
+            None if i == e.filename.len() && e.mode.is_tree() => Some(b'/'),
+            None => None,
+        }
+    };
+    let longest = a.filename.len().max(b.filename.len()) + 1;
+    for i in 0..longest {
+        match (key(a, i), key(b, i)) {
+            (Some(x), Some(y)) if x == y => continue,
+            (x, y) => return x.cmp(&y),
+        }
+    }
+    Ordering::Equal
 }
 
 #[cfg(test)]
@@ -321,7 +385,8 @@ mod tests {
     use gix::objs::tree::EntryKind;
 
     /// A repository whose history writes `paths` one per commit (each file's content names the
-    /// commit), then rewrites every third; returns it with the tip.
+    /// commit), then rewrites every third, removes the second and writes it back; returns it
+    /// with the tip.
     fn history(paths: &[&str]) -> (tempfile::TempDir, gix::Repository, ObjectId) {
         let dir = tempfile::tempdir().unwrap();
         let repo = gix::init_bare(dir.path()).unwrap();
@@ -332,11 +397,20 @@ mod tests {
             email: "t@t".into(),
             time: gix::date::Time::new(1_700_000_000, 0),
         };
-        let writes = paths.iter().chain(paths.iter().step_by(3));
-        for (i, path) in writes.enumerate() {
+        // Each path written, every third again, the second removed and written back.
+        let writes = paths
+            .iter()
+            .map(|p| (*p, true))
+            .chain(paths.iter().step_by(3).map(|p| (*p, true)))
+            .chain([(paths[1], false), (paths[1], true)]);
+        for (i, (path, write)) in writes.enumerate() {
             let blob = repo.write_blob(format!("{path} {i}")).unwrap().detach();
             let mut editor = repo.edit_tree(tree).unwrap();
-            editor.upsert(*path, EntryKind::Blob, blob).unwrap();
+            if write {
+                editor.upsert(path, EntryKind::Blob, blob).unwrap();
+            } else {
+                editor.remove(path).unwrap();
+            }
             tree = editor.write().unwrap().detach();
             let commit = gix::objs::Commit {
                 tree,
