@@ -40,6 +40,7 @@ pub struct Progress {
     done: usize,
     bar: Option<ProgressBar>,
     last: Option<Instant>,
+    started: Instant,
 }
 
 /// How often a plain progress line is printed when standard error is not a terminal.
@@ -53,9 +54,11 @@ impl Progress {
             let bar =
                 ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
             bar.set_style(
-                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {wide_msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
+                ProgressStyle::with_template(
+                    "{prefix} [{bar:30}] {pos}/{len} {per_sec} ETA {eta} {wide_msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
             );
             bar.set_prefix(label.clone());
             bar
@@ -66,6 +69,7 @@ impl Progress {
             done: 0,
             bar,
             last: None,
+            started: Instant::now(),
         }
     }
 
@@ -95,7 +99,7 @@ impl Progress {
     }
 
     /// The plain line to print now, if one is due: the first, one every [`PLAIN_EVERY`], and
-    /// the last.
+    /// the last; with the rate so far and the time left at it, until the last.
     fn plain_line(&mut self, what: &str, finished: bool, now: Instant) -> Option<String> {
         let due = self
             .last
@@ -104,8 +108,17 @@ impl Progress {
             return None;
         }
         self.last = Some(now);
+        let elapsed = now.saturating_duration_since(self.started).as_secs_f64();
+        let pace = match (finished, elapsed > 0.0 && self.done > 0) {
+            (false, true) => {
+                let rate = self.done as f64 / elapsed;
+                let left = self.total.saturating_sub(self.done) as f64 / rate;
+                format!(" ({rate:.1}/s, ETA {left:.0} s)")
+            }
+            _ => String::new(),
+        };
         Some(format!(
-            "{}: {}/{} {what}",
+            "{}: {}/{}{pace} {what}",
             self.label, self.done, self.total
         ))
     }
@@ -154,14 +167,15 @@ mod tests {
 
     #[test]
     fn plain_lines_come_first_then_every_few_seconds_and_last() {
+        let t0 = Instant::now();
         let mut progress = Progress {
             label: "rebuild default".into(),
             total: 3,
             done: 0,
             bar: None,
             last: None,
+            started: t0,
         };
-        let t0 = Instant::now();
         progress.done = 1;
         assert_eq!(
             progress.plain_line("a.tfstate", false, t0).as_deref(),
@@ -172,9 +186,13 @@ mod tests {
             progress.plain_line("b.tfstate", false, t0 + Duration::from_secs(1)),
             None
         );
-        assert!(progress
-            .plain_line("b.tfstate", false, t0 + PLAIN_EVERY)
-            .is_some());
+        // Two done in 5 s: 0.4 a second, the last one in 2.5 s.
+        assert_eq!(
+            progress
+                .plain_line("b.tfstate", false, t0 + PLAIN_EVERY)
+                .as_deref(),
+            Some("rebuild default: 2/3 (0.4/s, ETA 2 s) b.tfstate")
+        );
         progress.done = 3;
         assert_eq!(
             progress

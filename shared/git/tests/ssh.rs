@@ -188,3 +188,31 @@ fn a_silent_ssh_server_is_cut_off_at_the_git_timeout() {
         .unwrap();
     assert!(snapshot.state.is_none(), "{snapshot:?}");
 }
+
+/// 50,000 states made with fast-import, read, written, locked and listed over ssh
+/// (DESIGN §9.5; the other transports: `remote.rs` `many_states_on_every_transport`).
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_states_over_ssh() {
+    let _env = SSH_ENV.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let client_key = dir.path().join("client_key");
+    ssh_keygen(&client_key);
+    let sshd = Sshd::start(&std::fs::read_to_string(dir.path().join("client_key.pub")).unwrap());
+    std::env::set_var("GIT_SSH_COMMAND", ssh_command(&client_key));
+    let repos = dir.path().join("repos");
+    std::fs::create_dir(&repos).unwrap();
+    let bare = bare_repo(&repos, "many");
+    common::seed_many(&bare);
+    let cache = tempfile::tempdir().unwrap();
+    let s = RemoteStore::new(RemoteConfig {
+        url: format!("ssh://root@127.0.0.1:{}{}", sshd.port(), bare.display()),
+        git_ref: "main".into(),
+        credentials: None,
+        cache_dir: cache.path().to_path_buf(),
+        timeout: Duration::from_secs(20),
+    })
+    .unwrap();
+    common::many_states(&s, &bare, &s.cache_dir(), 0).await;
+    git(&bare, &["fsck", "--strict", "--no-dangling"]);
+}

@@ -293,3 +293,156 @@ pub async fn concurrent_lockers(store: std::sync::Arc<dyn gitstate_core::StateSt
         assert_eq!(c, winners[0]);
     }
 }
+
+/// States [`seed_many`] puts in a repository, and the folders they are spread over.
+pub const MANY: usize = 50_000;
+pub const MANY_FOLDERS: usize = 100;
+
+/// The path of state `i` of [`seed_many`].
+pub fn many_path(i: usize) -> String {
+    format!("f{:03}/s{i:06}.tfstate", i % MANY_FOLDERS)
+}
+
+/// The content of state `i` of [`seed_many`].
+pub fn many_content(i: usize) -> String {
+    format!("{{\"serial\":1,\"lineage\":\"many-{i:06}\"}}")
+}
+
+/// Puts [`MANY`] states in [`MANY_FOLDERS`] folders on `main` of `bare` in one commit, with
+/// `git fast-import`.
+pub fn seed_many(bare: &Path) {
+    use std::io::Write;
+    let mut input = Vec::new();
+    for i in 0..MANY {
+        let body = many_content(i);
+        write!(
+            input,
+            "blob\nmark :{}\ndata {}\n{body}\n",
+            i + 1,
+            body.len()
+        )
+        .unwrap();
+    }
+    let message = "seed";
+    write!(
+        input,
+        "commit refs/heads/main\ncommitter seed <s@s> 1764115200 +0000\ndata {}\n{message}\n",
+        message.len()
+    )
+    .unwrap();
+    for i in 0..MANY {
+        writeln!(input, "M 100644 :{} {}", i + 1, many_path(i)).unwrap();
+    }
+    input.push(b'\n');
+    let mut child = std::process::Command::new("git")
+        .args(["fast-import", "--quiet"])
+        .current_dir(bare)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    assert!(child.wait().unwrap().success(), "git fast-import");
+}
+
+/// Bytes of every file under `dir`.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// On a repository [`seed_many`] filled: a cold read, a write, a lock and a page of the listing
+/// give what git holds, and the request cache holds the trees and files they touched, not the
+/// repository (`cache`: the store's request cache directory; `bare`: the repository, read with
+/// the git CLI). Each `round` reads and writes other states, so several stores can share the
+/// repository.
+pub async fn many_states(
+    store: &dyn gitstate_core::StateStore,
+    bare: &Path,
+    cache: &Path,
+    round: usize,
+) {
+    use bytes::Bytes;
+    use gitstate_core::{LockCreate, StateChange};
+    // A cold read: its state, and a cache far smaller than the repository's trees.
+    let read = 12_345 + round;
+    let snap = store.snapshot(&sp(&many_path(read))).await.expect("read");
+    assert_eq!(snap.state.as_deref(), Some(many_content(read).as_bytes()));
+    let trees: u64 = git(bare, &["ls-tree", "-d", "-l", "main"]).lines().count() as u64;
+    assert_eq!(trees, MANY_FOLDERS as u64);
+    let cached = dir_bytes(cache);
+    assert!(
+        cached < 256 << 10,
+        "a cold read of one of {MANY} states left {cached} bytes in the cache"
+    );
+    // A write: git sees it, and the other states are untouched.
+    let written = 777 + 2 * round;
+    let path = sp(&many_path(written));
+    let snap = store.snapshot(&path).await.expect("read before write");
+    store
+        .update_state(
+            &path,
+            snap.state_tip.as_ref(),
+            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+            "Update by test",
+        )
+        .await
+        .expect("write");
+    assert_eq!(
+        git(bare, &["show", &format!("main:{}", many_path(written))]),
+        "{\"serial\":2}"
+    );
+    assert_eq!(
+        git(bare, &["show", &format!("main:{}", many_path(written + 1))]),
+        many_content(written + 1)
+    );
+    // A lock, held and released.
+    let locked = sp(&many_path(4_242 + round));
+    let info = Bytes::from_static(b"{\"ID\":\"many\"}");
+    assert_eq!(
+        store.create_lock(&locked, info.clone(), "Lock").await,
+        Ok(LockCreate::Created)
+    );
+    let snap = store.snapshot(&locked).await.expect("read the lock");
+    assert_eq!(snap.lock, Some(info));
+    let tip = snap.lock_tip.expect("lock tip");
+    store.delete_lock(&locked, &tip).await.expect("unlock");
+    assert_eq!(git(bare, &["for-each-ref", "refs/heads/locks/"]), "");
+    // Pages of the listing: a folder's, and one from the middle, with their counts.
+    let folder = gitstate_core::ListQuery {
+        prefix: "f042/".into(),
+        after: None,
+        limit: 10,
+    };
+    let page = store.list_states(&folder).await.expect("a folder's page");
+    assert_eq!(page.total, MANY / MANY_FOLDERS);
+    let in_git = git(bare, &["ls-tree", "--name-only", "main", "f042/"]);
+    let first: Vec<&str> = in_git.lines().take(10).collect();
+    assert_eq!(
+        page.states
+            .iter()
+            .map(|s| s.path.as_str())
+            .collect::<Vec<_>>(),
+        first
+    );
+    assert!(page.more);
+    let middle = gitstate_core::ListQuery {
+        prefix: String::new(),
+        after: Some(many_path(written)),
+        limit: 3,
+    };
+    let page = store.list_states(&middle).await.expect("a middle page");
+    assert_eq!(page.total, MANY);
+    let after = &page.states[0];
+    assert!(after.path.as_str() > many_path(written).as_str());
+    assert_eq!(after.size, many_content(0).len() as u64);
+}
