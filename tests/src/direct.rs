@@ -33,6 +33,29 @@ pub fn http(
     Ok((status, text))
 }
 
+/// `GET url`: the status, the value of each header in `names` (`None` where absent), the body.
+pub fn get_with_headers(url: &str, names: &[&str]) -> (u16, Vec<Option<String>>, Vec<u8>) {
+    let response = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let headers = names
+        .iter()
+        .map(|name| {
+            response
+                .headers()
+                .get(*name)
+                .map(|v| v.to_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let status = response.status().as_u16();
+    (status, headers, response.bytes().unwrap().to_vec())
+}
+
 /// The `Who` Terraform puts in its LockInfo on this machine: `user@hostname`.
 pub fn terraform_who() -> String {
     let user = Command::new("id")

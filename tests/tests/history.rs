@@ -41,24 +41,13 @@ fn git_versions(git_dir: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// GET with response headers.
+/// GET with the commit and serial headers.
 fn get(url: &str) -> (u16, Option<String>, Option<String>, Vec<u8>) {
-    let response = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(url)
-        .send()
-        .unwrap();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    let (commit, serial) = (header("x-gitstate-commit"), header("x-gitstate-serial"));
-    let status = response.status().as_u16();
-    (status, commit, serial, response.bytes().unwrap().to_vec())
+    let (status, mut headers, body) =
+        get_with_headers(url, &["x-gitstate-commit", "x-gitstate-serial"]);
+    let serial = headers.pop().flatten();
+    let commit = headers.pop().flatten();
+    (status, commit, serial, body)
 }
 
 #[test]

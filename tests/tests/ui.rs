@@ -177,22 +177,9 @@ fn small_state(path: &str) -> String {
 
 /// `GET url`: status, `X-Total-Count`, the `rel="next"` target of `Link`, and the body.
 fn listing_page(url: &str) -> (u16, Option<usize>, Option<String>, serde_json::Value) {
-    let response = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(url)
-        .send()
-        .unwrap();
-    let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    let total = header("x-total-count").map(|t| t.parse().unwrap());
-    let next = header("link").map(|link| {
+    let (status, headers, body) = get_with_headers(url, &["x-total-count", "link"]);
+    let total = headers[0].as_ref().map(|t| t.parse().unwrap());
+    let next = headers[1].as_ref().map(|link| {
         assert!(link.ends_with("; rel=\"next\""), "{link}");
         link.trim_start_matches('<')
             .split('>')
@@ -200,12 +187,11 @@ fn listing_page(url: &str) -> (u16, Option<usize>, Option<String>, serde_json::V
             .unwrap()
             .to_owned()
     });
-    let body = response.text().unwrap();
     (
         status,
         total,
         next,
-        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
     )
 }
 

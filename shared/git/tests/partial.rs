@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{git, git_ok, sp};
+use common::{dir_bytes, git, git_ok, sp};
 use gitstate_core::{Credentials, LockCreate, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, bare_repo_without_filter, GitDaemon, GitHttpServer};
@@ -77,20 +77,6 @@ fn seed(bare: &Path, scratch: &Path) -> Vec<(String, Vec<u8>)> {
     git(&work, &["commit", "-q", "-m", "seed"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     files
-}
-
-/// Bytes of every file under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let meta = entry.metadata().unwrap();
-        total += if meta.is_dir() {
-            dir_bytes(&entry.path())
-        } else {
-            meta.len()
-        };
-    }
-    total
 }
 
 /// The id of the blob or tree at `path` on `main`.
