@@ -376,6 +376,58 @@ fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
         expected_duplicates[0]["managed_by"]
     );
     assert_eq!(over_http("/_/catalog/states"), states);
+
+    // A page at a time, in repository and path order: the command says how to go on, and the
+    // pages put together are the whole listing; a prefix; over HTTP the `Link` leads on.
+    let keys: Vec<String> = states
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["repository"].as_str().unwrap(),
+                e["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(keys.len(), paths.len());
+    let (ok, out, err) = catalog(&moto, &["states", "--json", "--limit", "1"]);
+    assert!(ok, "{err}");
+    let first: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(first, Value::from(vec![states[0].clone()]));
+    assert!(
+        err.contains(&format!("more states follow: add --after {}", keys[0])),
+        "{err}"
+    );
+    let rest = json(&moto, &["states", "--after", &keys[0]]);
+    assert_eq!(rest, Value::from(states.as_array().unwrap()[1..].to_vec()));
+    let net = json(&moto, &["states", "--prefix", "default/net/"]);
+    let net_paths: Vec<&str> = net
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(net_paths, ["net/a.tfstate", "net/b.tfstate"]);
+    let (status, headers, body) = get_with_headers(
+        &format!("{}/_/catalog/states?limit=2", server.base_url()),
+        &["link"],
+    );
+    assert_eq!(status, 200);
+    let page: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(page, Value::from(states.as_array().unwrap()[..2].to_vec()));
+    let next = headers[0].clone().expect("a Link to the next page");
+    let next = next
+        .trim_start_matches('<')
+        .split('>')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        over_http(&next),
+        Value::from(states.as_array().unwrap()[2..].to_vec())
+    );
     assert_eq!(over_http("/_/catalog/audit/default/net/b.tfstate"), trail);
 
     // Rebuild on an empty table gives the same answers. The fresh emulator has no KMS key

@@ -39,9 +39,10 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use codec::*;
+use gitstate_core::catalog::catalog_key;
 use gitstate_core::{
-    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockFacts,
-    ManagedBy, ResourceIdentifier, StateEntry,
+    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
+    ListQuery, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
 };
 use index_key::{IndexKeys, Kind, INDEX_KEY_CONTEXT};
 
@@ -437,8 +438,8 @@ impl Catalog for DynamoCatalog {
         self.rebuild_duplicate_markers().await
     }
 
-    async fn states(&self) -> Result<Vec<StateEntry>, CatalogError> {
-        self.state_entries().await
+    async fn states(&self, query: &ListQuery) -> Result<CatalogPage, CatalogError> {
+        self.state_page(query).await
     }
 
     async fn audit(&self, repository: &str, path: &str) -> Result<Vec<AuditEntry>, CatalogError> {

@@ -3,15 +3,53 @@
 use super::*;
 
 impl DynamoCatalog {
-    pub(super) async fn state_entries(&self) -> Result<Vec<StateEntry>, CatalogError> {
-        let mut entries: Vec<StateEntry> = self
-            .query_partition(STATES.into())
-            .await?
-            .iter()
-            .map(state_entry)
-            .collect();
-        entries.sort_by(|a, b| (&a.repository, &a.path).cmp(&(&b.repository, &b.path)));
-        Ok(entries)
+    /// One page of the state entries (see [`Catalog::states`]): a query of the `STATES`
+    /// partition from the cursor's sort key on (`{repository}#{path}` sorts as (repository,
+    /// path) since repository names hold no byte below `#`), `begins_with` the prefix's sort
+    /// key, until one entry past the page.
+    pub(super) async fn state_page(&self, query: &ListQuery) -> Result<CatalogPage, CatalogError> {
+        let begins = match query.prefix.split_once('/') {
+            Some((repository, path)) => format!("{repository}#{path}"),
+            None => query.prefix.clone(),
+        };
+        let mut start = query.after.as_deref().map(|after| {
+            let (repository, path) = catalog_key(after);
+            let (pk, sk) = state_key(repository, path);
+            HashMap::from([("pk".to_owned(), pk), ("sk".to_owned(), sk)])
+        });
+        let wanted = query.limit.saturating_add(1);
+        let mut entries: Vec<StateEntry> = Vec::new();
+        loop {
+            let request = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .expression_attribute_values(":pk", s(STATES))
+                .consistent_read(true)
+                .limit(i32::try_from(wanted - entries.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start.take());
+            let request = match begins.is_empty() {
+                true => request.key_condition_expression("pk = :pk"),
+                false => request
+                    .key_condition_expression("pk = :pk AND begins_with(sk, :begins)")
+                    .expression_attribute_values(":begins", s(begins.clone())),
+            };
+            let page = request.send().await.map_err(failed("Query"))?;
+            entries.extend(page.items().iter().map(state_entry));
+            if entries.len() >= wanted {
+                break;
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => break,
+            }
+        }
+        let more = entries.len() > query.limit;
+        entries.truncate(query.limit);
+        Ok(CatalogPage {
+            states: entries,
+            more,
+        })
     }
 
     pub(super) async fn audit_trail(

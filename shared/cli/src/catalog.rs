@@ -22,12 +22,19 @@ pub enum CatalogCommand {
     ///   AWS_ENDPOINT_URL=http://127.0.0.1:5000 gitstate catalog create-table --catalog-table gitstate
     #[command(verbatim_doc_comment)]
     CreateTable(CatalogArgs),
-    /// List the states with serial, size, last writer and lock holder.
+    /// List the states with serial, size, last writer and lock holder, a page at a time (in
+    /// repository and path order; when more follow, standard error says how to ask for them).
     ///
     ///   gitstate catalog states --catalog-table gitstate
+    ///   gitstate catalog states --prefix default/teams/ --limit 100
     ///   gitstate catalog states --json | jq '.[] | select(.lock)'
     #[command(verbatim_doc_comment)]
-    States(CatalogArgs),
+    States {
+        #[command(flatten)]
+        page: PageArgs,
+        #[command(flatten)]
+        args: CatalogArgs,
+    },
     /// One state's audit trail (writes, deletes, locks, unlocks, force-unlocks), oldest first.
     ///
     ///   gitstate catalog audit default envs/prod.tfstate
@@ -183,6 +190,20 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     Ok(summary)
 }
 
+/// Which page of the catalog's states to list.
+#[derive(clap::Args, Debug)]
+pub struct PageArgs {
+    /// Only states whose `REPOSITORY/PATH` starts with this (e.g. `default/teams/`).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Only states after this `REPOSITORY/PATH` (the last of the page before).
+    #[arg(long)]
+    after: Option<String>,
+    /// States in the page at most.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    limit: u64,
+}
+
 /// Runs a catalog subcommand; the output goes to stdout.
 pub async fn run(command: CatalogCommand) -> Result<String, String> {
     match command {
@@ -195,12 +216,21 @@ pub async fn run(command: CatalogCommand) -> Result<String, String> {
                 "the table exists\n".into()
             })
         }
-        CatalogCommand::States(args) => {
-            let states = open(&args)
+        CatalogCommand::States { page, args } => {
+            let query = ListQuery {
+                prefix: page.prefix.unwrap_or_default(),
+                after: page.after,
+                limit: usize::try_from(page.limit).unwrap_or(usize::MAX),
+            };
+            let listed = open(&args)
                 .await?
-                .states()
+                .states(&query)
                 .await
                 .map_err(|e| e.to_string())?;
+            if let Some(next) = listed.next() {
+                eprintln!("more states follow: add --after {next}");
+            }
+            let states = listed.states;
             if args.json {
                 return json(&states);
             }

@@ -8,6 +8,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::listing::ListQuery;
+
 /// What happened to a state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogChange {
@@ -235,6 +237,56 @@ pub struct StateEntry {
     pub lock: Option<LockEntry>,
 }
 
+/// One page of the catalog's state entries ([`Catalog::states`]).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct CatalogPage {
+    /// The entries, in (repository, path) order.
+    pub states: Vec<StateEntry>,
+    /// Whether entries follow this page.
+    pub more: bool,
+}
+
+impl CatalogPage {
+    /// The page `query` asks for out of every entry (`sorted` by repository and path): the rule
+    /// every catalog's listing follows.
+    pub fn of_sorted(sorted: impl IntoIterator<Item = StateEntry>, query: &ListQuery) -> Self {
+        let after = query.after.as_deref().map(catalog_key);
+        let mut page = CatalogPage::default();
+        for entry in sorted {
+            let key = (entry.repository.as_str(), entry.path.as_str());
+            if !format!("{}/{}", key.0, key.1).starts_with(&query.prefix)
+                || after.is_some_and(|after| key <= after)
+            {
+                continue;
+            }
+            if page.states.len() < query.limit {
+                page.states.push(entry);
+            } else {
+                page.more = true;
+                break;
+            }
+        }
+        page
+    }
+
+    /// The cursor of the next page (`{repository}/{path}` of the last entry), when one follows.
+    pub fn next(&self) -> Option<String> {
+        match self.more {
+            true => self
+                .states
+                .last()
+                .map(|e| format!("{}/{}", e.repository, e.path)),
+            false => None,
+        }
+    }
+}
+
+/// The (repository, path) a catalog cursor `{repository}/{path}` names (a repository name has
+/// no `/`).
+pub fn catalog_key(cursor: &str) -> (&str, &str) {
+    cursor.split_once('/').unwrap_or((cursor, ""))
+}
+
 /// A held lock.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct LockEntry {
@@ -327,8 +379,10 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     /// whole index (the entries rebuilt before skip that check). Returns how many there are.
     async fn rebuild_duplicates(&self) -> Result<usize, CatalogError>;
 
-    /// Every state entry, sorted by repository and path.
-    async fn states(&self) -> Result<Vec<StateEntry>, CatalogError>;
+    /// One page of the state entries, in (repository, path) order: those whose
+    /// `{repository}/{path}` starts with `query.prefix`, after the entry `query.after` names
+    /// (`{repository}/{path}`), at most `query.limit` (the rule: [`CatalogPage::of_sorted`]).
+    async fn states(&self, query: &ListQuery) -> Result<CatalogPage, CatalogError>;
 
     /// One state's audit trail, oldest first.
     async fn audit(&self, repository: &str, path: &str) -> Result<Vec<AuditEntry>, CatalogError>;
@@ -375,6 +429,63 @@ mod tests {
                     "module.m.aws_s3_bucket.b[\"logs\"]".into()
                 ),
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    fn entry(repository: &str, path: &str) -> StateEntry {
+        StateEntry {
+            repository: repository.into(),
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    fn keys(page: &CatalogPage) -> Vec<String> {
+        page.states
+            .iter()
+            .map(|e| format!("{}/{}", e.repository, e.path))
+            .collect()
+    }
+
+    #[test]
+    fn catalog_pages_follow_repository_then_path() {
+        // (repository, path) order: `team` before `team-a`, although "team/" sorts after
+        // "team-a" as text.
+        let all = [
+            entry("team", "a.tfstate"),
+            entry("team", "b/c.tfstate"),
+            entry("team-a", "a.tfstate"),
+            entry("zeta", "x.tfstate"),
+        ];
+        let mut query = ListQuery {
+            prefix: String::new(),
+            after: None,
+            limit: 3,
+        };
+        let first = CatalogPage::of_sorted(all.clone(), &query);
+        assert_eq!(
+            keys(&first),
+            ["team/a.tfstate", "team/b/c.tfstate", "team-a/a.tfstate"]
+        );
+        assert_eq!(first.next().as_deref(), Some("team-a/a.tfstate"));
+        query.after = first.next();
+        let second = CatalogPage::of_sorted(all.clone(), &query);
+        assert_eq!(
+            (keys(&second), second.more),
+            (vec!["zeta/x.tfstate".to_owned()], false)
+        );
+        let folder = ListQuery {
+            prefix: "team/b/".into(),
+            ..ListQuery::all()
+        };
+        assert_eq!(
+            keys(&CatalogPage::of_sorted(all, &folder)),
+            ["team/b/c.tfstate"]
         );
     }
 }

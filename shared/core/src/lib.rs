@@ -25,8 +25,8 @@ pub mod url;
 pub use backend::{Backend, BackendError, RetryPolicy, Written};
 pub use blocking::BlockingStore;
 pub use catalog::{
-    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
-    LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
+    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
+    LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
 pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, Unlock, Unlocked};

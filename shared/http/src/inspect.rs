@@ -9,9 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gitstate_core::history::{LockListing, VersionInfo, DEFAULT_HISTORY_LIMIT};
-use gitstate_core::{
-    AuditEntry, Catalog, Duplicate, ListQuery, ManagedBy, StateEntry, StatePath, StateStore,
-};
+use gitstate_core::{AuditEntry, Catalog, Duplicate, ListQuery, ManagedBy, StatePath, StateStore};
 
 use crate::error::ApiError;
 use crate::handlers::authenticated_caller;
@@ -167,12 +165,29 @@ async fn catalog(app: &AppState, headers: &HeaderMap) -> Result<Arc<dyn Catalog>
     })
 }
 
-/// `GET /_/catalog/states`: every state the catalog knows, with its lock holder.
+/// `GET /_/catalog/states?prefix=REPO/PATH&after=REPO/PATH&limit=N`: one page of the states the
+/// catalog knows (1,000 unless `limit` says otherwise), with their lock holders, in (repository,
+/// path) order; `Link` with `rel="next"` gives the next page, when one follows.
 pub async fn catalog_states(
     State(app): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> Result<Json<Vec<StateEntry>>, ApiError> {
-    Ok(Json(catalog(&app, &headers).await?.states().await?))
+) -> Result<Response, ApiError> {
+    let query = list_query(&query, DEFAULT_STATES_PAGE)?;
+    let page = catalog(&app, &headers).await?.states(&query).await?;
+    let mut response = Json(&page.states).into_response();
+    if let Some(next) = page.next() {
+        let link = format!(
+            "</_/catalog/states?{}>; rel=\"next\"",
+            query_string(&query, &next)
+        );
+        if let Ok(value) = HeaderValue::from_str(&link) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::LINK, value);
+        }
+    }
+    Ok(response)
 }
 
 /// `GET /_/catalog/audit/{repo}/{path}`: one state's audit trail, oldest first.

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::catalog::{
-    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, Duplicate, LockEntry,
-    LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
+    AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
+    LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
 };
+use crate::listing::ListQuery;
 
 /// A [`Catalog`] in memory with the port's rules: an older serial never overwrites a newer one,
 /// a delete drops the state's identifiers from the index. It can be made to fail, as an
@@ -178,8 +179,12 @@ impl Catalog for MemoryCatalog {
         Ok(self.duplicates().await?.len())
     }
 
-    async fn states(&self) -> Result<Vec<StateEntry>, CatalogError> {
-        Ok(self.available()?.entries.values().cloned().collect())
+    async fn states(&self, query: &ListQuery) -> Result<CatalogPage, CatalogError> {
+        let data = self.available()?;
+        Ok(CatalogPage::of_sorted(
+            data.entries.values().cloned(),
+            query,
+        ))
     }
 
     async fn audit(&self, repository: &str, path: &str) -> Result<Vec<AuditEntry>, CatalogError> {
@@ -279,7 +284,8 @@ mod tests {
             .await
             .expect("record");
         catalog.record(write("a", 4, vec![])).await.expect("record");
-        assert_eq!(catalog.states().await.expect("states")[0].serial, Some(5));
+        let page = catalog.states(&ListQuery::all()).await.expect("states");
+        assert_eq!(page.states[0].serial, Some(5));
         catalog
             .record(write("b", 1, vec![id("logs")]))
             .await
@@ -296,6 +302,6 @@ mod tests {
         assert_eq!(catalog.find("logs").await.expect("find").len(), 1);
         assert_eq!(catalog.audit("r", "a").await.expect("audit").len(), 2);
         catalog.set_outage(true);
-        assert!(catalog.states().await.is_err());
+        assert!(catalog.states(&ListQuery::all()).await.is_err());
     }
 }
