@@ -17,6 +17,7 @@ BENCHES = {
     "seal-kms": "seal_kms",
     "catalog": "catalog",
     "catalog-index": "catalog_index",
+    "catalog-rebuild": "catalog_rebuild",
     "terraform": "terraform",
     "lambda-init": "lambda_init",
     "lambda-warm": "lambda_warm",
