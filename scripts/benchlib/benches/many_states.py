@@ -12,7 +12,8 @@ serve` with an empty cache directory (a new Lambda container):
   warm GET        the same GET again
   POST            a new serial of another state (the state guard on, as by default)
   lock cycle      LOCK + POST ?ID= + UNLOCK of a third state, timed together
-  cache           the cache directory's bytes after these
+  cache           the cache directory's bytes after these, and their ratio to what the run
+                  touched: the trees on its three paths and their files (uncompressed, at main)
   git CLI floors  what git itself takes on the same server for the objects a cold GET fetches
                   (`clone --bare --depth 1 --filter=tree:1`) and a POST pushes (`push` of a
                   commit changing one state; serial 0, below every serial the POSTs write)
@@ -112,10 +113,24 @@ def one_run(binary, root, remote, count, layout, folders, size, run, rng):
         cycle += took
         took, _ = client.timed("UNLOCK", lock_url, s.lock_body(lock_id))
         cycle += took
-        return (cold, warm, post, cycle), s.dir_bytes(cache)
+        paths = [state_path(i, layout, folders) for i in (read, written, locked)]
+        return (cold, warm, post, cycle), s.dir_bytes(cache), paths
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def touched_bytes(bare, paths):
+    """Bytes of the objects a run touched, as git stores them uncompressed: the trees on
+    `paths` and their files, at `main`."""
+    names = {"main:"}
+    for path in paths:
+        parts = path.split("/")
+        names.update("main:" + "/".join(parts[:k]) for k in range(1, len(parts) + 1))
+    out = subprocess.run(["git", "cat-file", "--batch-check=%(objectsize)"], cwd=bare,
+                         input="\n".join(sorted(names)).encode() + b"\n", check=True,
+                         stdout=subprocess.PIPE).stdout.decode()
+    return sum(int(line) for line in out.split() if line.isdigit())
 
 
 def git_floor(root, remote, path, body, run):
@@ -209,17 +224,19 @@ def reconcile(binary, root, remote, count, reads, layout, folders, rng):
 def configuration(binary, root, githttp, count, layout, args):
     """Seeds both repositories of one configuration, measures them, prints its table."""
     rng = random.Random(count)
-    names = {}
+    names, bares, touched = {}, {}, {10: [], count: []}
     for n in (10, count):
         name = f"{layout}-{n}.git"
         s.log(f"many-states: seeding {n} states ({layout})")
-        seed(os.path.join(githttp.repos, name), n, layout, args.folders, args.state_bytes)
+        bares[n] = os.path.join(githttp.repos, name)
+        seed(bares[n], n, layout, args.folders, args.state_bytes)
         names[n] = githttp.url(name)
     ops = {n: ([], [], [], [], [], [], []) for n in names}
     for run in range(args.runs):
         for n, remote in names.items():
-            timings, size = one_run(binary, root, remote, n, layout, args.folders,
-                                    args.state_bytes, run, rng)
+            timings, size, paths = one_run(binary, root, remote, n, layout, args.folders,
+                                           args.state_bytes, run, rng)
+            touched[n].append(size / touched_bytes(bares[n], paths))
             written = rng.randrange(n)
             floor = git_floor(root, remote, state_path(written, layout, args.folders),
                               state(written, 0, args.state_bytes), run)
@@ -242,6 +259,8 @@ def configuration(binary, root, githttp, count, layout, args):
                      (6, "git CLI: `push` of one changed state (floor of a POST)")):
         small, big = s.summarize(ops[10][k]), s.summarize(ops[count][k])
         s.table_row(label, s.cell(ops[10][k]), s.cell(ops[count][k]), f"{big[0] / small[0]:.2f}×")
+    s.table_row("cache ÷ the trees and files on the run's paths (uncompressed)",
+                s.cell(touched[10], ".2f"), s.cell(touched[count], ".2f"), "–")
     mib = 1024 * 1024
     small, big = s.summarize(ops[10][4]), s.summarize(ops[count][4])
     s.table_row("cache on disk after them (MiB)", f"{small[0] / mib:.2f}", f"{big[0] / mib:.2f}",
