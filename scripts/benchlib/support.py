@@ -154,6 +154,21 @@ def init_bare(path, allow_filter=False):
     return path
 
 
+def fast_import(repo, files, message=b"seed"):
+    """One commit on `main` of the bare repository `repo` holding `files` ((path, bytes) pairs),
+    made with `git fast-import`."""
+    chunks, paths = [], []
+    for mark, (path, body) in enumerate(files, start=1):
+        chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(body), body))
+        paths.append(path)
+    chunks.append(b"commit refs/heads/main\ncommitter bench <b@b> 1764115200 +0000\n"
+                  b"data %d\n%s\n" % (len(message), message))
+    for mark, path in enumerate(paths, start=1):
+        chunks.append(b"M 100644 :%d %s\n" % (mark, path.encode()))
+    chunks.append(b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(chunks), cwd=repo, check=True)
+
+
 def http_backend_path():
     """The git-http-backend CGI program of the installed git."""
     return os.path.join(git("--exec-path").decode().strip(), "git-http-backend")

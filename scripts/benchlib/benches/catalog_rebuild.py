@@ -38,17 +38,8 @@ def seed(cwd, count, resources):
     path = os.path.join(cwd, ".gitstate", "default.git")
     os.makedirs(os.path.dirname(path))
     s.init_bare(path)
-    chunks = []
-    for i in range(count):
-        body = state_body(i, 1, resources)
-        chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (i + 1, len(body), body))
-    message = b"seed"
-    chunks.append(b"commit refs/heads/main\ncommitter bench <b@b> 1764115200 +0000\n"
-                  b"data %d\n%s\n" % (len(message), message))
-    for i in range(count):
-        chunks.append(b"M 100644 :%d f%03d/s%06d.tfstate\n" % (i + 1, i % 100, i))
-    chunks.append(b"\n")
-    subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(chunks), cwd=path, check=True)
+    s.fast_import(path, ((f"f{i % 100:03}/s{i:06}.tfstate", state_body(i, 1, resources))
+                         for i in range(count)))
 
 
 def write_units(endpoint):

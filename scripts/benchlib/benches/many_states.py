@@ -71,17 +71,7 @@ def state(i, serial, size):
 def seed(path, count, layout, folders, size):
     """A bare repository whose `main` holds `count` states in one commit (git fast-import)."""
     s.init_bare(path, allow_filter=True)
-    chunks = []
-    for i in range(count):
-        body = state(i, 1, size)
-        chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (i + 1, len(body), body))
-    message = b"seed"
-    chunks.append(b"commit refs/heads/main\ncommitter bench <b@b> 1764115200 +0000\n"
-                  b"data %d\n%s\n" % (len(message), message))
-    for i in range(count):
-        chunks.append(b"M 100644 :%d %s\n" % (i + 1, state_path(i, layout, folders).encode()))
-    chunks.append(b"\n")
-    subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(chunks), cwd=path, check=True)
+    s.fast_import(path, ((state_path(i, layout, folders), state(i, 1, size)) for i in range(count)))
 
 
 def packs(cache):
