@@ -12,10 +12,12 @@
 //!   (a diff that goes into a folder only when its tree id differs) and kept by commit id.
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use gitstate_core::{ListQuery, StateListing, StatePage, StoreError, Version};
+use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
 use crate::errors::internal;
@@ -32,7 +34,7 @@ pub fn page(
     let mut files = Vec::new();
     let mut path = String::new();
     let more = walk(repo, root, &mut path, query, &mut files)?;
-    let total = count_under(repo, root, &query.prefix)?;
+    let total = count_under(repo, tip, root, &query.prefix)?;
     let changes = last_changes(repo, tip, &files)?;
     let mut versions: HashMap<ObjectId, Version> = HashMap::new();
     let mut states = Vec::with_capacity(files.len());
@@ -40,12 +42,13 @@ pub fn page(
         let size = blob_size(repo, blob)?;
         let last_change = match changes.get(&path) {
             Some(commit) => {
-                if !versions.contains_key(commit) {
-                    versions.insert(*commit, version(repo, *commit, None)?);
-                }
-                versions.get(commit).cloned().map(|mut v| {
-                    v.size = Some(size);
-                    v
+                let known = match versions.entry(*commit) {
+                    Entry::Occupied(known) => known.into_mut(),
+                    Entry::Vacant(new) => new.insert(version(repo, *commit, None)?),
+                };
+                Some(Version {
+                    size: Some(size),
+                    ..known.clone()
                 })
             }
             None => None,
@@ -113,23 +116,25 @@ fn folder_may_hold(folder: &str, query: &ListQuery) -> bool {
     under && after
 }
 
-/// Files under `prefix` at the tree `root`: the entries of the prefix's folder whose names
-/// start with the rest of it, each file counting one and each folder its files.
-fn count_under(repo: &gix::Repository, root: ObjectId, prefix: &str) -> Result<usize, StoreError> {
+/// Files under `prefix` at `tip` (whose tree is `root`): the entries of the prefix's folder
+/// whose names start with the rest of it, each file counting one and each folder its files.
+fn count_under(
+    repo: &gix::Repository,
+    tip: ObjectId,
+    root: ObjectId,
+    prefix: &str,
+) -> Result<usize, StoreError> {
     let (folder, start) = match prefix.rfind('/') {
         Some(end) => (&prefix[..end], &prefix[end + 1..]),
         None => ("", prefix),
     };
-    let mut tree = root;
-    for segment in folder.split('/').filter(|s| !s.is_empty()) {
-        match entries(repo, tree, |name| name == segment)?
-            .into_iter()
-            .find(|e| e.is_tree)
-        {
-            Some(entry) => tree = entry.id,
-            None => return Ok(0),
-        }
-    }
+    let tree = match folder {
+        "" => root,
+        folder => match crate::lookup::entry_at(repo, tip, folder)? {
+            Some(entry) if entry.kind == EntryKind::Tree => entry.id,
+            _ => return Ok(0),
+        },
+    };
     if start.is_empty() {
         return count_files(repo, tree);
     }
@@ -144,7 +149,7 @@ fn count_under(repo: &gix::Repository, root: ObjectId, prefix: &str) -> Result<u
 }
 
 /// An entry of a tree, as a listing needs it.
-struct Entry {
+struct TreeEntry {
     is_tree: bool,
     is_blob: bool,
     id: ObjectId,
@@ -155,13 +160,13 @@ fn entries(
     repo: &gix::Repository,
     tree: ObjectId,
     keep: impl Fn(&str) -> bool,
-) -> Result<Vec<Entry>, StoreError> {
+) -> Result<Vec<TreeEntry>, StoreError> {
     let object = repo.find_tree(tree).map_err(internal("reading a tree"))?;
     let mut kept = Vec::new();
     for entry in gix::objs::TreeRefIter::from_bytes(&object.data, repo.object_hash()) {
         let entry = entry.map_err(internal("decoding a tree"))?;
         match std::str::from_utf8(entry.filename) {
-            Ok(name) if keep(name) => kept.push(Entry {
+            Ok(name) if keep(name) => kept.push(TreeEntry {
                 is_tree: entry.mode.is_tree(),
                 is_blob: entry.mode.is_blob(),
                 id: entry.oid.to_owned(),

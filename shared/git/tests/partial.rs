@@ -111,10 +111,10 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
     let snap = s.snapshot(&sp(SMALL)).await.expect("cold read");
     assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
     let dir = s.cache_dir();
-    let after_first = dir_bytes(&dir);
+    let after_cold = dir_bytes(&dir);
     assert!(
-        after_first < (BIG_BYTES / 4) as u64,
-        "a cold read of a 2 KiB state left {after_first} bytes in the cache, next to {BIGS} states of {BIG_BYTES} bytes"
+        after_cold < (BIG_BYTES / 4) as u64,
+        "a cold read of a 2 KiB state left {after_cold} bytes in the cache, next to {BIGS} states of {BIG_BYTES} bytes"
     );
     assert!(cached(&dir, &object_id(bare, SMALL)));
     for i in 0..BIGS {

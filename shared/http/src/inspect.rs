@@ -107,26 +107,37 @@ pub async fn states(
     let store = store_for(&app, &repo, &headers).await?;
     let page = app.backend.states(store.as_ref(), &query).await?;
     let mut response = Json(&page.rows).into_response();
-    let headers = response.headers_mut();
-    headers.insert("x-total-count", HeaderValue::from(page.total));
-    if let Some(next) = &page.next {
-        let segment = percent_encoding::utf8_percent_encode(&repo, PATH_SEGMENT);
-        let link = format!(
-            "</_/states/{segment}?{}>; rel=\"next\"",
-            query_string(&query, next)
-        );
-        if let Ok(value) = HeaderValue::from_str(&link) {
-            headers.insert(axum::http::header::LINK, value);
-        }
-    }
+    response
+        .headers_mut()
+        .insert("x-total-count", HeaderValue::from(page.total));
+    let at = format!("/_/states/{}", url_part(&repo));
+    link_next(&mut response, &at, &query, page.next.as_deref());
     Ok(response)
 }
 
-/// What a repository name escapes in a path segment of a link.
-const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+/// Adds to `response` a `Link` to the next page (`rel="next"`) at the address `at`, when one
+/// follows (`next`: its cursor).
+fn link_next(response: &mut Response, at: &str, query: &ListQuery, next: Option<&str>) {
+    let Some(next) = next else { return };
+    let link = format!("<{at}?{}>; rel=\"next\"", query_string(query, next));
+    if let Ok(value) = HeaderValue::from_str(&link) {
+        response
+            .headers_mut()
+            .insert(axum::http::header::LINK, value);
+    }
+}
+
+/// What a path in a link or an address leaves as it is: letters, digits, `-_./`.
+const PATH_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
-    .remove(b'.');
+    .remove(b'.')
+    .remove(b'/');
+
+/// A repository name or a state path made safe for a URL (its `/` kept).
+pub(crate) fn url_part(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, PATH_KEEPS).to_string()
+}
 
 /// `GET /_/history/{repo}/{path}?limit=N`: the versions of one state, newest first.
 pub async fn history(
@@ -176,17 +187,12 @@ pub async fn catalog_states(
     let query = list_query(&query, DEFAULT_STATES_PAGE)?;
     let page = catalog(&app, &headers).await?.states(&query).await?;
     let mut response = Json(&page.states).into_response();
-    if let Some(next) = page.next() {
-        let link = format!(
-            "</_/catalog/states?{}>; rel=\"next\"",
-            query_string(&query, &next)
-        );
-        if let Ok(value) = HeaderValue::from_str(&link) {
-            response
-                .headers_mut()
-                .insert(axum::http::header::LINK, value);
-        }
-    }
+    link_next(
+        &mut response,
+        "/_/catalog/states",
+        &query,
+        page.next().as_deref(),
+    );
     Ok(response)
 }
 

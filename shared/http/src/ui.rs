@@ -16,7 +16,7 @@ use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::{BackendError, ListQuery, StoreError};
 
 use crate::error::ApiError;
-use crate::inspect::{limit, list_query, query_string, state_path, store_for};
+use crate::inspect::{limit, list_query, query_string, state_path, store_for, url_part};
 use crate::AppState;
 
 /// Text made safe for HTML element content and attribute values.
@@ -33,16 +33,6 @@ fn escape(text: &str) -> String {
         }
     }
     out
-}
-
-/// A path segment or query value made safe for a URL.
-fn url_part(text: &str) -> String {
-    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC)
-        .to_string()
-        .replace("%2F", "/")
-        .replace("%2E", ".")
-        .replace("%2D", "-")
-        .replace("%5F", "_")
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\

@@ -52,9 +52,9 @@ impl Cache {
         let odb = gix::odb::at(scratch, gix::hash::Kind::Sha1)
             .map_err(internal("opening a fetched pack"))?;
         let mut fetched = Vec::new();
+        let mut buf = Vec::new();
         for id in odb.iter().map_err(internal("listing a fetched pack"))? {
             let id = id.map_err(internal("listing a fetched pack"))?;
-            let mut buf = Vec::new();
             let data = odb
                 .try_find(&id, &mut buf)
                 .map_err(internal("reading a fetched pack"))?

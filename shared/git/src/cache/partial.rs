@@ -129,22 +129,17 @@ impl Cache {
         let root_only = haves.is_empty()
             && roots.is_empty()
             && fetch_mode(&endpoint.display) == Some(FetchMode::Treeless);
-        let mut request = FetchRequest {
-            wants: missing.clone(),
-            haves,
-            shallow: shallow.clone(),
-            deepen: Some(1),
-            filter: Some(if root_only { "tree:1" } else { "blob:none" }.into()),
-        };
-        let fetched = match session.fetch(&request, &self.pack_dir()) {
-            Err(e) if root_only && refuses_tree_filter(&e) => {
-                set_fetch_mode(&endpoint.display, FetchMode::Blobless, Some(&e));
-                *session = reconnect(endpoint)?;
-                request.filter = Some("blob:none".into());
-                session.fetch(&request, &self.pack_dir())?
-            }
-            fetched => fetched?,
-        };
+        let filter = if root_only { "tree:1" } else { "blob:none" };
+        let fetched = filtered(session, endpoint, filter, |session, filter| {
+            let request = FetchRequest {
+                wants: missing.clone(),
+                haves: haves.clone(),
+                shallow: shallow.clone(),
+                deepen: Some(1),
+                filter: Some(filter.into()),
+            };
+            session.fetch(&request, &self.pack_dir())
+        })?;
         // A fresh handle: it sees the pack just written.
         let repo = self.repo();
         // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
@@ -317,14 +312,9 @@ impl Cache {
                 Some(FetchMode::Treeless) => "tree:0",
                 _ => "blob:none",
             };
-            match self.fetch_ids(session, endpoint, wants.clone(), Some(filter)) {
-                Err(e) if filter == "tree:0" && refuses_tree_filter(&e) => {
-                    set_fetch_mode(&endpoint.display, FetchMode::Blobless, Some(&e));
-                    *session = reconnect(endpoint)?;
-                    self.fetch_ids(session, endpoint, wants, Some("blob:none"))?;
-                }
-                fetched => fetched?,
-            }
+            filtered(session, endpoint, filter, |session, filter| {
+                self.fetch_ids(session, endpoint, wants.clone(), Some(filter))
+            })?;
         }
         match self.lacking(files, blobs)?.first() {
             None => Ok(()),
@@ -412,6 +402,25 @@ fn reconnect(endpoint: &Endpoint) -> Result<UploadPack, StoreError> {
             endpoint.display
         ))
     })
+}
+
+/// Runs `fetch` over `session` with `filter`. When that is a tree filter the server refuses,
+/// records that `endpoint` is fetched with `blob:none` from now on (logged once) and runs `fetch`
+/// again with `blob:none` on a new session (the refusal ended the old one).
+fn filtered<T>(
+    session: &mut UploadPack,
+    endpoint: &Endpoint,
+    filter: &str,
+    fetch: impl Fn(&mut UploadPack, &str) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    match fetch(session, filter) {
+        Err(e) if filter.starts_with("tree:") && refuses_tree_filter(&e) => {
+            set_fetch_mode(&endpoint.display, FetchMode::Blobless, Some(&e));
+            *session = reconnect(endpoint)?;
+            fetch(session, "blob:none")
+        }
+        fetched => fetched,
+    }
 }
 
 /// Whether the server refused a fetch for its tree filter (git's upload-pack answers
