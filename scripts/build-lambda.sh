@@ -41,4 +41,4 @@ if [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ]; then
     printf '#!/bin/sh\nexec qemu-aarch64 -L /usr/aarch64-linux-gnu "%s" "$@"\n' "$CARGO_TARGET_DIR/lambda/bootstrap-arm64" > "$run"
     chmod +x "$run"
 fi
-python3 scripts/bench lambda-init --runs 1 --bootstrap "$run" | sed "s/^/build-lambda: $arch: /"
+python3 scripts/bench lambda-init --runs 1 --bootstrap "$run" --artifact "$CARGO_TARGET_DIR/lambda/bootstrap-$arch" | sed "s/^/build-lambda: $arch: /"

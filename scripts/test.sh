@@ -20,21 +20,24 @@ bash scripts/lint-infra.sh
 # No two modules import each other (ARCHITECTURE.md, invariants).
 python3 scripts/check-imports.py
 
-# The Lambda function as SAM builds it (cargo-lambda with zig, the release profile): arm64, the
-# template's default, then x86_64, which stays at the bootstrap path for the scripts that run it.
+# The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the `tested`
+# profile: the release profile's code (opt-levels, `panic = "unwind"`, overflow checks and debug
+# assertions off, as in production) without whole-program LTO, which costs minutes per binary.
+# Two invocations, so each binary gets the features it ships with. The shipped profile's own
+# binaries (fat LTO; the bootstrap for both architectures as `sam build` makes it) are built and
+# run by scripts/check-shipped.sh, which CI runs after this (DECISIONS, "What is tested is what
+# ships"). cargo-lambda is still installed: tests/tests/lambda.rs runs `cargo lambda watch`.
 bash scripts/install-lambda-tools.sh
-bash scripts/build-lambda.sh arm64
-bash scripts/build-lambda.sh x86_64
-# tests/tests/lambda_deadline.rs runs this bootstrap against its own Runtime API.
-export GITSTATE_LAMBDA_BIN="$CARGO_TARGET_DIR/lambda/bootstrap-x86_64"
-
-# The end-to-end tests drive a release build of `gitstate`, the binary users run (overflow checks
-# and debug assertions off, as in production).
 start=$SECONDS
-cargo build --release -p gitstate
-export GITSTATE_BIN="$CARGO_TARGET_DIR/release/gitstate"
-[ -x "$GITSTATE_BIN" ] || { echo "test.sh: $GITSTATE_BIN was not built" >&2; exit 1; }
-echo "test.sh: release gitstate built ($((SECONDS - start)) s)"
+cargo build --profile tested -p gitstate
+cargo build --profile tested -p gitstate-lambda
+export GITSTATE_BIN=${GITSTATE_BIN:-$CARGO_TARGET_DIR/tested/gitstate}
+# tests/tests/lambda_deadline.rs runs this bootstrap against its own Runtime API.
+export GITSTATE_LAMBDA_BIN=${GITSTATE_LAMBDA_BIN:-$CARGO_TARGET_DIR/tested/gitstate-lambda}
+for bin in "$GITSTATE_BIN" "$GITSTATE_LAMBDA_BIN"; do
+    [ -x "$bin" ] || { echo "test.sh: $bin was not built" >&2; exit 1; }
+done
+echo "test.sh: tested-profile gitstate and Lambda bootstrap built ($((SECONDS - start)) s)"
 
 if [ $# -gt 0 ]; then
     filter=("$@")

@@ -277,17 +277,51 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
 /// request id. The workspace must say `unwind`.
 #[test]
 fn the_release_profile_keeps_the_panic_boundary_under_cargo_lambda() {
-    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
-        .expect("the workspace manifest");
-    let release: Vec<String> = manifest
-        .lines()
-        .skip_while(|l| l.trim() != "[profile.release]")
-        .skip(1)
-        .take_while(|l| !l.trim_start().starts_with('['))
-        .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
-        .collect();
+    let release = profile("release");
     assert!(
         release.iter().any(|l| l == "panic=\"unwind\""),
         "[profile.release] must set panic = \"unwind\" (cargo lambda build would abort on panic): {release:?}"
     );
+}
+
+/// The end-to-end tests drive binaries of the `tested` profile (scripts/test.sh); it may differ
+/// from the shipped `release` profile only in how the code is split and linked, never in what the
+/// code does (opt-levels, panic strategy, overflow checks, debug assertions, features).
+#[test]
+fn the_tested_profile_is_the_release_profile_without_whole_program_lto() {
+    let mut tested = profile("tested");
+    tested.sort();
+    assert_eq!(
+        tested,
+        [
+            "codegen-units=16",
+            "incremental=true",
+            "inherits=\"release\"",
+            "lto=false"
+        ],
+        "[profile.tested] may only change codegen-units, incremental and lto against release"
+    );
+    let manifest = workspace_manifest();
+    assert!(
+        !manifest.contains("[profile.tested."),
+        "[profile.tested] must not override packages: it inherits release's"
+    );
+}
+
+fn workspace_manifest() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+        .expect("the workspace manifest")
+}
+
+/// The `key=value` lines of `[profile.NAME]`, comments and spaces removed.
+fn profile(name: &str) -> Vec<String> {
+    let header = format!("[profile.{name}]");
+    workspace_manifest()
+        .lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
+        .filter(|l| !l.is_empty())
+        .collect()
 }

@@ -2,8 +2,9 @@
 //! when the git server is too slow for the time left, the write is answered 503 with
 //! `Retry-After` before the function would be stopped, and nothing is written.
 //!
-//! The function is the real bootstrap (`scripts/build-lambda.sh x86_64`, as `sam build` makes
-//! it), started as Lambda starts it: `AWS_LAMBDA_RUNTIME_API` names the Runtime API, served here
+//! The function is the real bootstrap (scripts/test.sh: `gitstate-lambda` in the `tested`
+//! profile; scripts/check-shipped.sh: `scripts/build-lambda.sh x86_64`, as `sam build` makes it),
+//! started as Lambda starts it: `AWS_LAMBDA_RUNTIME_API` names the Runtime API, served here
 //! on loopback with the documented contract (`GET …/invocation/next` answers an event with
 //! `Lambda-Runtime-Deadline-Ms`, `POST …/invocation/{id}/response` takes the answer). `cargo
 //! lambda watch` cannot be used for this: its `--timeout` only bounds how long its own invoke
@@ -34,7 +35,8 @@ const PASSWORD: &str = "deadline-pass-1";
 /// The invocation's time, as the function's Timeout would give it.
 const INVOCATION: Duration = Duration::from_secs(5);
 
-/// The bootstrap: `$GITSTATE_LAMBDA_BIN` (scripts/test.sh sets it), else cargo-lambda's output.
+/// The bootstrap: `$GITSTATE_LAMBDA_BIN` (scripts/test.sh and scripts/check-shipped.sh set it),
+/// else cargo-lambda's output.
 fn bootstrap() -> PathBuf {
     let path = match std::env::var_os("GITSTATE_LAMBDA_BIN") {
         Some(path) => PathBuf::from(path),
@@ -46,7 +48,7 @@ fn bootstrap() -> PathBuf {
     assert!(
         path.is_file(),
         "no Lambda bootstrap at {} (build it with `scripts/build-lambda.sh x86_64`, or set \
-         GITSTATE_LAMBDA_BIN; scripts/test.sh does both)",
+         GITSTATE_LAMBDA_BIN as scripts/test.sh does)",
         path.display()
     );
     path

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The shipped profile's binaries, built as they ship and run: CI runs this after scripts/test.sh.
+#
+# scripts/test.sh drives binaries of the `tested` profile (the release profile's code without
+# whole-program LTO). This builds what users deploy, with the release profile itself:
+#   - the Lambda bootstrap for arm64 and x86_64, as `sam build` makes it (cargo lambda build
+#     --release, zig); each is checked to be an executable for its processor and answers one
+#     invocation (arm64 under qemu-aarch64): scripts/build-lambda.sh;
+#   - `cargo build --release -p gitstate`, the binary `cargo install` and the README run;
+# then runs the end-to-end tests of each entry point against them: real Terraform through
+# `gitstate serve` on every git transport, TLS, and the bootstrap's invocation deadline.
+#
+#   GITSTATE_TOOLS, CARGO_TARGET_DIR   as for scripts/test.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GITSTATE_TOOLS=${GITSTATE_TOOLS:-$HOME/.cache/gitstate-tools}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/gitstate-target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+bash scripts/install-test-deps.sh
+bash scripts/install-lambda-tools.sh
+bash scripts/build-lambda.sh arm64
+bash scripts/build-lambda.sh x86_64
+
+start=$SECONDS
+cargo build --release -p gitstate
+echo "check-shipped: release gitstate built ($((SECONDS - start)) s)"
+
+export GITSTATE_BIN="$CARGO_TARGET_DIR/release/gitstate"
+export GITSTATE_LAMBDA_BIN="$CARGO_TARGET_DIR/lambda/bootstrap-x86_64"
+for bin in "$GITSTATE_BIN" "$GITSTATE_LAMBDA_BIN"; do
+    [ -x "$bin" ] || { echo "check-shipped: $bin was not built" >&2; exit 1; }
+done
+tests=(--test terraform_e2e --test tls --test lambda_deadline)
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --no-fail-fast -p gitstate-tests "${tests[@]}"
+else
+    cargo test --no-fail-fast -p gitstate-tests "${tests[@]}"
+fi
