@@ -21,6 +21,33 @@ pub struct GitHttpServer {
     _dir: TempDir,
 }
 
+/// Writes (atomically: a new file renamed over the old) the htpasswd file that accepts `user`
+/// with `password` only, hashed with `openssl passwd -apr1`.
+fn write_htpasswd(openssl: &Path, htpasswd: &Path, user: &str, password: &str) {
+    // The password goes through stdin, never argv (visible to every local user).
+    let mut hashing = Command::new(openssl)
+        .args(["passwd", "-apr1", "-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl passwd");
+    hashing
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{password}\n").as_bytes())
+        .expect("write the password to openssl");
+    let hash = hashing.wait_with_output().expect("openssl passwd");
+    assert!(hash.status.success(), "openssl passwd -apr1 failed");
+    let next = htpasswd.with_extension("next");
+    fs::write(
+        &next,
+        format!("{user}:{}\n", String::from_utf8_lossy(&hash.stdout).trim()),
+    )
+    .unwrap();
+    fs::rename(&next, htpasswd).unwrap();
+}
+
 impl GitHttpServer {
     /// Serves the bare repositories in `repos_dir` at `http://127.0.0.1:PORT/git/NAME.git`,
     /// readable and writable by `user`:`password` (and nobody else).
@@ -61,27 +88,8 @@ impl GitHttpServer {
             .prefix("gitstate-lighttpd")
             .tempdir()
             .unwrap();
-        // The password goes through stdin, never argv (visible to every local user).
-        let mut hashing = Command::new(&openssl)
-            .args(["passwd", "-apr1", "-stdin"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("openssl passwd");
-        hashing
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(format!("{password}\n").as_bytes())
-            .expect("write the password to openssl");
-        let hash = hashing.wait_with_output().expect("openssl passwd");
-        assert!(hash.status.success(), "openssl passwd -apr1 failed");
         let htpasswd = dir.path().join("htpasswd");
-        fs::write(
-            &htpasswd,
-            format!("{user}:{}\n", String::from_utf8_lossy(&hash.stdout).trim()),
-        )
-        .unwrap();
+        write_htpasswd(&openssl, &htpasswd, user, password);
         let docroot = dir.path().join("www");
         fs::create_dir_all(&docroot).unwrap();
         // A CGI wrapper that records each request before running git http-backend: the line is
@@ -184,6 +192,19 @@ $HTTP["url"] =~ "^/ro/" {{
             password: password.to_string(),
             _dir: dir,
         }
+    }
+
+    /// Changes the password the server accepts (lighttpd reads its htpasswd file on every
+    /// request): from now on only `password` is accepted for the user, as when a token rotates.
+    pub fn set_password(&mut self, password: &str) {
+        let openssl = require_tool("openssl");
+        write_htpasswd(
+            &openssl,
+            &self._dir.path().join("htpasswd"),
+            &self.user,
+            password,
+        );
+        self.password = password.to_string();
     }
 
     pub fn port(&self) -> u16 {

@@ -7,6 +7,7 @@ use gitstate_core::{Credentials, RegistryError, StateStore, StoreError, StoreReg
 
 use crate::access::Access;
 use crate::config::{Config, ConfigError};
+use crate::credentials::ServerCredential;
 use crate::stores::Stores;
 
 pub use crate::stores::adhoc_name;
@@ -24,7 +25,7 @@ impl Registry {
     /// `credentials`, the deployment's own git credential (dropped in pass-through mode).
     pub fn from_config(
         config: &Config,
-        credentials: Option<Credentials>,
+        credentials: ServerCredential,
     ) -> Result<Self, ConfigError> {
         let access = Access::from_config(&config.auth)?;
         let stores = Stores::from_config(config, credentials)?;

@@ -1,10 +1,11 @@
 //! Repository names and ad-hoc URLs → stores (no caller check here: see [`crate::access`]).
-//! Stores are built once and kept, so caches and connections are reused; pass-through builds one
-//! per request, holding only that caller's credential.
+//! Stores are built once and kept, so caches and connections are reused (built again when the
+//! deployment's credential file changes); pass-through builds one per request, holding only that
+//! caller's credential.
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use gitstate_core::url::redact_in_text;
 use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreError};
@@ -13,16 +14,18 @@ use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
 use crate::config::{
     AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
 };
+use crate::credentials::ServerCredential;
 use crate::url_policy::UrlPolicy;
 
 /// The deployment's repositories.
 pub struct Stores {
-    /// Stores built once with the deployment's credential (server and team modes).
-    named: HashMap<String, Arc<dyn StateStore>>,
+    /// The deployment's credential and the stores built with it (server and team modes).
+    current: RwLock<Arc<Current>>,
+    /// Where the deployment's credential comes from (a file is read again when it changes).
+    source: ServerCredential,
     /// The configured repositories (pass-through mode builds a store per request from these).
     repositories: BTreeMap<String, RepositoryConfig>,
     policy: UrlPolicy,
-    credentials: Option<Credentials>,
     passthrough: bool,
     config: Config,
     /// Stores of ad-hoc repositories (server and team modes), the most recently used kept.
@@ -41,9 +44,17 @@ impl std::fmt::Debug for Stores {
     }
 }
 
-/// An ad-hoc store's identity: URL (as given to the transport), branch, and whether it holds the
-/// deployment's credential.
-type AdHocKey = (String, String, bool);
+/// The deployment's credential and the configured repositories' stores holding it.
+struct Current {
+    credentials: Option<Credentials>,
+    named: HashMap<String, Arc<dyn StateStore>>,
+    /// Counts the credential's changes (ad-hoc stores holding it are kept under it).
+    generation: u64,
+}
+
+/// An ad-hoc store's identity: URL (as given to the transport), branch, and the generation of the
+/// deployment's credential it holds (`None`: it holds none).
+type AdHocKey = (String, String, Option<u64>);
 
 /// How many ad-hoc repositories keep a store (and its cache handle) between requests.
 const ADHOC_STORES: NonZeroUsize = match NonZeroUsize::new(256) {
@@ -75,10 +86,14 @@ fn open_store(
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
     let store = open_unnamed_store(repository, config, credentials)?;
-    // The deployment's state guard applies unless the repository turns it off for itself.
+    // The deployment's state guard applies unless the repository turns it off for itself; its
+    // lock_ttl unless the repository has its own.
     let guard = repository.state_guard.unwrap_or(true);
+    let ttl = repository.lock_ttl.or(config.lock_ttl);
     Ok(Arc::new(
-        NamedStore::new(name, store).with_state_guard(guard),
+        NamedStore::new(name, store)
+            .with_state_guard(guard)
+            .with_lock_ttl(ttl),
     ))
 }
 
@@ -111,6 +126,21 @@ fn open_unnamed_store(
     Ok(Arc::new(store))
 }
 
+/// The stores of every configured repository, holding `credentials`.
+fn open_all(
+    repositories: &BTreeMap<String, RepositoryConfig>,
+    config: &Config,
+    credentials: Option<&Credentials>,
+) -> Result<HashMap<String, Arc<dyn StateStore>>, RegistryError> {
+    repositories
+        .iter()
+        .map(|(name, repository)| {
+            let store = open_store(name, repository, config, credentials)?;
+            Ok((name.clone(), store))
+        })
+        .collect()
+}
+
 /// How long a readiness check waits for a repository's answer.
 pub const READINESS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -128,10 +158,7 @@ async fn check_one(store: &dyn StateStore) -> Result<(), StoreError> {
 impl Stores {
     /// Opens every configured repository; with none configured, the embedded default at
     /// `{data_dir}/default.git`.
-    pub fn from_config(
-        config: &Config,
-        credentials: Option<Credentials>,
-    ) -> Result<Self, ConfigError> {
+    pub fn from_config(config: &Config, source: ServerCredential) -> Result<Self, ConfigError> {
         // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
         crate::boundary::check_config(config).map_err(|e| ConfigError::BadValue(e.to_string()))?;
         // Objects a git server sends may inflate to at most this much (zip bombs): every cache
@@ -141,10 +168,11 @@ impl Stores {
         ));
         // Pass-through holds no credential of its own: whatever the environment provides
         // (GIT_USERNAME/GIT_PASSWORD, GITHUB_TOKEN) is dropped here, so no request can use it.
-        let credentials = match config.auth.mode {
-            AuthMode::Passthrough => None,
-            _ => credentials,
+        let source = match config.auth.mode {
+            AuthMode::Passthrough => ServerCredential::fixed(None),
+            _ => source,
         };
+        let credentials = source.initial().cloned();
         let mut repositories = config.repositories.clone();
         if repositories.is_empty() {
             repositories.insert(
@@ -157,38 +185,68 @@ impl Stores {
                         .into_owned(),
                     git_ref: DEFAULT_REF.to_owned(),
                     state_guard: None,
+                    lock_ttl: None,
                 },
             );
         }
         let passthrough = config.auth.mode == AuthMode::Passthrough;
-        let mut named = HashMap::new();
         for (name, repository) in &repositories {
-            if passthrough {
-                if !is_url(&repository.url) {
-                    return Err(ConfigError::BadValue(format!(
-                        "repository '{name}' is a local path, which pass-through authentication cannot protect; configure a remote URL or use auth mode \"server\""
-                    )));
-                }
-            } else {
-                named.insert(
-                    name.clone(),
-                    open_store(name, repository, config, credentials.as_ref())
-                        .map_err(|e| ConfigError::BadValue(e.to_string()))?,
-                );
+            if passthrough && !is_url(&repository.url) {
+                return Err(ConfigError::BadValue(format!(
+                    "repository '{name}' is a local path, which pass-through authentication cannot protect; configure a remote URL or use auth mode \"server\""
+                )));
             }
             tracing::info!(repository = %name, url = %redact_in_text(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
+        let named = match passthrough {
+            true => HashMap::new(),
+            false => open_all(&repositories, config, credentials.as_ref())
+                .map_err(|e| ConfigError::BadValue(e.to_string()))?,
+        };
         let policy = UrlPolicy::new(&config.allow, &config.allow_with_credential)
             .map_err(ConfigError::BadValue)?;
         Ok(Stores {
-            named,
+            current: RwLock::new(Arc::new(Current {
+                credentials,
+                named,
+                generation: 0,
+            })),
+            source,
             repositories,
             policy,
-            credentials,
             passthrough,
             config: config.clone(),
             adhoc: Mutex::new(lru::LruCache::new(ADHOC_STORES)),
         })
+    }
+
+    /// The deployment's credential and the stores holding it; when its file changed, both built
+    /// again first (ad-hoc stores holding the old credential are dropped). A store that cannot be
+    /// built again (it was built at start) keeps the old credential, and says so.
+    fn current(&self) -> Result<Arc<Current>, RegistryError> {
+        let poisoned = || {
+            RegistryError::Store(StoreError::Internal(
+                "the registry's store map is poisoned (a bug)".into(),
+            ))
+        };
+        if let Some(credentials) = self.source.changed() {
+            match open_all(&self.repositories, &self.config, Some(&credentials)) {
+                Ok(named) => {
+                    let mut current = self.current.write().map_err(|_| poisoned())?;
+                    *current = Arc::new(Current {
+                        credentials: Some(credentials),
+                        named,
+                        generation: current.generation + 1,
+                    });
+                    drop(current);
+                    self.adhoc.lock().map_err(|_| poisoned())?.clear();
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the stores could not be built with the new git credential: the old one stays in use");
+                }
+            }
+        }
+        Ok(self.current.read().map_err(|_| poisoned())?.clone())
     }
 
     /// The configured repository names, sorted.
@@ -247,7 +305,8 @@ impl Stores {
                 .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
             return open_store(name, repository, &self.config, caller);
         }
-        self.named
+        self.current()?
+            .named
             .get(name)
             .cloned()
             .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))
@@ -267,22 +326,23 @@ impl Stores {
         let scheme = admission.url.scheme();
         // Whose credential goes to the remote: the caller's (pass-through), the deployment's
         // (only where an allow_with_credential pattern says so), or none.
-        let credentials = if self.passthrough {
+        let (credentials, generation) = if self.passthrough {
             if !scheme.carries_basic_auth() {
                 return Err(RegistryError::NotAllowed(format!(
                     "the repository {shown} is refused: this deployment passes the caller's basic-auth credential to the git server, which a {}:// transport cannot carry",
                     scheme.as_str()
                 )));
             }
-            caller.cloned()
+            (caller.cloned(), None)
         } else if admission.server_credential {
-            self.credentials.clone()
+            let current = self.current()?;
+            (current.credentials.clone(), Some(current.generation))
         } else if scheme == gitstate_core::url::Scheme::Ssh {
             return Err(RegistryError::NotAllowed(format!(
                 "the repository {shown} is refused: ssh would use this deployment's own key, which only repositories matching 'allow_with_credential' get"
             )));
         } else {
-            None
+            (None, None)
         };
         let open =
             |credentials: Option<Credentials>| -> Result<Arc<dyn StateStore>, RegistryError> {
@@ -306,7 +366,7 @@ impl Stores {
         let key = (
             admission.url.transport_url(),
             git_ref.to_owned(),
-            admission.server_credential,
+            generation,
         );
         let mut adhoc = self.adhoc.lock().map_err(|_| {
             RegistryError::Store(gitstate_core::StoreError::Internal(
