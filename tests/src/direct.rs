@@ -35,14 +35,30 @@ pub fn http(
 
 /// `GET url`: the status, the value of each header in `names` (`None` where absent), the body.
 pub fn get_with_headers(url: &str, names: &[&str]) -> (u16, Vec<Option<String>>, Vec<u8>) {
-    let response = reqwest::blocking::Client::builder()
+    request_with_headers("GET", url, None, names)
+}
+
+/// `METHOD url` with an optional JSON body: the status, the value of each header in `names`
+/// (`None` where absent), the body.
+pub fn request_with_headers(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    names: &[&str],
+) -> (u16, Vec<Option<String>>, Vec<u8>) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+    let mut request = reqwest::blocking::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap()
-        .get(url)
-        .send()
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
+        .request(method, url);
+    if let Some(body) = body {
+        request = request
+            .header("Content-Type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().unwrap_or_else(|e| panic!("{url}: {e}"));
     let headers = names
         .iter()
         .map(|name| {

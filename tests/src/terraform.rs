@@ -145,35 +145,7 @@ impl Terraform {
     pub fn run(&self, dir: &Path, args: &[&str]) -> TfOutput {
         let out_path = dir.join(".tf-stdout");
         let err_path = dir.join(".tf-stderr");
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&out_path).expect("create stdout file"))
-            .stderr(fs::File::create(&err_path).expect("create stderr file"));
-        for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy().to_string();
-            if k.starts_with("TF_HTTP_")
-                || k.starts_with("TF_CLI_ARGS")
-                || k.starts_with("TF_VAR_")
-                || k.eq_ignore_ascii_case("http_proxy")
-                || k.eq_ignore_ascii_case("https_proxy")
-                || k.eq_ignore_ascii_case("all_proxy")
-                || k == "TF_WORKSPACE"
-                || k == "TF_DATA_DIR"
-                || k == "TF_PLUGIN_CACHE_DIR"
-            {
-                cmd.env_remove(&key);
-            }
-        }
-        cmd.env("TF_CLI_CONFIG_FILE", &self.cli_config)
-            .env("CHECKPOINT_DISABLE", "1")
-            .env("TF_IN_AUTOMATION", "1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("no_proxy", "127.0.0.1,localhost");
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", self.bin.display()));
+        let mut child = self.spawn(dir, args, &out_path, &err_path);
         let deadline = Instant::now() + self.timeout;
         let status = loop {
             if let Some(status) = child.try_wait().expect("wait terraform") {
@@ -209,6 +181,42 @@ impl Terraform {
             stdout: read(&out_path),
             stderr: read(&err_path),
         }
+    }
+
+    /// Starts `terraform ARGS` in `dir` as [`Terraform::run`] does, in a process group of its
+    /// own (the caller may kill it, and the plugins it started, with `kill -KILL -PID`), its
+    /// output going to `out` and `err`.
+    pub fn spawn(&self, dir: &Path, args: &[&str], out: &Path, err: &Path) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .current_dir(dir)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(out).expect("create stdout file"))
+            .stderr(fs::File::create(err).expect("create stderr file"));
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy().to_string();
+            if k.starts_with("TF_HTTP_")
+                || k.starts_with("TF_CLI_ARGS")
+                || k.starts_with("TF_VAR_")
+                || k.eq_ignore_ascii_case("http_proxy")
+                || k.eq_ignore_ascii_case("https_proxy")
+                || k.eq_ignore_ascii_case("all_proxy")
+                || k == "TF_WORKSPACE"
+                || k == "TF_DATA_DIR"
+                || k == "TF_PLUGIN_CACHE_DIR"
+            {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("TF_CLI_CONFIG_FILE", &self.cli_config)
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost");
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", self.bin.display()))
     }
 
     /// `terraform init -input=false -no-color`.

@@ -114,6 +114,7 @@ mod tests {
             url: "https://h/a.git".into(),
             git_ref: git_ref.into(),
             state_guard: None,
+            lock_ttl: None,
         };
         assert!(check_ref("d", &repository("main")).is_ok());
         let e = check_ref("d", &repository("--upload-pack=x"))

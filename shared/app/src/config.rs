@@ -30,6 +30,44 @@ pub struct RepositoryConfig {
     /// false` turns it off everywhere).
     #[serde(default)]
     pub state_guard: Option<bool>,
+    /// This repository's `lock_ttl` ([`Config::lock_ttl`]), over the deployment's.
+    #[serde(default, deserialize_with = "deserialize_lock_ttl")]
+    pub lock_ttl: Option<Duration>,
+}
+
+/// A `lock_ttl` as written: a duration such as `30m`, `2h` or `1h 30m` (humantime's spelling),
+/// at least one second.
+pub fn parse_lock_ttl(text: &str) -> Result<Duration, ConfigError> {
+    parse_lock_age("lock_ttl", text)
+}
+
+/// A lock age named `what` (`lock_ttl`, `--stale`), as [`parse_lock_ttl`] reads it.
+pub fn parse_lock_age(what: &str, text: &str) -> Result<Duration, ConfigError> {
+    let age = humantime::parse_duration(text.trim()).map_err(|e| {
+        ConfigError::BadValue(format!(
+            "{what} {text:?} is not a duration such as \"30m\" or \"2h\": {e}"
+        ))
+    })?;
+    if age < Duration::from_secs(1) {
+        return Err(ConfigError::BadValue(format!(
+            "{what} {text:?} is under one second"
+        )));
+    }
+    Ok(age)
+}
+
+/// A `lock_ttl` as [`parse_lock_ttl`] reads it back (`30m`, `1h 30m`).
+pub fn format_lock_ttl(ttl: Duration) -> String {
+    humantime::format_duration(ttl).to_string()
+}
+
+fn deserialize_lock_ttl<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_lock_ttl(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn default_ref() -> String {
@@ -146,6 +184,11 @@ pub struct Config {
     /// default; a repository block can turn it off for itself.
     #[serde(default = "default_true")]
     pub state_guard: bool,
+    /// Stale locks (DESIGN §2): a LOCK takes over another holder's lock once it is older than
+    /// this by its `Created`, and says so; `None` (the default): locks never expire. A repository
+    /// block's `lock_ttl` overrides it.
+    #[serde(default, deserialize_with = "deserialize_lock_ttl")]
+    pub lock_ttl: Option<Duration>,
     /// The branch of a query-style address without `ref=`: `main`, or `master` under
     /// terraform-backend-git's standalone command line (its default); not a file key.
     #[serde(skip, default = "default_ref")]
@@ -313,6 +356,7 @@ impl Default for Config {
             allowed_hosts: Vec::new(),
             insecure_no_auth_on_public_address: false,
             state_guard: true,
+            lock_ttl: None,
             query_default_ref: default_ref(),
         }
     }
@@ -418,6 +462,7 @@ impl Config {
                 url: url.to_owned(),
                 git_ref: git_ref.to_owned(),
                 state_guard: None,
+                lock_ttl: None,
             },
         );
         Ok(())
@@ -494,6 +539,34 @@ pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_ttl_is_a_duration_for_the_deployment_and_per_repository() {
+        let config = Config::from_hcl(
+            r#"
+lock_ttl = "2h"
+repository "ci" {
+  url = "https://github.com/acme/ci-state.git"
+  lock_ttl = "30m"
+}
+repository "prod" { url = "https://github.com/acme/prod-state.git" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.lock_ttl, Some(Duration::from_secs(7200)));
+        assert_eq!(
+            config.repositories["ci"].lock_ttl,
+            Some(Duration::from_secs(1800))
+        );
+        assert_eq!(config.repositories["prod"].lock_ttl, None);
+        assert_eq!(Config::default().lock_ttl, None, "off by default");
+        assert_eq!(format_lock_ttl(Duration::from_secs(5400)), "1h 30m");
+        assert_eq!(parse_lock_ttl("1h 30m").unwrap(), Duration::from_secs(5400));
+        for bad in ["soon", "-5m", "0s", "500ms", ""] {
+            assert!(parse_lock_ttl(bad).is_err(), "{bad:?}");
+        }
+        assert!(Config::from_hcl("lock_ttl = \"often\"").is_err());
+    }
 
     #[test]
     fn parses_the_contract_example() {

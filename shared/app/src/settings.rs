@@ -541,6 +541,14 @@ settings! {
         file: "state_guard",
         apply: |_s, config, value, _what| { config.state_guard = value; },
     }
+    /// Stale locks: a LOCK takes over another holder's lock once it is older than this by its
+    /// `Created` (e.g. "30m", "2h"), answers `X-Gitstate-Took-Over` with the old ID, and logs
+    /// and records a force-unlock; a repository block's `lock_ttl` overrides it [default: never].
+    #[arg(long, env = "GITSTATE_LOCK_TTL", value_name = "DURATION")]
+    lock_ttl: Option<String> {
+        file: "lock_ttl",
+        apply: |_s, config, value, _what| { config.lock_ttl = Some(crate::config::parse_lock_ttl(&value)?); },
+    }
 }
 
 impl Settings {

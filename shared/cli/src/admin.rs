@@ -243,12 +243,24 @@ pub struct LocksArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Only locks older than this by their `Created` (e.g. "30m", "2h"): the ones a `lock_ttl`
+    /// that long would let the next LOCK take over.
+    #[arg(long, value_name = "DURATION")]
+    pub stale: Option<String>,
     #[command(flatten)]
     pub settings: Settings,
 }
 
 /// Lists the held locks with their holder and age.
 pub async fn locks(args: LocksArgs) -> Result<String, String> {
+    let stale = match &args.stale {
+        Some(text) => Some(
+            gitstate_app::config::parse_lock_age("--stale", text)
+                .map_err(|e| e.to_string())?
+                .as_secs() as i64,
+        ),
+        None => None,
+    };
     let repositories = Repositories::open(&args.settings).await?;
     let names = if args.names.is_empty() {
         repositories.names()
@@ -263,7 +275,12 @@ pub async fn locks(args: LocksArgs) -> Result<String, String> {
             .locks(store.as_ref())
             .await
             .map_err(|e| format!("{name}: {e}"))?;
-        all.extend(held.into_iter().map(|lock| (name.clone(), lock)));
+        let held = held.into_iter().filter(|lock| match stale {
+            // The same rule as a LOCK under lock_ttl: older than it, by a readable Created.
+            Some(stale) => lock.age_seconds.is_some_and(|age| age > stale),
+            None => true,
+        });
+        all.extend(held.map(|lock| (name.clone(), lock)));
     }
     if args.json {
         let listed: Vec<serde_json::Value> = all
@@ -277,7 +294,10 @@ pub async fn locks(args: LocksArgs) -> Result<String, String> {
         return json(&listed);
     }
     if all.is_empty() {
-        return Ok("no locks are held\n".into());
+        return Ok(match &args.stale {
+            Some(stale) => format!("no lock older than {stale} is held\n"),
+            None => "no locks are held\n".into(),
+        });
     }
     let mut rows = vec![["REPOSITORY", "PATH", "WHO", "OPERATION", "ID", "AGE"]
         .map(String::from)

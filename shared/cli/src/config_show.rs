@@ -4,6 +4,7 @@
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use gitstate_app::compat::TbgConfig;
+use gitstate_app::config::format_lock_ttl;
 use gitstate_app::settings::SETTINGS;
 use gitstate_app::{Config, Settings};
 use gitstate_core::url::redact_in_text;
@@ -160,6 +161,13 @@ pub fn render(
             format!("state_guard = {}", config.state_guard),
             sources.of("state_guard"),
         ),
+        (
+            match config.lock_ttl {
+                Some(ttl) => format!("lock_ttl = {}", quoted(&format_lock_ttl(ttl))),
+                None => "# lock_ttl: locks never expire".into(),
+            },
+            sources.of("lock_ttl"),
+        ),
     ];
     if config.repositories.is_empty() {
         lines.push((
@@ -171,10 +179,14 @@ pub fn render(
     for (name, repository) in &config.repositories {
         lines.push((
             format!(
-                "repository {} {{ url = {}, ref = {} }}",
+                "repository {} {{ url = {}, ref = {}{} }}",
                 quoted(name),
                 quoted(&redact_in_text(&repository.url)),
-                quoted(&repository.git_ref)
+                quoted(&repository.git_ref),
+                match repository.lock_ttl {
+                    Some(ttl) => format!(", lock_ttl = {}", quoted(&format_lock_ttl(ttl))),
+                    None => String::new(),
+                }
             ),
             tbg_source(tbg, &["repository", "ref"]).unwrap_or_else(|| sources.of("repositories")),
         ));

@@ -110,6 +110,7 @@ enum Command {
     ///
     ///   gitstate locks                 # every configured repository
     ///   gitstate locks default --json
+    ///   gitstate locks --stale 2h      # older than two hours (what a lock_ttl of 2h takes over)
     #[command(verbatim_doc_comment)]
     Locks(admin::LocksArgs),
     /// Force-release the lock of a state after showing its holder and asking (like `terraform

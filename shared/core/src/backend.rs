@@ -340,6 +340,7 @@ mod locks;
 mod migrate;
 mod write;
 
+pub use locks::Acquired;
 pub use migrate::{Migration, StoredForm};
 pub(crate) use write::serialized;
 

@@ -354,12 +354,10 @@ impl Backend {
             .into_iter()
             .map(|lock| {
                 let info = LockInfo::stored(&lock.content);
-                let age_seconds = crate::time::parse_rfc3339(&info.created).map(|created| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs() as i64);
-                    now - created
-                });
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let age_seconds = info.age_secs(now).map(|age| age as i64);
                 LockListing {
                     path: lock.path,
                     id: info.id,

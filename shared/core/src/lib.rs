@@ -22,14 +22,14 @@ pub mod tfstate;
 pub mod time;
 pub mod url;
 
-pub use backend::{Backend, BackendError, RetryPolicy, Written};
+pub use backend::{Acquired, Backend, BackendError, RetryPolicy, Written};
 pub use blocking::BlockingStore;
 pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
 pub use listing::{ListQuery, StateListing, StatePage, Version};
-pub use lock::{LockInfo, Unlock, Unlocked};
+pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{

@@ -95,6 +95,36 @@ impl LockInfo {
     pub fn admits(&self, lock_id: Option<&str>) -> bool {
         lock_id.is_some_and(|id| self.is_held_by(id))
     }
+
+    /// How old this (stored) lock is at `now` (Unix seconds), by its `Created`: `None` when
+    /// `Created` is not an RFC 3339 time (a lock written by hand, or OpenTofu's zero time).
+    /// A `Created` in the future counts as age zero.
+    pub fn age_secs(&self, now: i64) -> Option<u64> {
+        if self.created == GO_ZERO_TIME {
+            return None;
+        }
+        let created = crate::time::parse_rfc3339(&self.created)?;
+        Some(now.saturating_sub(created).max(0) as u64)
+    }
+
+    /// Whether this (stored) lock may be taken over under a repository's `lock_ttl`: it is older
+    /// than `ttl_secs` by its `Created`. A lock whose age cannot be read never expires (it needs
+    /// a force-unlock, as without a TTL).
+    pub fn expired(&self, ttl_secs: u64, now: i64) -> bool {
+        self.age_secs(now).is_some_and(|age| age > ttl_secs)
+    }
+}
+
+/// A lock that a LOCK took over because it had outlived the repository's `lock_ttl` (DESIGN §2,
+/// "Stale locks"): answered in `X-Gitstate-Took-Over`, logged, and recorded as a force-unlock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenOver {
+    /// The old lock's ID.
+    pub id: String,
+    /// The old lock's `Who`.
+    pub who: String,
+    /// Its age when it was taken over, in seconds.
+    pub age_secs: u64,
 }
 
 /// How Go's `encoding/json` writes a zero `time.Time`.
@@ -176,6 +206,33 @@ pub struct Unlocked {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_expires_only_past_its_ttl_by_a_readable_created() {
+        let at = |created: &str| LockInfo {
+            id: "a".into(),
+            created: created.into(),
+            ..LockInfo::default()
+        };
+        let now = crate::time::parse_rfc3339("2026-11-26T12:00:00Z").unwrap();
+        let old = at("2026-11-26T11:29:59Z");
+        assert_eq!(old.age_secs(now), Some(1801));
+        assert!(old.expired(1800, now));
+        assert!(!old.expired(1801, now));
+        assert!(
+            !at("2026-11-26T11:30:00Z").expired(1800, now),
+            "exactly the TTL is not past it"
+        );
+        assert_eq!(
+            at("2026-11-26T13:00:00Z").age_secs(now),
+            Some(0),
+            "a future Created"
+        );
+        for unreadable in ["", "yesterday", GO_ZERO_TIME] {
+            assert_eq!(at(unreadable).age_secs(now), None, "{unreadable:?}");
+            assert!(!at(unreadable).expired(0, now), "{unreadable:?}");
+        }
+    }
 
     #[test]
     fn parses_terraform_body() {

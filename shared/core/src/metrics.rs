@@ -21,7 +21,8 @@ pub const LOCK_RELEASES: &str = "gitstate_lock_releases_total";
 /// Requests answered 423 (another holder), by `operation`.
 pub const LOCK_CONFLICTS: &str = "gitstate_lock_conflicts_total";
 /// Age in seconds (from its `Created`) of a lock that refused a LOCK, or that an UNLOCK
-/// released, by `event` (`conflict`, `release`): a lock left behind shows as old conflicts.
+/// released, by `event` (`conflict`, `release`, `takeover`: taken over under `lock_ttl`): a lock
+/// left behind shows as old conflicts.
 pub const LOCK_AGE_SECONDS: &str = "gitstate_lock_age_seconds";
 /// Writes read again and retried because the branch moved under them (a lost compare-and-swap
 /// seen by the protocol layer).

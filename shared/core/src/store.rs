@@ -168,6 +168,12 @@ pub trait StateStore: Send + Sync + 'static {
         true
     }
 
+    /// How old another holder's lock may get before a LOCK takes it over (the repository's
+    /// `lock_ttl`, [`crate::lock::LockInfo::expired`]); `None`, the default: never.
+    fn lock_ttl(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Readiness (`/_/ready`): whether the repository answers with this store's credential. A
     /// remote store asks for one receive-pack advertisement (the check every write starts with;
     /// nothing is fetched or pushed); a local one reads its branch. The default has nothing to
@@ -280,6 +286,7 @@ pub struct NamedStore {
     name: String,
     inner: Arc<dyn StateStore>,
     guards_states: bool,
+    lock_ttl: Option<std::time::Duration>,
 }
 
 impl NamedStore {
@@ -289,6 +296,7 @@ impl NamedStore {
             name: name.into(),
             inner,
             guards_states: true,
+            lock_ttl: None,
         }
     }
 
@@ -296,6 +304,13 @@ impl NamedStore {
     /// [`StateStore::guards_states`]).
     pub fn with_state_guard(mut self, on: bool) -> NamedStore {
         self.guards_states = on;
+        self
+    }
+
+    /// The same store, whose locks a LOCK takes over once older than `ttl` (see
+    /// [`StateStore::lock_ttl`]; `None`: never).
+    pub fn with_lock_ttl(mut self, ttl: Option<std::time::Duration>) -> NamedStore {
+        self.lock_ttl = ttl;
         self
     }
 }
@@ -335,6 +350,10 @@ impl StateStore for NamedStore {
 
     fn guards_states(&self) -> bool {
         self.guards_states
+    }
+
+    fn lock_ttl(&self) -> Option<std::time::Duration> {
+        self.lock_ttl
     }
 
     async fn check(&self) -> Result<(), StoreError> {

@@ -24,6 +24,9 @@ use crate::AppState;
 /// Largest LOCK/UNLOCK body accepted; LockInfo is a few hundred bytes.
 const MAX_LOCK_BODY: usize = 64 * 1024;
 
+/// The header of a LOCK that took over an expired lock (`lock_ttl`): the old lock's ID.
+const TOOK_OVER: &str = "x-gitstate-took-over";
+
 /// The protocol operation a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Operation {
@@ -509,10 +512,23 @@ async fn dispatch(
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
-            let facts = LockFacts::from(&backend.lock(store, path, body).await?);
+            let acquired = backend.lock(store, path, body).await?;
+            let facts = LockFacts::from(&acquired.info);
             let who = facts.who.clone();
+            let mut response = StatusCode::OK.into_response();
+            if let Some(taken) = &acquired.took_over {
+                // An expired lock was taken over (lock_ttl): a force-unlock by the new holder in
+                // the audit trail, then its lock; the old ID in the answer.
+                tell_catalog(app, &address, who.clone(), || CatalogChange::Unlock {
+                    force: true,
+                });
+                let id = gitstate_core::text::escape_controls(&taken.id);
+                if let Ok(value) = HeaderValue::from_str(&id) {
+                    response.headers_mut().insert(TOOK_OVER, value);
+                }
+            }
             tell_catalog(app, &address, who, move || CatalogChange::Lock(facts));
-            Ok(StatusCode::OK.into_response())
+            Ok(response)
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;

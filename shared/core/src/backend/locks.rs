@@ -6,21 +6,24 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Backend, BackendError};
-use crate::lock::{LockInfo, Unlock, Unlocked};
+use crate::lock::{LockInfo, TakenOver, Unlock, Unlocked};
 use crate::path::StatePath;
 use crate::store::{Intent, LockCreate, StateStore, StoreError};
 use crate::text::escape_controls;
 
 impl Backend {
     /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
-    /// another holder gets [`BackendError::Locked`] with its LockInfo. Answers the LockInfo as
-    /// read (the body itself is what is stored).
+    /// another holder gets [`BackendError::Locked`] with its LockInfo, unless the repository has
+    /// a `lock_ttl` ([`StateStore::lock_ttl`]) and that lock has outlived it: then the old lock
+    /// branch is deleted by compare-and-swap (only if it is still that lock) and the lock taken,
+    /// and the answer says whose lock was taken over. Answers the LockInfo as read (the body
+    /// itself is what is stored).
     pub async fn lock(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
         body: Bytes,
-    ) -> Result<LockInfo, BackendError> {
+    ) -> Result<Acquired, BackendError> {
         let info = LockInfo::parse(&body)?;
         let who = if info.who.is_empty() {
             "unknown"
@@ -34,19 +37,50 @@ impl Backend {
             escape_controls(who),
             escape_controls(&info.id)
         );
-        match store.create_lock(path, body, &message).await? {
-            LockCreate::Created => {
-                metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
-                metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
-                tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
-                Ok(info)
-            }
-            LockCreate::Held { content, .. } => {
-                if LockInfo::stored(&content).is_held_by(&info.id) {
-                    Ok(info)
-                } else {
-                    record_lock_age(&content, "conflict");
-                    Err(BackendError::Locked(content))
+        let mut took_over = None;
+        // A takeover deletes the expired lock, then creates ours: someone else may take the
+        // lock in between (they then hold it), or the expired lock may change (it is looked at
+        // again). Twice at most: a lock that keeps expiring and coming back is answered 423.
+        let mut takeovers = 0;
+        loop {
+            match store.create_lock(path, body.clone(), &message).await? {
+                LockCreate::Created => {
+                    metrics::counter!(crate::metrics::LOCK_ACQUISITIONS).increment(1);
+                    metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
+                    tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
+                    return Ok(Acquired { info, took_over });
+                }
+                LockCreate::Held { tip, content } => {
+                    let held = LockInfo::stored(&content);
+                    if held.is_held_by(&info.id) {
+                        return Ok(Acquired { info, took_over });
+                    }
+                    let expired = expired(store, &held).filter(|_| takeovers < 2);
+                    let Some(expired) = expired else {
+                        record_lock_age(&content, "conflict");
+                        return Err(BackendError::Locked(content));
+                    };
+                    takeovers += 1;
+                    match store.delete_lock(path, &tip).await {
+                        Ok(()) => {
+                            record_lock_age(&content, "takeover");
+                            metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
+                            metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
+                            tracing::warn!(
+                                %path,
+                                old_lock_id = %escape_controls(&expired.id),
+                                old_who = %escape_controls(&expired.who),
+                                age_secs = expired.age_secs,
+                                new_lock_id = %escape_controls(&info.id),
+                                new_who = %escape_controls(who),
+                                "a lock older than the repository's lock_ttl was taken over (force-unlocked)"
+                            );
+                            took_over = Some(expired);
+                        }
+                        // Released or replaced meanwhile: looked at again.
+                        Err(StoreError::Stale) => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
         }
@@ -113,6 +147,29 @@ impl Backend {
             }
         }
     }
+}
+
+/// A LOCK that succeeded: the LockInfo as read, and the expired lock it took over, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// The LockInfo as read.
+    pub info: LockInfo,
+    /// The lock taken over because it had outlived the repository's `lock_ttl`.
+    pub took_over: Option<TakenOver>,
+}
+
+/// `held` as a lock to take over, when `store` has a `lock_ttl` and `held` has outlived it.
+fn expired(store: &dyn StateStore, held: &LockInfo) -> Option<TakenOver> {
+    let ttl = store.lock_ttl()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    held.expired(ttl.as_secs(), now).then(|| TakenOver {
+        id: held.id.clone(),
+        who: held.who.clone(),
+        age_secs: held.age_secs(now).unwrap_or_default(),
+    })
 }
 
 /// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not

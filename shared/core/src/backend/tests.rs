@@ -233,6 +233,76 @@ async fn locking_is_idempotent_for_the_holder_and_reports_it_to_others() {
     ));
 }
 
+/// `lock_ttl`: a lock older than the TTL (by its `Created`) is taken over by the next LOCK, which
+/// says whose it was; a younger one, one whose `Created` cannot be read, or any lock on a
+/// repository without a TTL, is a 423 as always.
+#[tokio::test]
+async fn a_lock_past_the_repositorys_ttl_is_taken_over_and_said_so() {
+    let memory = MemoryStore::named("r");
+    let b = backend();
+    let store = crate::store::NamedStore::new("r", memory.clone())
+        .with_lock_ttl(Some(Duration::from_secs(3600)));
+    let at = |id: &str, who: &str, created: &str| {
+        Bytes::from(format!(
+            r#"{{"ID":"{id}","Operation":"OperationTypeApply","Who":"{who}","Created":"{created}"}}"#
+        ))
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let rfc3339 = |secs: i64| crate::time::format_rfc3339(secs);
+
+    // Younger than the TTL: 423 with the holder.
+    let young = at("young", "bob@ci", &rfc3339(now - 60));
+    b.lock(&store, &path(), young.clone()).await.expect("lock");
+    assert_eq!(
+        b.lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+            .await,
+        Err(BackendError::Locked(young.clone()))
+    );
+    // The same lock without a TTL is never taken over, however old.
+    b.unlock(&store, &path(), &Unlock::Force)
+        .await
+        .expect("force-unlock");
+    let old = at("old", "bob@ci", &rfc3339(now - 7200));
+    b.lock(&store, &path(), old.clone()).await.expect("lock");
+    assert_eq!(
+        b.lock(&*memory, &path(), lock_info("id-2", "eve@laptop"))
+            .await,
+        Err(BackendError::Locked(old.clone())),
+        "no TTL: an old lock stays"
+    );
+    // Past the TTL: taken over.
+    let acquired = b
+        .lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+        .await
+        .expect("an expired lock is taken over");
+    let taken = acquired.took_over.expect("said so");
+    assert_eq!((taken.id.as_str(), taken.who.as_str()), ("old", "bob@ci"));
+    assert!((7200..7300).contains(&taken.age_secs), "{}", taken.age_secs);
+    assert_eq!(memory.lock_file(P), Some(lock_info("id-2", "eve@laptop")));
+    // Eve's retry of the same LOCK is the usual idempotent success, taking nothing over.
+    let again = b
+        .lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+        .await
+        .expect("retry");
+    assert_eq!(again.took_over, None);
+    // A lock whose Created cannot be read never expires.
+    b.unlock(&store, &path(), &Unlock::Force)
+        .await
+        .expect("force-unlock");
+    let unreadable = at("hand", "ops", "sometime");
+    b.lock(&store, &path(), unreadable.clone())
+        .await
+        .expect("lock");
+    assert_eq!(
+        b.lock(&store, &path(), lock_info("id-3", "eve@laptop"))
+            .await,
+        Err(BackendError::Locked(unreadable))
+    );
+}
+
 #[tokio::test]
 async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
     let store = MemoryStore::named("r");
