@@ -295,3 +295,146 @@ fn gitstate_writes_to_an_https_git_server() {
     assert!(!body.contains(password));
     assert!(git_log_subjects(&bare, "main", "refused.tfstate").is_empty());
 }
+
+/// A client CA and a client certificate it signed (`extendedKeyUsage=clientAuth`), made in
+/// `dir`: (ca, cert, key).
+fn client_ca_and_cert(dir: &Path, subject: &str) -> (PathBuf, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_subject = format!("/CN={subject} CA");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            &ca_subject,
+        ],
+    );
+    let client_subject = format!("/CN={subject}");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            &client_subject,
+        ],
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "client.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    (
+        dir.join("ca.pem"),
+        dir.join("client.pem"),
+        dir.join("client.key"),
+    )
+}
+
+/// A PEM file as a backend attribute (a heredoc: a backend block takes no function calls).
+fn heredoc(file: &Path) -> String {
+    format!("<<EOT\n{}EOT\n", std::fs::read_to_string(file).unwrap())
+}
+
+/// mTLS (`--tls-client-ca`, issue 35): Terraform 1.15.5 with `client_certificate_pem` and
+/// `client_private_key_pem` from the client CA applies; without a client certificate, or with
+/// one from another CA, the TLS handshake fails (the server's alert) and Terraform cannot even
+/// read the state.
+#[test]
+fn terraform_with_a_client_certificate_and_nobody_without_one() {
+    let certs = tempfile::tempdir().unwrap();
+    let (server_ca, cert, key) = from_a_ca(certs.path());
+    let (client_ca, client_cert, client_key) =
+        client_ca_and_cert(&certs.path().join("team-a"), "team-a");
+    let (_, other_cert, other_key) = client_ca_and_cert(&certs.path().join("other"), "mallory");
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start_tls(
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            client_ca.to_str().unwrap(),
+        ],
+        &[],
+        cwd.path(),
+    );
+    let tf = Terraform::installed("1.15.5");
+    let backend = |client: Option<(&Path, &Path)>| {
+        let mut backend = HttpBackend::new(&https_state_url(&server));
+        backend
+            .extra
+            .push(("client_ca_certificate_pem".into(), heredoc(&server_ca)));
+        if let Some((cert, key)) = client {
+            backend
+                .extra
+                .push(("client_certificate_pem".into(), heredoc(cert)));
+            backend
+                .extra
+                .push(("client_private_key_pem".into(), heredoc(key)));
+        }
+        backend
+    };
+    apply_and_plan(&tf, &backend(Some((&client_cert, &client_key))), cwd.path());
+    let git_dir = cwd.path().join(".gitstate/default.git");
+    let written = git_log_subjects(&git_dir, "main", "tls.tfstate");
+
+    for (what, client) in [
+        ("no client certificate", None),
+        (
+            "a client certificate from another CA",
+            Some((other_cert.as_path(), other_key.as_path())),
+        ),
+    ] {
+        let work = tempfile::tempdir().unwrap();
+        write_main_tf(work.path(), &backend(client), 1, "x");
+        let out = tf.init(work.path());
+        assert_ne!(out.code, Some(0), "{what}: init succeeded");
+        let text = out.combined();
+        // The server's alert, as Go's client reports it (Go sends no certificate the server's
+        // list of acceptable CAs does not name, so both cases read "certificate required").
+        assert!(text.contains("remote error: tls:"), "{what}: {text}");
+    }
+    assert_eq!(
+        git_log_subjects(&git_dir, "main", "tls.tfstate"),
+        written,
+        "only the certified client wrote"
+    );
+}

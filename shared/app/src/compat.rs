@@ -473,9 +473,11 @@ fn apply_http(
     if !settings.given("tls_cert") {
         match (env(CERT), env(KEY)) {
             (Some(cert), Some(key)) => {
+                let client_ca_file = config.tls.as_ref().and_then(|t| t.client_ca_file.clone());
                 config.tls = Some(TlsConfig {
                     cert_file: cert.into(),
                     key_file: key.into(),
+                    client_ca_file,
                 });
                 out.sources
                     .insert("tls".into(), format!("environment {CERT} and {KEY}"));

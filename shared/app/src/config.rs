@@ -218,7 +218,8 @@ fn default_audit_ttl_days() -> u64 {
     90
 }
 
-/// The `tls { cert_file, key_file }` block: PEM files of the server certificate (chain) and key.
+/// The `tls { cert_file, key_file, client_ca_file }` block: PEM files of the server certificate
+/// (chain) and key, and optionally the CA certificates that client certificates must chain to.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
@@ -226,6 +227,10 @@ pub struct TlsConfig {
     pub cert_file: PathBuf,
     /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
     pub key_file: PathBuf,
+    /// mTLS: every client must present a certificate that chains to one of these CA
+    /// certificates (PEM), or its TLS handshake fails. `None`: no client certificate is asked.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// The `encryption { … }` block.

@@ -443,7 +443,8 @@ settings! {
         apply: |s, config, value, _what| {
             // clap requires both halves.
             if let Some(key_file) = &s.tls_key {
-                config.tls = Some(TlsConfig { cert_file: value, key_file: key_file.clone() });
+                let client_ca_file = config.tls.as_ref().and_then(|t| t.client_ca_file.clone());
+                config.tls = Some(TlsConfig { cert_file: value, key_file: key_file.clone(), client_ca_file });
             }
         },
     }
@@ -457,6 +458,21 @@ settings! {
     tls_key: Option<PathBuf> {
         file: "tls",
         apply: |_s, _config, _value, _what| { /* read by --tls-cert */ },
+    }
+    /// mTLS: CA certificates (PEM) that every client's certificate must chain to; a client
+    /// without one, or with one from another CA, fails the TLS handshake. Needs --tls-cert and
+    /// --tls-key (or the file's `tls` block); replaces the file's `tls.client_ca_file`.
+    #[arg(long, value_name = "PEM", env = "GITSTATE_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf> {
+        file: "tls",
+        apply: |_s, config, value, _what| {
+            match config.tls.as_mut() {
+                Some(tls) => tls.client_ca_file = Some(value),
+                None => return Err(ConfigError::BadValue(
+                    "--tls-client-ca (GITSTATE_TLS_CLIENT_CA) needs HTTPS: give --tls-cert and --tls-key, or a tls block in the file".into(),
+                )),
+            }
+        },
     }
     /// DynamoDB table of the catalog (states, locks, audit trail); replaces the file's
     /// `catalog.dynamodb_table` [default: no catalog].

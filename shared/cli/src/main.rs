@@ -246,7 +246,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let names = deployment.registry.names();
     // TLS material is checked before binding, so a bad file is reported before anything listens.
     let tls = match &config.tls {
-        Some(tls) => Some(tls::server_config(&tls.cert_file, &tls.key_file)?),
+        Some(tls) => Some(tls::server_config(
+            &tls.cert_file,
+            &tls.key_file,
+            tls.client_ca_file.as_deref(),
+        )?),
         None => None,
     };
     let listener = tokio::net::TcpListener::bind(&config.listen)

@@ -18,43 +18,69 @@ use tokio_rustls::TlsAcceptor;
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Reads a PEM certificate chain and private key into a server configuration (HTTP/1.1).
-pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<rustls::ServerConfig, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
-        .map_err(|e| {
-            format!(
-                "cannot read the TLS certificate {}: {e}",
-                cert_file.display()
-            )
-        })?
+/// The certificates of a PEM file (`what` names it in messages); at least one.
+fn certificates(file: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
+        .map_err(|e| format!("cannot read the {what} {}: {e}", file.display()))?
         .collect::<Result<_, _>>()
-        .map_err(|e| {
-            format!(
-                "the TLS certificate {} is not valid PEM: {e}",
-                cert_file.display()
-            )
-        })?;
+        .map_err(|e| format!("the {what} {} is not valid PEM: {e}", file.display()))?;
     if certs.is_empty() {
         return Err(format!(
-            "the TLS certificate file {} holds no certificate",
-            cert_file.display()
+            "the {what} file {} holds no certificate",
+            file.display()
         ));
     }
+    Ok(certs)
+}
+
+/// Reads a PEM certificate chain and private key into a server configuration (HTTP/1.1). With
+/// `client_ca`, every client must present a certificate chaining to one of its CA certificates
+/// (mTLS): the handshake of a client without one, or with another CA's, fails.
+pub fn server_config(
+    cert_file: &Path,
+    key_file: &Path,
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, String> {
+    let certs = certificates(cert_file, "TLS certificate")?;
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|e| format!("cannot read a private key from {}: {e}", key_file.display()))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup failed: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| {
-            format!(
-                "the TLS certificate {} and key {} do not form a usable pair: {e}",
-                cert_file.display(),
-                key_file.display()
+        .map_err(|e| format!("TLS setup failed: {e}"))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca_file) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in certificates(ca_file, "client CA certificate")? {
+                roots.add(ca).map_err(|e| {
+                    format!(
+                        "the client CA certificate {} cannot be used: {e}",
+                        ca_file.display()
+                    )
+                })?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
             )
-        })?;
+            .build()
+            .map_err(|e| {
+                format!(
+                    "the client CA certificates {} cannot verify clients: {e}",
+                    ca_file.display()
+                )
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        format!(
+            "the TLS certificate {} and key {} do not form a usable pair: {e}",
+            cert_file.display(),
+            key_file.display()
+        )
+    })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
