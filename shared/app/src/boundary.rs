@@ -115,6 +115,8 @@ mod tests {
             git_ref: git_ref.into(),
             state_guard: None,
             lock_ttl: None,
+            committer_name: None,
+            committer_email: None,
         };
         assert!(check_ref("d", &repository("main")).is_ok());
         let e = check_ref("d", &repository("--upload-pack=x"))

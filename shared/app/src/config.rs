@@ -33,6 +33,68 @@ pub struct RepositoryConfig {
     /// This repository's `lock_ttl` ([`Config::lock_ttl`]), over the deployment's.
     #[serde(default, deserialize_with = "deserialize_lock_ttl")]
     pub lock_ttl: Option<Duration>,
+    /// This repository's committer name ([`Config::committer_name`]), over the deployment's.
+    #[serde(default)]
+    pub committer_name: Option<String>,
+    /// This repository's committer e-mail ([`Config::committer_email`]), over the deployment's.
+    #[serde(default)]
+    pub committer_email: Option<String>,
+}
+
+impl RepositoryConfig {
+    /// Who writes this repository's commits: its own `committer_name`/`committer_email`, else
+    /// the deployment's, else gitstate's own (each part on its own).
+    pub fn committer(&self, config: &Config) -> gitstate_git::Committer {
+        let deployment = config.committer();
+        gitstate_git::Committer {
+            name: self.committer_name.clone().unwrap_or(deployment.name),
+            email: self.committer_email.clone().unwrap_or(deployment.email),
+        }
+    }
+}
+
+impl Config {
+    /// Who writes the commits of a repository without its own committer (and of ad-hoc
+    /// repositories): `committer_name`/`committer_email`, else gitstate's own.
+    pub fn committer(&self) -> gitstate_git::Committer {
+        let default = gitstate_git::Committer::default();
+        gitstate_git::Committer {
+            name: self.committer_name.clone().unwrap_or(default.name),
+            email: self.committer_email.clone().unwrap_or(default.email),
+        }
+    }
+
+    /// Every configured committer name and e-mail can be written into a commit.
+    pub fn check_committers(&self) -> Result<(), ConfigError> {
+        let repositories = self.repositories.values();
+        let names = [&self.committer_name]
+            .into_iter()
+            .chain(repositories.clone().map(|r| &r.committer_name));
+        let emails = [&self.committer_email]
+            .into_iter()
+            .chain(repositories.map(|r| &r.committer_email));
+        for name in names.flatten() {
+            check_committer_part("committer_name", name)?;
+        }
+        for email in emails.flatten() {
+            check_committer_part("committer_email", email)?;
+        }
+        Ok(())
+    }
+}
+
+/// A committer name or e-mail as git can write it: not empty, no `<`, `>` or control character.
+pub fn check_committer_part(what: &str, value: &str) -> Result<(), ConfigError> {
+    if value.trim().is_empty()
+        || value
+            .chars()
+            .any(|c| c == '<' || c == '>' || c.is_control())
+    {
+        return Err(ConfigError::BadValue(format!(
+            "{what} {value:?} cannot be written into a commit: it must not be empty nor hold '<', '>' or a control character"
+        )));
+    }
+    Ok(())
 }
 
 /// A `lock_ttl` as written: a duration such as `30m`, `2h` or `1h 30m` (humantime's spelling),
@@ -189,6 +251,13 @@ pub struct Config {
     /// block's `lock_ttl` overrides it.
     #[serde(default, deserialize_with = "deserialize_lock_ttl")]
     pub lock_ttl: Option<Duration>,
+    /// The name commits are written under, as author and committer (a named bot a protected
+    /// branch admits); `None`: `gitstate`. A repository block's `committer_name` overrides it.
+    #[serde(default)]
+    pub committer_name: Option<String>,
+    /// The e-mail commits are written under; `None`: `gitstate@localhost`.
+    #[serde(default)]
+    pub committer_email: Option<String>,
     /// The branch of a query-style address without `ref=`: `main`, or `master` under
     /// terraform-backend-git's standalone command line (its default); not a file key.
     #[serde(skip, default = "default_ref")]
@@ -362,6 +431,8 @@ impl Default for Config {
             insecure_no_auth_on_public_address: false,
             state_guard: true,
             lock_ttl: None,
+            committer_name: None,
+            committer_email: None,
             query_default_ref: default_ref(),
         }
     }
@@ -468,6 +539,8 @@ impl Config {
                 git_ref: git_ref.to_owned(),
                 state_guard: None,
                 lock_ttl: None,
+                committer_name: None,
+                committer_email: None,
             },
         );
         Ok(())

@@ -565,6 +565,20 @@ settings! {
         file: "lock_ttl",
         apply: |_s, config, value, _what| { config.lock_ttl = Some(crate::config::parse_lock_ttl(&value)?); },
     }
+    /// The name gitstate's commits are written under, as author and committer (a named bot that
+    /// a protected branch admits); a repository block's `committer_name` overrides it
+    /// [default: gitstate].
+    #[arg(long, env = "GITSTATE_COMMITTER_NAME", value_name = "NAME")]
+    committer_name: Option<String> {
+        file: "committer_name",
+        apply: |_s, config, value, _what| { config.committer_name = Some(value); },
+    }
+    /// The e-mail gitstate's commits are written under [default: gitstate@localhost].
+    #[arg(long, env = "GITSTATE_COMMITTER_EMAIL", value_name = "EMAIL")]
+    committer_email: Option<String> {
+        file: "committer_email",
+        apply: |_s, config, value, _what| { config.committer_email = Some(value); },
+    }
 }
 
 impl Settings {

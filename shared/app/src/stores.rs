@@ -103,9 +103,11 @@ fn open_unnamed_store(
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
     let url = repository.url.as_str();
+    let committer = repository.committer(config);
     if !is_url(url) {
         // A plain path is a bare repository on this machine: written directly, no git binary.
-        let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?;
+        let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?
+            .with_committer(committer);
         return Ok(Arc::new(store));
     }
     // A configuration mistake, told as one (not as a store failure).
@@ -122,7 +124,8 @@ fn open_unnamed_store(
         cache_dir: config.cache_dir.clone(),
         timeout: config.git_timeout(),
     })?
-    .with_answer_limit(config.max_answer_bytes);
+    .with_answer_limit(config.max_answer_bytes)
+    .with_committer(committer);
     Ok(Arc::new(store))
 }
 
@@ -161,6 +164,7 @@ impl Stores {
     pub fn from_config(config: &Config, source: ServerCredential) -> Result<Self, ConfigError> {
         // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
         crate::boundary::check_config(config).map_err(|e| ConfigError::BadValue(e.to_string()))?;
+        config.check_committers()?;
         // Objects a git server sends may inflate to at most this much (zip bombs): every cache
         // repository of the process is opened with it.
         gitstate_git::set_max_object_bytes(gitstate_git::object_limit(
@@ -186,6 +190,8 @@ impl Stores {
                     git_ref: DEFAULT_REF.to_owned(),
                     state_guard: None,
                     lock_ttl: None,
+                    committer_name: None,
+                    committer_email: None,
                 },
             );
         }
@@ -354,7 +360,8 @@ impl Stores {
                     timeout: self.config.git_timeout(),
                 })?
                 .with_network(admission.network)
-                .with_answer_limit(self.config.max_answer_bytes);
+                .with_answer_limit(self.config.max_answer_bytes)
+                .with_committer(self.config.committer());
                 Ok(Arc::new(NamedStore::new(
                     adhoc_name(&shown, git_ref),
                     Arc::new(store),

@@ -162,6 +162,20 @@ pub fn render(
             sources.of("state_guard"),
         ),
         (
+            format!(
+                "committer = {}",
+                quoted(&{
+                    let committer = config.committer();
+                    format!("{} <{}>", committer.name, committer.email)
+                })
+            ),
+            format!(
+                "{} / {}",
+                sources.of("committer_name"),
+                sources.of("committer_email")
+            ),
+        ),
+        (
             match config.lock_ttl {
                 Some(ttl) => format!("lock_ttl = {}", quoted(&format_lock_ttl(ttl))),
                 None => "# lock_ttl: locks never expire".into(),

@@ -22,6 +22,7 @@ pub mod remote;
 mod target;
 
 pub use local::LocalStore;
+pub use objects::Committer;
 pub use plumbing::limits::{
     max_object_bytes, object_limit, set_max_object_bytes, DEFAULT_MAX_ANSWER_BYTES,
 };

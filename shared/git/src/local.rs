@@ -26,6 +26,7 @@ pub struct LocalStore {
     writes: std::sync::Arc<tokio::sync::Mutex<()>>,
     state_ref: String,
     location: PathBuf,
+    committer: crate::objects::Committer,
 }
 
 impl std::fmt::Debug for LocalStore {
@@ -60,6 +61,12 @@ fn ref_edit_error(e: gix::Error) -> StoreError {
 }
 
 impl LocalStore {
+    /// The same store writing its commits as `committer` (author and committer).
+    pub fn with_committer(mut self, committer: crate::objects::Committer) -> Self {
+        self.committer = committer;
+        self
+    }
+
     /// Opens the bare repository at `path`, creating it (and its parent directories) on first
     /// use, with `refs/heads/{git_ref}` as the state branch.
     pub fn open_or_init(path: &Path, git_ref: &str) -> Result<Self, StoreError> {
@@ -92,6 +99,7 @@ impl LocalStore {
             writes: Default::default(),
             state_ref: format!("refs/heads/{git_ref}"),
             location: path.to_owned(),
+            committer: Default::default(),
         };
         // HEAD of a new repository points at the state branch, so `git log` shows the states.
         store.point_head_at_state_branch(path)?;
@@ -149,11 +157,7 @@ impl LocalStore {
                 log: RefLog::AndReference,
             },
         };
-        let committer = gix::actor::Signature {
-            name: crate::objects::COMMITTER_NAME.into(),
-            email: crate::objects::COMMITTER_EMAIL.into(),
-            time: gix::date::Time::now_utc(),
-        };
+        let committer = self.committer.signature();
         let mut time_buf = gix::date::parse::TimeBuf::default();
         repo.edit_references_as(
             Some(RefEdit {
@@ -198,7 +202,7 @@ impl BlockingStore for LocalStore {
     ) -> Result<Revision, StoreError> {
         let repo = self.repo.to_thread_local();
         let base = base.map(|b| parse_id(b)).transpose()?;
-        let commit = state_commit(&repo, base, path.as_str(), change, message)?;
+        let commit = state_commit(&repo, base, path.as_str(), change, message, &self.committer)?;
         let expected = match base {
             Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old)),
             None => PreviousValue::MustNotExist,
@@ -215,7 +219,7 @@ impl BlockingStore for LocalStore {
     ) -> Result<LockCreate, StoreError> {
         let repo = self.repo.to_thread_local();
         let lock_ref = path.lock_ref();
-        let commit = lock_commit(&repo, &path.lock_file(), content, message)?;
+        let commit = lock_commit(&repo, &path.lock_file(), content, message, &self.committer)?;
         match self.move_ref(
             &lock_ref,
             PreviousValue::MustNotExist,

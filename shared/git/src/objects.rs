@@ -7,10 +7,42 @@ use gix::bstr::BString;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
-/// Name and e-mail of every commit gitstate writes.
+/// Name and e-mail of every commit gitstate writes unless a repository names its own
+/// [`Committer`].
 pub const COMMITTER_NAME: &str = "gitstate";
 /// See [`COMMITTER_NAME`].
 pub const COMMITTER_EMAIL: &str = "gitstate@localhost";
+
+/// Who writes the commits of a repository, as author and committer (`committer_name` and
+/// `committer_email`, DESIGN §6): `gitstate <gitstate@localhost>` unless configured. The values
+/// are checked where they are configured (no `<`, `>` or line break).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committer {
+    /// The name.
+    pub name: String,
+    /// The e-mail address.
+    pub email: String,
+}
+
+impl Default for Committer {
+    fn default() -> Self {
+        Committer {
+            name: COMMITTER_NAME.into(),
+            email: COMMITTER_EMAIL.into(),
+        }
+    }
+}
+
+impl Committer {
+    /// This identity, now.
+    pub(crate) fn signature(&self) -> gix::actor::Signature {
+        gix::actor::Signature {
+            name: self.name.as_str().into(),
+            email: self.email.as_str().into(),
+            time: gix::date::Time::now_utc(),
+        }
+    }
+}
 
 pub(crate) use crate::errors::internal;
 
@@ -20,23 +52,16 @@ pub(crate) fn parse_id(revision: &str) -> Result<ObjectId, StoreError> {
         .map_err(|e| StoreError::Internal(format!("'{revision}' is not an object id: {e}")))
 }
 
-fn signature() -> gix::actor::Signature {
-    gix::actor::Signature {
-        name: COMMITTER_NAME.into(),
-        email: COMMITTER_EMAIL.into(),
-        time: gix::date::Time::now_utc(),
-    }
-}
-
-/// Writes a commit of `tree` on `parent` (none: a root commit) with gitstate as author and
+/// Writes a commit of `tree` on `parent` (none: a root commit) with `committer` as author and
 /// committer; returns its id.
 pub(crate) fn commit_on(
     repo: &gix::Repository,
     tree: ObjectId,
     parent: Option<ObjectId>,
     message: &str,
+    committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
-    let signature = signature();
+    let signature = committer.signature();
     let commit = gix::objs::Commit {
         tree,
         parents: parent.into_iter().collect(),
@@ -125,8 +150,9 @@ pub fn state_commit(
     path: &str,
     change: &StateChange,
     message: &str,
+    committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
-    file_commit(repo, base, path, change.into(), message)
+    file_commit(repo, base, path, change.into(), message, committer)
 }
 
 /// [`state_commit`] for any [`FileChange`].
@@ -136,6 +162,7 @@ pub fn file_commit(
     path: &str,
     change: FileChange<'_>,
     message: &str,
+    committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let base_tree = tree_of(repo, base)?;
     let root: gix::objs::Tree = repo
@@ -172,7 +199,7 @@ pub fn file_commit(
     let tree = editor
         .write(|tree| repo.write_object(tree).map(gix::Id::detach))
         .map_err(internal("writing the tree"))?;
-    commit_on(repo, tree, base, message)
+    commit_on(repo, tree, base, message, committer)
 }
 
 /// Writes a root commit holding only `{lock_file}` = `content`; returns its id.
@@ -181,6 +208,7 @@ pub fn lock_commit(
     lock_file: &str,
     content: &[u8],
     message: &str,
+    committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let blob = repo
         .write_blob(content)
@@ -196,7 +224,7 @@ pub fn lock_commit(
         .write()
         .map_err(internal("writing the tree"))?
         .detach();
-    commit_on(repo, tree, None, message)
+    commit_on(repo, tree, None, message, committer)
 }
 
 /// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when

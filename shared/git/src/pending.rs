@@ -213,6 +213,7 @@ fn optional_id(id: Option<ObjectId>) -> String {
 pub(crate) fn pending_commit(
     repo: &gix::Repository,
     write: &Publication<'_>,
+    committer: &crate::objects::Committer,
 ) -> Result<ObjectId, StoreError> {
     let empty = gix::objs::Tree::empty();
     let mut editor = gix::objs::tree::Editor::new(empty, &repo.objects, repo.object_hash());
@@ -241,7 +242,7 @@ pub(crate) fn pending_commit(
         optional_id(write.lock_tip),
         unix_millis(write.deadline),
     );
-    crate::objects::commit_on(repo, tree, None, &message)
+    crate::objects::commit_on(repo, tree, None, &message, committer)
 }
 
 /// Reads the pending commit `commit` (in `repo`) advertised as `id`. `Err` with a sentence when
@@ -435,6 +436,7 @@ mod tests {
                 message: "Update team/a/terraform.tfstate (serial 2) by x",
                 deadline: SystemTime::now(),
             },
+            &Default::default(),
         )
         .unwrap();
         let read = read_pending(&repo, &id, commit).unwrap();
@@ -465,6 +467,7 @@ mod tests {
                 message: "Delete",
                 deadline: UNIX_EPOCH + Duration::from_secs(1),
             },
+            &Default::default(),
         )
         .unwrap();
         let read = read_pending(&repo, &id, deleted).unwrap();
@@ -486,7 +489,9 @@ mod tests {
             format!("m\n\nGitstate-Pending: {id}\nGitstate-Path: a\nGitstate-Base: none\nGitstate-Lock: none\nGitstate-Change: write\nGitstate-Deadline: 1"),
             format!("m\n\nGitstate-Pending: {id}\nGitstate-Path: a\nGitstate-Path: b\nGitstate-Base: none\nGitstate-Lock: none\nGitstate-Change: delete\nGitstate-Deadline: 1"),
         ] {
-            let commit = crate::objects::commit_on(&repo, tree, None, &message).unwrap();
+            let commit =
+                crate::objects::commit_on(&repo, tree, None, &message, &Default::default())
+                    .unwrap();
             assert!(read_pending(&repo, &id, commit).is_err(), "{message}");
         }
     }

@@ -24,6 +24,8 @@ pub struct Target {
     pub(crate) pinned: Option<Arc<Cache>>,
     /// Limit for connecting, for any stall, and for a whole operation.
     pub(crate) timeout: Duration,
+    /// Who writes this repository's commits.
+    pub(crate) committer: crate::objects::Committer,
 }
 
 impl Target {

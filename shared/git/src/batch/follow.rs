@@ -31,7 +31,7 @@ pub(super) fn follow(
     let mut publications = Vec::new();
     for (i, (write, published)) in batch.iter().enumerate() {
         if published.is_none() {
-            let publication = publication(&repo, write)?;
+            let publication = publication(&repo, write, &store.committer)?;
             updates.push(RefUpdate {
                 name: refs.name(Kind::Pending, &publication.id),
                 old: ObjectId::null(gix::hash::Kind::Sha1),
@@ -98,7 +98,11 @@ pub(super) fn follow(
 }
 
 /// Builds the pending commit of `write` in `repo` (in memory) under a new id.
-fn publication(repo: &gix::Repository, write: &QueuedWrite) -> Result<Published, StoreError> {
+fn publication(
+    repo: &gix::Repository,
+    write: &QueuedWrite,
+    committer: &crate::objects::Committer,
+) -> Result<Published, StoreError> {
     let id = pending::new_id();
     let remaining = write.deadline.map_or(Duration::from_secs(30), |d| {
         d.saturating_duration_since(Instant::now())
@@ -114,6 +118,7 @@ fn publication(repo: &gix::Repository, write: &QueuedWrite) -> Result<Published,
             message: &write.message,
             deadline: std::time::SystemTime::now() + remaining,
         },
+        committer,
     )?;
     Ok(Published { id, commit })
 }

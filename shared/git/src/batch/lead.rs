@@ -13,7 +13,7 @@ use super::answers::{delete, read_answers, stale_answers, Answers};
 use super::follow::follow;
 use super::round::{queue_refused, refuse_queue, Round};
 use super::write::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
-use crate::objects::{entry_id, file_commit, FileChange};
+use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{pack_objects, push_updates, Pushed};
@@ -116,7 +116,7 @@ fn lead(
     if !pending.is_empty() {
         pending::crash_point("queue.fetched");
     }
-    let mut chain = Chain::new(&repo, &session, tip);
+    let mut chain = Chain::new(&repo, &session, &store.committer, tip);
     let folds = chain.fold(&pending, &refs, &mut updates)?;
     let results = chain.add_own(batch)?;
     if queue {
@@ -254,6 +254,8 @@ fn load(
 struct Chain<'r> {
     repo: &'r gix::Repository,
     session: &'r ReceivePack,
+    /// Who writes the commits (the repository's committer, for every process's writes).
+    committer: &'r Committer,
     tip: Option<ObjectId>,
     /// The commits made, with the file each changed (for the pack).
     commits: Vec<(ObjectId, String)>,
@@ -262,10 +264,16 @@ struct Chain<'r> {
 }
 
 impl<'r> Chain<'r> {
-    fn new(repo: &'r gix::Repository, session: &'r ReceivePack, tip: Option<ObjectId>) -> Self {
+    fn new(
+        repo: &'r gix::Repository,
+        session: &'r ReceivePack,
+        committer: &'r Committer,
+        tip: Option<ObjectId>,
+    ) -> Self {
         Chain {
             repo,
             session,
+            committer,
             tip,
             commits: Vec::new(),
             on_remote: Vec::new(),
@@ -284,8 +292,7 @@ impl<'r> Chain<'r> {
             self.session,
             &mut self.tip,
             conditions,
-            change,
-            message,
+            (change, message, self.committer),
         )?;
         if let Ok(commit) = &made {
             self.commits
@@ -549,8 +556,7 @@ fn extend(
     session: &ReceivePack,
     chain: &mut Option<ObjectId>,
     write: &Conditions<'_>,
-    change: FileChange<'_>,
-    message: &str,
+    (change, message, committer): (FileChange<'_>, &str, &Committer),
 ) -> Result<Result<ObjectId, StoreError>, StoreError> {
     if session.tip(&write.path.lock_ref()) != write.lock_tip {
         tracing::debug!(path = %write.path, "the lock changed since the write read it");
@@ -564,7 +570,14 @@ fn extend(
         tracing::debug!(path = %write.path, "the state changed since the write read it");
         return Ok(Err(StoreError::Stale));
     }
-    match file_commit(repo, *chain, write.path.as_str(), change, message) {
+    match file_commit(
+        repo,
+        *chain,
+        write.path.as_str(),
+        change,
+        message,
+        committer,
+    ) {
         Ok(commit) => {
             *chain = Some(commit);
             Ok(Ok(commit))

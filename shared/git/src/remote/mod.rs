@@ -100,9 +100,16 @@ impl RemoteStore {
                 handle,
                 pinned: None,
                 timeout: config.timeout,
+                committer: Default::default(),
             },
             history_checked: Arc::default(),
         })
+    }
+
+    /// The same store writing its commits as `committer` (author and committer).
+    pub fn with_committer(mut self, committer: crate::objects::Committer) -> Self {
+        self.target.committer = committer;
+        self
     }
 
     /// The same store with `network` enforced on every connection (an ad-hoc repository: its
@@ -223,7 +230,14 @@ impl RemoteStore {
         message: &str,
     ) -> Result<Revision, StoreError> {
         let outgoing = self.build(base, path.as_str(), |repo| {
-            state_commit(repo, base, path.as_str(), change, message)
+            state_commit(
+                repo,
+                base,
+                path.as_str(),
+                change,
+                message,
+                &self.target.committer,
+            )
         })?;
         let null = ObjectId::null(gix::hash::Kind::Sha1);
         let update = RefUpdate {
@@ -367,7 +381,7 @@ impl BlockingStore for RemoteStore {
         let lock_ref = path.lock_ref();
         let lock_file = path.lock_file();
         let outgoing = self.build(None, &lock_file, |repo| {
-            lock_commit(repo, &lock_file, content, message)
+            lock_commit(repo, &lock_file, content, message, &self.target.committer)
         })?;
         let update = RefUpdate {
             name: lock_ref.clone(),

@@ -333,7 +333,14 @@ impl RemoteStore {
         message: &str,
     ) -> Result<Revision, StoreError> {
         let Outgoing { commit, objects } = self.build(Some(base), path.as_str(), |repo| {
-            state_commit(repo, Some(base), path.as_str(), change, message)
+            state_commit(
+                repo,
+                Some(base),
+                path.as_str(),
+                change,
+                message,
+                &self.target.committer,
+            )
         })?;
         let updates = [
             RefUpdate {

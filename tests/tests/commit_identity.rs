@@ -1,0 +1,136 @@
+//! Commit identity (issue 35, DESIGN §6 `committer_name`/`committer_email`): a git server whose
+//! pre-receive hook admits only commits by a named bot (what a protected branch with a push rule
+//! does) accepts gitstate's writes when gitstate is configured with that identity, and refuses
+//! them otherwise: the refusal is a 502 whose body quotes the hook's own sentence, and nothing
+//! is written.
+//!
+//! Real Terraform 1.15.5 through `gitstate serve` on lighttpd + `git http-backend`, whose
+//! repository runs the hook on every push (state branch, lock branches, the write queue's refs).
+
+use std::fs;
+use std::path::Path;
+
+use gitstate_tests::*;
+
+const STATE: &str = "prod.tfstate";
+const USER: &str = "tfstate-bot";
+const PASSWORD: &str = "commit-identity-pw";
+const BOT: &str = "tfstate-bot <bot@acme.test>";
+
+/// Installs a pre-receive hook that refuses any pushed commit whose committer or author is not
+/// [`BOT`], saying which.
+fn only_the_bot_may_push(git_dir: &Path) {
+    let hook = git_dir.join("hooks/pre-receive");
+    fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    fs::write(
+        &hook,
+        format!(
+            r#"#!/bin/sh
+zero=0000000000000000000000000000000000000000
+while read old new ref; do
+  [ "$new" = "$zero" ] && continue
+  for c in $(git rev-list "$new" --not --all); do
+    who=$(git log -1 --format='%cn <%ce>|%an <%ae>' "$c")
+    if [ "$who" != "{BOT}|{BOT}" ]; then
+      echo "push rule: commit $c on $ref is by $who; only {BOT} may push here" >&2
+      exit 1
+    fi
+  done
+done
+"#
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
+    let tf = Terraform::installed("1.15.5");
+    let repos = tempfile::tempdir().unwrap();
+    let git_dir = bare_repo(repos.path(), "states");
+    only_the_bot_may_push(&git_dir);
+    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let repository = format!("default={}", git_server.url("states"));
+    let git_env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+
+    // gitstate's own identity: the hook refuses the lock's push, Terraform shows its sentence.
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&["--repository", &repository], &git_env, cwd.path());
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&server.state_url("default", STATE)),
+        1,
+        "refused",
+    );
+    tf.init(work.path()).expect_code(0, "init");
+    let refused = tf.apply(work.path());
+    assert_ne!(
+        refused.code,
+        Some(0),
+        "the push rule let gitstate's own identity through"
+    );
+    // Terraform retries a 502 and then says only that it gave up; the answer itself (and the
+    // log) carry the hook's sentence.
+    let (status, body) = http(
+        "LOCK",
+        &server.state_url("default", STATE),
+        Some(&lock_info("direct", "ops@laptop", "OperationTypeApply")),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("only tfstate-bot <bot@acme.test> may push here"),
+        "the answer quotes the hook: {body}\n--- gitstate log\n{}",
+        server.log()
+    );
+    assert!(
+        refs_under(&git_dir, "refs/").is_empty(),
+        "nothing was written: {:?}",
+        refs_under(&git_dir, "refs/")
+    );
+    drop(server);
+
+    // The same, as the bot (flags here; GITSTATE_COMMITTER_NAME/_EMAIL or the file's
+    // committer_name/committer_email alike).
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(
+        &[
+            "--repository",
+            &repository,
+            "--committer-name",
+            "tfstate-bot",
+            "--committer-email",
+            "bot@acme.test",
+        ],
+        &git_env,
+        cwd.path(),
+    );
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&server.state_url("default", STATE)),
+        2,
+        "admitted",
+    );
+    tf.init(work.path()).expect_code(0, "init as the bot");
+    tf.apply(work.path()).expect_code(
+        0,
+        &format!("apply as the bot\n--- gitstate log\n{}", server.log()),
+    );
+    let identities = git(
+        Some(&git_dir),
+        &["log", "--format=%cn <%ce>|%an <%ae>", "main"],
+    );
+    assert!(!identities.trim().is_empty());
+    for line in identities.lines() {
+        assert_eq!(line, format!("{BOT}|{BOT}"), "{identities}");
+    }
+    assert!(
+        refs_under(&git_dir, "refs/heads/locks/").is_empty(),
+        "the lock was released"
+    );
+}
