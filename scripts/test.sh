@@ -23,7 +23,9 @@ python3 scripts/check-imports.py
 # The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the `tested`
 # profile: the release profile's code (opt-levels, `panic = "unwind"`, overflow checks and debug
 # assertions off, as in production) without whole-program LTO, which costs minutes per binary.
-# Two invocations, so each binary gets the features it ships with. The shipped profile's own
+# Two invocations, so each binary gets the features it ships with; they share every dependency's
+# build (tests/tests/lambda.rs holds their features equal), and `cargo lambda watch --profile
+# tested` in that test reuses the bootstrap's. The shipped profile's own
 # binaries (fat LTO; the bootstrap for both architectures as `sam build` makes it) are built and
 # run by scripts/check-shipped.sh, which CI runs after this (DECISIONS, "What is tested is what
 # ships"). cargo-lambda is still installed: tests/tests/lambda.rs runs `cargo lambda watch`.

@@ -68,7 +68,10 @@ fn start_watch(env_file: &Path, port: u16, log: PathBuf) -> Watch {
     // A session of its own (setsid): cargo lambda's watcher must not touch the test's terminal,
     // and its process group is then ours to stop.
     let child = Command::new("setsid")
+        // The `tested` profile: the function as scripts/test.sh built it (the same artifacts,
+        // nothing to compile here); `cargo lambda watch` alone builds the dev profile.
         .args(["cargo", "lambda", "watch", "--ignore-changes"])
+        .args(["--profile", "tested"])
         .args(["-A", "127.0.0.1", "-P", &port.to_string()])
         .args(["-p", "gitstate-lambda", "--env-file"])
         .arg(env_file)
@@ -324,4 +327,68 @@ fn profile(name: &str) -> Vec<String> {
         .map(|l| l.split('#').next().unwrap_or("").replace(' ', ""))
         .filter(|l| !l.is_empty())
         .collect()
+}
+
+/// The CLI and the Lambda bootstrap are built from the same dependency artifacts (scripts/test.sh
+/// builds both, and `cargo lambda watch` above reuses them): every dependency they share has the
+/// same features in both (shared/cli/Cargo.toml turns on what lambda_http turns on). Only
+/// gitstate-app differs by design (the Prometheus exporter against EMF lines).
+#[test]
+fn the_cli_and_the_bootstrap_share_every_dependencys_features() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let features = |package: &str| {
+        let out = Command::new(&cargo)
+            .args([
+                "tree",
+                "--offline",
+                "-p",
+                package,
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+            ])
+            .args(["-f", "{p}|{f}"])
+            .current_dir(&workspace)
+            .output()
+            .expect("cargo tree");
+        assert!(
+            out.status.success(),
+            "cargo tree -p {package}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut all: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+            Default::default();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Some((package, features)) = line
+                .replace(" (*)", "")
+                .split_once('|')
+                .map(|(p, f)| (p.split(" (").next().unwrap_or(p).to_owned(), f.to_owned()))
+            else {
+                continue;
+            };
+            all.entry(package).or_default().extend(
+                features
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(String::from),
+            );
+        }
+        all
+    };
+    let (cli, lambda) = (features("gitstate"), features("gitstate-lambda"));
+    let differ: Vec<String> = cli
+        .iter()
+        .filter(|(package, _)| !package.starts_with("gitstate-app "))
+        .filter_map(|(package, on)| {
+            let other = lambda.get(package)?;
+            (other != on).then(|| format!("{package}: CLI {on:?}, bootstrap {other:?}"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "dependencies built twice, with other features (turn them on in shared/cli/Cargo.toml):\n{}",
+        differ.join("\n")
+    );
 }
