@@ -47,70 +47,70 @@ fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("self.pem"), dir.join("self.key"))
 }
 
-/// A CA and a server certificate it signed for 127.0.0.1: (ca, cert, key).
-fn from_a_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+/// A CA (`ca.pem`, `ca.key`) in `dir`, and a certificate it signed for `subject` with the
+/// extensions `ext` (`{name}.pem`, `{name}.key`): (ca, cert, key).
+fn signed_by_a_ca(dir: &Path, subject: &str, name: &str, ext: &str) -> (PathBuf, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_subject = format!("/CN={subject} CA");
+    let (key, csr, pem) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
+    let subj = format!("/CN={subject}");
+    let req = ["req", "-newkey", "rsa:2048", "-nodes", "-keyout"];
     openssl(
         dir,
         &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=gitstate test CA",
-        ],
+            &req[..],
+            &[
+                "ca.key",
+                "-x509",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                &ca_subject,
+            ],
+        ]
+        .concat(),
     );
     openssl(
         dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
+        &[&req[..], &[&key, "-out", &csr, "-subj", &subj]].concat(),
     );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("ext.cnf"), ext).unwrap();
     openssl(
         dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
             "ca.pem",
             "-CAkey",
             "ca.key",
             "-CAcreateserial",
             "-out",
-            "server.pem",
+            &pem,
             "-days",
             "2",
             "-extfile",
             "ext.cnf",
         ],
     );
-    (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
+    (dir.join("ca.pem"), dir.join(pem), dir.join(key))
+}
+
+/// A CA and a server certificate it signed for 127.0.0.1: (ca, cert, key).
+fn from_a_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    signed_by_a_ca(
+        dir,
+        "127.0.0.1",
+        "server",
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
     )
 }
 
@@ -299,71 +299,11 @@ fn gitstate_writes_to_an_https_git_server() {
 /// A client CA and a client certificate it signed (`extendedKeyUsage=clientAuth`), made in
 /// `dir`: (ca, cert, key).
 fn client_ca_and_cert(dir: &Path, subject: &str) -> (PathBuf, PathBuf, PathBuf) {
-    std::fs::create_dir_all(dir).unwrap();
-    let ca_subject = format!("/CN={subject} CA");
-    openssl(
+    signed_by_a_ca(
         dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            &ca_subject,
-        ],
-    );
-    let client_subject = format!("/CN={subject}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
-            &client_subject,
-        ],
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
+        subject,
+        "client",
         "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "client.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
-    (
-        dir.join("ca.pem"),
-        dir.join("client.pem"),
-        dir.join("client.key"),
     )
 }
 
