@@ -513,22 +513,7 @@ async fn dispatch(
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
             let acquired = backend.lock(store, path, body).await?;
-            let facts = LockFacts::from(&acquired.info);
-            let who = facts.who.clone();
-            let mut response = StatusCode::OK.into_response();
-            if let Some(taken) = &acquired.took_over {
-                // An expired lock was taken over (lock_ttl): a force-unlock by the new holder in
-                // the audit trail, then its lock; the old ID in the answer.
-                tell_catalog(app, &address, who.clone(), || CatalogChange::Unlock {
-                    force: true,
-                });
-                let id = gitstate_core::text::escape_controls(&taken.id);
-                if let Ok(value) = HeaderValue::from_str(&id) {
-                    response.headers_mut().insert(TOOK_OVER, value);
-                }
-            }
-            tell_catalog(app, &address, who, move || CatalogChange::Lock(facts));
-            Ok(response)
+            Ok(locked(app, &address, acquired))
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
@@ -539,6 +524,26 @@ async fn dispatch(
             Ok(StatusCode::OK.into_response())
         }
     }
+}
+
+/// The answer to a LOCK that succeeded, and what the catalog is told: the lock, after a
+/// force-unlock by the new holder when an expired lock was taken over (`lock_ttl`; the old ID in
+/// `X-Gitstate-Took-Over`).
+fn locked(app: &AppState, address: &Address, acquired: gitstate_core::Acquired) -> Response {
+    let facts = LockFacts::from(&acquired.info);
+    let who = facts.who.clone();
+    let mut response = StatusCode::OK.into_response();
+    if let Some(taken) = &acquired.took_over {
+        tell_catalog(app, address, who.clone(), || CatalogChange::Unlock {
+            force: true,
+        });
+        let id = gitstate_core::text::escape_controls(&taken.id);
+        if let Ok(value) = HeaderValue::from_str(&id) {
+            response.headers_mut().insert(TOOK_OVER, value);
+        }
+    }
+    tell_catalog(app, address, who, move || CatalogChange::Lock(facts));
+    response
 }
 
 /// The commit of a write and the writer its message names (the caller for a replay, which made
