@@ -66,6 +66,21 @@ impl TfOutput {
 
 const TF_REQUIRED: [&str; 2] = ["1.0.3", "1.15.5"];
 
+/// Whether the test's environment variable `k` would change what Terraform does (its backend
+/// settings, arguments, variables, workspace, data and plugin directories, proxies): such a
+/// variable is never passed on to a Terraform the tests run.
+pub fn steers_terraform(k: &str) -> bool {
+    k.starts_with("TF_HTTP_")
+        || k.starts_with("TF_CLI_ARGS")
+        || k.starts_with("TF_VAR_")
+        || k.eq_ignore_ascii_case("http_proxy")
+        || k.eq_ignore_ascii_case("https_proxy")
+        || k.eq_ignore_ascii_case("all_proxy")
+        || k == "TF_WORKSPACE"
+        || k == "TF_DATA_DIR"
+        || k == "TF_PLUGIN_CACHE_DIR"
+}
+
 impl Terraform {
     /// The Terraform `version` installed by scripts/install-test-deps.sh ("1.0.3" or "1.15.5");
     /// panics with the install hint when it is missing or reports another version.
@@ -196,17 +211,7 @@ impl Terraform {
             .stdout(fs::File::create(out).expect("create stdout file"))
             .stderr(fs::File::create(err).expect("create stderr file"));
         for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy().to_string();
-            if k.starts_with("TF_HTTP_")
-                || k.starts_with("TF_CLI_ARGS")
-                || k.starts_with("TF_VAR_")
-                || k.eq_ignore_ascii_case("http_proxy")
-                || k.eq_ignore_ascii_case("https_proxy")
-                || k.eq_ignore_ascii_case("all_proxy")
-                || k == "TF_WORKSPACE"
-                || k == "TF_DATA_DIR"
-                || k == "TF_PLUGIN_CACHE_DIR"
-            {
+            if steers_terraform(&key.to_string_lossy()) {
                 cmd.env_remove(&key);
             }
         }

@@ -31,15 +31,7 @@ pub fn wrap_command(
             || k == "GIT_USERNAME"
             || k == "GIT_PASSWORD"
             || k == "GITHUB_TOKEN"
-            || k.starts_with("TF_HTTP_")
-            || k.starts_with("TF_CLI_ARGS")
-            || k.starts_with("TF_VAR_")
-            || k.eq_ignore_ascii_case("http_proxy")
-            || k.eq_ignore_ascii_case("https_proxy")
-            || k.eq_ignore_ascii_case("all_proxy")
-            || k == "TF_WORKSPACE"
-            || k == "TF_DATA_DIR"
-            || k == "TF_PLUGIN_CACHE_DIR"
+            || crate::terraform::steers_terraform(&k)
         {
             cmd.env_remove(&key);
         }

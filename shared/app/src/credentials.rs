@@ -70,11 +70,6 @@ impl ServerCredential {
         self.initial.as_ref()
     }
 
-    /// Whether the credential can change while the process runs.
-    pub fn watched(&self) -> bool {
-        !self.files.is_empty()
-    }
-
     /// The new credential when a watched file changed since the last call and reads as another
     /// credential; `None` when nothing changed (or the change is not readable yet).
     pub fn changed(&self) -> Option<Credentials> {

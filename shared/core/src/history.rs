@@ -354,10 +354,7 @@ impl Backend {
             .into_iter()
             .map(|lock| {
                 let info = LockInfo::stored(&lock.content);
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64);
-                let age_seconds = info.age_secs(now).map(|age| age as i64);
+                let age_seconds = info.age_secs(crate::time::now_secs()).map(|age| age as i64);
                 LockListing {
                     path: lock.path,
                     id: info.id,

@@ -56,12 +56,17 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for the current time (UTC).
-pub fn now_rfc3339() -> String {
+/// Seconds since the Unix epoch, now (0 on a clock set before it).
+pub fn now_secs() -> i64 {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    format_rfc3339(i64::try_from(secs).unwrap_or(i64::MAX))
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for the current time (UTC).
+pub fn now_rfc3339() -> String {
+    format_rfc3339(now_secs())
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).

@@ -161,10 +161,7 @@ pub struct Acquired {
 /// `held` as a lock to take over, when `store` has a `lock_ttl` and `held` has outlived it.
 fn expired(store: &dyn StateStore, held: &LockInfo) -> Option<TakenOver> {
     let ttl = store.lock_ttl()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs() as i64;
+    let now = crate::time::now_secs();
     held.expired(ttl.as_secs(), now).then(|| TakenOver {
         id: held.id.clone(),
         who: held.who.clone(),
@@ -172,15 +169,10 @@ fn expired(store: &dyn StateStore, held: &LockInfo) -> Option<TakenOver> {
     })
 }
 
-/// Records the age of the lock whose LockInfo is `content` (nothing when its `Created` is not
-/// an RFC 3339 time, as in a lock written by hand).
+/// Records the age of the lock whose LockInfo is `content` ([`LockInfo::age_secs`]: nothing
+/// when its `Created` is not an RFC 3339 time, as in a lock written by hand).
 fn record_lock_age(content: &[u8], event: &'static str) {
-    let created = crate::time::parse_rfc3339(&LockInfo::stored(content).created);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64);
-    if let (Some(created), Ok(now)) = (created, now) {
-        metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event)
-            .record((now - created).max(0) as f64);
+    if let Some(age) = LockInfo::stored(content).age_secs(crate::time::now_secs()) {
+        metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event).record(age as f64);
     }
 }
