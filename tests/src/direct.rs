@@ -46,6 +46,17 @@ pub fn request_with_headers(
     body: Option<&str>,
     names: &[&str],
 ) -> (u16, Vec<Option<String>>, Vec<u8>) {
+    authed_request_with_headers(method, url, body, None, names)
+}
+
+/// [`request_with_headers`] with basic auth `(user, password)`.
+pub fn authed_request_with_headers(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    auth: Option<(&str, &str)>,
+    names: &[&str],
+) -> (u16, Vec<Option<String>>, Vec<u8>) {
     let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
     let mut request = reqwest::blocking::Client::builder()
         .no_proxy()
@@ -53,6 +64,9 @@ pub fn request_with_headers(
         .build()
         .unwrap()
         .request(method, url);
+    if let Some((user, password)) = auth {
+        request = request.basic_auth(user, Some(password));
+    }
     if let Some(body) = body {
         request = request
             .header("Content-Type", "application/json")

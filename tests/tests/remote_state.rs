@@ -127,6 +127,140 @@ fn team_b_reads_team_a_outputs_with_a_credential_team_mode_accepts() {
     }
 }
 
+/// Scoped team tokens (issue 35): B reads A's outputs with an outputs-only token limited to
+/// A's folder; that token gets A's state without its resources (and says so), cannot write or
+/// lock it, and gets 403 outside its folder. B's own token, limited to B's folder, cannot read A.
+#[test]
+fn an_outputs_only_token_reads_team_a_outputs_and_nothing_more() {
+    const A_TOKEN: &str = "team-a-full-token";
+    const B_TOKEN: &str = "team-b-own-folder-token";
+    const READER: &str = "team-b-reads-a-outputs-token";
+    const A_SECRET: &str = "a-resource-secret-7f3";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a_hash = format!("sha256:{}", sha256_hex(A_TOKEN));
+    let b_hash = format!("sha256:{};paths=team-b/**", sha256_hex(B_TOKEN));
+    // A comma inside one flag's paths (clap splits at it; the server joins the pieces again).
+    let reader_hash = format!(
+        "sha256:{};access=outputs-only;paths=team-a/**,shared/*",
+        sha256_hex(READER)
+    );
+    let server = Gitstate::start(
+        &[
+            "--auth-mode",
+            "team",
+            "--token-hash",
+            &a_hash,
+            "--token-hash",
+            &b_hash,
+            "--token-hash",
+            &reader_hash,
+        ],
+        &[],
+        dir.path(),
+    );
+    let repository = dir.path().join(".gitstate/default.git");
+    let a_address = server.state_url("default", "team-a/app.tfstate");
+    let b_address = server.state_url("default", "team-b/app.tfstate");
+    let tf = Terraform::installed("1.15.5");
+
+    let a = tempfile::tempdir().expect("tempdir");
+    write_main_tf(
+        a.path(),
+        &HttpBackend::new(&a_address).with_auth("team-a", A_TOKEN),
+        1,
+        A_SECRET,
+    );
+    let mut tf_a = fs::read_to_string(a.path().join("main.tf")).expect("main.tf");
+    tf_a.push_str(&format!(
+        "\noutput \"endpoint\" {{\n  value = \"{ENDPOINT}\"\n}}\n"
+    ));
+    fs::write(a.path().join("main.tf"), tf_a).expect("write main.tf");
+    tf.init(a.path()).expect_code(0, "team A init");
+    tf.apply(a.path()).expect_code(0, "team A apply");
+    let a_history = git_log_subjects(&repository, "main", "team-a/app.tfstate");
+
+    let b = tempfile::tempdir().expect("tempdir");
+    let b_backend = HttpBackend::new(&b_address).with_auth("team-b", B_TOKEN);
+    // B's own token is limited to B's folder: A's state is a 403 to it.
+    write_team_b(b.path(), &b_backend, &a_address, Some(("team-b", B_TOKEN)));
+    tf.init(b.path()).expect_code(0, "team B init");
+    let refused = tf.plan(b.path());
+    assert_eq!(refused.code, Some(1), "{}", refused.combined());
+    // Terraform's words for a 403 ("requires auth" is its 401).
+    assert!(
+        refused.combined().contains("invalid auth"),
+        "the refusal does not say why: {}",
+        refused.combined()
+    );
+    let (status, sentence) = http("GET", &a_address, None, Some(("team-b", B_TOKEN))).expect("get");
+    assert_eq!(status, 403, "{sentence}");
+    assert!(
+        sentence.contains("limited to read-write on team-b/**"),
+        "{sentence}"
+    );
+
+    write_team_b(b.path(), &b_backend, &a_address, Some(("team-b", READER)));
+    tf.apply(b.path()).expect_code(0, "team B apply");
+    let out = tf.run(b.path(), &["output", "-raw", "a_endpoint"]);
+    out.expect_code(0, "terraform output");
+    assert_eq!(out.stdout.trim(), ENDPOINT);
+
+    // What the reader's token gets: the outputs, no resource, and the header that says so.
+    let reader = Some(("team-b", READER));
+    let (status, headers, body) = authed_request_with_headers(
+        "GET",
+        &a_address,
+        None,
+        reader,
+        &["x-gitstate-outputs-only"],
+    );
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers[0].as_deref(), Some("true"));
+    assert!(
+        !text.contains(A_SECRET),
+        "A's resources reached the reader: {text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("a state");
+    assert_eq!(json["resources"], serde_json::json!([]));
+    assert_eq!(json["outputs"]["endpoint"]["value"], ENDPOINT);
+    // The full token reads A's resources (the secret is really there to be left out).
+    let (_, full) = http("GET", &a_address, None, Some(("team-a", A_TOKEN))).expect("get");
+    assert!(full.contains(A_SECRET), "{full}");
+
+    let refs_before = all_refs(&repository);
+    let state = json.to_string();
+    for (method, url, body) in [
+        ("POST", a_address.clone(), Some(state.as_str())),
+        ("LOCK", a_address.clone(), Some(r#"{"ID":"x","Who":"b"}"#)),
+        ("DELETE", a_address.clone(), None),
+        (
+            "GET",
+            server.state_url("default", "team-c/app.tfstate"),
+            None,
+        ),
+        (
+            "GET",
+            format!("{}/_/states/default", server.base_url()),
+            None,
+        ),
+    ] {
+        let (status, sentence) = http(method, &url, body, reader).expect("request");
+        assert_eq!(status, 403, "{method} {url}: {sentence}");
+        assert!(sentence.contains("outputs-only"), "{sentence}");
+    }
+    assert_eq!(
+        all_refs(&repository),
+        refs_before,
+        "a refused request wrote"
+    );
+    assert_eq!(
+        git_log_subjects(&repository, "main", "team-a/app.tfstate"),
+        a_history,
+        "B's read wrote A's state"
+    );
+}
+
 #[test]
 fn in_pass_through_mode_the_git_servers_rules_decide_b_s_read() {
     let dir = tempfile::tempdir().expect("tempdir");

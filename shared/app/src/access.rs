@@ -3,7 +3,7 @@
 //! caller that reached it (its network boundary decides: loopback, IAM); pass-through leaves the
 //! decision to the git server, per repository, and so refuses what spans repositories.
 
-use gitstate_core::{Credentials, RegistryError};
+use gitstate_core::{Credentials, RegistryError, Scope};
 
 use crate::config::{AuthConfig, AuthMode, ConfigError};
 use crate::tokens::{self, Users};
@@ -12,8 +12,8 @@ use crate::tokens::{self, Users};
 #[derive(Debug)]
 pub struct Access {
     mode: AuthMode,
-    /// Team mode: decoded token hashes.
-    tokens: Vec<[u8; 32]>,
+    /// Team mode: decoded token hashes, each with the scope it grants.
+    tokens: Vec<([u8; 32], Scope)>,
     /// Team mode: named users with password hashes.
     users: Users,
 }
@@ -28,11 +28,7 @@ impl Access {
                 users: Users::default(),
             });
         }
-        let tokens = auth
-            .token_hashes
-            .iter()
-            .map(|h| tokens::parse_hash(h))
-            .collect::<Result<Vec<_>, _>>()
+        let tokens = tokens::parse_tokens(&auth.token_hashes, &auth.tokens)
             .map_err(ConfigError::BadValue)?;
         let users = Users::parse(&auth.users).map_err(ConfigError::BadValue)?;
         if tokens.is_empty() && users.is_empty() {
@@ -52,12 +48,12 @@ impl Access {
         self.mode == AuthMode::Passthrough
     }
 
-    /// Team mode: the caller, when it presents one of the tokens as its password. `None` outside
-    /// team mode (nothing to check).
+    /// Team mode: the caller, and the scope of the token it presents as its password (`None`:
+    /// not a token, perhaps a user). `None` outside team mode (nothing to check).
     fn team_caller<'a>(
         &self,
         caller: Option<&'a Credentials>,
-    ) -> Option<Result<(&'a Credentials, bool), RegistryError>> {
+    ) -> Option<Result<(&'a Credentials, Option<Scope>), RegistryError>> {
         if self.mode != AuthMode::Team {
             return None;
         }
@@ -67,22 +63,26 @@ impl Access {
                 caller,
                 self.tokens
                     .iter()
-                    .any(|hash| tokens::matches(hash, &caller.password)),
+                    .find(|(hash, _)| tokens::matches(hash, &caller.password))
+                    .map(|(_, scope)| scope.clone()),
             )),
         })
     }
 
     /// Checks `caller` before a request opens anything, with bcrypt on a blocking thread (see
     /// [`Users::verify`]); a later [`Access::admit`] of the same caller answers from memory.
-    pub async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+    /// Returns the scope of the caller's token (users, and every caller outside team mode, have
+    /// the full one).
+    pub async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
         let Some(checked) = self.team_caller(caller) else {
-            return Ok(());
+            return Ok(Scope::full());
         };
-        let (caller, token) = checked?;
-        if token || self.users.verify(&caller.username, &caller.password).await {
-            Ok(())
-        } else {
-            Err(refusal("the credentials are not valid"))
+        match checked? {
+            (_, Some(scope)) => Ok(scope),
+            (caller, None) if self.users.verify(&caller.username, &caller.password).await => {
+                Ok(Scope::full())
+            }
+            _ => Err(refusal("the credentials are not valid")),
         }
     }
 
@@ -93,7 +93,7 @@ impl Access {
             return Ok(());
         };
         let (caller, token) = checked?;
-        if token || self.users.admits(&caller.username, &caller.password) {
+        if token.is_some() || self.users.admits(&caller.username, &caller.password) {
             Ok(())
         } else {
             Err(refusal("the credentials are not valid"))
@@ -127,6 +127,7 @@ mod tests {
             mode: AuthMode::Team,
             token_hashes: vec![tokens::hash_of("team-token")],
             users: Vec::new(),
+            tokens: Vec::new(),
         })
         .expect("a team configuration")
     }
@@ -149,8 +150,8 @@ mod tests {
             .admit(Some(&caller("team-token")))
             .expect("and again from memory");
         for refused in [
-            access.authenticate(None).await,
-            access.authenticate(Some(&caller("other"))).await,
+            access.authenticate(None).await.map(drop),
+            access.authenticate(Some(&caller("other"))).await.map(drop),
             access.admit(Some(&caller("other"))),
         ] {
             let Err(RegistryError::Unauthenticated(sentence)) = refused else {
@@ -167,6 +168,7 @@ mod tests {
             mode: AuthMode::Team,
             token_hashes: Vec::new(),
             users: Vec::new(),
+            tokens: Vec::new(),
         });
         assert!(matches!(empty, Err(ConfigError::BadValue(m)) if m.contains("token hash")));
     }
@@ -177,6 +179,7 @@ mod tests {
             mode: AuthMode::Passthrough,
             token_hashes: Vec::new(),
             users: Vec::new(),
+            tokens: Vec::new(),
         })
         .expect("pass-through");
         assert!(matches!(

@@ -180,6 +180,51 @@ pub struct AuthConfig {
     /// the caller's basic-auth user name and password must match one.
     #[serde(default)]
     pub users: Vec<String>,
+    /// Team mode: scoped tokens (`token { hash = "sha256:…" access = "read-only" paths = […] }`,
+    /// one block each), besides the `token_hashes` (which may carry the same scope as
+    /// `sha256:<hex>;access=…;paths=…`).
+    #[serde(default, rename = "token", deserialize_with = "one_or_more")]
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// Blocks of one name: HCL gives one block as an object and several as a list of them. Each is
+/// read as `T` itself, so its errors (an unknown key) keep their sentence.
+fn one_or_more<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+
+    struct Blocks<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Blocks<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("one block or several")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
+            Ok(vec![T::deserialize(MapAccessDeserializer::new(map))?])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            Vec::deserialize(SeqAccessDeserializer::new(seq))
+        }
+    }
+    deserializer.deserialize_any(Blocks(std::marker::PhantomData))
+}
+
+/// One `auth { token { … } }` block: a team token and what it may do (DESIGN §6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// `sha256:<hex>` of the token.
+    pub hash: String,
+    /// `read-write` (the default), `read-only` or `outputs-only`.
+    #[serde(default)]
+    pub access: Option<String>,
+    /// State path patterns it may use (as in `allow`: `*` within a segment, a last `**` for
+    /// the rest); empty: every path.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// The effective configuration.
@@ -669,6 +714,24 @@ auth { mode = "passthrough" }
         assert_eq!(config.allow, vec!["https://github.com/acme/*".to_owned()]);
         assert_eq!(config.auth.mode, AuthMode::Passthrough);
         assert!(Config::from_hcl("auth { mode = \"open\" }").is_err());
+        let scoped = Config::from_hcl(
+            "auth {\n  mode = \"team\"\n  token {\n    hash = \"sha256:ab\"\n    access = \"outputs-only\"\n    paths = [\"teams/a/**\"]\n  }\n  token {\n    hash = \"sha256:cd\"\n  }\n}",
+        )
+        .expect("token blocks");
+        assert_eq!(scoped.auth.tokens.len(), 2);
+        assert_eq!(
+            scoped.auth.tokens[0].access.as_deref(),
+            Some("outputs-only")
+        );
+        assert_eq!(scoped.auth.tokens[0].paths, ["teams/a/**"]);
+        assert_eq!(scoped.auth.tokens[1].hash, "sha256:cd");
+        let one = Config::from_hcl("auth {\n  token {\n    hash = \"sha256:ab\"\n  }\n}")
+            .expect("one token block");
+        assert_eq!(one.auth.tokens.len(), 1);
+        let unknown =
+            Config::from_hcl("auth {\n  token {\n    hash = \"x\"\n    rights = \"all\"\n  }\n}")
+                .unwrap_err();
+        assert!(unknown.contains("rights"), "{unknown}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gitstate_core::{Credentials, RegistryError, StateStore, StoreError, StoreRegistry};
+use gitstate_core::{Credentials, RegistryError, Scope, StateStore, StoreError, StoreRegistry};
 
 use crate::access::Access;
 use crate::config::{Config, ConfigError};
@@ -44,7 +44,7 @@ impl StoreRegistry for Registry {
         self.stores.names()
     }
 
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
         self.access.authenticate(caller).await
     }
 

@@ -284,7 +284,9 @@ settings! {
     }
     /// Team mode: SHA-256 hashes (`sha256:<hex>`, e.g. from `printf %s TOKEN | sha256sum`) of the
     /// tokens callers may present as their basic-auth password (repeatable, or comma-separated in
-    /// the variable); replaces the file's `auth.token_hashes`.
+    /// the variable), each optionally scoped: `sha256:<hex>;access=outputs-only;paths=teams/a/**`
+    /// (`access` read-write, read-only or outputs-only; `paths` comma-separated patterns as in
+    /// `allow`); replaces the file's `auth.token_hashes`.
     #[arg(
         long = "token-hash",
         value_name = "sha256:HEX",

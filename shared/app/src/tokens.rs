@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use gitstate_core::{Rights, Scope};
 use sha2::{Digest, Sha256};
+
+use crate::config::TokenConfig;
 use subtle::ConstantTimeEq;
 
 /// Decodes `sha256:<64 hex digits>`; the error names the rule, never the value.
@@ -24,6 +27,71 @@ pub fn parse_hash(text: &str) -> Result<[u8; 32], String> {
             .map_err(|_| "a token hash may hold only hex digits after 'sha256:'".to_owned())?;
     }
     Ok(out)
+}
+
+/// The team tokens of `auth`: the `token_hashes` entries (`sha256:<hex>`, optionally followed by
+/// `;access=RIGHTS` and `;paths=PATTERN,PATTERN`) and the `token { … }` blocks, each decoded with
+/// its [`Scope`]. A list given in one variable or flag is split at its commas before it gets
+/// here, so a piece that does not start with `sha256:` continues the previous entry's `paths`.
+/// Errors name the rule, never a hash.
+pub fn parse_tokens(
+    entries: &[String],
+    blocks: &[TokenConfig],
+) -> Result<Vec<([u8; 32], Scope)>, String> {
+    let mut joined: Vec<String> = Vec::new();
+    for piece in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        match joined.last_mut() {
+            Some(last) if !piece.starts_with("sha256:") => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => joined.push(piece.to_owned()),
+        }
+    }
+    let mut tokens = joined
+        .iter()
+        .map(|entry| parse_entry(entry))
+        .collect::<Result<Vec<_>, _>>()?;
+    for block in blocks {
+        let rights = match &block.access {
+            Some(access) => access.parse()?,
+            None => Rights::ReadWrite,
+        };
+        tokens.push((parse_hash(&block.hash)?, Scope::new(rights, &block.paths)?));
+    }
+    Ok(tokens)
+}
+
+/// One `sha256:<hex>[;access=RIGHTS][;paths=P,P]` entry.
+fn parse_entry(entry: &str) -> Result<([u8; 32], Scope), String> {
+    let mut parts = entry.split(';');
+    let hash = parse_hash(parts.next().unwrap_or_default().trim())?;
+    let (mut rights, mut paths) = (None, None);
+    for part in parts {
+        let (key, value) = part.split_once('=').ok_or_else(|| {
+            "a token's scope reads sha256:<hex>;access=read-only;paths=teams/a/** (each part KEY=VALUE)".to_owned()
+        })?;
+        let value = value.trim();
+        match key.trim() {
+            "access" if rights.is_none() => rights = Some(value.parse::<Rights>()?),
+            "paths" if paths.is_none() => {
+                paths = Some(
+                    value
+                        .split(',')
+                        .map(|p| p.trim().to_owned())
+                        .collect::<Vec<_>>(),
+                )
+            }
+            "access" | "paths" => return Err(format!("a token's '{}' is given twice", key.trim())),
+            other => {
+                return Err(format!(
+                    "a token's scope has no '{other}'; it takes access=… and paths=…"
+                ))
+            }
+        }
+    }
+    let scope = Scope::new(rights.unwrap_or_default(), &paths.unwrap_or_default())?;
+    Ok((hash, scope))
 }
 
 /// The `sha256:<hex>` form of `token`'s hash, as configured for team mode (the wrapper configures
@@ -210,6 +278,46 @@ mod tests {
         assert!(parse_hash("sha256:xyz").is_err());
         assert!(parse_hash(&format!("sha256:{}", "g".repeat(64))).is_err());
         assert_eq!(hash_of("s3cret"), real);
+    }
+
+    #[test]
+    fn token_entries_carry_a_scope_and_a_split_list_is_joined_again() {
+        let (a, b) = (hash_of("token-a"), hash_of("token-b"));
+        // As clap hands over `--token-hash 'A;access=outputs-only;paths=teams/a/**,teams/c/*'`
+        // and a second hash from the same comma-separated variable.
+        let entries = [
+            format!("{a};access=outputs-only;paths=teams/a/**"),
+            "teams/c/*".to_owned(),
+            b.clone(),
+        ];
+        let block = TokenConfig {
+            hash: hash_of("token-c"),
+            access: Some("read-only".into()),
+            paths: Vec::new(),
+        };
+        let tokens = parse_tokens(&entries, &[block]).expect("tokens");
+        assert_eq!(tokens.len(), 3);
+        let scope = &tokens[0].1;
+        assert_eq!(scope.rights(), Rights::OutputsOnly);
+        assert_eq!(scope.to_string(), "outputs-only on teams/a/**, teams/c/*");
+        assert!(matches(&tokens[0].0, "token-a"));
+        assert!(!tokens[1].1.is_limited());
+        assert_eq!(tokens[2].1.to_string(), "read-only on every state");
+        for (bad, why) in [
+            (format!("{a};access=admin"), "unknown"),
+            (format!("{a};paths=a/../b"), ".."),
+            (format!("{a};owner=x"), "no 'owner'"),
+            (format!("{a};access=read-only;access=read-write"), "twice"),
+            (format!("{a};read-only"), "KEY=VALUE"),
+            ("teams/a/**".to_owned(), "sha256:"),
+        ] {
+            let err = parse_tokens(std::slice::from_ref(&bad), &[]).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+            assert!(
+                !err.contains(&a[7..]),
+                "the hash reached the message: {err}"
+            );
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //! Patterns: `scheme://host[:port]/seg/…`. The host is exact, `*` (any host) or `*.example.com`
 //! (any name below example.com); the port is exact, `*`, or absent (the scheme's default); each
 //! path segment is a glob where `*` matches within that one segment, and a last segment `**`
-//! matches any number of segments. The single pattern `*` admits every http(s), git and ssh URL.
+//! matches any number of segments ([`SegmentPattern`], also the matcher of scoped tokens' paths). The single pattern `*` admits every http(s), git and ssh URL.
 
+use gitstate_core::glob::SegmentPattern;
 use gitstate_core::url::{internal_host_rule, Host, RepoUrl, Scheme};
 use gitstate_core::NetworkGuard;
 
@@ -33,7 +34,7 @@ enum PatternKind {
         scheme: Scheme,
         host: HostPattern,
         port: PortPattern,
-        segments: Vec<String>,
+        segments: SegmentPattern,
     },
 }
 
@@ -106,20 +107,10 @@ impl AllowPattern {
         } else {
             HostPattern::Exact(Host::parse(host).map_err(|e| bad(&e.0))?)
         };
-        let path = path.strip_suffix('/').unwrap_or(path);
-        if path.is_empty() {
+        if path.trim_end_matches('/').is_empty() {
             return Err(bad("name the repositories, e.g. /acme/* or /acme/**"));
         }
-        let segments: Vec<String> = path.split('/').map(str::to_owned).collect();
-        if let Some(s) = segments
-            .iter()
-            .find(|s| s.is_empty() || *s == "." || *s == "..")
-        {
-            return Err(bad(&format!("the path segment '{s}' is not allowed")));
-        }
-        if segments[..segments.len() - 1].iter().any(|s| s == "**") {
-            return Err(bad("'**' may only be the last segment"));
-        }
+        let segments = SegmentPattern::parse(path).map_err(|e| bad(&e))?;
         Ok(AllowPattern {
             text: text.to_owned(),
             kind: PatternKind::Url {
@@ -165,46 +156,13 @@ impl AllowPattern {
             PortPattern::Default => url.effective_port() == scheme.default_port(),
             PortPattern::Exact(p) => url.effective_port() == Some(*p),
         };
-        host_ok && port_ok && segments_match(segments, url.segments())
+        host_ok && port_ok && segments.matches(url.segments())
     }
 
     /// Whether the pattern names `host` exactly (the operator admitted that very host).
     fn names_host(&self, host: &Host) -> bool {
         matches!(&self.kind, PatternKind::Url { host: HostPattern::Exact(h), .. } if h == host)
     }
-}
-
-/// Path segments against pattern segments: `*` inside a segment never crosses a `/`; a last
-/// `**` takes the rest.
-fn segments_match(pattern: &[String], path: &[String]) -> bool {
-    match (pattern.split_first(), path.split_first()) {
-        (Some((p, _)), _) if p == "**" => true,
-        (Some((p, pattern_rest)), Some((s, path_rest))) => {
-            glob_segment(p, s) && segments_match(pattern_rest, path_rest)
-        }
-        (None, None) => true,
-        _ => false,
-    }
-}
-
-/// `*` matches any run of characters inside one segment.
-fn glob_segment(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(at) => rest = &rest[at + middle.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 /// The deployment's policy for ad-hoc repositories.

@@ -205,11 +205,22 @@ pub fn render(
             tbg_source(tbg, &["repository", "ref"]).unwrap_or_else(|| sources.of("repositories")),
         ));
     }
+    // Parsed as the server parses them: one entry may span several comma-separated pieces.
+    let tokens = gitstate_app::tokens::parse_tokens(&config.auth.token_hashes, &config.auth.tokens)
+        .unwrap_or_default();
     lines.push((
         format!(
-            "auth {{ mode = {}, token_hashes = {} configured, users = [{}] }}",
+            "auth {{ mode = {}, token_hashes = {} configured{}, users = [{}] }}",
             quoted(&format!("{:?}", config.auth.mode).to_lowercase()),
-            config.auth.token_hashes.len(),
+            tokens.len(),
+            match tokens
+                .iter()
+                .filter(|(_, scope)| scope.is_limited())
+                .count()
+            {
+                0 => String::new(),
+                n => format!(" ({n} scoped)"),
+            },
             config
                 .auth
                 .users

@@ -8,12 +8,14 @@ pub mod blocking;
 pub mod catalog;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
+pub mod glob;
 pub mod history;
 pub mod listing;
 pub mod lock;
 pub mod metrics;
 pub mod path;
 pub mod process;
+pub mod scope;
 pub mod seal;
 pub mod statefile;
 pub mod store;
@@ -31,6 +33,7 @@ pub use catalog::{
 pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
+pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,

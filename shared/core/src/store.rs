@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use crate::listing::{ListQuery, StatePage, Version};
 use crate::path::StatePath;
+use crate::scope::Scope;
 
 /// A commit id (hex) as the store reported it.
 pub type Revision = String;
@@ -542,10 +543,12 @@ pub trait StoreRegistry: Send + Sync + 'static {
     /// Checks `caller`'s credentials where the deployment checks them itself (team mode), before
     /// a request opens anything. The HTTP layer awaits it first; slow checks (bcrypt) run off the
     /// async worker threads here. `named` and `adhoc` check again (cheaply, from memory), so a
-    /// caller that skips this is still refused.
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
+    /// caller that skips this is still refused. Returns what the credential may do (its
+    /// [`Scope`]; the full one unless a scoped token was presented), which the HTTP layer applies
+    /// to each operation.
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
         let _ = caller;
-        Ok(())
+        Ok(Scope::full())
     }
 
     /// The configured repository `name`.

@@ -92,6 +92,12 @@ impl From<CatalogError> for ApiError {
     }
 }
 
+impl From<gitstate_core::scope::Refusal> for ApiError {
+    fn from(refusal: gitstate_core::scope::Refusal) -> Self {
+        ApiError::Message(StatusCode::FORBIDDEN, refusal.0)
+    }
+}
+
 impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> Self {
         match e {

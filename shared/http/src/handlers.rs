@@ -12,6 +12,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
+use gitstate_core::scope::{Admitted, Use};
+use gitstate_core::statefile::{outputs_only, OutputsError};
 use gitstate_core::{BackendError, CatalogChange, LockFacts, StateFacts, Unlock, Unlocked};
 use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
@@ -26,6 +28,10 @@ const MAX_LOCK_BODY: usize = 64 * 1024;
 
 /// The header of a LOCK that took over an expired lock (`lock_ttl`): the old lock's ID.
 const TOOK_OVER: &str = "x-gitstate-took-over";
+
+/// The header of a GET answered to an outputs-only credential: the state's resources were left
+/// out (DESIGN §6).
+const OUTPUTS_ONLY: &str = "x-gitstate-outputs-only";
 
 /// The protocol operation a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,12 +408,18 @@ fn check_content_md5(headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
 
 /// The caller's basic-auth pair, checked by the registry where the deployment checks callers
 /// itself (team mode; bcrypt off the async workers). Nothing is opened or read before this.
+/// The caller of an endpoint that spans states (everything under `/_/`): authenticated, and with
+/// a credential whose scope has no limit that such an endpoint could cross (403 otherwise, see
+/// [`Scope::admit_across_states`]).
 pub(crate) async fn authenticated_caller(
     app: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Credentials>, ApiError> {
     let credentials = caller_credentials(headers)?;
-    app.registry.authenticate(credentials.as_ref()).await?;
+    app.registry
+        .authenticate(credentials.as_ref())
+        .await?
+        .admit_across_states()?;
     Ok(credentials)
 }
 
@@ -424,7 +436,13 @@ async fn dispatch(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let credentials = authenticated_caller(app, headers).await?;
+    let credentials = caller_credentials(headers)?;
+    let scope = app.registry.authenticate(credentials.as_ref()).await?;
+    let used = match operation {
+        Operation::Get => Use::Read,
+        _ => Use::Write,
+    };
+    let admitted = scope.admit(used, &address.path)?;
     let store = match &address.repository {
         Repository::Named(name) => app.registry.named(name, credentials.as_ref())?,
         Repository::AdHoc { url, git_ref } => {
@@ -441,69 +459,15 @@ async fn dispatch(
         deadline,
         force: address.force,
     };
-    let backend = &app.backend;
-    let path = &address.path;
-    let lock_id = address.lock_id.as_deref();
     if address.version.is_some() && operation != Operation::Get {
         return Err(ApiError::bad_request(
             "?version= only applies to GET; restore an earlier version with `gitstate restore`",
         ));
     }
+    let (backend, path, lock_id) = (&app.backend, &address.path, address.lock_id.as_deref());
     match operation {
-        Operation::Get => match &address.version {
-            Some(spec) => {
-                let (info, state) = backend.get_version(store, path, spec).await?;
-                let Some(state) = state else {
-                    return Err(ApiError::Message(
-                        StatusCode::NOT_FOUND,
-                        format!(
-                            "version {spec} of {path} is its deletion (commit {}); it holds no state",
-                            info.commit
-                        ),
-                    ));
-                };
-                let mut response = state_response(state);
-                let headers = response.headers_mut();
-                if let Ok(commit) = HeaderValue::from_str(&info.commit) {
-                    headers.insert("x-gitstate-commit", commit);
-                }
-                if let Some(serial) = info.serial {
-                    headers.insert("x-gitstate-serial", HeaderValue::from(serial));
-                }
-                Ok(response)
-            }
-            None => Ok(match backend.get(store, path).await? {
-                Some(state) => state_response(state),
-                None => StatusCode::NO_CONTENT.into_response(),
-            }),
-        },
-        Operation::Write => {
-            let body = read_body(
-                headers,
-                body,
-                backend.max_state_bytes,
-                backend.size_advice.as_deref(),
-            )
-            .await?;
-            check_content_md5(headers, &body)?;
-            let written = backend
-                .post(store, path, body.clone(), lock_id, &caller)
-                .await?;
-            let (commit, who) = written_by(written, &caller);
-            if address.amend {
-                tracing::info!(
-                    commit = commit.as_deref().unwrap_or("none (unchanged)"),
-                    "?amend=true: written as a normal commit (gitstate never amends or force-pushes)"
-                );
-            }
-            // The facts are read in the background, off the answer's path.
-            tell_catalog(app, &address, who, move || {
-                let mut facts = StateFacts::of(&body);
-                facts.commit = commit;
-                CatalogChange::Write(facts)
-            });
-            Ok(StatusCode::OK.into_response())
-        }
+        Operation::Get => get(app, store, &address, admitted).await,
+        Operation::Write => write(app, store, &address, &caller, headers, body).await,
         Operation::Delete => {
             let written = backend.delete(store, path, lock_id, &caller).await?;
             let (commit, who) = written_by(written, &caller);
@@ -524,6 +488,105 @@ async fn dispatch(
             Ok(StatusCode::OK.into_response())
         }
     }
+}
+
+/// GET: the state (or `?version=`'s), whole or, for an outputs-only credential, reduced to its
+/// outputs and marked so.
+async fn get(
+    app: &AppState,
+    store: &dyn StateStore,
+    address: &Address,
+    admitted: Admitted,
+) -> Result<Response, ApiError> {
+    let (backend, path) = (&app.backend, &address.path);
+    let (state, version) = match &address.version {
+        Some(spec) => {
+            let (info, state) = backend.get_version(store, path, spec).await?;
+            let Some(state) = state else {
+                return Err(ApiError::Message(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "version {spec} of {path} is its deletion (commit {}); it holds no state",
+                        info.commit
+                    ),
+                ));
+            };
+            (state, Some(info))
+        }
+        None => match backend.get(store, path).await? {
+            Some(state) => (state, None),
+            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+        },
+    };
+    let mut response = match admitted {
+        Admitted::Whole => state_response(state),
+        Admitted::OutputsOnly => {
+            let reduced = outputs_only(&state).map_err(|e| match e {
+                OutputsError::ClientEncrypted => {
+                    ApiError::Message(StatusCode::FORBIDDEN, e.to_string())
+                }
+                OutputsError::NotAState(why) => ApiError::Message(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "the stored state of {path} could not be reduced to its outputs: {why}"
+                    ),
+                ),
+            })?;
+            let mut response = state_response(Bytes::from(reduced));
+            response
+                .headers_mut()
+                .insert(OUTPUTS_ONLY, HeaderValue::from_static("true"));
+            response
+        }
+    };
+    if let Some(info) = version {
+        let headers = response.headers_mut();
+        if let Ok(commit) = HeaderValue::from_str(&info.commit) {
+            headers.insert("x-gitstate-commit", commit);
+        }
+        if let Some(serial) = info.serial {
+            headers.insert("x-gitstate-serial", HeaderValue::from(serial));
+        }
+    }
+    Ok(response)
+}
+
+/// POST (or PUT): the body checked, written, and told to the catalog off the answer's path.
+async fn write(
+    app: &AppState,
+    store: &dyn StateStore,
+    address: &Address,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let backend = &app.backend;
+    let body = read_body(
+        headers,
+        body,
+        backend.max_state_bytes,
+        backend.size_advice.as_deref(),
+    )
+    .await?;
+    check_content_md5(headers, &body)?;
+    let lock_id = address.lock_id.as_deref();
+    let written = backend
+        .post(store, &address.path, body.clone(), lock_id, caller)
+        .await?;
+    let (commit, who) = written_by(written, caller);
+    if address.amend {
+        tracing::info!(
+            commit = commit.as_deref().unwrap_or("none (unchanged)"),
+            "?amend=true: written as a normal commit (gitstate never amends or force-pushes)"
+        );
+    }
+    // The facts are read in the background, off the answer's path.
+    tell_catalog(app, address, who, move || {
+        let mut facts = StateFacts::of(&body);
+        facts.commit = commit;
+        CatalogChange::Write(facts)
+    });
+    Ok(StatusCode::OK.into_response())
 }
 
 /// The answer to a LOCK that succeeded, and what the catalog is told: the lock, after a

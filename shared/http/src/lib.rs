@@ -341,6 +341,98 @@ mod tests {
         assert!(json["repositories"].is_object(), "{body}");
     }
 
+    /// Scoped tokens (DESIGN §6): outputs-only reads get the state without its resources and
+    /// say so; read-only reads get it whole; neither writes or locks; a path limit is a 403
+    /// outside it; and a limited token reaches nothing under `/_/` that spans states.
+    #[tokio::test]
+    async fn scoped_tokens_read_what_their_scope_says_and_nothing_more() {
+        use gitstate_core::{Rights, Scope};
+        let outputs = Scope::new(Rights::OutputsOnly, &["teams/a/**".into()]).unwrap();
+        let read_only = Scope::new(Rights::ReadOnly, &[]).unwrap();
+        let registry = gitstate_core::fakes::MemoryRegistry::team_with_scoped(
+            &["default"],
+            "team-token",
+            &[("outputs-token", outputs), ("read-token", read_only)],
+        );
+        let app = router(AppState::new(registry, Backend::default(), None));
+        let url = "/state/default/teams/a/app.tfstate";
+        let state = r#"{"version":4,"serial":1,"lineage":"l","outputs":{"endpoint":{"value":"db:5432","type":"string"}},"resources":[{"mode":"managed","type":"terraform_data","name":"db","provider":"provider[\"terraform.io/builtin/terraform\"]","instances":[{"schema_version":0,"attributes":{"input":"resource-secret"}}]}]}"#;
+        let (status, body) = answer(&app, request("POST", url, state, true)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let bearer = |method: &str, uri: &str, body: &str, token: &str| {
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::from(body.to_owned()))
+                .unwrap()
+        };
+
+        let response = app
+            .clone()
+            .oneshot(bearer("GET", url, "", "outputs-token"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-gitstate-outputs-only"], "true");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["outputs"]["endpoint"]["value"], "db:5432");
+        assert_eq!(json["resources"], serde_json::json!([]));
+        assert!(!String::from_utf8_lossy(&body).contains("resource-secret"));
+
+        for (method, uri, body, token) in [
+            ("POST", url, state, "outputs-token"),
+            ("LOCK", url, r#"{"ID":"x"}"#, "outputs-token"),
+            ("DELETE", url, "", "outputs-token"),
+            (
+                "GET",
+                "/state/default/teams/b/app.tfstate",
+                "",
+                "outputs-token",
+            ),
+            ("GET", "/_/states/default", "", "outputs-token"),
+            (
+                "GET",
+                "/_/history/default/teams/a/app.tfstate",
+                "",
+                "outputs-token",
+            ),
+            ("GET", "/_/ui", "", "outputs-token"),
+            ("POST", url, state, "read-token"),
+            ("UNLOCK", url, r#"{"ID":"x"}"#, "read-token"),
+        ] {
+            let (status, sentence) = answer(&app, bearer(method, uri, body, token)).await;
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "{method} {uri} with {token}: {sentence}"
+            );
+            assert!(sentence.contains("this credential"), "{sentence}");
+        }
+        let (status, body) = answer(&app, bearer("GET", "/_/ready", "", "outputs-token")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!body.contains("repositories"), "{body}");
+
+        let response = app
+            .clone()
+            .oneshot(bearer("GET", url, "", "read-token"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!response.headers().contains_key("x-gitstate-outputs-only"));
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        assert!(String::from_utf8_lossy(&body).contains("resource-secret"));
+        let (status, body) =
+            answer(&app, bearer("GET", "/_/states/default", "", "read-token")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("teams/a/app.tfstate"), "{body}");
+    }
+
     /// A request with the team token as basic-auth password (`token`) or none.
     fn request(method: &str, uri: &str, body: &str, token: bool) -> Request<Body> {
         let mut builder = Request::builder().method(method).uri(uri);

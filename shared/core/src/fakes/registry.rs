@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::MemoryStore;
+use crate::scope::Scope;
 use crate::store::{Credentials, RegistryError, StateStore, StoreRegistry};
 
 /// A [`StoreRegistry`] of named [`MemoryStore`]s that admits every caller and refuses every
@@ -15,6 +16,8 @@ pub struct MemoryRegistry {
     stores: BTreeMap<String, Arc<MemoryStore>>,
     /// Team mode: only callers with this password are admitted (anonymous ones get 401).
     token: Option<String>,
+    /// Team mode: further passwords, each with the scope it grants.
+    scoped: Vec<(String, Scope)>,
     /// Pass-through mode: what spans repositories is refused to everyone.
     passthrough: bool,
 }
@@ -49,8 +52,25 @@ impl MemoryRegistry {
                 .map(|name| ((*name).to_owned(), MemoryStore::named(name)))
                 .collect(),
             token: None,
+            scoped: Vec::new(),
             passthrough: false,
         }
+    }
+
+    /// [`MemoryRegistry::team`] that also admits the password `token` with `scope`.
+    pub fn team_with_scoped(
+        names: &[&str],
+        token: &str,
+        scoped: &[(&str, Scope)],
+    ) -> Arc<MemoryRegistry> {
+        Arc::new(MemoryRegistry {
+            token: Some(token.to_owned()),
+            scoped: scoped
+                .iter()
+                .map(|(token, scope)| ((*token).to_owned(), scope.clone()))
+                .collect(),
+            ..MemoryRegistry::of(names)
+        })
     }
 
     /// The store named `name`.
@@ -61,11 +81,13 @@ impl MemoryRegistry {
 
 #[async_trait]
 impl StoreRegistry for MemoryRegistry {
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
-        match (&self.token, caller) {
-            (None, _) => Ok(()),
-            (Some(token), Some(c)) if c.password == *token => Ok(()),
-            (Some(_), _) => Err(RegistryError::Unauthenticated("send the team token".into())),
+    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
+        let scoped = caller.and_then(|c| self.scoped.iter().find(|(t, _)| *t == c.password));
+        match (&self.token, caller, scoped) {
+            (None, _, _) => Ok(Scope::full()),
+            (Some(_), _, Some((_, scope))) => Ok(scope.clone()),
+            (Some(token), Some(c), None) if c.password == *token => Ok(Scope::full()),
+            (Some(_), _, _) => Err(RegistryError::Unauthenticated("send the team token".into())),
         }
     }
 

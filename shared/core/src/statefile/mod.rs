@@ -26,9 +26,12 @@ mod hcl;
 mod header;
 mod keys;
 mod mismatch;
+mod outputs;
 mod prepare;
 mod shape;
 mod walk;
+
+pub use outputs::{outputs_only, OutputsError};
 
 use header::{Header, Top, TopValue};
 use mismatch::Seen;
