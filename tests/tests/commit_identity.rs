@@ -134,3 +134,130 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
         "the lock was released"
     );
 }
+
+/// Installs a pre-receive hook that refuses any pushed commit `git verify-commit` does not
+/// accept against `allowed_signers` (a "require signed commits" rule), saying which.
+fn only_signed_commits_may_push(git_dir: &Path, allowed_signers: &Path) {
+    let hook = git_dir.join("hooks/pre-receive");
+    fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    fs::write(
+        &hook,
+        format!(
+            r#"#!/bin/sh
+zero=0000000000000000000000000000000000000000
+while read old new ref; do
+  [ "$new" = "$zero" ] && continue
+  for c in $(git rev-list "$new" --not --all); do
+    if ! git -c gpg.ssh.allowedSignersFile={allowed} verify-commit "$c" 2>/dev/null; then
+      echo "signing rule: commit $c on $ref has no signature by a trusted key" >&2
+      exit 1
+    fi
+  done
+done
+"#,
+            allowed = allowed_signers.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Signed commits (issue 35): a git server that admits only commits signed by the bot's SSH key
+/// refuses gitstate's unsigned writes (a 502 quoting the hook, nothing written) and accepts them
+/// with `--signing-key`; every commit on the branch then verifies with `git verify-commit`, as
+/// GitHub and GitLab verify SSH signatures.
+#[test]
+fn a_require_signed_commits_rule_admits_gitstate_with_a_signing_key() {
+    let tf = Terraform::installed("1.15.5");
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("bot_ed25519");
+    ssh_keygen(&key);
+    let public = fs::read_to_string(keys.path().join("bot_ed25519.pub")).unwrap();
+    let allowed = keys.path().join("allowed_signers");
+    fs::write(&allowed, format!("bot@acme.test {public}")).unwrap();
+    let repos = tempfile::tempdir().unwrap();
+    let git_dir = bare_repo(repos.path(), "states");
+    only_signed_commits_may_push(&git_dir, &allowed);
+    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let repository = format!("default={}", git_server.url("states"));
+    let git_env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+    let identity = [
+        "--repository",
+        &repository,
+        "--committer-name",
+        "tfstate-bot",
+        "--committer-email",
+        "bot@acme.test",
+    ];
+
+    // Unsigned: the hook refuses the lock's push; the answer quotes it and nothing is written.
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&identity, &git_env, cwd.path());
+    let (status, body) = http(
+        "LOCK",
+        &server.state_url("default", STATE),
+        Some(&lock_info("direct", "ops@laptop", "OperationTypeApply")),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("has no signature by a trusted key"),
+        "the answer quotes the hook: {body}"
+    );
+    assert!(
+        refs_under(&git_dir, "refs/").is_empty(),
+        "nothing was written"
+    );
+    drop(server);
+
+    // Signed with the bot's key (GITSTATE_SIGNING_KEY or the file's signing_key alike).
+    let key_arg = key.display().to_string();
+    let mut args = identity.to_vec();
+    args.extend(["--signing-key", key_arg.as_str()]);
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Gitstate::start(&args, &git_env, cwd.path());
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&server.state_url("default", STATE)),
+        2,
+        "signed",
+    );
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(
+        0,
+        &format!(
+            "apply with a signing key\n--- gitstate log\n{}",
+            server.log()
+        ),
+    );
+    let commits = git(Some(&git_dir), &["rev-list", "main"]);
+    assert!(!commits.trim().is_empty());
+    for commit in commits.lines() {
+        let verified = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&git_dir)
+            .arg("-c")
+            .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+            .args(["verify-commit", "-v", commit])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&verified.stderr);
+        assert!(verified.status.success(), "{commit}: {said}");
+        assert!(
+            said.contains("Good \"git\" signature for bot@acme.test"),
+            "{said}"
+        );
+    }
+    let log = server.log();
+    assert!(
+        !log.contains("OPENSSH PRIVATE KEY"),
+        "the key reached the log"
+    );
+    assert!(
+        log.contains("commits are signed with this SSH key"),
+        "{log}"
+    );
+}

@@ -117,6 +117,7 @@ mod tests {
             lock_ttl: None,
             committer_name: None,
             committer_email: None,
+            signing_key: None,
         };
         assert!(check_ref("d", &repository("main")).is_ok());
         let e = check_ref("d", &repository("--upload-pack=x"))

@@ -39,16 +39,21 @@ pub struct RepositoryConfig {
     /// This repository's committer e-mail ([`Config::committer_email`]), over the deployment's.
     #[serde(default)]
     pub committer_email: Option<String>,
+    /// This repository's commit-signing key ([`Config::signing_key`]), over the deployment's.
+    #[serde(default)]
+    pub signing_key: Option<PathBuf>,
 }
 
 impl RepositoryConfig {
     /// Who writes this repository's commits: its own `committer_name`/`committer_email`, else
-    /// the deployment's, else gitstate's own (each part on its own).
+    /// the deployment's, else gitstate's own (each part on its own); without the signing key,
+    /// which the stores load once (`identity.rs`).
     pub fn committer(&self, config: &Config) -> gitstate_git::Committer {
         let deployment = config.committer();
         gitstate_git::Committer {
             name: self.committer_name.clone().unwrap_or(deployment.name),
             email: self.committer_email.clone().unwrap_or(deployment.email),
+            signer: None,
         }
     }
 }
@@ -61,6 +66,7 @@ impl Config {
         gitstate_git::Committer {
             name: self.committer_name.clone().unwrap_or(default.name),
             email: self.committer_email.clone().unwrap_or(default.email),
+            signer: None,
         }
     }
 
@@ -303,6 +309,11 @@ pub struct Config {
     /// The e-mail commits are written under; `None`: `gitstate@localhost`.
     #[serde(default)]
     pub committer_email: Option<String>,
+    /// An OpenSSH private key file (ed25519 or ECDSA P-256, no passphrase) that signs every
+    /// commit (SSH signatures, `git verify-commit`); `None`: unsigned. A repository block's
+    /// `signing_key` overrides it.
+    #[serde(default)]
+    pub signing_key: Option<PathBuf>,
     /// The branch of a query-style address without `ref=`: `main`, or `master` under
     /// terraform-backend-git's standalone command line (its default); not a file key.
     #[serde(skip, default = "default_ref")]
@@ -478,6 +489,7 @@ impl Default for Config {
             lock_ttl: None,
             committer_name: None,
             committer_email: None,
+            signing_key: None,
             query_default_ref: default_ref(),
         }
     }
@@ -586,6 +598,7 @@ impl Config {
                 lock_ttl: None,
                 committer_name: None,
                 committer_email: None,
+                signing_key: None,
             },
         );
         Ok(())

@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod compat;
 pub mod config;
 pub mod credentials;
+mod identity;
 pub mod metrics;
 pub mod registry;
 pub mod sealing;

@@ -9,12 +9,13 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use gitstate_core::url::redact_in_text;
 use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreError};
-use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
+use gitstate_git::{Committer, LocalStore, RemoteConfig, RemoteStore};
 
 use crate::config::{
     AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
 };
 use crate::credentials::ServerCredential;
+use crate::identity::Identities;
 use crate::url_policy::UrlPolicy;
 
 /// The deployment's repositories.
@@ -28,6 +29,8 @@ pub struct Stores {
     policy: UrlPolicy,
     passthrough: bool,
     config: Config,
+    /// Who writes each repository's commits, with the keys that sign them.
+    identities: Identities,
     /// Stores of ad-hoc repositories (server and team modes), the most recently used kept.
     adhoc: Mutex<lru::LruCache<AdHocKey, Arc<dyn StateStore>>>,
 }
@@ -83,9 +86,10 @@ fn open_store(
     name: &str,
     repository: &RepositoryConfig,
     config: &Config,
+    identities: &Identities,
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
-    let store = open_unnamed_store(repository, config, credentials)?;
+    let store = open_unnamed_store(repository, config, identities.of(name), credentials)?;
     // The deployment's state guard applies unless the repository turns it off for itself; its
     // lock_ttl unless the repository has its own.
     let guard = repository.state_guard.unwrap_or(true);
@@ -100,10 +104,10 @@ fn open_store(
 fn open_unnamed_store(
     repository: &RepositoryConfig,
     config: &Config,
+    committer: Committer,
     credentials: Option<&Credentials>,
 ) -> Result<Arc<dyn StateStore>, RegistryError> {
     let url = repository.url.as_str();
-    let committer = repository.committer(config);
     if !is_url(url) {
         // A plain path is a bare repository on this machine: written directly, no git binary.
         let store = LocalStore::open_or_init(std::path::Path::new(url), &repository.git_ref)?
@@ -133,12 +137,13 @@ fn open_unnamed_store(
 fn open_all(
     repositories: &BTreeMap<String, RepositoryConfig>,
     config: &Config,
+    identities: &Identities,
     credentials: Option<&Credentials>,
 ) -> Result<HashMap<String, Arc<dyn StateStore>>, RegistryError> {
     repositories
         .iter()
         .map(|(name, repository)| {
-            let store = open_store(name, repository, config, credentials)?;
+            let store = open_store(name, repository, config, identities, credentials)?;
             Ok((name.clone(), store))
         })
         .collect()
@@ -164,7 +169,6 @@ impl Stores {
     pub fn from_config(config: &Config, source: ServerCredential) -> Result<Self, ConfigError> {
         // The security boundary's start-time rules (refs, pass-through URLs): docs/SECURITY.md.
         crate::boundary::check_config(config).map_err(|e| ConfigError::BadValue(e.to_string()))?;
-        config.check_committers()?;
         // Objects a git server sends may inflate to at most this much (zip bombs): every cache
         // repository of the process is opened with it.
         gitstate_git::set_max_object_bytes(gitstate_git::object_limit(
@@ -192,6 +196,7 @@ impl Stores {
                     lock_ttl: None,
                     committer_name: None,
                     committer_email: None,
+                    signing_key: None,
                 },
             );
         }
@@ -204,9 +209,10 @@ impl Stores {
             }
             tracing::info!(repository = %name, url = %redact_in_text(&repository.url), git_ref = %repository.git_ref, passthrough, "repository configured");
         }
+        let identities = Identities::load(config, &repositories)?;
         let named = match passthrough {
             true => HashMap::new(),
-            false => open_all(&repositories, config, credentials.as_ref())
+            false => open_all(&repositories, config, &identities, credentials.as_ref())
                 .map_err(|e| ConfigError::BadValue(e.to_string()))?,
         };
         let policy = UrlPolicy::new(&config.allow, &config.allow_with_credential)
@@ -222,6 +228,7 @@ impl Stores {
             policy,
             passthrough,
             config: config.clone(),
+            identities,
             adhoc: Mutex::new(lru::LruCache::new(ADHOC_STORES)),
         })
     }
@@ -236,7 +243,12 @@ impl Stores {
             ))
         };
         if let Some(credentials) = self.source.changed() {
-            match open_all(&self.repositories, &self.config, Some(&credentials)) {
+            match open_all(
+                &self.repositories,
+                &self.config,
+                &self.identities,
+                Some(&credentials),
+            ) {
                 Ok(named) => {
                     let mut current = self.current.write().map_err(|_| poisoned())?;
                     *current = Arc::new(Current {
@@ -267,7 +279,7 @@ impl Stores {
         let mut checks = tokio::task::JoinSet::new();
         for (name, repository) in &self.repositories {
             let store = match self.passthrough {
-                true => open_store(name, repository, &self.config, None),
+                true => open_store(name, repository, &self.config, &self.identities, None),
                 false => self.named(name, None),
             };
             let (name, passthrough) = (name.clone(), self.passthrough);
@@ -309,7 +321,7 @@ impl Stores {
                 .repositories
                 .get(name)
                 .ok_or_else(|| RegistryError::UnknownRepository(name.to_owned()))?;
-            return open_store(name, repository, &self.config, caller);
+            return open_store(name, repository, &self.config, &self.identities, caller);
         }
         self.current()?
             .named
@@ -361,7 +373,7 @@ impl Stores {
                 })?
                 .with_network(admission.network)
                 .with_answer_limit(self.config.max_answer_bytes)
-                .with_committer(self.config.committer());
+                .with_committer(self.identities.deployment());
                 Ok(Arc::new(NamedStore::new(
                     adhoc_name(&shown, git_ref),
                     Arc::new(store),

@@ -176,6 +176,13 @@ pub fn render(
             ),
         ),
         (
+            match &config.signing_key {
+                Some(key) => format!("signing_key = {}", quoted(&key.display().to_string())),
+                None => "# signing_key: commits are unsigned".into(),
+            },
+            sources.of("signing_key"),
+        ),
+        (
             match config.lock_ttl {
                 Some(ttl) => format!("lock_ttl = {}", quoted(&format_lock_ttl(ttl))),
                 None => "# lock_ttl: locks never expire".into(),

@@ -19,6 +19,7 @@ mod pending;
 pub mod plumbing;
 mod push;
 pub mod remote;
+pub mod signing;
 mod target;
 
 pub use local::LocalStore;
@@ -27,6 +28,7 @@ pub use plumbing::limits::{
     max_object_bytes, object_limit, set_max_object_bytes, DEFAULT_MAX_ANSWER_BYTES,
 };
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
+pub use signing::Signer;
 
 pub(crate) use gitstate_core::lock::LOCK_REF_PREFIX;
 

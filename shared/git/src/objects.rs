@@ -1,11 +1,15 @@
 //! Object plumbing shared by the stores: the one-file state commit, the lock commit, and reading a
 //! file out of a commit. Works on any gix repository (on disk, or with in-memory objects).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use gitstate_core::{StateChange, StoreError};
 use gix::bstr::BString;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
+
+use crate::signing::Signer;
 
 /// Name and e-mail of every commit gitstate writes unless a repository names its own
 /// [`Committer`].
@@ -22,6 +26,8 @@ pub struct Committer {
     pub name: String,
     /// The e-mail address.
     pub email: String,
+    /// The key that signs every commit (`signing_key`); unsigned when `None`.
+    pub signer: Option<Arc<Signer>>,
 }
 
 impl Default for Committer {
@@ -29,6 +35,7 @@ impl Default for Committer {
         Committer {
             name: COMMITTER_NAME.into(),
             email: COMMITTER_EMAIL.into(),
+            signer: None,
         }
     }
 }
@@ -62,7 +69,7 @@ pub(crate) fn commit_on(
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let signature = committer.signature();
-    let commit = gix::objs::Commit {
+    let mut commit = gix::objs::Commit {
         tree,
         parents: parent.into_iter().collect(),
         author: signature.clone(),
@@ -71,6 +78,17 @@ pub(crate) fn commit_on(
         message: BString::from(message),
         extra_headers: Vec::new(),
     };
+    if let Some(signer) = &committer.signer {
+        // What git verifies: the commit as written, without its `gpgsig` header (the only
+        // extra header, so the payload is the unsigned commit's bytes).
+        let mut payload = Vec::new();
+        gix::objs::WriteTo::write_to(&commit, &mut payload)
+            .map_err(internal("encoding a commit to sign"))?;
+        let armored = signer.sign(&payload)?;
+        commit
+            .extra_headers
+            .push((BString::from("gpgsig"), BString::from(armored)));
+    }
     Ok(repo
         .write_object(&commit)
         .map_err(internal("writing a commit"))?
