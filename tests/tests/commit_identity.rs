@@ -1,8 +1,8 @@
 //! Commit identity (issue 35, DESIGN §6 `committer_name`/`committer_email`): a git server whose
-//! pre-receive hook admits only commits by a named bot (what a protected branch with a push rule
-//! does) accepts gitstate's writes when gitstate is configured with that identity, and refuses
-//! them otherwise: the refusal is a 502 whose body quotes the hook's own sentence, and nothing
-//! is written.
+//! pre-receive hook admits only commits committed by a named bot (what a protected branch with a
+//! push rule does) accepts gitstate's writes when gitstate is configured with that identity, and
+//! refuses them otherwise: the refusal is a 502 whose body quotes the hook's own sentence, and
+//! nothing is written. The author of each commit is the caller (the lock holder's `Who`).
 //!
 //! Real Terraform 1.15.5 through `gitstate serve` on lighttpd + `git http-backend`, whose
 //! repository runs the hook on every push (state branch, lock branches, the write queue's refs).
@@ -17,8 +17,8 @@ const USER: &str = "tfstate-bot";
 const PASSWORD: &str = "commit-identity-pw";
 const BOT: &str = "tfstate-bot <bot@acme.test>";
 
-/// Installs a pre-receive hook that refuses any pushed commit whose committer or author is not
-/// [`BOT`], saying which.
+/// Installs a pre-receive hook that refuses any pushed commit whose committer is not [`BOT`],
+/// saying which.
 fn only_the_bot_may_push(git_dir: &Path) {
     let hook = git_dir.join("hooks/pre-receive");
     fs::create_dir_all(hook.parent().unwrap()).unwrap();
@@ -30,8 +30,8 @@ zero=0000000000000000000000000000000000000000
 while read old new ref; do
   [ "$new" = "$zero" ] && continue
   for c in $(git rev-list "$new" --not --all); do
-    who=$(git log -1 --format='%cn <%ce>|%an <%ae>' "$c")
-    if [ "$who" != "{BOT}|{BOT}" ]; then
+    who=$(git log -1 --format='%cn <%ce>' "$c")
+    if [ "$who" != "{BOT}" ]; then
       echo "push rule: commit $c on $ref is by $who; only {BOT} may push here" >&2
       exit 1
     fi
@@ -126,12 +126,34 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
         &["log", "--format=%cn <%ce>|%an <%ae>", "main"],
     );
     assert!(!identities.trim().is_empty());
+    // Committed by the bot, authored by the caller: Terraform's `Who` (user@host), which holds
+    // the lock during the apply.
+    let who = terraform_who();
     for line in identities.lines() {
-        assert_eq!(line, format!("{BOT}|{BOT}"), "{identities}");
+        assert_eq!(line, format!("{BOT}|{who} <{who}>"), "{identities}");
     }
     assert!(
         refs_under(&git_dir, "refs/heads/locks/").is_empty(),
         "the lock was released"
+    );
+
+    // A write without a lock is authored by the caller's user name (a team's writer in team
+    // mode, the git user in pass-through); the message is unchanged.
+    let (status, body) = http(
+        "POST",
+        &server.state_url("default", "other.tfstate"),
+        Some(r#"{"version":4,"serial":1,"lineage":"l-1","outputs":{},"resources":[]}"#),
+        Some(("payments", "unused-in-server-mode")),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let other = git(
+        Some(&git_dir),
+        &["log", "-1", "--format=%an <%ae>|%cn <%ce>|%s", "main", "--", "other.tfstate"],
+    );
+    assert_eq!(
+        other.trim(),
+        format!("payments <>|{BOT}|Update other.tfstate (serial 1) by payments")
     );
 }
 

@@ -205,6 +205,17 @@ impl Caller {
             &self.name
         }
     }
+
+    /// The author of a commit whose message names `who` (the lock holder's `Who`, else
+    /// [`Caller::display`]): `who`, unless it is only the stand-in for a caller without a name,
+    /// whose commits are the committer's.
+    fn author<'a>(&self, who: &'a str) -> &'a str {
+        if self.name.is_empty() && who == "anonymous" {
+            ""
+        } else {
+            who
+        }
+    }
 }
 
 impl Backend {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::commit::Message;
 use crate::store::begin_with_separate_calls;
 use crate::{
     HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StateChange, StatePage, StatePath,
@@ -39,7 +40,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         path: &StatePath,
         base: Option<&Revision>,
         change: &StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError>;
 
     /// See [`StateStore::create_lock`].
@@ -47,7 +48,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         &self,
         path: &StatePath,
         content: &[u8],
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError>;
 
     /// See [`StateStore::read_lock`].
@@ -107,7 +108,7 @@ impl<S: BlockingStore> StateStore for S {
         path: &StatePath,
         base: Option<&Revision>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
         self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
@@ -118,7 +119,7 @@ impl<S: BlockingStore> StateStore for S {
         &self,
         path: &StatePath,
         content: Bytes,
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError> {
         let (path, message) = (path.clone(), message.to_owned());
         self.run(move |store| store.create_lock_blocking(&path, &content, &message))

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod blocking;
 pub mod catalog;
+pub mod commit;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
 pub mod glob;
@@ -30,6 +31,7 @@ pub use catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry, StateFacts,
 };
+pub use commit::{Author, Message};
 pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::commit::Message;
 use crate::listing::{ListQuery, StatePage, Version};
 use crate::path::StatePath;
 use crate::scope::Scope;
@@ -134,7 +135,7 @@ pub trait StateStore: Send + Sync + 'static {
         path: &StatePath,
         base: Option<&Revision>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError>;
 
     /// Creates `refs/heads/locks/{path}` with a commit holding `{path}.lock` = `content`, only if
@@ -143,7 +144,7 @@ pub trait StateStore: Send + Sync + 'static {
         &self,
         path: &StatePath,
         content: Bytes,
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError>;
 
     /// Reads only the lock branch: its tip and lock file, or `None` when unlocked. The default
@@ -327,7 +328,7 @@ impl StateStore for NamedStore {
         path: &StatePath,
         base: Option<&Revision>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         self.inner.update_state(path, base, change, message).await
     }
@@ -336,7 +337,7 @@ impl StateStore for NamedStore {
         &self,
         path: &StatePath,
         content: Bytes,
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError> {
         self.inner.create_lock(path, content, message).await
     }
@@ -463,7 +464,7 @@ pub trait WriteSession: Send {
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError>;
 
     /// [`StateStore::delete_lock`] of the lock tip that was read ([`StoreError::Stale`] when no
@@ -495,7 +496,7 @@ impl<S: StateStore + ?Sized> WriteSession for SeparateCalls<'_, S> {
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         self.store
             .update_state(

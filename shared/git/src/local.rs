@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use gitstate_core::Message;
 use gitstate_core::{
     BlockingStore, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
 };
@@ -198,7 +199,7 @@ impl BlockingStore for LocalStore {
         path: &StatePath,
         base: Option<&Revision>,
         change: &StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let repo = self.repo.to_thread_local();
         let base = base.map(|b| parse_id(b)).transpose()?;
@@ -207,7 +208,7 @@ impl BlockingStore for LocalStore {
             Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old)),
             None => PreviousValue::MustNotExist,
         };
-        self.move_ref(&self.state_ref, expected, Some(commit), message)?;
+        self.move_ref(&self.state_ref, expected, Some(commit), &message.text)?;
         Ok(commit.to_string())
     }
 
@@ -215,7 +216,7 @@ impl BlockingStore for LocalStore {
         &self,
         path: &StatePath,
         content: &[u8],
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError> {
         let repo = self.repo.to_thread_local();
         let lock_ref = path.lock_ref();
@@ -224,7 +225,7 @@ impl BlockingStore for LocalStore {
             &lock_ref,
             PreviousValue::MustNotExist,
             Some(commit),
-            message,
+            &message.text,
         ) {
             Ok(()) => Ok(LockCreate::Created),
             Err(StoreError::Stale) => match self.tip(&lock_ref)? {

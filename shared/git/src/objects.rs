@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use gitstate_core::Message;
 use gitstate_core::{StateChange, StoreError};
 use gix::bstr::BString;
 use gix::objs::tree::EntryKind;
@@ -65,17 +66,25 @@ pub(crate) fn commit_on(
     repo: &gix::Repository,
     tree: ObjectId,
     parent: Option<ObjectId>,
-    message: &str,
+    message: &Message,
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let signature = committer.signature();
+    let author = match &message.author {
+        Some(author) => gix::actor::Signature {
+            name: author.name.as_str().into(),
+            email: author.email.as_str().into(),
+            time: signature.time,
+        },
+        None => signature.clone(),
+    };
     let mut commit = gix::objs::Commit {
         tree,
         parents: parent.into_iter().collect(),
-        author: signature.clone(),
+        author,
         committer: signature,
         encoding: None,
-        message: BString::from(message),
+        message: BString::from(message.text.as_str()),
         extra_headers: Vec::new(),
     };
     if let Some(signer) = &committer.signer {
@@ -167,7 +176,7 @@ pub fn state_commit(
     base: Option<ObjectId>,
     path: &str,
     change: &StateChange,
-    message: &str,
+    message: &Message,
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     file_commit(repo, base, path, change.into(), message, committer)
@@ -179,7 +188,7 @@ pub fn file_commit(
     base: Option<ObjectId>,
     path: &str,
     change: FileChange<'_>,
-    message: &str,
+    message: &Message,
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let base_tree = tree_of(repo, base)?;
@@ -225,7 +234,7 @@ pub fn lock_commit(
     repo: &gix::Repository,
     lock_file: &str,
     content: &[u8],
-    message: &str,
+    message: &Message,
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
     let blob = repo

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gitstate_core::{StateChange, StatePath, StoreError};
+use gitstate_core::{Author, Message, StateChange, StatePath, StoreError};
 use gix::bstr::ByteSlice;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
@@ -188,8 +188,8 @@ pub(crate) struct PendingWrite {
     pub lock_tip: Option<ObjectId>,
     /// `Some(blob)`: write that blob; `None`: delete the file.
     pub blob: Option<ObjectId>,
-    /// The write's commit message (without the trailers).
-    pub message: String,
+    /// The write's commit message (without the trailers) and author (the pending commit's).
+    pub message: Message,
     /// Past it (plus [`EXPIRY_SLACK`]) the write is not folded any more.
     pub deadline_millis: u64,
 }
@@ -201,7 +201,7 @@ pub(crate) struct Publication<'a> {
     pub base_file: Option<ObjectId>,
     pub lock_tip: Option<ObjectId>,
     pub change: &'a StateChange,
-    pub message: &'a str,
+    pub message: &'a Message,
     pub deadline: SystemTime,
 }
 
@@ -233,15 +233,19 @@ pub(crate) fn pending_commit(
     let tree = editor
         .write(|tree| repo.write_object(tree).map(gix::Id::detach))
         .map_err(internal("writing the tree"))?;
-    let message = format!(
+    let text = format!(
         "{}\n\n{TRAILER_ID}: {}\n{TRAILER_PATH}: {}\n{TRAILER_BASE}: {}\n{TRAILER_LOCK}: {}\n{TRAILER_CHANGE}: {change}\n{TRAILER_DEADLINE}: {}\n",
-        write.message.trim_end(),
+        write.message.text.trim_end(),
         write.id,
         write.path,
         optional_id(write.base_file),
         optional_id(write.lock_tip),
         unix_millis(write.deadline),
     );
+    let message = Message {
+        text,
+        author: write.message.author.clone(),
+    };
     crate::objects::commit_on(repo, tree, None, &message, committer)
 }
 
@@ -262,6 +266,10 @@ pub(crate) fn read_pending(
         return Err(format!("the pending commit {commit} is not a root commit"));
     }
     let tree = decoded.tree();
+    // Folded as it was published: the pending commit's author is the write's.
+    let author = decoded
+        .author()
+        .map_err(|e| format!("the pending commit {commit} has a malformed author: {e}"))?;
     let text = decoded
         .message
         .to_str()
@@ -310,7 +318,13 @@ pub(crate) fn read_pending(
         base_file: object_id(TRAILER_BASE)?,
         lock_tip: object_id(TRAILER_LOCK)?,
         blob,
-        message: message.to_owned(),
+        message: Message {
+            text: message.to_owned(),
+            author: Some(Author {
+                name: author.name.to_string(),
+                email: author.email.to_string(),
+            }),
+        },
         deadline_millis,
     })
 }
@@ -433,7 +447,10 @@ mod tests {
                 base_file: Some(base),
                 lock_tip: None,
                 change: &change,
-                message: "Update team/a/terraform.tfstate (serial 2) by x",
+                message: &Message::by(
+                    "Update team/a/terraform.tfstate (serial 2) by x".into(),
+                    "x@ci",
+                ),
                 deadline: SystemTime::now(),
             },
             &Default::default(),
@@ -444,8 +461,17 @@ mod tests {
         assert_eq!(read.base_file, Some(base));
         assert_eq!(read.lock_tip, None);
         assert_eq!(
-            read.message,
+            read.message.text,
             "Update team/a/terraform.tfstate (serial 2) by x"
+        );
+        let author = read
+            .message
+            .author
+            .clone()
+            .expect("the pending commit's author");
+        assert_eq!(
+            (author.name.as_str(), author.email.as_str()),
+            ("x@ci", "x@ci")
         );
         let blob = repo.find_object(read.blob.unwrap()).unwrap();
         assert_eq!(&blob.data[..], b"{\"serial\":2}");
@@ -464,7 +490,7 @@ mod tests {
                 base_file: Some(base),
                 lock_tip: Some(base),
                 change: &StateChange::Delete,
-                message: "Delete",
+                message: &"Delete".into(),
                 deadline: UNIX_EPOCH + Duration::from_secs(1),
             },
             &Default::default(),
@@ -490,7 +516,7 @@ mod tests {
             format!("m\n\nGitstate-Pending: {id}\nGitstate-Path: a\nGitstate-Path: b\nGitstate-Base: none\nGitstate-Lock: none\nGitstate-Change: delete\nGitstate-Deadline: 1"),
         ] {
             let commit =
-                crate::objects::commit_on(&repo, tree, None, &message, &Default::default())
+                crate::objects::commit_on(&repo, tree, None, &gitstate_core::Message::from(message.as_str()), &Default::default())
                     .unwrap();
             assert!(read_pending(&repo, &id, commit).is_err(), "{message}");
         }

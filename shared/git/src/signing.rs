@@ -144,8 +144,14 @@ mod tests {
         let tree = gix::ObjectId::empty_tree(gix::hash::Kind::Sha1);
         repo.write_object(gix::objs::Tree::empty())
             .expect("the empty tree");
-        let commit = crate::objects::commit_on(&repo, tree, None, "Update x\n", &committer)
-            .expect("a signed commit");
+        let commit = crate::objects::commit_on(
+            &repo,
+            tree,
+            None,
+            &gitstate_core::Message::from("Update x\n"),
+            &committer,
+        )
+        .expect("a signed commit");
         let verify = std::process::Command::new("git")
             .arg("-C")
             .arg(dir.path().join("r.git"))

@@ -80,7 +80,15 @@ async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
             "Update team/w{i:02}.tfstate (serial {}) by writer-{i}",
             i + 2
         );
-        (i, session.update_state(write(&body), &message).await)
+        (
+            i,
+            session
+                .update_state(
+                    write(&body),
+                    &gitstate_core::Message::from(message.as_str()),
+                )
+                .await,
+        )
     }))
     .await;
 
@@ -155,21 +163,28 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
             .create_lock(
                 &sp("locked.tfstate"),
                 Bytes::from_static(b"{\"ID\":\"x\"}"),
-                "Lock"
+                &gitstate_core::Message::from("Lock")
             )
             .await,
         Ok(LockCreate::Created)
     );
 
+    let messages: Vec<gitstate_core::Message> = [
+        "Update a.tfstate by t",
+        "Update file.tfstate/x.tfstate by t",
+        "Update changed.tfstate (serial 2) by t",
+        "Update locked.tfstate by t",
+        "Update b.tfstate by t",
+    ]
+    .into_iter()
+    .map(gitstate_core::Message::from)
+    .collect();
     let (a, c, ch, l, b) = (
-        ok_a.update_state(write("{\"a\":1}"), "Update a.tfstate by t"),
-        conflict.update_state(write("{\"x\":1}"), "Update file.tfstate/x.tfstate by t"),
-        changed.update_state(
-            write("{\"serial\":2}"),
-            "Update changed.tfstate (serial 2) by t",
-        ),
-        locked.update_state(write("{\"l\":1}"), "Update locked.tfstate by t"),
-        ok_b.update_state(write("{\"b\":1}"), "Update b.tfstate by t"),
+        ok_a.update_state(write("{\"a\":1}"), &messages[0]),
+        conflict.update_state(write("{\"x\":1}"), &messages[1]),
+        changed.update_state(write("{\"serial\":2}"), &messages[2]),
+        locked.update_state(write("{\"l\":1}"), &messages[3]),
+        ok_b.update_state(write("{\"b\":1}"), &messages[4]),
     );
     let (a, c, ch, l, b) = tokio::join!(a, c, ch, l, b);
 
@@ -218,7 +233,7 @@ async fn a_write_whose_own_conditions_fail_is_answered_alone_and_the_others_land
     again
         .update_state(
             write("{\"serial\":8}"),
-            "Update changed.tfstate (serial 8) by t",
+            &gitstate_core::Message::from("Update changed.tfstate (serial 8) by t"),
         )
         .await
         .expect("the re-read write is made");
@@ -241,9 +256,13 @@ async fn a_write_whose_deadline_passed_is_not_pushed_and_the_others_are() {
         since: now,
         deadline: now,
     });
+    let (on_time_message, late_message) = (
+        gitstate_core::Message::from("Update on-time.tfstate by t"),
+        gitstate_core::Message::from("Update late.tfstate by t"),
+    );
     let (made, busy) = tokio::join!(
-        on_time.update_state(write("{\"ok\":1}"), "Update on-time.tfstate by t"),
-        late.update_state(write("{\"late\":1}"), "Update late.tfstate by t"),
+        on_time.update_state(write("{\"ok\":1}"), &on_time_message),
+        late.update_state(write("{\"late\":1}"), &late_message),
     );
     assert!(matches!(busy, Err(StoreError::Busy(_))), "{busy:?}");
     let made = made.expect("the write on time is made");

@@ -195,7 +195,11 @@ async fn lists_locks(store: &dyn StateStore, bare: &Path) {
     for path in ["prod.tfstate", "team/b.tfstate"] {
         let info = format!("{{\"ID\":\"id-{path}\",\"Who\":\"w\"}}");
         let created = store
-            .create_lock(&sp(path), Bytes::from(info), "Lock")
+            .create_lock(
+                &sp(path),
+                Bytes::from(info),
+                &gitstate_core::Message::from("Lock"),
+            )
             .await
             .unwrap();
         assert_eq!(created, LockCreate::Created);

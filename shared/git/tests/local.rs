@@ -55,7 +55,7 @@ async fn lock_branch_is_a_root_commit_with_the_lock_file() {
         .create_lock(
             &path,
             Bytes::from_static(b"{\"ID\":\"x\"}"),
-            "Lock team/a/prod.tfstate: apply by me (x)",
+            &gitstate_core::Message::from("Lock team/a/prod.tfstate: apply by me (x)"),
         )
         .await
         .unwrap();
@@ -89,7 +89,7 @@ async fn other_branch_name() {
             &path,
             None,
             StateChange::Write(Bytes::from_static(b"x")),
-            "m",
+            &gitstate_core::Message::from("m"),
         )
         .await
         .unwrap();

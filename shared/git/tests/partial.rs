@@ -187,7 +187,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
     session
         .update_state(
             StateChange::Write(Bytes::from_static(b"{\"serial\":3}")),
-            "Update big-2 by test",
+            &gitstate_core::Message::from("Update big-2 by test"),
         )
         .await
         .expect("write in a session");
@@ -213,7 +213,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
             &sp(SMALL),
             snap.state_tip.as_ref(),
             StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            "Update small by test",
+            &gitstate_core::Message::from("Update small by test"),
         )
         .await
         .expect("write on a partial cache");
@@ -223,7 +223,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
             &sp("team/nested.tfstate"),
             Some(&written),
             StateChange::Write(Bytes::from_static(b"nested")),
-            "Update nested by test",
+            &gitstate_core::Message::from("Update nested by test"),
         )
         .await
         .expect("nested write on a partial cache");
@@ -234,7 +234,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
         &sp(unread),
         Some(&written),
         StateChange::Write(Bytes::from_static(b"unread")),
-        "Update unread by test",
+        &gitstate_core::Message::from("Update unread by test"),
     )
     .await
     .expect("a write in a folder the cache lacks");
@@ -364,7 +364,7 @@ async fn falls_back_without_filter(url: &str, credentials: Option<Credentials>, 
         &sp(SMALL),
         snap.state_tip.as_ref(),
         StateChange::Write(Bytes::from_static(b"2")),
-        "Update small by test",
+        &gitstate_core::Message::from("Update small by test"),
     )
     .await
     .expect("write");
@@ -437,7 +437,7 @@ async fn falls_back_without_tree_filter(url: &str, credentials: Option<Credentia
         &sp("other/s1.tfstate"),
         snap.state_tip.as_ref(),
         StateChange::Write(Bytes::from_static(b"2")),
-        "Update other by test",
+        &gitstate_core::Message::from("Update other by test"),
     )
     .await
     .expect("write");
@@ -506,7 +506,7 @@ async fn ls_refs_asks_only_for_the_refs_a_read_needs() {
             .create_lock(
                 &sp(other),
                 Bytes::from(format!("{{\"ID\":\"{other}\"}}")),
-                "Lock",
+                &gitstate_core::Message::from("Lock"),
             )
             .await
             .unwrap();
@@ -525,7 +525,13 @@ async fn ls_refs_asks_only_for_the_refs_a_read_needs() {
     }
     let info = Bytes::from_static(b"{\"ID\":\"mine\"}");
     assert_eq!(
-        writer.create_lock(&sp(SMALL), info.clone(), "Lock").await,
+        writer
+            .create_lock(
+                &sp(SMALL),
+                info.clone(),
+                &gitstate_core::Message::from("Lock")
+            )
+            .await,
         Ok(LockCreate::Created)
     );
     std::fs::write(&trace, "").unwrap();

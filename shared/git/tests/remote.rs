@@ -84,7 +84,8 @@ async fn session_fetches_tips_missing_from_the_cache() {
     let v1 = write_retrying(&a, &path, b"one", "one").await;
     let info = Bytes::from_static(b"{\"ID\":\"x\"}");
     assert_eq!(
-        a.create_lock(&path, info.clone(), "Lock").await,
+        a.create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
+            .await,
         Ok(LockCreate::Created)
     );
     let session = b.begin(&path, Intent::Write).await.expect("begin");
@@ -92,7 +93,10 @@ async fn session_fetches_tips_missing_from_the_cache() {
     assert_eq!(session.snapshot().state.as_deref(), Some(&b"one"[..]));
     assert_eq!(session.snapshot().lock, Some(info));
     let v2 = session
-        .update_state(StateChange::Write(Bytes::from_static(b"two")), "two")
+        .update_state(
+            StateChange::Write(Bytes::from_static(b"two")),
+            &gitstate_core::Message::from("two"),
+        )
         .await
         .expect("write");
     assert_eq!(git(&bare, &["rev-parse", "main"]).trim(), v2);
@@ -130,7 +134,7 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
             &path,
             None,
             StateChange::Write(Bytes::from_static(b"1")),
-            "one",
+            &gitstate_core::Message::from("one"),
         )
         .await
         .unwrap();
@@ -156,7 +160,7 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
             &path,
             Some(&v1),
             StateChange::Write(Bytes::from_static(b"2")),
-            "two",
+            &gitstate_core::Message::from("two"),
         )
         .await;
     assert_eq!(r, Err(StoreError::Stale));
@@ -169,7 +173,7 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
         &path,
         Some(&moved),
         StateChange::Write(Bytes::from_static(b"2")),
-        "two",
+        &gitstate_core::Message::from("two"),
     )
     .await
     .unwrap();
@@ -260,7 +264,7 @@ async fn shallow_cache_stays_shallow() {
             &path,
             Some(&tip),
             StateChange::Write(Bytes::from_static(b"{}")),
-            "w",
+            &gitstate_core::Message::from("w"),
         )
         .await
         .unwrap();
@@ -299,7 +303,7 @@ async fn unreachable_server_is_unavailable() {
                 &sp("a"),
                 None,
                 StateChange::Write(Bytes::from_static(b"x")),
-                "m",
+                &gitstate_core::Message::from("m"),
             )
             .await
             .unwrap_err();
@@ -348,7 +352,11 @@ async fn smart_http_with_basic_auth() {
     assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
     assert!(!format!("{err:?}").contains("wrong-pw-123"));
     let err = wrong
-        .create_lock(&sp("prod.tfstate"), Bytes::from_static(b"{}"), "m")
+        .create_lock(
+            &sp("prod.tfstate"),
+            Bytes::from_static(b"{}"),
+            &gitstate_core::Message::from("m"),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Unauthorized(_)), "{err:?}");
@@ -388,7 +396,7 @@ async fn smart_http_with_basic_auth() {
             &sp("team/a/prod.tfstate"),
             snap.state_tip.as_ref(),
             StateChange::Write(Bytes::from_static(b"x")),
-            "m",
+            &gitstate_core::Message::from("m"),
         )
         .await
         .unwrap_err();
@@ -404,16 +412,24 @@ async fn lock_held_is_reported_without_pushing() {
     let s = store(&daemon.url("states"), cache.path(), None);
     let path = sp("env/prod.tfstate");
     assert_eq!(
-        s.create_lock(&path, Bytes::from_static(b"{\"ID\":\"a\"}"), "Lock")
-            .await
-            .unwrap(),
+        s.create_lock(
+            &path,
+            Bytes::from_static(b"{\"ID\":\"a\"}"),
+            &gitstate_core::Message::from("Lock")
+        )
+        .await
+        .unwrap(),
         LockCreate::Created
     );
     // A second process with its own cache sees the lock.
     let other_cache = tempfile::tempdir().unwrap();
     let other = store(&daemon.url("states"), other_cache.path(), None);
     let held = other
-        .create_lock(&path, Bytes::from_static(b"{\"ID\":\"b\"}"), "Lock")
+        .create_lock(
+            &path,
+            Bytes::from_static(b"{\"ID\":\"b\"}"),
+            &gitstate_core::Message::from("Lock"),
+        )
         .await
         .unwrap();
     let tip = git(&bare, &["rev-parse", "refs/heads/locks/env/prod.tfstate"]);
@@ -458,7 +474,7 @@ async fn refused_push_is_a_remote_error_with_the_reason() {
             &sp("a.tfstate"),
             None,
             StateChange::Write(Bytes::from_static(b"x")),
-            "m",
+            &gitstate_core::Message::from("m"),
         )
         .await
         .unwrap_err();
@@ -511,7 +527,7 @@ async fn latency() {
                 &path,
                 snap.state_tip.as_ref(),
                 StateChange::Write(Bytes::from(format!("{{\"serial\":{i}}}"))),
-                "m",
+                &gitstate_core::Message::from("m"),
             )
             .await
             .unwrap();
@@ -524,16 +540,20 @@ async fn latency() {
                 &path,
                 snap.state_tip.as_ref(),
                 StateChange::Write(body.into()),
-                "m",
+                &gitstate_core::Message::from("m"),
             )
             .await
             .unwrap();
             big_pushes.push(t.elapsed());
             let t = Instant::now();
             assert_eq!(
-                s.create_lock(&path, Bytes::from_static(b"{}"), "l")
-                    .await
-                    .unwrap(),
+                s.create_lock(
+                    &path,
+                    Bytes::from_static(b"{}"),
+                    &gitstate_core::Message::from("l")
+                )
+                .await
+                .unwrap(),
                 LockCreate::Created
             );
             let (tip, _) = s.read_lock(&path).await.unwrap().unwrap();

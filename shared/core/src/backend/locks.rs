@@ -6,6 +6,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Backend, BackendError};
+use crate::commit::Message;
 use crate::lock::{LockInfo, TakenOver, Unlock, Unlocked};
 use crate::path::StatePath;
 use crate::store::{Intent, LockCreate, StateStore, StoreError};
@@ -37,6 +38,7 @@ impl Backend {
             escape_controls(who),
             escape_controls(&info.id)
         );
+        let message = Message::by(message, &info.who);
         let mut took_over = None;
         // A takeover deletes the expired lock, then creates ours: someone else may take the
         // lock in between (they then hold it), or the expired lock may change (it is looked at

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::{Backend, BackendError, Caller};
+use crate::commit::Message;
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
 use crate::statefile;
@@ -141,6 +142,7 @@ impl Backend {
                 }
                 None => format!("Migrate {path} from {from} to {to} by {who}"),
             };
+            let message = Message::by(message, caller.author(&who));
             let timing = (&mut attempt, started, deadline);
             let change = StateChange::Write(content);
             if let Some(revision) = self

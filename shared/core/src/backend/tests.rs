@@ -102,12 +102,18 @@ async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
         format!("Update {P} (serial 7) by alice")
     );
     assert_eq!(commits[0].content, Some(state(7)));
+    assert_eq!(commits[0].author.as_deref(), Some("alice"), "the author is the caller");
     let anonymous = backend()
         .post(&*store, &path(), state(8), None, &Caller::default())
         .await
         .expect("post")
         .expect("a commit");
     assert_eq!(anonymous.who, "anonymous");
+    assert_eq!(
+        store.commits_of(P)[1].author,
+        None,
+        "without a caller the committer is the author"
+    );
 }
 
 #[tokio::test]
@@ -198,6 +204,11 @@ async fn a_locked_state_is_written_only_with_the_holders_id() {
     assert_eq!(
         store.commits_of(P)[0].message,
         format!("Update {P} (serial 1) by bob@ci")
+    );
+    assert_eq!(
+        store.commits_of(P)[0].author.as_deref(),
+        Some("bob@ci"),
+        "and is authored by the lock holder"
     );
 }
 

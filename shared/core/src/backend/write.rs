@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Backend, BackendError, Caller, Proposal, Written};
+use crate::commit::Message;
 use crate::lock::LockInfo;
 use crate::path::StatePath;
 use crate::seal::Place;
@@ -81,7 +82,7 @@ impl Backend {
                 (None, _) => StateChange::Delete,
             };
             let timing = (&mut attempt, started, deadline);
-            let message = message(&who);
+            let message = Message::by(message(&who), caller.author(&who));
             // A recalled session that lost goes again at once, on a fresh read.
             recall = false;
             if let Some(revision) = self
@@ -167,7 +168,7 @@ impl Backend {
         &self,
         mut session: Box<dyn crate::store::WriteSession + '_>,
         change: StateChange,
-        message: &str,
+        message: &Message,
         what: &str,
         (attempt, started, deadline): (&mut u32, Instant, Instant),
     ) -> Result<Option<Revision>, BackendError> {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::commit::Message;
 use crate::listing::{ListQuery, StateListing, StatePage};
 use crate::path::StatePath;
 use crate::store::{
@@ -25,6 +26,8 @@ pub struct FakeCommit {
     pub content: Option<Bytes>,
     /// The commit message.
     pub message: String,
+    /// The author's name (`None`: the committer).
+    pub author: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -170,7 +173,7 @@ impl MemoryStore {
             &id,
             path,
             Some(Bytes::copy_from_slice(content)),
-            "planted",
+            &Message::from("planted"),
         );
         id
     }
@@ -203,7 +206,7 @@ impl MemoryStore {
     }
 }
 
-fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, message: &str) {
+fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, message: &Message) {
     match &content {
         Some(bytes) => repo.files.insert(path.to_owned(), bytes.clone()),
         None => repo.files.remove(path),
@@ -213,7 +216,8 @@ fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, m
         id: id.to_owned(),
         path: path.to_owned(),
         content,
-        message: message.to_owned(),
+        message: message.text.clone(),
+        author: message.author.as_ref().map(|a| a.name.clone()),
     });
 }
 
@@ -235,7 +239,7 @@ impl StateStore for MemoryStore {
         path: &StatePath,
         base: Option<&Revision>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         if self.loses_this_one() {
             self.move_branch();
@@ -265,7 +269,7 @@ impl StateStore for MemoryStore {
         &self,
         path: &StatePath,
         content: Bytes,
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError> {
         let id = self.new_id();
         let mut repo = self.repo();
@@ -275,8 +279,10 @@ impl StateStore for MemoryStore {
                 content: held.clone(),
             });
         }
-        repo.locks
-            .insert(path.as_str().to_owned(), (id, content, message.to_owned()));
+        repo.locks.insert(
+            path.as_str().to_owned(),
+            (id, content, message.text.clone()),
+        );
         Ok(LockCreate::Created)
     }
 
@@ -381,7 +387,7 @@ impl WriteSession for Recalled<'_> {
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let lock_now = self
             .store
@@ -425,12 +431,22 @@ mod tests {
         let store = MemoryStore::named("repo");
         let p = path("a.tfstate");
         let first = store
-            .update_state(&p, None, StateChange::Write(Bytes::from("1")), "m")
+            .update_state(
+                &p,
+                None,
+                StateChange::Write(Bytes::from("1")),
+                &crate::Message::from("m"),
+            )
             .await
             .expect("the first write creates the branch");
         assert_eq!(
             store
-                .update_state(&p, None, StateChange::Write(Bytes::from("2")), "m")
+                .update_state(
+                    &p,
+                    None,
+                    StateChange::Write(Bytes::from("2")),
+                    &crate::Message::from("m")
+                )
                 .await,
             Err(StoreError::Stale),
             "a write from an old base is stale"
@@ -438,19 +454,25 @@ mod tests {
         store.lose_next(1);
         assert_eq!(
             store
-                .update_state(&p, Some(&first), StateChange::Write(Bytes::from("2")), "m")
+                .update_state(
+                    &p,
+                    Some(&first),
+                    StateChange::Write(Bytes::from("2")),
+                    &crate::Message::from("m")
+                )
                 .await,
             Err(StoreError::Stale),
             "a lost compare-and-swap is stale"
         );
         assert_eq!(store.file("a.tfstate"), Some(Bytes::from("1")));
         let lock = store
-            .create_lock(&p, Bytes::from("L"), "lock")
+            .create_lock(&p, Bytes::from("L"), &crate::Message::from("lock"))
             .await
             .expect("create");
         assert_eq!(lock, LockCreate::Created);
-        let Ok(LockCreate::Held { tip, content }) =
-            store.create_lock(&p, Bytes::from("M"), "lock").await
+        let Ok(LockCreate::Held { tip, content }) = store
+            .create_lock(&p, Bytes::from("M"), &crate::Message::from("lock"))
+            .await
         else {
             panic!("a second lock must report the holder");
         };

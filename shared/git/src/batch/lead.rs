@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use gitstate_core::Message;
 use gitstate_core::{Revision, StatePath, StoreError};
 use gix::ObjectId;
 
@@ -285,7 +286,7 @@ impl<'r> Chain<'r> {
         &mut self,
         conditions: &Conditions<'_>,
         change: FileChange<'_>,
-        message: &str,
+        message: &Message,
     ) -> Result<Result<ObjectId, StoreError>, StoreError> {
         let made = extend(
             self.repo,
@@ -556,7 +557,7 @@ fn extend(
     session: &ReceivePack,
     chain: &mut Option<ObjectId>,
     write: &Conditions<'_>,
-    (change, message, committer): (FileChange<'_>, &str, &Committer),
+    (change, message, committer): (FileChange<'_>, &Message, &Committer),
 ) -> Result<Result<ObjectId, StoreError>, StoreError> {
     if session.tip(&write.path.lock_ref()) != write.lock_tip {
         tracing::debug!(path = %write.path, "the lock changed since the write read it");

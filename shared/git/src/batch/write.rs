@@ -23,7 +23,7 @@ pub(crate) struct QueuedWrite {
     /// The change and the commit message.
     pub change: StateChange,
     /// See [`QueuedWrite::change`].
-    pub message: String,
+    pub message: gitstate_core::Message,
     /// When the request started writing: the queue is served in this order.
     pub since: Instant,
     /// Past it, the write is not put into a push any more (answered [`StoreError::Busy`]).

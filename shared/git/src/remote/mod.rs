@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use gitstate_core::Message;
 use gitstate_core::{
     BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
     StoreError, WriteSession,
@@ -227,7 +228,7 @@ impl RemoteStore {
         path: &StatePath,
         base: Option<ObjectId>,
         change: &StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let outgoing = self.build(base, path.as_str(), |repo| {
             state_commit(
@@ -350,7 +351,7 @@ impl BlockingStore for RemoteStore {
         path: &StatePath,
         base: Option<&Revision>,
         change: &StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let base = base.map(|b| parse_id(b)).transpose()?;
         if let Some(base) = base {
@@ -376,7 +377,7 @@ impl BlockingStore for RemoteStore {
         &self,
         path: &StatePath,
         content: &[u8],
-        message: &str,
+        message: &Message,
     ) -> Result<LockCreate, StoreError> {
         let lock_ref = path.lock_ref();
         let lock_file = path.lock_file();

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use gitstate_core::Message;
 use gitstate_core::{
     BlockingStore, Intent, Revision, Snapshot, StateChange, StatePath, StoreError, WriteBudget,
     WriteSession,
@@ -65,7 +66,7 @@ impl WriteSession for RemoteSession {
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         if !matches!(self.intent, Intent::Write | Intent::HeldWrite) {
             return Err(StoreError::Internal(
@@ -92,7 +93,7 @@ impl WriteSession for RemoteSession {
             base_file: this.base_file,
             lock_tip: this.lock_tip,
             change,
-            message: message.to_owned(),
+            message: message.clone(),
             since: this
                 .budget
                 .map_or_else(std::time::Instant::now, |b| b.since),
@@ -330,7 +331,7 @@ impl RemoteStore {
         base: ObjectId,
         lock_tip: ObjectId,
         change: &StateChange,
-        message: &str,
+        message: &Message,
     ) -> Result<Revision, StoreError> {
         let Outgoing { commit, objects } = self.build(Some(base), path.as_str(), |repo| {
             state_commit(

@@ -39,7 +39,7 @@ pub async fn write_retrying(
                 path,
                 snap.state_tip.as_ref(),
                 gitstate_core::StateChange::Write(bytes::Bytes::copy_from_slice(content)),
-                message,
+                &gitstate_core::Message::from(message),
             )
             .await
         {
@@ -76,7 +76,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
             &path,
             snap.state_tip.as_ref(),
             StateChange::Write(Bytes::from_static(b"{\"serial\":1}")),
-            "Update prod (serial 1) by test",
+            &gitstate_core::Message::from("Update prod (serial 1) by test"),
         )
         .await
         .expect("first write");
@@ -88,7 +88,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
             &path,
             Some(&v1),
             StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            "Update prod (serial 2) by test",
+            &gitstate_core::Message::from("Update prod (serial 2) by test"),
         )
         .await
         .expect("replace");
@@ -102,7 +102,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
             &path,
             Some(&v1),
             StateChange::Write(Bytes::from_static(b"{\"serial\":99}")),
-            "stale",
+            &gitstate_core::Message::from("stale"),
         )
         .await;
     assert_eq!(stale, Err(StoreError::Stale));
@@ -115,7 +115,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
             &path,
             None,
             StateChange::Write(Bytes::from_static(b"{}")),
-            "stale",
+            &gitstate_core::Message::from("stale"),
         )
         .await;
     assert_eq!(stale, Err(StoreError::Stale));
@@ -126,7 +126,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
             &nested,
             Some(&v2),
             StateChange::Write(Bytes::from_static(b"nested")),
-            "Update nested",
+            &gitstate_core::Message::from("Update nested"),
         )
         .await
         .expect("nested write");
@@ -138,7 +138,12 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
 
     // Delete.
     let v4 = store
-        .update_state(&path, Some(&v3), StateChange::Delete, "Delete prod by test")
+        .update_state(
+            &path,
+            Some(&v3),
+            StateChange::Delete,
+            &gitstate_core::Message::from("Delete prod by test"),
+        )
         .await
         .expect("delete");
     let snap = store.snapshot(&path).await.expect("snapshot");
@@ -151,7 +156,11 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let info = Bytes::from_static(b"{\"ID\":\"one\"}");
     assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
     let created = store
-        .create_lock(&path, info.clone(), "Lock prod: apply by test (one)")
+        .create_lock(
+            &path,
+            info.clone(),
+            &gitstate_core::Message::from("Lock prod: apply by test (one)"),
+        )
         .await
         .expect("create lock");
     assert_eq!(created, LockCreate::Created);
@@ -165,7 +174,11 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.lock_tip.as_deref(), Some(tip.as_str()));
     assert_eq!(snap.lock, Some(info.clone()));
     let second = store
-        .create_lock(&path, Bytes::from_static(b"{\"ID\":\"two\"}"), "second")
+        .create_lock(
+            &path,
+            Bytes::from_static(b"{\"ID\":\"two\"}"),
+            &gitstate_core::Message::from("second"),
+        )
         .await
         .expect("second create");
     assert_eq!(
@@ -207,7 +220,10 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(session.snapshot().state, None);
     assert_eq!(session.snapshot().lock, None);
     let v1 = session
-        .update_state(write(b"one"), "Update session by test")
+        .update_state(
+            write(b"one"),
+            &gitstate_core::Message::from("Update session by test"),
+        )
         .await
         .expect("write in a session");
     let snap = store.snapshot(&path).await.expect("snapshot");
@@ -219,9 +235,13 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let b = store.begin(&path, Intent::Write).await.expect("begin b");
     assert_eq!(a.snapshot().state_tip.as_deref(), Some(v1.as_str()));
     assert_eq!(b.snapshot().state.as_deref(), Some(&b"one"[..]));
-    let v2 = a.update_state(write(b"two"), "a").await.expect("a writes");
+    let v2 = a
+        .update_state(write(b"two"), &gitstate_core::Message::from("a"))
+        .await
+        .expect("a writes");
     assert_eq!(
-        b.update_state(write(b"three"), "b").await,
+        b.update_state(write(b"three"), &gitstate_core::Message::from("b"))
+            .await,
         Err(StoreError::Stale)
     );
     // A session dropped without writing changes nothing.
@@ -232,7 +252,9 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
 
     // Unlock sessions read only the lock; the first delete wins, the second is stale.
     let info = Bytes::from_static(b"{\"ID\":\"s\"}");
-    let created = store.create_lock(&path, info.clone(), "Lock").await;
+    let created = store
+        .create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
+        .await;
     assert_eq!(created, Ok(LockCreate::Created));
     let a = store.begin(&path, Intent::Unlock).await.expect("begin a");
     let b = store.begin(&path, Intent::Unlock).await.expect("begin b");
@@ -247,7 +269,7 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(none.delete_lock().await, Err(StoreError::Stale));
     // A write session sees a lock too.
     store
-        .create_lock(&path, info.clone(), "Lock")
+        .create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
         .await
         .expect("lock again");
     let session = store.begin(&path, Intent::Write).await.expect("begin");
@@ -270,7 +292,7 @@ pub async fn concurrent_lockers(store: std::sync::Arc<dyn gitstate_core::StateSt
             (
                 info.clone(),
                 store
-                    .create_lock(&path, info, "Lock")
+                    .create_lock(&path, info, &gitstate_core::Message::from("Lock"))
                     .await
                     .expect("create"),
             )
@@ -393,7 +415,7 @@ pub async fn many_states(
             &path,
             snap.state_tip.as_ref(),
             StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            "Update by test",
+            &gitstate_core::Message::from("Update by test"),
         )
         .await
         .expect("write");
@@ -409,7 +431,9 @@ pub async fn many_states(
     let locked = sp(&many_path(4_242 + round));
     let info = Bytes::from_static(b"{\"ID\":\"many\"}");
     assert_eq!(
-        store.create_lock(&locked, info.clone(), "Lock").await,
+        store
+            .create_lock(&locked, info.clone(), &gitstate_core::Message::from("Lock"))
+            .await,
         Ok(LockCreate::Created)
     );
     let snap = store.snapshot(&locked).await.expect("read the lock");
