@@ -52,12 +52,6 @@ fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
 fn signed_by_a_ca(dir: &Path, subject: &str, name: &str, ext: &str) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let ca_subject = format!("/CN={subject} CA");
-    let (key, csr, pem) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.pem"),
-    );
-    let subj = format!("/CN={subject}");
     let req = ["req", "-newkey", "rsa:2048", "-nodes", "-keyout"];
     openssl(
         dir,
@@ -76,9 +70,22 @@ fn signed_by_a_ca(dir: &Path, subject: &str, name: &str, ext: &str) -> (PathBuf,
         ]
         .concat(),
     );
+    let (cert, key) = issued_by_the_ca(dir, &format!("/CN={subject}"), name, ext);
+    (dir.join("ca.pem"), cert, key)
+}
+
+/// A certificate for `subj` (`/CN=…/O=…`) signed by the CA in `dir` (`ca.pem`, `ca.key`), with
+/// the extensions `ext`: (`{name}.pem`, `{name}.key`).
+fn issued_by_the_ca(dir: &Path, subj: &str, name: &str, ext: &str) -> (PathBuf, PathBuf) {
+    let (key, csr, pem) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
+    let req = ["req", "-newkey", "rsa:2048", "-nodes", "-keyout"];
     openssl(
         dir,
-        &[&req[..], &[&key, "-out", &csr, "-subj", &subj]].concat(),
+        &[&req[..], &[&key, "-out", &csr, "-subj", subj]].concat(),
     );
     std::fs::write(dir.join("ext.cnf"), ext).unwrap();
     openssl(
@@ -101,7 +108,7 @@ fn signed_by_a_ca(dir: &Path, subject: &str, name: &str, ext: &str) -> (PathBuf,
             "ext.cnf",
         ],
     );
-    (dir.join("ca.pem"), dir.join(pem), dir.join(key))
+    (dir.join(pem), dir.join(key))
 }
 
 /// A CA and a server certificate it signed for 127.0.0.1: (ca, cert, key).
@@ -377,4 +384,101 @@ fn terraform_with_a_client_certificate_and_nobody_without_one() {
         written,
         "only the certified client wrote"
     );
+}
+
+/// Client certificates as team callers (`auth { certificate { … } }`, issue 35): with the
+/// server requiring client certificates, Terraform 1.15.5 with team A's certificate and no
+/// username or password applies to A's folder (its subject maps to the caller `team-a`, limited
+/// to `team-a/**`) and gets 403 outside it; team B's certificate from the same CA maps to no
+/// caller, so without a token it gets 401, and with the team token it writes as usual.
+#[test]
+fn a_client_certificate_subject_is_a_team_caller() {
+    let certs = tempfile::tempdir().unwrap();
+    let (server_ca, cert, key) = from_a_ca(certs.path());
+    let clients = certs.path().join("clients");
+    let (client_ca, a_cert, a_key) = client_ca_and_cert(&clients, "team-a");
+    let client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    let (b_cert, b_key) = issued_by_the_ca(&clients, "/CN=team-b/O=acme", "team-b", client_ext);
+    let token = "ops-team-token";
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cwd.path().join("gitstate.hcl"),
+        format!(
+            "tls {{\n  cert_file = {cert:?}\n  key_file = {key:?}\n  client_ca_file = {client_ca:?}\n}}\nauth {{\n  mode = \"team\"\n  token_hashes = [\"sha256:{}\"]\n  certificate {{\n    subject = \"CN=team-a\"\n    name = \"team-a\"\n    paths = [\"team-a/**\"]\n  }}\n}}\n",
+            gitstate_tests::crypto::sha256_hex(token)
+        ),
+    )
+    .unwrap();
+    let server = Gitstate::start_tls(&["--config", "gitstate.hcl"], &[], cwd.path());
+    let tf = Terraform::installed("1.15.5");
+    let backend = |path: &str, client: (&Path, &Path), auth: Option<&str>| {
+        let url = format!("https://127.0.0.1:{}/state/default/{path}", server.port());
+        let mut backend = HttpBackend::new(&url);
+        if let Some(token) = auth {
+            backend = backend.with_auth("ops", token);
+        }
+        for (name, file) in [
+            ("client_ca_certificate_pem", server_ca.as_path()),
+            ("client_certificate_pem", client.0),
+            ("client_private_key_pem", client.1),
+        ] {
+            backend.extra.push((name.into(), heredoc(file)));
+        }
+        backend
+    };
+    let git_dir = cwd.path().join(".gitstate/default.git");
+
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &backend("team-a/app.tfstate", (&a_cert, &a_key), None),
+        1,
+        "a",
+    );
+    tf.init(work.path())
+        .expect_code(0, "init with team A's certificate");
+    tf.apply(work.path())
+        .expect_code(0, "apply with team A's certificate");
+    assert!(!git_log_subjects(&git_dir, "main", "team-a/app.tfstate").is_empty());
+
+    for (what, path, client, auth, expected) in [
+        (
+            "A's certificate outside its folder",
+            "team-b/app.tfstate",
+            (a_cert.as_path(), a_key.as_path()),
+            None,
+            "invalid auth",
+        ),
+        (
+            "B's unmapped certificate without a token",
+            "team-b/app.tfstate",
+            (b_cert.as_path(), b_key.as_path()),
+            None,
+            "requires auth",
+        ),
+    ] {
+        let work = tempfile::tempdir().unwrap();
+        write_main_tf(work.path(), &backend(path, client, auth), 1, "x");
+        let out = tf.init(work.path());
+        assert_ne!(out.code, Some(0), "{what}: init succeeded");
+        assert!(
+            out.combined().contains(expected),
+            "{what}: {}",
+            out.combined()
+        );
+    }
+    assert!(git_log_subjects(&git_dir, "main", "team-b/app.tfstate").is_empty());
+
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &backend("team-b/app.tfstate", (&b_cert, &b_key), Some(token)),
+        1,
+        "b",
+    );
+    tf.init(work.path())
+        .expect_code(0, "init with B's certificate and the team token");
+    tf.apply(work.path())
+        .expect_code(0, "apply with B's certificate and the team token");
+    assert!(!git_log_subjects(&git_dir, "main", "team-b/app.tfstate").is_empty());
 }

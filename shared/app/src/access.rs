@@ -3,10 +3,10 @@
 //! caller that reached it (its network boundary decides: loopback, IAM); pass-through leaves the
 //! decision to the git server, per repository, and so refuses what spans repositories.
 
-use gitstate_core::{Credentials, RegistryError, Scope};
+use gitstate_core::{Credentials, RegistryError, Rights, Scope};
 
-use crate::config::{AuthConfig, AuthMode, ConfigError};
-use crate::tokens::{self, Users};
+use crate::config::{AuthConfig, AuthMode, CertificateConfig, ConfigError};
+use crate::tokens::{self, SubjectPattern, Users};
 
 /// The deployment's caller check.
 #[derive(Debug)]
@@ -16,21 +16,44 @@ pub struct Access {
     tokens: Vec<([u8; 32], Scope)>,
     /// Team mode: named users with password hashes.
     users: Users,
+    /// Team mode: client certificate subjects that are callers, each with the credentials the
+    /// request is given (its name, and a random token of this process whose hash is among
+    /// `tokens` with the mapping's scope).
+    certificates: Vec<(SubjectPattern, Credentials)>,
 }
 
 impl Access {
     /// The check `auth` configures. Team mode without a token or user is a configuration error.
     pub fn from_config(auth: &AuthConfig) -> Result<Access, ConfigError> {
         if auth.mode != AuthMode::Team {
+            if !auth.certificates.is_empty() {
+                return Err(ConfigError::BadValue(
+                    "auth.certificate maps client certificates to team callers; it needs auth mode \"team\"".into(),
+                ));
+            }
             return Ok(Access {
                 mode: auth.mode,
                 tokens: Vec::new(),
                 users: Users::default(),
+                certificates: Vec::new(),
             });
         }
-        let tokens = tokens::parse_tokens(&auth.token_hashes, &auth.tokens)
+        let mut tokens = tokens::parse_tokens(&auth.token_hashes, &auth.tokens)
             .map_err(ConfigError::BadValue)?;
         let users = Users::parse(&auth.users).map_err(ConfigError::BadValue)?;
+        let certificates = auth
+            .certificates
+            .iter()
+            .map(|mapping| {
+                let (pattern, credentials, scope) = certificate_caller(mapping)?;
+                tokens.push((
+                    tokens::parse_hash(&tokens::hash_of(&credentials.password))?,
+                    scope,
+                ));
+                Ok((pattern, credentials))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(ConfigError::BadValue)?;
         if tokens.is_empty() && users.is_empty() {
             return Err(ConfigError::BadValue(
                 "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES) or user (auth.users, --user or GITSTATE_USERS)".into(),
@@ -40,7 +63,17 @@ impl Access {
             mode: auth.mode,
             tokens,
             users,
+            certificates,
         })
+    }
+
+    /// The credentials of the caller a verified client certificate with these subject
+    /// attributes is (`auth.certificate`), when one maps it.
+    pub fn certificate_caller(&self, subject: &[(String, String)]) -> Option<Credentials> {
+        self.certificates
+            .iter()
+            .find(|(pattern, _)| pattern.matches(subject))
+            .map(|(_, credentials)| credentials.clone())
     }
 
     /// Whether callers' credentials go to the git server instead of being checked here.
@@ -111,6 +144,37 @@ impl Access {
     }
 }
 
+/// One `auth.certificate` mapping: its subject, the credentials its requests carry (the name,
+/// and a fresh random token that never leaves the process), and its scope.
+fn certificate_caller(
+    mapping: &CertificateConfig,
+) -> Result<(SubjectPattern, Credentials, Scope), String> {
+    let pattern = SubjectPattern::parse(&mapping.subject)?;
+    if mapping.name.is_empty()
+        || mapping.name.contains(':')
+        || mapping.name.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "certificate subject '{}': its name must be non-empty, without ':' or control characters",
+            mapping.subject
+        ));
+    }
+    let rights = match &mapping.access {
+        Some(access) => access.parse()?,
+        None => Rights::ReadWrite,
+    };
+    let scope = Scope::new(rights, &mapping.paths)?;
+    let token: String = rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let credentials = Credentials {
+        username: mapping.name.clone(),
+        password: token,
+    };
+    Ok((pattern, credentials, scope))
+}
+
 /// A team-mode refusal (401) saying what to send.
 fn refusal(why: &str) -> RegistryError {
     RegistryError::Unauthenticated(format!(
@@ -128,6 +192,7 @@ mod tests {
             token_hashes: vec![tokens::hash_of("team-token")],
             users: Vec::new(),
             tokens: Vec::new(),
+            certificates: Vec::new(),
         })
         .expect("a team configuration")
     }
@@ -162,6 +227,51 @@ mod tests {
         }
     }
 
+    /// A mapped client certificate is a caller with its name and scope; its token is random,
+    /// per process, and works only as that caller.
+    #[tokio::test]
+    async fn a_mapped_certificate_is_a_caller_with_its_scope() {
+        let access = Access::from_config(&AuthConfig {
+            mode: AuthMode::Team,
+            token_hashes: Vec::new(),
+            users: Vec::new(),
+            tokens: Vec::new(),
+            certificates: vec![crate::config::CertificateConfig {
+                subject: "CN=team-a".into(),
+                name: "team-a".into(),
+                access: Some("read-only".into()),
+                paths: vec!["team-a/**".into()],
+            }],
+        })
+        .expect("a certificate is enough for team mode");
+        let subject = |cn: &str| {
+            vec![
+                ("CN".to_owned(), cn.to_owned()),
+                ("O".to_owned(), "acme".to_owned()),
+            ]
+        };
+        assert!(access.certificate_caller(&subject("team-b")).is_none());
+        let caller = access
+            .certificate_caller(&subject("team-a"))
+            .expect("mapped");
+        assert_eq!(caller.username, "team-a");
+        assert_eq!(caller.password.len(), 64);
+        let scope = access.authenticate(Some(&caller)).await.expect("admitted");
+        assert_eq!(scope.to_string(), "read-only on team-a/**");
+        let again = Access::from_config(&AuthConfig {
+            mode: AuthMode::Team,
+            token_hashes: vec![tokens::hash_of("t")],
+            users: Vec::new(),
+            tokens: Vec::new(),
+            certificates: Vec::new(),
+        })
+        .unwrap();
+        assert!(
+            again.authenticate(Some(&caller)).await.is_err(),
+            "another process's token"
+        );
+    }
+
     #[test]
     fn team_mode_without_a_token_or_user_does_not_start() {
         let empty = Access::from_config(&AuthConfig {
@@ -169,6 +279,7 @@ mod tests {
             token_hashes: Vec::new(),
             users: Vec::new(),
             tokens: Vec::new(),
+            certificates: Vec::new(),
         });
         assert!(matches!(empty, Err(ConfigError::BadValue(m)) if m.contains("token hash")));
     }
@@ -180,6 +291,7 @@ mod tests {
             token_hashes: Vec::new(),
             users: Vec::new(),
             tokens: Vec::new(),
+            certificates: Vec::new(),
         })
         .expect("pass-through");
         assert!(matches!(

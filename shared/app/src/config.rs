@@ -191,6 +191,27 @@ pub struct AuthConfig {
     /// `sha256:<hex>;access=…;paths=…`).
     #[serde(default, rename = "token", deserialize_with = "one_or_more")]
     pub tokens: Vec<TokenConfig>,
+    /// Team mode with client certificates (`tls.client_ca_file`): certificate subjects that are
+    /// callers without a token (`certificate { subject = "CN=team-a" name = "team-a" … }`).
+    #[serde(default, rename = "certificate", deserialize_with = "one_or_more")]
+    pub certificates: Vec<CertificateConfig>,
+}
+
+/// One `auth { certificate { … } }` block: a client certificate's subject as a team caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateConfig {
+    /// Attributes the certificate's subject must hold, as `TYPE=value` pairs separated by commas
+    /// (`CN=team-a,O=acme`; RFC 4514 escaping, e.g. `\,` in a value).
+    pub subject: String,
+    /// The caller's name: the writer in commit messages and the commits' author.
+    pub name: String,
+    /// `read-write` (the default), `read-only` or `outputs-only`, as for a token.
+    #[serde(default)]
+    pub access: Option<String>,
+    /// State path patterns it may use, as for a token; empty: every path.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// Blocks of one name: HCL gives one block as an object and several as a list of them. Each is

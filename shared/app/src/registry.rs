@@ -28,6 +28,15 @@ impl Registry {
         credentials: ServerCredential,
     ) -> Result<Self, ConfigError> {
         let access = Access::from_config(&config.auth)?;
+        let verifies_clients = config
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.client_ca_file.is_some());
+        if !config.auth.certificates.is_empty() && !verifies_clients {
+            return Err(ConfigError::BadValue(
+                "auth.certificate maps client certificates to callers, so the server must require them: set tls { client_ca_file = … } (--tls-client-ca)".into(),
+            ));
+        }
         let stores = Stores::from_config(config, credentials)?;
         Ok(Registry { access, stores })
     }
@@ -50,6 +59,10 @@ impl StoreRegistry for Registry {
 
     fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
         self.access.admit_operator(caller)
+    }
+
+    fn certificate_caller(&self, subject: &[(String, String)]) -> Option<Credentials> {
+        self.access.certificate_caller(subject)
     }
 
     async fn check_repositories(&self) -> Vec<(String, Result<(), StoreError>)> {

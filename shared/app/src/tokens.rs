@@ -62,6 +62,70 @@ pub fn parse_tokens(
     Ok(tokens)
 }
 
+/// A certificate subject as attributes: `TYPE=value` pairs split at the commas that are not
+/// escaped (RFC 4514: `\,` stays in the value), types compared without regard to case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectPattern(Vec<(String, String)>);
+
+impl SubjectPattern {
+    /// Parses `CN=team-a,O=acme`; `Err` names the rule.
+    pub fn parse(text: &str) -> Result<SubjectPattern, String> {
+        let mut pairs = Vec::new();
+        let (mut part, mut escaped) = (String::new(), false);
+        for c in text.chars().chain([',']) {
+            if c == ',' && !escaped {
+                let (kind, value) = part.trim().split_once('=').ok_or_else(|| {
+                    format!(
+                        "certificate subject '{text}': each part reads TYPE=value, e.g. CN=team-a"
+                    )
+                })?;
+                if kind.trim().is_empty() || value.trim().is_empty() {
+                    return Err(format!(
+                        "certificate subject '{text}': a part has an empty type or value"
+                    ));
+                }
+                pairs.push((kind.trim().to_ascii_uppercase(), value.trim().to_owned()));
+                part.clear();
+            } else {
+                part.push(c);
+            }
+            escaped = c == '\\' && !escaped;
+        }
+        Ok(SubjectPattern(pairs))
+    }
+
+    /// Whether a certificate whose subject has the attributes `subject` (`TYPE=value`, as
+    /// x509 prints them) holds every attribute of the pattern.
+    pub fn matches(&self, subject: &[(String, String)]) -> bool {
+        self.0.iter().all(|(kind, value)| {
+            subject
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case(kind) && v == value)
+        })
+    }
+}
+
+/// The subject of the DER certificate `der` as `TYPE=value` attributes (types by their short
+/// names, values with RFC 4514 escaping, as [`SubjectPattern`] reads them); `None` when it does
+/// not parse. Only certificates the TLS layer verified are read.
+pub fn subject_attributes(der: &[u8]) -> Option<Vec<(String, String)>> {
+    use x509_cert::der::Decode;
+    let certificate = x509_cert::Certificate::from_der(der).ok()?;
+    let attributes = certificate
+        .tbs_certificate
+        .subject
+        .0
+        .iter()
+        .flat_map(|rdn| rdn.0.iter())
+        .filter_map(|attribute| {
+            let text = attribute.to_string();
+            let (kind, value) = text.split_once('=')?;
+            Some((kind.to_owned(), value.to_owned()))
+        })
+        .collect();
+    Some(attributes)
+}
+
 /// One `sha256:<hex>[;access=RIGHTS][;paths=P,P]` entry.
 fn parse_entry(entry: &str) -> Result<([u8; 32], Scope), String> {
     let mut parts = entry.split(';');
@@ -317,6 +381,29 @@ mod tests {
                 !err.contains(&a[7..]),
                 "the hash reached the message: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn subjects_match_by_their_attributes_whatever_the_order() {
+        let attrs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        let pattern = SubjectPattern::parse("cn=team-a, O=Acme\\, Inc.").expect("a subject");
+        assert!(pattern.matches(&attrs(&[
+            ("O", "Acme\\, Inc."),
+            ("CN", "team-a"),
+            ("C", "DE")
+        ])));
+        assert!(
+            !pattern.matches(&attrs(&[("CN", "team-a")])),
+            "O is required"
+        );
+        assert!(!pattern.matches(&attrs(&[("CN", "team-ab"), ("O", "Acme\\, Inc.")])));
+        for bad in ["team-a", "CN=", "=x", "CN=a,,O=b"] {
+            assert!(SubjectPattern::parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod admin;
 mod catalog;
+mod client_cert;
 mod compat;
 mod config_show;
 mod logfields;
@@ -14,9 +15,11 @@ mod tls;
 mod wrap;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gitstate_app::{Deployment, Runtime, Settings};
+use gitstate_core::StoreRegistry;
 use gitstate_http::{router, RequestGuard};
 
 /// Terraform/OpenTofu remote state in git, with locking.
@@ -278,6 +281,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls)
                 .map_err(|e| format!("cannot listen on {local}: {e}"))?;
+            let registry: Arc<dyn StoreRegistry> = deployment.registry.clone();
+            let app = app
+                .layer(axum::middleware::from_fn_with_state(
+                    registry,
+                    client_cert::certificate_caller,
+                ))
+                .into_make_service_with_connect_info::<client_cert::ClientSubject>();
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown_signal())
                 .await

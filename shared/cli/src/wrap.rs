@@ -348,6 +348,7 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
         token_hashes: vec![gitstate_app::tokens::hash_of(&token)],
         users: Vec::new(),
         tokens: Vec::new(),
+        certificates: Vec::new(),
     };
 
     // The address first: a busy port must stop everything before any file is written.

@@ -580,6 +580,14 @@ pub trait StoreRegistry: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The credentials of the team caller a verified client certificate is (mTLS, `auth
+    /// { certificate { … } }`), from its subject's `TYPE=value` attributes; the entrypoint gives
+    /// them to a request that carries none of its own. The default maps none.
+    fn certificate_caller(&self, subject: &[(String, String)]) -> Option<Credentials> {
+        let _ = subject;
+        None
+    }
+
     /// Whether `caller` may read what spans every repository (the catalog, the list of
     /// repositories). A deployment whose git server decides per repository who may read
     /// (pass-through credentials) answers [`RegistryError::NotAllowed`].

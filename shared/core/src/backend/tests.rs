@@ -102,7 +102,11 @@ async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
         format!("Update {P} (serial 7) by alice")
     );
     assert_eq!(commits[0].content, Some(state(7)));
-    assert_eq!(commits[0].author.as_deref(), Some("alice"), "the author is the caller");
+    assert_eq!(
+        commits[0].author.as_deref(),
+        Some("alice"),
+        "the author is the caller"
+    );
     let anonymous = backend()
         .post(&*store, &path(), state(8), None, &Caller::default())
         .await
