@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
 use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
-use gitstate_core::{BackendError, ListQuery, StoreError};
+use gitstate_core::{BackendError, ListQuery, StatePath, StoreError};
 
 use crate::error::ApiError;
 use crate::inspect::{limit, list_query, query_string, state_path, store_for, url_part};
@@ -223,23 +223,8 @@ pub async fn state(
         body.push_str("<p>This state has no versions.</p>");
         return Ok(page(path.as_str(), &body));
     }
-    let pick = |key: &str,
-                default: Option<&VersionInfo>|
-     -> Result<Option<VersionInfo>, ApiError> {
-        match query.get(key) {
-            Some(spec) => versions
-                .iter()
-                .find(|v| v.commit.starts_with(spec.as_str()) && spec.len() >= 4)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| {
-                    ApiError::Message(
-                        StatusCode::NOT_FOUND,
-                        format!("{key}={spec} is not a commit among the listed versions of {path}"),
-                    )
-                }),
-            None => Ok(default.cloned()),
-        }
+    let pick = |key: &str, default: Option<&VersionInfo>| {
+        pick_version(&query, key, &versions, default, &path)
     };
     let to = pick("to", versions.first())?;
     let from = pick(
@@ -282,11 +267,43 @@ pub async fn state(
         differences("Resources", &diff.resources),
         differences("Outputs", &diff.outputs)
     );
+    let base = format!("/_/ui/{}/{}", url_part(&repo), url_part(path.as_str()));
+    versions_table(&mut body, &base, &versions);
+    Ok(page(path.as_str(), &body))
+}
+
+/// The version `?{key}=` names (a commit prefix of at least 4 digits among `versions`), else
+/// `default`; a prefix that names none is a 404.
+fn pick_version(
+    query: &HashMap<String, String>,
+    key: &str,
+    versions: &[VersionInfo],
+    default: Option<&VersionInfo>,
+    path: &StatePath,
+) -> Result<Option<VersionInfo>, ApiError> {
+    match query.get(key) {
+        Some(spec) => versions
+            .iter()
+            .find(|v| v.commit.starts_with(spec.as_str()) && spec.len() >= 4)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::Message(
+                    StatusCode::NOT_FOUND,
+                    format!("{key}={spec} is not a commit among the listed versions of {path}"),
+                )
+            }),
+        None => Ok(default.cloned()),
+    }
+}
+
+/// The table of `versions`, each with a link comparing it with the one before (`base`: the
+/// state's page).
+fn versions_table(body: &mut String, base: &str, versions: &[VersionInfo]) {
     body.push_str(
         "<h2>Versions</h2><table><thead><tr><th>Serial</th><th>Commit</th><th>When (UTC)</th>\
          <th>Who</th><th>Size (bytes)</th><th>Compare</th></tr></thead><tbody>\n",
     );
-    let base = format!("/_/ui/{}/{}", url_part(&repo), url_part(path.as_str()));
     for (i, v) in versions.iter().enumerate() {
         let compare = match versions.get(i + 1) {
             Some(previous) => format!(
@@ -307,7 +324,6 @@ pub async fn state(
         );
     }
     body.push_str("</tbody></table>");
-    Ok(page(path.as_str(), &body))
 }
 
 #[cfg(test)]
