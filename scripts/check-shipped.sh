@@ -7,8 +7,11 @@
 #     --release, zig); each is checked to be an executable for its processor and answers one
 #     invocation (arm64 under qemu-aarch64): scripts/build-lambda.sh;
 #   - `cargo build --release -p gitstate`, the binary `cargo install` and the README run;
+#   - the container image for amd64 and arm64 (static musl binaries, FROM scratch):
+#     scripts/build-image.sh;
 # then runs the end-to-end tests of each entry point against them: real Terraform through
-# `gitstate serve` on every git transport, TLS, and the bootstrap's invocation deadline.
+# `gitstate serve` on every git transport, TLS, the bootstrap's invocation deadline, and the
+# image's entrypoint run as its user in its unpacked root filesystem.
 #
 #   GITSTATE_TOOLS, CARGO_TARGET_DIR   as for scripts/test.sh
 set -euo pipefail
@@ -31,9 +34,17 @@ export GITSTATE_LAMBDA_BIN="$CARGO_TARGET_DIR/lambda/bootstrap-x86_64"
 for bin in "$GITSTATE_BIN" "$GITSTATE_LAMBDA_BIN"; do
     [ -x "$bin" ] || { echo "check-shipped: $bin was not built" >&2; exit 1; }
 done
+start=$SECONDS
+export GITSTATE_IMAGE="$CARGO_TARGET_DIR/image"
+bash scripts/build-image.sh "$GITSTATE_IMAGE"
+echo "check-shipped: container image built ($((SECONDS - start)) s)"
+
 tests=(--test terraform_e2e --test tls --test lambda_deadline)
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast -p gitstate-tests "${tests[@]}"
+    # The image's test is ignored where no image is built (scripts/test.sh).
+    cargo nextest run --no-fail-fast -p gitstate-tests --test image --run-ignored only
 else
     cargo test --no-fail-fast -p gitstate-tests "${tests[@]}"
+    cargo test --no-fail-fast -p gitstate-tests --test image -- --ignored
 fi

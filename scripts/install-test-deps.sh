@@ -66,6 +66,10 @@ command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 # The arm64 Lambda bootstrap is started once under user-mode emulation (scripts/build-lambda.sh).
 command -v qemu-aarch64 >/dev/null 2>&1 || need_pkgs+=(qemu-user)
 [ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ] || need_pkgs+=(libc6-arm64-cross)
+# The container image is assembled without a daemon (scripts/build-image.sh), with the machine's
+# CA certificates inside.
+command -v umoci >/dev/null 2>&1 || need_pkgs+=(umoci)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need_pkgs+=(ca-certificates)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt_install "${need_pkgs[@]}"
 fi

@@ -17,9 +17,9 @@ const USER: &str = "tfstate-bot";
 const PASSWORD: &str = "commit-identity-pw";
 const BOT: &str = "tfstate-bot <bot@acme.test>";
 
-/// Installs a pre-receive hook that refuses any pushed commit whose committer is not [`BOT`],
-/// saying which.
-fn only_the_bot_may_push(git_dir: &Path) {
+/// Installs a pre-receive hook that runs `check` (shell) for every new commit `$c` pushed to
+/// `$ref`; a failing check refuses the push with what it printed.
+fn pre_receive(git_dir: &Path, check: &str) {
     let hook = git_dir.join("hooks/pre-receive");
     fs::create_dir_all(hook.parent().unwrap()).unwrap();
     fs::write(
@@ -30,11 +30,7 @@ zero=0000000000000000000000000000000000000000
 while read old new ref; do
   [ "$new" = "$zero" ] && continue
   for c in $(git rev-list "$new" --not --all); do
-    who=$(git log -1 --format='%cn <%ce>' "$c")
-    if [ "$who" != "{BOT}" ]; then
-      echo "push rule: commit $c on $ref is by $who; only {BOT} may push here" >&2
-      exit 1
-    fi
+{check}
   done
 done
 "#
@@ -43,6 +39,20 @@ done
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A push rule that refuses any pushed commit whose committer is not [`BOT`], saying which.
+fn only_the_bot_may_push(git_dir: &Path) {
+    pre_receive(
+        git_dir,
+        &format!(
+            r#"    who=$(git log -1 --format='%cn <%ce>' "$c")
+    if [ "$who" != "{BOT}" ]; then
+      echo "push rule: commit $c on $ref is by $who; only {BOT} may push here" >&2
+      exit 1
+    fi"#
+        ),
+    );
 }
 
 #[test]
@@ -149,7 +159,14 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     assert_eq!(status, 200, "{body}");
     let other = git(
         Some(&git_dir),
-        &["log", "-1", "--format=%an <%ae>|%cn <%ce>|%s", "main", "--", "other.tfstate"],
+        &[
+            "log",
+            "-1",
+            "--format=%an <%ae>|%cn <%ce>|%s",
+            "main",
+            "--",
+            "other.tfstate",
+        ],
     );
     assert_eq!(
         other.trim(),
@@ -157,32 +174,19 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     );
 }
 
-/// Installs a pre-receive hook that refuses any pushed commit `git verify-commit` does not
-/// accept against `allowed_signers` (a "require signed commits" rule), saying which.
+/// A "require signed commits" rule: refuses any pushed commit `git verify-commit` does not
+/// accept against `allowed_signers`, saying which.
 fn only_signed_commits_may_push(git_dir: &Path, allowed_signers: &Path) {
-    let hook = git_dir.join("hooks/pre-receive");
-    fs::create_dir_all(hook.parent().unwrap()).unwrap();
-    fs::write(
-        &hook,
-        format!(
-            r#"#!/bin/sh
-zero=0000000000000000000000000000000000000000
-while read old new ref; do
-  [ "$new" = "$zero" ] && continue
-  for c in $(git rev-list "$new" --not --all); do
-    if ! git -c gpg.ssh.allowedSignersFile={allowed} verify-commit "$c" 2>/dev/null; then
+    pre_receive(
+        git_dir,
+        &format!(
+            r#"    if ! git -c gpg.ssh.allowedSignersFile={} verify-commit "$c" 2>/dev/null; then
       echo "signing rule: commit $c on $ref has no signature by a trusted key" >&2
       exit 1
-    fi
-  done
-done
-"#,
-            allowed = allowed_signers.display()
+    fi"#,
+            allowed_signers.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    );
 }
 
 /// Signed commits (issue 35): a git server that admits only commits signed by the bot's SSH key

@@ -428,18 +428,20 @@ fn a_client_certificate_subject_is_a_team_caller() {
     };
     let git_dir = cwd.path().join(".gitstate/default.git");
 
-    let work = tempfile::tempdir().unwrap();
-    write_main_tf(
-        work.path(),
+    let applies = |what: &str, backend: &HttpBackend, path: &str| {
+        let work = tempfile::tempdir().unwrap();
+        write_main_tf(work.path(), backend, 1, "x");
+        tf.init(work.path())
+            .expect_code(0, &format!("init with {what}"));
+        tf.apply(work.path())
+            .expect_code(0, &format!("apply with {what}"));
+        assert!(!git_log_subjects(&git_dir, "main", path).is_empty());
+    };
+    applies(
+        "team A's certificate",
         &backend("team-a/app.tfstate", (&a_cert, &a_key), None),
-        1,
-        "a",
+        "team-a/app.tfstate",
     );
-    tf.init(work.path())
-        .expect_code(0, "init with team A's certificate");
-    tf.apply(work.path())
-        .expect_code(0, "apply with team A's certificate");
-    assert!(!git_log_subjects(&git_dir, "main", "team-a/app.tfstate").is_empty());
 
     for (what, path, client, auth, expected) in [
         (
@@ -469,16 +471,9 @@ fn a_client_certificate_subject_is_a_team_caller() {
     }
     assert!(git_log_subjects(&git_dir, "main", "team-b/app.tfstate").is_empty());
 
-    let work = tempfile::tempdir().unwrap();
-    write_main_tf(
-        work.path(),
+    applies(
+        "B's certificate and the team token",
         &backend("team-b/app.tfstate", (&b_cert, &b_key), Some(token)),
-        1,
-        "b",
+        "team-b/app.tfstate",
     );
-    tf.init(work.path())
-        .expect_code(0, "init with B's certificate and the team token");
-    tf.apply(work.path())
-        .expect_code(0, "apply with B's certificate and the team token");
-    assert!(!git_log_subjects(&git_dir, "main", "team-b/app.tfstate").is_empty());
 }
