@@ -70,6 +70,12 @@ impl GnuPg {
         self.home.to_str().expect("utf-8 path")
     }
 
+    /// The key's secret part, armored (`gpg --armor --export-secret-keys`), as a signing key file
+    /// holds it.
+    pub fn export_secret_key(&self) -> String {
+        self.gpg(&["--armor", "--export-secret-keys", &self.fingerprint])
+    }
+
     /// Runs `gpg` on this home; panics with its message when it fails.
     fn gpg(&self, args: &[&str]) -> String {
         let out = Command::new(gpg_bin())

@@ -174,37 +174,101 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     );
 }
 
-/// A "require signed commits" rule: refuses any pushed commit `git verify-commit` does not
-/// accept against `allowed_signers`, saying which.
-fn only_signed_commits_may_push(git_dir: &Path, allowed_signers: &Path) {
+/// How a "require signed commits" rule checks a commit: git's `-c` settings and environment
+/// for `git verify-commit`, and what git says for a good signature.
+struct Verifier {
+    config: Vec<String>,
+    env: Vec<(String, String)>,
+    good: &'static str,
+}
+
+impl Verifier {
+    /// `git verify-commit -v commit` in `git_dir`.
+    fn verify(&self, git_dir: &Path, commit: &str) -> (bool, String) {
+        let mut command = std::process::Command::new("git");
+        command.arg("-C").arg(git_dir);
+        for setting in &self.config {
+            command.args(["-c", setting]);
+        }
+        let out = command
+            .args(["verify-commit", "-v", commit])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// A "require signed commits" rule: refuses any pushed commit `verifier` does not accept,
+/// saying which.
+fn only_signed_commits_may_push(git_dir: &Path, verifier: &Verifier) {
+    let env: String = verifier
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    let config: String = verifier.config.iter().map(|c| format!("-c {c} ")).collect();
     pre_receive(
         git_dir,
         &format!(
-            r#"    if ! git -c gpg.ssh.allowedSignersFile={} verify-commit "$c" 2>/dev/null; then
+            r#"    if ! {env}git {config}verify-commit "$c" 2>/dev/null; then
       echo "signing rule: commit $c on $ref has no signature by a trusted key" >&2
       exit 1
-    fi"#,
-            allowed_signers.display()
+    fi"#
         ),
     );
 }
 
-/// Signed commits (issue 35): a git server that admits only commits signed by the bot's SSH key
-/// refuses gitstate's unsigned writes (a 502 quoting the hook, nothing written) and accepts them
-/// with `--signing-key`; every commit on the branch then verifies with `git verify-commit`, as
-/// GitHub and GitLab verify SSH signatures.
+/// Signed commits (issue 35), with an SSH key: a git server that admits only commits signed by
+/// the bot's key (`allowed_signers`) refuses gitstate's unsigned writes (a 502 quoting the hook,
+/// nothing written) and accepts them with `--signing-key`; every commit on the branch then
+/// verifies with `git verify-commit`, as GitHub and GitLab verify SSH signatures.
 #[test]
-fn a_require_signed_commits_rule_admits_gitstate_with_a_signing_key() {
-    let tf = Terraform::installed("1.15.5");
+fn a_require_signed_commits_rule_admits_gitstate_with_an_ssh_signing_key() {
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("bot_ed25519");
     ssh_keygen(&key);
     let public = fs::read_to_string(keys.path().join("bot_ed25519.pub")).unwrap();
     let allowed = keys.path().join("allowed_signers");
     fs::write(&allowed, format!("bot@acme.test {public}")).unwrap();
+    signed_commits_are_admitted(
+        &key,
+        &Verifier {
+            config: vec![format!("gpg.ssh.allowedSignersFile={}", allowed.display())],
+            env: Vec::new(),
+            good: "Good \"git\" signature for bot@acme.test",
+        },
+    );
+}
+
+/// The same with an armored OpenPGP secret key (signed through gpg; the rule checks with the
+/// bot's public key in its keyring).
+#[test]
+fn a_require_signed_commits_rule_admits_gitstate_with_an_openpgp_signing_key() {
+    let gnupg = gitstate_tests::keys::GnuPg::new("bot");
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("bot.asc");
+    fs::write(&key, gnupg.export_secret_key()).unwrap();
+    signed_commits_are_admitted(
+        &key,
+        &Verifier {
+            config: Vec::new(),
+            env: vec![("GNUPGHOME".into(), gnupg.home_str().into())],
+            good: "Good signature",
+        },
+    );
+}
+
+/// Unsigned writes are refused by the rule `verifier` checks; writes signed with `key` land,
+/// and every commit verifies.
+fn signed_commits_are_admitted(key: &Path, verifier: &Verifier) {
+    let tf = Terraform::installed("1.15.5");
     let repos = tempfile::tempdir().unwrap();
     let git_dir = bare_repo(repos.path(), "states");
-    only_signed_commits_may_push(&git_dir, &allowed);
+    only_signed_commits_may_push(&git_dir, verifier);
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let repository = format!("default={}", git_server.url("states"));
     let git_env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
@@ -262,28 +326,11 @@ fn a_require_signed_commits_rule_admits_gitstate_with_a_signing_key() {
     let commits = git(Some(&git_dir), &["rev-list", "main"]);
     assert!(!commits.trim().is_empty());
     for commit in commits.lines() {
-        let verified = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&git_dir)
-            .arg("-c")
-            .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
-            .args(["verify-commit", "-v", commit])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&verified.stderr);
-        assert!(verified.status.success(), "{commit}: {said}");
-        assert!(
-            said.contains("Good \"git\" signature for bot@acme.test"),
-            "{said}"
-        );
+        let (verified, said) = verifier.verify(&git_dir, commit);
+        assert!(verified, "{commit}: {said}");
+        assert!(said.contains(verifier.good), "{said}");
     }
     let log = server.log();
-    assert!(
-        !log.contains("OPENSSH PRIVATE KEY"),
-        "the key reached the log"
-    );
-    assert!(
-        log.contains("commits are signed with this SSH key"),
-        "{log}"
-    );
+    assert!(!log.contains("PRIVATE KEY"), "the key reached the log");
+    assert!(log.contains("commits are signed with this key"), "{log}");
 }

@@ -330,9 +330,9 @@ pub struct Config {
     /// The e-mail commits are written under; `None`: `gitstate@localhost`.
     #[serde(default)]
     pub committer_email: Option<String>,
-    /// An OpenSSH private key file (ed25519 or ECDSA P-256, no passphrase) that signs every
-    /// commit (SSH signatures, `git verify-commit`); `None`: unsigned. A repository block's
-    /// `signing_key` overrides it.
+    /// A key file that signs every commit: an OpenSSH private key (ed25519 or ECDSA P-256) or an
+    /// armored OpenPGP secret key (through gpg), without a passphrase; `None`: unsigned. A
+    /// repository block's `signing_key` overrides it.
     #[serde(default)]
     pub signing_key: Option<PathBuf>,
     /// The branch of a query-style address without `ref=`: `main`, or `master` under

@@ -37,7 +37,7 @@ impl Identities {
             tracing::info!(
                 key = %path.display(),
                 fingerprint = %signer.fingerprint(),
-                "commits are signed with this SSH key"
+                "commits are signed with this key"
             );
             keys.insert(path.clone(), signer.clone());
             Ok(Some(signer))

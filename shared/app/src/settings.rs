@@ -581,9 +581,10 @@ settings! {
         file: "committer_email",
         apply: |_s, config, value, _what| { config.committer_email = Some(value); },
     }
-    /// An OpenSSH private key file (ed25519 or ECDSA P-256, without a passphrase) that signs
-    /// every commit gitstate writes (SSH signatures, which GitHub and GitLab verify); a
-    /// repository block's `signing_key` overrides it [default: unsigned].
+    /// A key file that signs every commit gitstate writes: an OpenSSH private key (ed25519 or
+    /// ECDSA P-256; SSH signatures, which GitHub and GitLab verify) or an armored OpenPGP secret
+    /// key (through gpg), without a passphrase; a repository block's `signing_key` overrides it
+    /// [default: unsigned].
     #[arg(long, env = "GITSTATE_SIGNING_KEY", value_name = "FILE")]
     signing_key: Option<PathBuf> {
         file: "signing_key",

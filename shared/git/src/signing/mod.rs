@@ -1,11 +1,15 @@
 //! Commit signatures (DESIGN §6 `signing_key`): every commit gitstate writes carries a `gpgsig`
-//! header that `git verify-commit` checks, so a "require signed commits" rule admits it. An
-//! OpenSSH private key (ed25519 or ECDSA P-256, without a passphrase) signs SSHSIG signatures in
-//! the `git` namespace with SHA-512, as `git -c gpg.format=ssh commit -S` does; GitHub and GitLab
-//! verify them against the key registered for the bot.
+//! header that `git verify-commit` checks, so a "require signed commits" rule admits it.
+//! - An OpenSSH private key (ed25519 or ECDSA P-256, without a passphrase) signs SSHSIG
+//!   signatures in the `git` namespace with SHA-512, in-process, as `git -c gpg.format=ssh
+//!   commit -S` does; GitHub and GitLab verify them against the key registered for the bot.
+//! - An armored OpenPGP secret key (without a passphrase) signs through the user's `gpg`
+//!   ([`gpg`]), as `git commit -S` does.
 //!
-//! The key is parsed here, once, when the store is configured; its bytes are never logged (the
-//! [`Debug`] form is the public key's fingerprint).
+//! The key is read here, once, when the store is configured; its bytes are never logged (the
+//! [`Debug`] form is its fingerprint).
+
+mod gpg;
 
 use std::fmt;
 
@@ -14,7 +18,12 @@ use ssh_key::{HashAlg, LineEnding, PrivateKey};
 
 /// A key that signs commits.
 pub struct Signer {
-    key: PrivateKey,
+    key: Key,
+}
+
+enum Key {
+    Ssh(PrivateKey),
+    OpenPgp(gpg::GpgKey),
 }
 
 impl fmt::Debug for Signer {
@@ -25,7 +34,7 @@ impl fmt::Debug for Signer {
 
 impl PartialEq for Signer {
     fn eq(&self, other: &Self) -> bool {
-        self.key.public_key() == other.key.public_key()
+        self.fingerprint() == other.fingerprint()
     }
 }
 
@@ -37,45 +46,62 @@ impl Signer {
     pub fn from_text(text: &str) -> Result<Signer, String> {
         let trimmed = text.trim_start();
         if trimmed.starts_with("-----BEGIN PGP PRIVATE KEY BLOCK-----") {
-            return Err("is an OpenPGP key; gitstate signs with an OpenSSH key (ssh-keygen -t ed25519), which GitHub and GitLab verify as SSH commit signatures".into());
+            let signer = Signer {
+                key: Key::OpenPgp(gpg::GpgKey::import(trimmed)?),
+            };
+            // A key with a passphrase is found now, not on the first write.
+            signer
+                .sign(b"gitstate checks that this key signs")
+                .map_err(|e| format!("is an OpenPGP key gpg cannot sign with (is it protected by a passphrase?): {e}"))?;
+            return Ok(signer);
         }
         if !trimmed.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----") {
-            return Err("is not an OpenSSH private key (-----BEGIN OPENSSH PRIVATE KEY-----, as ssh-keygen writes it)".into());
+            return Err("is neither an OpenSSH private key (-----BEGIN OPENSSH PRIVATE KEY-----, as ssh-keygen writes it) nor an armored OpenPGP secret key (gpg --armor --export-secret-keys)".into());
         }
         let key = PrivateKey::from_openssh(trimmed)
             .map_err(|e| format!("is an OpenSSH private key gitstate cannot read ({e})"))?;
         if key.is_encrypted() {
             return Err("is protected by a passphrase; give gitstate a key without one (ssh-keygen -p -N '' -f FILE) and keep the file secret".into());
         }
-        let signer = Signer { key };
+        let algorithm = key.algorithm();
+        let signer = Signer { key: Key::Ssh(key) };
         // A key type this build cannot sign with (RSA, DSA) is found now, not on the first write.
         signer
             .sign(b"gitstate checks that this key signs")
             .map_err(|_| {
                 format!(
-                    "is a {} key, which gitstate does not sign with; use ed25519 (ssh-keygen -t ed25519) or ECDSA P-256",
-                    signer.key.algorithm()
+                    "is a {algorithm} key, which gitstate does not sign with; use ed25519 (ssh-keygen -t ed25519) or ECDSA P-256"
                 )
             })?;
         Ok(signer)
     }
 
-    /// The public key's SHA-256 fingerprint (`SHA256:…`), as `ssh-keygen -l` shows it.
+    /// The key's fingerprint: an SSH key's SHA-256 one (`SHA256:…`, as `ssh-keygen -l` shows
+    /// it), an OpenPGP key's (`OpenPGP …`).
     pub fn fingerprint(&self) -> String {
-        self.key.fingerprint(HashAlg::Sha256).to_string()
+        match &self.key {
+            Key::Ssh(key) => key.fingerprint(HashAlg::Sha256).to_string(),
+            Key::OpenPgp(key) => format!("OpenPGP {}", key.fingerprint()),
+        }
     }
 
-    /// The public key in `authorized_keys` form (`ssh-ed25519 AAAA…`): what to register with
-    /// the forge or put into an `allowed_signers` file.
-    pub fn public_key(&self) -> String {
-        self.key.public_key().to_openssh().unwrap_or_default()
+    /// An SSH key's public key in `authorized_keys` form (`ssh-ed25519 AAAA…`): what to register
+    /// with the forge or put into an `allowed_signers` file; `None` for an OpenPGP key.
+    pub fn ssh_public_key(&self) -> Option<String> {
+        match &self.key {
+            Key::Ssh(key) => key.public_key().to_openssh().ok(),
+            Key::OpenPgp(_) => None,
+        }
     }
 
     /// The armored signature of `payload` (the commit without its `gpgsig` header), without a
     /// final line break.
     pub(crate) fn sign(&self, payload: &[u8]) -> Result<String, StoreError> {
-        let signature = self
-            .key
+        let key = match &self.key {
+            Key::Ssh(key) => key,
+            Key::OpenPgp(key) => return key.sign(payload),
+        };
+        let signature = key
             .sign("git", HashAlg::Sha512, payload)
             .map_err(|e| StoreError::Internal(format!("signing a commit: {e}")))?;
         let armored = signature
@@ -113,9 +139,10 @@ mod tests {
         let parsed = ssh_key::SshSig::from_pem(&armored).expect("SSHSIG");
         assert_eq!(parsed.namespace(), "git");
         assert_eq!(parsed.hash_alg(), HashAlg::Sha512);
-        signer
-            .key
-            .public_key()
+        let Key::Ssh(key) = &signer.key else {
+            panic!("an SSH key")
+        };
+        key.public_key()
             .verify("git", b"tree 0\n", &parsed)
             .expect("verifies");
         let shown = format!("{signer:?}");
@@ -124,7 +151,7 @@ mod tests {
             !shown.contains("OPENSSH") && !shown.contains(&text[40..60]),
             "{shown}"
         );
-        assert!(signer.public_key().starts_with("ssh-ed25519 "));
+        assert!(signer.ssh_public_key().unwrap().starts_with("ssh-ed25519 "));
     }
 
     /// The real git checks the commit's signature against an `allowed_signers` file, as a
@@ -135,7 +162,11 @@ mod tests {
         let repo = gix::init_bare(dir.path().join("r.git")).expect("a repository");
         let signer = Signer::from_text(&ed25519()).expect("a key");
         let allowed = dir.path().join("allowed_signers");
-        std::fs::write(&allowed, format!("bot@acme.test {}\n", signer.public_key())).unwrap();
+        std::fs::write(
+            &allowed,
+            format!("bot@acme.test {}\n", signer.ssh_public_key().unwrap()),
+        )
+        .unwrap();
         let committer = crate::Committer {
             name: "bot".into(),
             email: "bot@acme.test".into(),
@@ -168,12 +199,47 @@ mod tests {
         );
     }
 
+    /// An armored OpenPGP secret key signs through gpg, and git verifies the signature with
+    /// the public key.
+    #[test]
+    fn an_openpgp_key_signs_through_gpg_and_git_verifies_it() {
+        let gnupg = gitstate_tests::keys::GnuPg::new("signer");
+        let signer = Signer::from_text(&gnupg.export_secret_key()).expect("an OpenPGP key");
+        assert_eq!(
+            signer.fingerprint(),
+            format!("OpenPGP {}", gnupg.fingerprint)
+        );
+        assert_eq!(signer.ssh_public_key(), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = gix::init_bare(dir.path().join("r.git")).expect("a repository");
+        let committer = crate::Committer {
+            name: "bot".into(),
+            email: "bot@acme.test".into(),
+            signer: Some(std::sync::Arc::new(signer)),
+        };
+        let tree = gix::ObjectId::empty_tree(gix::hash::Kind::Sha1);
+        repo.write_object(gix::objs::Tree::empty())
+            .expect("the empty tree");
+        let commit = crate::objects::commit_on(&repo, tree, None, &"Update x".into(), &committer)
+            .expect("a signed commit");
+        let verify = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir.path().join("r.git"))
+            .args(["verify-commit", "-v", &commit.to_string()])
+            .env("GNUPGHOME", &gnupg.home)
+            .output()
+            .expect("git");
+        let said = String::from_utf8_lossy(&verify.stderr);
+        assert!(verify.status.success(), "{said}");
+        assert!(said.contains("Good signature"), "{said}");
+    }
+
     #[test]
     fn other_files_are_refused_with_a_sentence() {
         for (text, why) in [
-            ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n…", "OpenPGP"),
-            ("-----BEGIN RSA PRIVATE KEY-----\n…", "not an OpenSSH private key"),
-            ("", "not an OpenSSH private key"),
+            ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n…", "cannot be imported"),
+            ("-----BEGIN RSA PRIVATE KEY-----\n…", "neither an OpenSSH"),
+            ("", "neither an OpenSSH"),
             (
                 "-----BEGIN OPENSSH PRIVATE KEY-----\nbm90IGEga2V5\n-----END OPENSSH PRIVATE KEY-----\n",
                 "cannot read",
