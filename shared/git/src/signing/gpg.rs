@@ -101,8 +101,7 @@ impl GpgKey {
         let reason = String::from_utf8_lossy(&out.stderr)
             .lines()
             .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .last()
+            .rfind(|l| !l.is_empty())
             .unwrap_or("no reason given")
             .to_owned();
         Err(reason)
