@@ -22,7 +22,7 @@ pub struct Signer {
 }
 
 enum Key {
-    Ssh(PrivateKey),
+    Ssh(Box<PrivateKey>),
     OpenPgp(gpg::GpgKey),
 }
 
@@ -64,7 +64,9 @@ impl Signer {
             return Err("is protected by a passphrase; give gitstate a key without one (ssh-keygen -p -N '' -f FILE) and keep the file secret".into());
         }
         let algorithm = key.algorithm();
-        let signer = Signer { key: Key::Ssh(key) };
+        let signer = Signer {
+            key: Key::Ssh(Box::new(key)),
+        };
         // A key type this build cannot sign with (RSA, DSA) is found now, not on the first write.
         signer
             .sign(b"gitstate checks that this key signs")
