@@ -55,6 +55,29 @@ fn only_the_bot_may_push(git_dir: &Path) {
     );
 }
 
+/// A LOCK through `server` is answered 502 with the hook's sentence `quote`, and nothing is
+/// written to `git_dir`.
+fn a_lock_is_refused_quoting_the_hook(server: &Gitstate, git_dir: &Path, quote: &str) {
+    let (status, body) = http(
+        "LOCK",
+        &server.state_url("default", STATE),
+        Some(&lock_info("direct", "ops@laptop", "OperationTypeApply")),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains(quote),
+        "the answer quotes the hook: {body}\n--- gitstate log\n{}",
+        server.log()
+    );
+    assert!(
+        refs_under(git_dir, "refs/").is_empty(),
+        "nothing was written: {:?}",
+        refs_under(git_dir, "refs/")
+    );
+}
+
 #[test]
 fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     let tf = Terraform::installed("1.15.5");
@@ -84,23 +107,10 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     );
     // Terraform retries a 502 and then says only that it gave up; the answer itself (and the
     // log) carry the hook's sentence.
-    let (status, body) = http(
-        "LOCK",
-        &server.state_url("default", STATE),
-        Some(&lock_info("direct", "ops@laptop", "OperationTypeApply")),
-        None,
-    )
-    .unwrap();
-    assert_eq!(status, 502, "{body}");
-    assert!(
-        body.contains("only tfstate-bot <bot@acme.test> may push here"),
-        "the answer quotes the hook: {body}\n--- gitstate log\n{}",
-        server.log()
-    );
-    assert!(
-        refs_under(&git_dir, "refs/").is_empty(),
-        "nothing was written: {:?}",
-        refs_under(&git_dir, "refs/")
+    a_lock_is_refused_quoting_the_hook(
+        &server,
+        &git_dir,
+        "only tfstate-bot <bot@acme.test> may push here",
     );
     drop(server);
 
@@ -284,22 +294,7 @@ fn signed_commits_are_admitted(key: &Path, verifier: &Verifier) {
     // Unsigned: the hook refuses the lock's push; the answer quotes it and nothing is written.
     let cwd = tempfile::tempdir().unwrap();
     let server = Gitstate::start(&identity, &git_env, cwd.path());
-    let (status, body) = http(
-        "LOCK",
-        &server.state_url("default", STATE),
-        Some(&lock_info("direct", "ops@laptop", "OperationTypeApply")),
-        None,
-    )
-    .unwrap();
-    assert_eq!(status, 502, "{body}");
-    assert!(
-        body.contains("has no signature by a trusted key"),
-        "the answer quotes the hook: {body}"
-    );
-    assert!(
-        refs_under(&git_dir, "refs/").is_empty(),
-        "nothing was written"
-    );
+    a_lock_is_refused_quoting_the_hook(&server, &git_dir, "has no signature by a trusted key");
     drop(server);
 
     // Signed with the bot's key (GITSTATE_SIGNING_KEY or the file's signing_key alike).

@@ -330,7 +330,7 @@ pub struct Config {
     /// The e-mail commits are written under; `None`: `gitstate@localhost`.
     #[serde(default)]
     pub committer_email: Option<String>,
-    /// A key file that signs every commit: an OpenSSH private key (ed25519 or ECDSA P-256) or an
+    /// A key file that signs every commit: an OpenSSH ed25519 private key or an
     /// armored OpenPGP secret key (through gpg), without a passphrase; `None`: unsigned. A
     /// repository block's `signing_key` overrides it.
     #[serde(default)]

@@ -581,8 +581,8 @@ settings! {
         file: "committer_email",
         apply: |_s, config, value, _what| { config.committer_email = Some(value); },
     }
-    /// A key file that signs every commit gitstate writes: an OpenSSH private key (ed25519 or
-    /// ECDSA P-256; SSH signatures, which GitHub and GitLab verify) or an armored OpenPGP secret
+    /// A key file that signs every commit gitstate writes: an OpenSSH ed25519 private key (SSH
+    /// signatures, which GitHub and GitLab verify) or an armored OpenPGP secret
     /// key (through gpg), without a passphrase; a repository block's `signing_key` overrides it
     /// [default: unsigned].
     #[arg(long, env = "GITSTATE_SIGNING_KEY", value_name = "FILE")]

@@ -1,6 +1,6 @@
 //! Commit signatures (DESIGN §6 `signing_key`): every commit gitstate writes carries a `gpgsig`
 //! header that `git verify-commit` checks, so a "require signed commits" rule admits it.
-//! - An OpenSSH private key (ed25519 or ECDSA P-256, without a passphrase) signs SSHSIG
+//! - An OpenSSH ed25519 private key (without a passphrase) signs SSHSIG
 //!   signatures in the `git` namespace with SHA-512, in-process, as `git -c gpg.format=ssh
 //!   commit -S` does; GitHub and GitLab verify them against the key registered for the bot.
 //! - An armored OpenPGP secret key (without a passphrase) signs through the user's `gpg`
@@ -59,7 +59,9 @@ impl Signer {
             return Err("is neither an OpenSSH private key (-----BEGIN OPENSSH PRIVATE KEY-----, as ssh-keygen writes it) nor an armored OpenPGP secret key (gpg --armor --export-secret-keys)".into());
         }
         let key = PrivateKey::from_openssh(trimmed)
-            .map_err(|e| format!("is an OpenSSH private key gitstate cannot read ({e})"))?;
+            .map_err(|e| {
+            format!("is an OpenSSH private key gitstate cannot read ({e}); it signs with ed25519 keys (ssh-keygen -t ed25519)")
+        })?;
         if key.is_encrypted() {
             return Err("is protected by a passphrase; give gitstate a key without one (ssh-keygen -p -N '' -f FILE) and keep the file secret".into());
         }
@@ -72,7 +74,7 @@ impl Signer {
             .sign(b"gitstate checks that this key signs")
             .map_err(|_| {
                 format!(
-                    "is a {algorithm} key, which gitstate does not sign with; use ed25519 (ssh-keygen -t ed25519) or ECDSA P-256"
+                    "is a {algorithm} key, which gitstate does not sign with; use ed25519 (ssh-keygen -t ed25519)"
                 )
             })?;
         Ok(signer)
@@ -156,19 +158,15 @@ mod tests {
         assert!(signer.ssh_public_key().unwrap().starts_with("ssh-ed25519 "));
     }
 
-    /// The real git checks the commit's signature against an `allowed_signers` file, as a
-    /// server's hook or `git log --show-signature` would.
-    #[test]
-    fn git_verify_commit_accepts_a_signed_commit() {
+    /// A root commit signed by `signer` in a new repository, checked by `git verify-commit`
+    /// with `config` (`-c` settings) and `env`: whether git accepts it, and what it said.
+    fn verified(
+        signer: Signer,
+        config: &[String],
+        env: &[(&str, &std::path::Path)],
+    ) -> (bool, String) {
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = gix::init_bare(dir.path().join("r.git")).expect("a repository");
-        let signer = Signer::from_text(&ed25519()).expect("a key");
-        let allowed = dir.path().join("allowed_signers");
-        std::fs::write(
-            &allowed,
-            format!("bot@acme.test {}\n", signer.ssh_public_key().unwrap()),
-        )
-        .unwrap();
         let committer = crate::Committer {
             name: "bot".into(),
             email: "bot@acme.test".into(),
@@ -177,24 +175,39 @@ mod tests {
         let tree = gix::ObjectId::empty_tree(gix::hash::Kind::Sha1);
         repo.write_object(gix::objs::Tree::empty())
             .expect("the empty tree");
-        let commit = crate::objects::commit_on(
-            &repo,
-            tree,
-            None,
-            &gitstate_core::Message::from("Update x\n"),
-            &committer,
-        )
-        .expect("a signed commit");
-        let verify = std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir.path().join("r.git"))
-            .arg("-c")
-            .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+        let commit = crate::objects::commit_on(&repo, tree, None, &"Update x\n".into(), &committer)
+            .expect("a signed commit");
+        let mut git = std::process::Command::new("git");
+        git.arg("-C").arg(dir.path().join("r.git"));
+        for setting in config {
+            git.args(["-c", setting]);
+        }
+        let out = git
             .args(["verify-commit", "-v", &commit.to_string()])
+            .envs(env.iter().copied())
             .output()
             .expect("git");
-        let said = String::from_utf8_lossy(&verify.stderr);
-        assert!(verify.status.success(), "{said}");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The real git checks an SSH signature against an `allowed_signers` file, as a server's
+    /// hook or `git log --show-signature` would.
+    #[test]
+    fn git_verify_commit_accepts_a_signed_commit() {
+        let signer = Signer::from_text(&ed25519()).expect("a key");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let allowed = dir.path().join("allowed_signers");
+        std::fs::write(
+            &allowed,
+            format!("bot@acme.test {}\n", signer.ssh_public_key().unwrap()),
+        )
+        .unwrap();
+        let setting = format!("gpg.ssh.allowedSignersFile={}", allowed.display());
+        let (ok, said) = verified(signer, &[setting], &[]);
+        assert!(ok, "{said}");
         assert!(
             said.contains("Good \"git\" signature for bot@acme.test"),
             "{said}"
@@ -212,28 +225,24 @@ mod tests {
             format!("OpenPGP {}", gnupg.fingerprint)
         );
         assert_eq!(signer.ssh_public_key(), None);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let repo = gix::init_bare(dir.path().join("r.git")).expect("a repository");
-        let committer = crate::Committer {
-            name: "bot".into(),
-            email: "bot@acme.test".into(),
-            signer: Some(std::sync::Arc::new(signer)),
-        };
-        let tree = gix::ObjectId::empty_tree(gix::hash::Kind::Sha1);
-        repo.write_object(gix::objs::Tree::empty())
-            .expect("the empty tree");
-        let commit = crate::objects::commit_on(&repo, tree, None, &"Update x".into(), &committer)
-            .expect("a signed commit");
-        let verify = std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir.path().join("r.git"))
-            .args(["verify-commit", "-v", &commit.to_string()])
-            .env("GNUPGHOME", &gnupg.home)
-            .output()
-            .expect("git");
-        let said = String::from_utf8_lossy(&verify.stderr);
-        assert!(verify.status.success(), "{said}");
+        let (ok, said) = verified(signer, &[], &[("GNUPGHOME", gnupg.home.as_path())]);
+        assert!(ok, "{said}");
         assert!(said.contains("Good signature"), "{said}");
+    }
+
+    /// A key type gitstate does not sign with is refused at start, naming ed25519.
+    #[test]
+    fn an_ecdsa_key_is_refused_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ecdsa");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ecdsa", "-N", "", "-f"])
+            .arg(&path)
+            .status()
+            .expect("ssh-keygen");
+        assert!(made.success());
+        let err = Signer::from_text(&std::fs::read_to_string(&path).unwrap()).unwrap_err();
+        assert!(err.contains("ssh-keygen -t ed25519"), "{err}");
     }
 
     #[test]
