@@ -55,6 +55,23 @@ fn only_the_bot_may_push(git_dir: &Path) {
     );
 }
 
+/// Terraform `init` and `apply` of two resources through `server` succeed (`what` names the
+/// case in a failure).
+fn apply_through(tf: &Terraform, server: &Gitstate, what: &str) {
+    let work = tempfile::tempdir().unwrap();
+    write_main_tf(
+        work.path(),
+        &HttpBackend::new(&server.state_url("default", STATE)),
+        2,
+        "admitted",
+    );
+    tf.init(work.path()).expect_code(0, &format!("init {what}"));
+    tf.apply(work.path()).expect_code(
+        0,
+        &format!("apply {what}\n--- gitstate log\n{}", server.log()),
+    );
+}
+
 /// A LOCK through `server` is answered 502 with the hook's sentence `quote`, and nothing is
 /// written to `git_dir`.
 fn a_lock_is_refused_quoting_the_hook(server: &Gitstate, git_dir: &Path, quote: &str) {
@@ -129,18 +146,7 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
         &git_env,
         cwd.path(),
     );
-    let work = tempfile::tempdir().unwrap();
-    write_main_tf(
-        work.path(),
-        &HttpBackend::new(&server.state_url("default", STATE)),
-        2,
-        "admitted",
-    );
-    tf.init(work.path()).expect_code(0, "init as the bot");
-    tf.apply(work.path()).expect_code(
-        0,
-        &format!("apply as the bot\n--- gitstate log\n{}", server.log()),
-    );
+    apply_through(&tf, &server, "as the bot");
     let identities = git(
         Some(&git_dir),
         &["log", "--format=%cn <%ce>|%an <%ae>", "main"],
@@ -303,21 +309,7 @@ fn signed_commits_are_admitted(key: &Path, verifier: &Verifier) {
     args.extend(["--signing-key", key_arg.as_str()]);
     let cwd = tempfile::tempdir().unwrap();
     let server = Gitstate::start(&args, &git_env, cwd.path());
-    let work = tempfile::tempdir().unwrap();
-    write_main_tf(
-        work.path(),
-        &HttpBackend::new(&server.state_url("default", STATE)),
-        2,
-        "signed",
-    );
-    tf.init(work.path()).expect_code(0, "init");
-    tf.apply(work.path()).expect_code(
-        0,
-        &format!(
-            "apply with a signing key\n--- gitstate log\n{}",
-            server.log()
-        ),
-    );
+    apply_through(&tf, &server, "with a signing key");
     let commits = git(Some(&git_dir), &["rev-list", "main"]);
     assert!(!commits.trim().is_empty());
     for commit in commits.lines() {
