@@ -16,6 +16,13 @@ const STATE: &str = "prod.tfstate";
 const USER: &str = "tfstate-bot";
 const PASSWORD: &str = "commit-identity-pw";
 const BOT: &str = "tfstate-bot <bot@acme.test>";
+/// The flags that make gitstate commit as [`BOT`].
+const BOT_FLAGS: [&str; 4] = [
+    "--committer-name",
+    "tfstate-bot",
+    "--committer-email",
+    "bot@acme.test",
+];
 
 /// Installs a pre-receive hook that runs `check` (shell) for every new commit `$c` pushed to
 /// `$ref`; a failing check refuses the push with what it printed.
@@ -135,14 +142,7 @@ fn a_push_rule_for_a_named_bot_admits_gitstate_configured_as_that_bot() {
     // committer_name/committer_email alike).
     let cwd = tempfile::tempdir().unwrap();
     let server = Gitstate::start(
-        &[
-            "--repository",
-            &repository,
-            "--committer-name",
-            "tfstate-bot",
-            "--committer-email",
-            "bot@acme.test",
-        ],
+        &[&["--repository", repository.as_str()][..], &BOT_FLAGS[..]].concat(),
         &git_env,
         cwd.path(),
     );
@@ -288,14 +288,7 @@ fn signed_commits_are_admitted(key: &Path, verifier: &Verifier) {
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let repository = format!("default={}", git_server.url("states"));
     let git_env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
-    let identity = [
-        "--repository",
-        &repository,
-        "--committer-name",
-        "tfstate-bot",
-        "--committer-email",
-        "bot@acme.test",
-    ];
+    let identity = [&["--repository", repository.as_str()][..], &BOT_FLAGS[..]].concat();
 
     // Unsigned: the hook refuses the lock's push; the answer quotes it and nothing is written.
     let cwd = tempfile::tempdir().unwrap();

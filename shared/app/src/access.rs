@@ -46,10 +46,7 @@ impl Access {
             .iter()
             .map(|mapping| {
                 let (pattern, credentials, scope) = certificate_caller(mapping)?;
-                tokens.push((
-                    tokens::parse_hash(&tokens::hash_of(&credentials.password))?,
-                    scope,
-                ));
+                tokens.push((tokens::digest(&credentials.password), scope));
                 Ok((pattern, credentials))
             })
             .collect::<Result<Vec<_>, String>>()

@@ -161,12 +161,17 @@ fn parse_entry(entry: &str) -> Result<([u8; 32], Scope), String> {
 /// The `sha256:<hex>` form of `token`'s hash, as configured for team mode (the wrapper configures
 /// its per-run token this way).
 pub fn hash_of(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
+    digest(token)
         .iter()
         .fold(String::from("sha256:"), |mut out, b| {
             out.push_str(&format!("{b:02x}"));
             out
         })
+}
+
+/// The SHA-256 of `token`, as a configured hash decodes ([`parse_hash`]).
+pub fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// True when `token` hashes to `hash`, compared in constant time.

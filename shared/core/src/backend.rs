@@ -197,23 +197,15 @@ pub struct Caller {
     pub force: bool,
 }
 
+/// How messages name a writer without a name (the commit is then the committer's).
+const ANONYMOUS: &str = "anonymous";
+
 impl Caller {
     fn display(&self) -> &str {
         if self.name.is_empty() {
-            "anonymous"
+            ANONYMOUS
         } else {
             &self.name
-        }
-    }
-
-    /// The author of a commit whose message names `who` (the lock holder's `Who`, else
-    /// [`Caller::display`]): `who`, unless it is only the stand-in for a caller without a name,
-    /// whose commits are the committer's.
-    fn author<'a>(&self, who: &'a str) -> &'a str {
-        if self.name.is_empty() && who == "anonymous" {
-            ""
-        } else {
-            who
         }
     }
 }

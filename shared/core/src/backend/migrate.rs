@@ -142,7 +142,8 @@ impl Backend {
                 }
                 None => format!("Migrate {path} from {from} to {to} by {who}"),
             };
-            let message = Message::by(message, caller.author(&who));
+            // The operator is the author; without a name, the committer.
+            let message = Message::by(message, &caller.name);
             let timing = (&mut attempt, started, deadline);
             let change = StateChange::Write(content);
             if let Some(revision) = self

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{Backend, BackendError, Caller, Proposal, Written};
+use super::{Backend, BackendError, Caller, Proposal, Written, ANONYMOUS};
 use crate::commit::Message;
 use crate::lock::LockInfo;
 use crate::path::StatePath;
@@ -17,8 +17,10 @@ use crate::text::escape_controls;
 
 /// What a write does with what it read.
 enum Decision {
-    /// Write, naming `who` in the commit message.
-    Write { who: String },
+    /// Write in the name of `writer`: the lock holder's `Who`, else the caller's name (escaped,
+    /// one line); `None` when neither names anyone (the commit is then the committer's, and its
+    /// message says "anonymous").
+    Write { writer: Option<String> },
     /// The stored state already holds the body: answer without a commit.
     Replay,
 }
@@ -58,11 +60,11 @@ impl Backend {
                 continue;
             }
             let at = Place::new(store.repository(), path);
-            let who = match self
+            let writer = match self
                 .decide(&at, session.snapshot(), &content, &guard, lock_id, caller)
                 .await
             {
-                Ok(Decision::Write { who }) => who,
+                Ok(Decision::Write { writer }) => writer,
                 // Whatever the store's memory alone would answer (423, a replay, the guard's
                 // 409) is decided again on a fresh read.
                 Ok(Decision::Replay) | Err(BackendError::Locked(_) | BackendError::Conflict(_))
@@ -82,7 +84,8 @@ impl Backend {
                 (None, _) => StateChange::Delete,
             };
             let timing = (&mut attempt, started, deadline);
-            let message = Message::by(message(&who), caller.author(&who));
+            let who = writer.as_deref().unwrap_or(ANONYMOUS).to_owned();
+            let message = Message::by(message(&who), writer.as_deref().unwrap_or_default());
             // A recalled session that lost goes again at once, on a fresh read.
             recall = false;
             if let Some(revision) = self
@@ -112,14 +115,15 @@ impl Backend {
         caller: &Caller,
     ) -> Result<Decision, BackendError> {
         // The writer's name goes into the commit message: escaped, so it stays one line.
-        let mut who = escape_controls(caller.display()).into_owned();
+        let mut writer =
+            (!caller.name.is_empty()).then(|| escape_controls(&caller.name).into_owned());
         if let Some(lock) = &snapshot.lock {
             let holder = LockInfo::stored(lock);
             if !holder.admits(lock_id) {
                 return Err(BackendError::Locked(lock.clone()));
             }
             if !holder.who.is_empty() {
-                who = escape_controls(&holder.who).into_owned();
+                writer = Some(escape_controls(&holder.who).into_owned());
             }
         }
         if self.holds(at, &snapshot.state, content).await? {
@@ -128,7 +132,7 @@ impl Backend {
         if let (Some(incoming), Some(stored), Some(body)) = (guard, &snapshot.state, content) {
             self.check_guard(at, stored, body, incoming).await?;
         }
-        Ok(Decision::Write { who })
+        Ok(Decision::Write { writer })
     }
 
     /// The read of one attempt of a read-then-write loop (a write, a migration): a write session

@@ -34,59 +34,62 @@ pub fn outputs_only(body: &[u8]) -> Result<Vec<u8>, OutputsError> {
         Form::State { version } => version,
     };
     let top: Object = serde_json::from_slice(body).map_err(not_json)?;
-    let mut kept = serde_json::Map::new();
-    for (key, value) in &top {
-        if let Some(name) = HEADER.iter().find(|name| go_key_matches(key, name)) {
-            kept.insert((*name).to_owned(), raw(value)?);
+    let mut kept: BTreeMap<&str, Box<RawValue>> = BTreeMap::new();
+    for name in HEADER {
+        if let Some(value) = field(&top, name) {
+            kept.insert(name, value.to_owned());
         }
     }
     if version == 4 {
-        if let Some((_, outputs)) = top.iter().find(|(k, _)| go_key_matches(k, "outputs")) {
-            kept.insert("outputs".into(), raw(outputs)?);
+        if let Some(outputs) = field(&top, "outputs") {
+            kept.insert("outputs", outputs.to_owned());
         }
-        kept.insert("resources".into(), serde_json::Value::Array(Vec::new()));
+        kept.insert("resources", raw("[]")?);
     } else {
-        kept.insert("modules".into(), root_module_outputs(&top)?);
+        kept.insert("modules", root_module_outputs(&top)?);
     }
     serde_json::to_vec(&kept).map_err(not_json)
 }
 
+/// The value of `name` in `object`, its key matched as Go matches it ([`read`] refused a body
+/// that gives one field twice).
+fn field<'a>(object: &'a Object, name: &str) -> Option<&'a RawValue> {
+    object
+        .iter()
+        .find(|(key, _)| go_key_matches(key, name))
+        .map(|(_, value)| value.as_ref())
+}
+
 /// v3: the root module (`"path": ["root"]`) with its outputs and no resources.
-fn root_module_outputs(top: &Object) -> Result<serde_json::Value, OutputsError> {
-    let modules: Vec<Object> = match top.iter().find(|(k, _)| go_key_matches(k, "modules")) {
-        Some((_, raw)) => serde_json::from_str::<Option<Vec<Object>>>(raw.get())
+fn root_module_outputs(top: &Object) -> Result<Box<RawValue>, OutputsError> {
+    let modules: Vec<Object> = match field(top, "modules") {
+        Some(modules) => serde_json::from_str::<Option<Vec<Object>>>(modules.get())
             .map_err(not_json)?
             .unwrap_or_default(),
         None => Vec::new(),
     };
-    let field = |module: &Object, name: &str| {
-        module
-            .iter()
-            .find(|(k, _)| go_key_matches(k, name))
-            .map(|(_, v)| v.get().to_owned())
-    };
     let root = modules.iter().find(|module| {
         field(module, "path").is_some_and(|path| {
-            serde_json::from_str::<Vec<String>>(&path).is_ok_and(|p| p == ["root"])
+            serde_json::from_str::<Vec<String>>(path.get()).is_ok_and(|p| p == ["root"])
         })
     });
     let Some(root) = root else {
-        return Ok(serde_json::Value::Array(Vec::new()));
+        return raw("[]");
     };
-    let outputs = match field(root, "outputs") {
-        Some(outputs) => serde_json::from_str(&outputs).map_err(not_json)?,
-        None => serde_json::Value::Object(serde_json::Map::new()),
-    };
-    Ok(serde_json::json!([{
-        "path": ["root"],
-        "outputs": outputs,
-        "resources": {},
-        "depends_on": [],
-    }]))
+    let mut module: BTreeMap<&str, Box<RawValue>> = BTreeMap::new();
+    module.insert("path", raw(r#"["root"]"#)?);
+    module.insert(
+        "outputs",
+        field(root, "outputs").map_or_else(|| raw("{}"), |o| Ok(o.to_owned()))?,
+    );
+    module.insert("resources", raw("{}")?);
+    module.insert("depends_on", raw("[]")?);
+    let text = serde_json::to_string(&[module]).map_err(not_json)?;
+    RawValue::from_string(text).map_err(not_json)
 }
 
-fn raw(value: &RawValue) -> Result<serde_json::Value, OutputsError> {
-    serde_json::from_str(value.get()).map_err(not_json)
+fn raw(json: &str) -> Result<Box<RawValue>, OutputsError> {
+    RawValue::from_string(json.to_owned()).map_err(not_json)
 }
 
 fn not_json(e: serde_json::Error) -> OutputsError {
@@ -123,6 +126,10 @@ mod tests {
                             "password": {"value": "hunter2", "type": "string", "sensitive": true}}})
         );
         read(&reduced).expect("still a state Terraform reads");
+        // Kept values are the body's bytes: a number serde would rewrite stays as written.
+        let exact = br#"{"version": 4, "serial": 1, "lineage": "l", "outputs": {"n": {"value": 1.50e3, "type": "number"}}, "resources": []}"#;
+        let text = String::from_utf8(outputs_only(exact).expect("reduced")).unwrap();
+        assert!(text.contains(r#""value": 1.50e3"#), "{text}");
     }
 
     #[test]
