@@ -796,3 +796,109 @@ fn each_unlock_form_is_answered_and_audited_as_what_it_is() {
         "{trail}"
     );
 }
+
+/// A v3 state as Terraform 0.11 wrote it (terraform-backend-git repositories still hold such
+/// states): attributes in a flat map, a root module and a child module.
+fn v3_state(serial: u64, tag: &str) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "version": 3,
+        "terraform_version": "0.11.14",
+        "serial": serial,
+        "lineage": "5e3c8d1e-legacy",
+        "modules": [
+            {"path": ["root"], "outputs": {"vpc_id": {"sensitive": false, "type": "string", "value": "vpc-0legacy01"}},
+             "resources": {"aws_vpc.main": {"type": "aws_vpc", "depends_on": [], "provider": "provider.aws",
+                "primary": {"id": "vpc-0legacy01", "attributes": {
+                    "id": "vpc-0legacy01", "arn": "arn:aws:ec2:eu-west-1:111122223333:vpc/vpc-0legacy01",
+                    "cidr_block": "10.0.0.0/16", "tags.%": "2", "tags.Name": tag,
+                    "tags.kubernetes.io/cluster/prod": "shared"},
+                    "meta": {}, "tainted": false}, "deposed": []}},
+             "depends_on": []},
+            {"path": ["root", "web"], "outputs": {},
+             "resources": {"aws_instance.web.0": {"type": "aws_instance", "depends_on": [], "provider": "provider.aws",
+                "primary": {"id": "i-0legacyweb0", "attributes": {
+                    "id": "i-0legacyweb0", "subnet_id": "subnet-1",
+                    "vpc_security_group_ids.#": "1", "vpc_security_group_ids.2481325435": "sg-1"},
+                    "meta": {}, "tainted": false}, "deposed": []}},
+             "depends_on": []}
+        ]
+    }))
+    .unwrap()
+}
+
+/// Issue 36: a v3 state a terraform-backend-git repository holds is indexed as a v4 one is
+/// (`catalog rebuild`, then `find` names its resources by their Terraform 0.12 addresses), and
+/// the state's page shows what its next version changed.
+#[test]
+fn a_legacy_v3_state_is_indexed_and_its_changes_shown() {
+    let moto = MotoServer::start();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let index_kms = moto.create_kms_key();
+    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    // The first version lands as terraform-backend-git left it: a commit pushed with git.
+    let clone = tempfile::tempdir().unwrap();
+    let bare = cwd.path().join(".gitstate/default.git");
+    let (bare, clone_dir) = (bare.to_str().unwrap(), clone.path().to_str().unwrap());
+    git(None, &["clone", "-q", bare, clone_dir]);
+    std::fs::create_dir_all(clone.path().join("legacy")).unwrap();
+    std::fs::write(clone.path().join("legacy/net.tfstate"), v3_state(7, "main")).unwrap();
+    git(Some(clone.path()), &["add", "legacy/net.tfstate"]);
+    let commit = ["-c", "user.name=tbg", "-c", "user.email=tbg@x"];
+    git(
+        Some(clone.path()),
+        &[&commit[..], &["commit", "-q", "-m", "Terraform 0.11"]].concat(),
+    );
+    git(Some(clone.path()), &["push", "-q", "origin", "HEAD:main"]);
+
+    let out = Command::new(gitstate_bin())
+        .args(["catalog", "rebuild", "--catalog-table", TABLE])
+        .current_dir(cwd.path())
+        .envs(moto.aws_env())
+        .env("GITSTATE_CATALOG_KMS_ARN", &index_kms)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("default: 1 states, 3 identifiers indexed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vpc = json(&moto, &["find", "vpc-0legacy01"]);
+    assert_eq!(vpc[0]["path"], "legacy/net.tfstate", "{vpc}");
+    assert_eq!(vpc[0]["address"], "aws_vpc.main", "{vpc}");
+    let arn = json(
+        &moto,
+        &[
+            "find",
+            "arn:aws:ec2:eu-west-1:111122223333:vpc/vpc-0legacy01",
+        ],
+    );
+    assert_eq!(arn[0]["address"], "aws_vpc.main", "{arn}");
+    let web = json(&moto, &["find", "i-0legacyweb0"]);
+    assert_eq!(web[0]["address"], "module.web.aws_instance.web[0]", "{web}");
+    let states = json(&moto, &["states"]);
+    assert_eq!(
+        state_entry(&states, "legacy/net.tfstate").unwrap()["resource_count"],
+        2,
+        "{states}"
+    );
+
+    // The next version, POSTed as Terraform 0.11 would: one tag changed.
+    let url = server.state_url("default", "legacy/net.tfstate");
+    let (status, body) = http("POST", &url, Some(&v3_state(8, "renamed")), None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let page = format!("{}/_/ui/default/legacy/net.tfstate", server.base_url());
+    let (status, html) = http("GET", &page, None, None).unwrap();
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("2 resource instances in the newer version"),
+        "{html}"
+    );
+    assert!(html.contains("<code>aws_vpc.main</code> changed"), "{html}");
+    assert!(
+        !html.contains("module.web.aws_instance.web[0]"),
+        "only the vpc changed: {html}"
+    );
+    assert!(!html.contains("renamed"), "a value is on the page: {html}");
+}

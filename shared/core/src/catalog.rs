@@ -89,6 +89,9 @@ struct Header {
     lineage: Option<String>,
     terraform_version: Option<String>,
     resources: Option<Vec<ResourceHeader>>,
+    /// A v3 state's modules: only whether there are any is read here.
+    #[serde(default)]
+    modules: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -123,44 +126,39 @@ struct IdentifyingAttributes {
 }
 
 impl StateFacts {
-    /// Reads the facts of a Terraform state; an OpenTofu client-encrypted state has only its size
-    /// (and serial/lineage, which OpenTofu keeps readable).
+    /// Reads the facts of a Terraform state (v4, or a v3 one of Terraform 0.11, whose flat
+    /// attributes are rebuilt first); an OpenTofu client-encrypted state has only its size (and
+    /// serial/lineage, which OpenTofu keeps readable).
     pub fn of(state: &[u8]) -> StateFacts {
         let header: Option<Header> = serde_json::from_slice(state).ok();
         let mut identifiers = Vec::new();
-        for resource in header.iter().flat_map(|h| h.resources.iter().flatten()) {
-            if resource.mode != "managed" {
-                continue;
-            }
-            for instance in &resource.instances {
-                let Some(attributes) = &instance.attributes else {
-                    continue;
-                };
-                let address = crate::tfstate::address(
-                    resource.module.as_deref().unwrap_or(""),
-                    &resource.mode,
-                    &resource.resource_type,
-                    &resource.name,
-                    instance.index_key.as_ref(),
-                );
-                for (field, value) in IDENTIFYING_ATTRIBUTES.iter().zip([
-                    &attributes.id,
-                    &attributes.arn,
-                    &attributes.self_link,
-                    &attributes.name,
-                ]) {
-                    if let Some(serde_json::Value::String(value)) = value {
-                        if !value.is_empty() && value.len() <= MAX_IDENTIFIER_BYTES {
-                            identifiers.push(ResourceIdentifier {
-                                value: value.clone(),
-                                resource_type: resource.resource_type.clone(),
-                                field: (*field).to_owned(),
-                                address: address.clone(),
-                            });
-                        }
-                    }
+        let mut resource_count = None;
+        if let Some(resources) = header.as_ref().and_then(|h| h.resources.as_ref()) {
+            resource_count = Some(resources.iter().map(|r| r.instances.len() as u64).sum());
+            for resource in resources.iter().filter(|r| r.mode == "managed") {
+                for instance in &resource.instances {
+                    let Some(attributes) = &instance.attributes else {
+                        continue;
+                    };
+                    let address = crate::tfstate::address(
+                        resource.module.as_deref().unwrap_or(""),
+                        &resource.mode,
+                        &resource.resource_type,
+                        &resource.name,
+                        instance.index_key.as_ref(),
+                    );
+                    let values = [
+                        &attributes.id,
+                        &attributes.arn,
+                        &attributes.self_link,
+                        &attributes.name,
+                    ];
+                    let values = values.map(Option::as_ref);
+                    identify(&mut identifiers, &resource.resource_type, &address, values);
                 }
             }
+        } else if header.as_ref().is_some_and(|h| h.modules.is_some()) {
+            resource_count = legacy_identifiers(state, &mut identifiers);
         }
         identifiers.sort();
         identifiers.dedup();
@@ -168,13 +166,50 @@ impl StateFacts {
             serial: header.as_ref().and_then(|h| h.serial),
             lineage: header.as_ref().and_then(|h| h.lineage.clone()),
             terraform_version: header.as_ref().and_then(|h| h.terraform_version.clone()),
-            resource_count: header
-                .as_ref()
-                .and_then(|h| h.resources.as_ref())
-                .map(|r| r.iter().map(|r| r.instances.len() as u64).sum()),
+            resource_count,
             size: state.len() as u64,
             commit: None,
             identifiers,
+        }
+    }
+}
+
+/// A v3 state's identifiers (from its managed instances' rebuilt attributes) and its number of
+/// instances.
+fn legacy_identifiers(state: &[u8], identifiers: &mut Vec<ResourceIdentifier>) -> Option<u64> {
+    let document: serde_json::Value = serde_json::from_slice(state).ok()?;
+    let instances = crate::tfstate::instances(&document);
+    for instance in instances.iter().filter(|i| i.mode == "managed") {
+        let attributes = instance.value.get("attributes");
+        let values = IDENTIFYING_ATTRIBUTES.map(|field| attributes.and_then(|a| a.get(field)));
+        identify(
+            identifiers,
+            instance.resource_type,
+            &instance.address,
+            values,
+        );
+    }
+    Some(instances.len() as u64)
+}
+
+/// Adds the string `values` of the [`IDENTIFYING_ATTRIBUTES`] (in that order) of one managed
+/// instance that are not empty nor too long.
+fn identify(
+    identifiers: &mut Vec<ResourceIdentifier>,
+    resource_type: &str,
+    address: &str,
+    values: [Option<&serde_json::Value>; 4],
+) {
+    for (field, value) in IDENTIFYING_ATTRIBUTES.iter().zip(values) {
+        if let Some(serde_json::Value::String(value)) = value {
+            if !value.is_empty() && value.len() <= MAX_IDENTIFIER_BYTES {
+                identifiers.push(ResourceIdentifier {
+                    value: value.clone(),
+                    resource_type: resource_type.to_owned(),
+                    field: (*field).to_owned(),
+                    address: address.to_owned(),
+                });
+            }
         }
     }
 }
@@ -430,6 +465,36 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_v3_state_is_indexed_like_a_v4_one() {
+        let state = br#"{"version":3,"terraform_version":"0.11.14","serial":2,"lineage":"l","modules":[
+            {"path":["root"],"outputs":{},"resources":{
+                "aws_vpc.main":{"type":"aws_vpc","primary":{"id":"vpc-1","attributes":{
+                    "id":"vpc-1","arn":"arn:aws:ec2:eu-west-1:1:vpc/vpc-1","tags.%":"1","tags.Name":"x"}}},
+                "data.aws_vpc.other":{"type":"aws_vpc","primary":{"id":"vpc-9","attributes":{"id":"vpc-9"}}}}},
+            {"path":["root","web"],"resources":{
+                "aws_instance.web.1":{"type":"aws_instance","primary":{"id":"i-1","attributes":{"id":"i-1","name":""}}}}}
+        ]}"#;
+        let facts = StateFacts::of(state);
+        assert_eq!(facts.resource_count, Some(3));
+        assert_eq!(facts.serial, Some(2));
+        let found: Vec<(&str, &str, &str)> = facts
+            .identifiers
+            .iter()
+            .map(|i| (i.value.as_str(), i.field.as_str(), i.address.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("arn:aws:ec2:eu-west-1:1:vpc/vpc-1", "arn", "aws_vpc.main"),
+                ("i-1", "id", "module.web.aws_instance.web[1]"),
+                ("vpc-1", "id", "aws_vpc.main"),
+            ]
+        );
+        let encrypted = br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"abc","encryption_version":"v0"}"#;
+        assert_eq!(StateFacts::of(encrypted).resource_count, None);
     }
 }
 

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod commit;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
+pub mod flatmap;
 pub mod glob;
 pub mod history;
 pub mod listing;

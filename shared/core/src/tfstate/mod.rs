@@ -1,7 +1,10 @@
 //! Reading the structure of a Terraform state: its resource instances by address and its
 //! outputs, for the catalog's resource index and for comparing two versions. Values are only
-//! compared, never shown.
+//! compared, never shown. A v3 state (Terraform 0.11) reads as a v4 one ([`legacy`]).
 
+mod legacy;
+
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -16,8 +19,9 @@ pub struct Instance<'a> {
     pub mode: &'a str,
     /// The resource type, e.g. `aws_instance`.
     pub resource_type: &'a str,
-    /// The instance object as stored (`attributes`, `private`, …).
-    pub value: &'a Value,
+    /// The instance object as stored (`attributes`, `private`, …); a v3 state's, rebuilt as
+    /// `{"attributes": …}` with nested values.
+    pub value: Cow<'a, Value>,
 }
 
 /// The resource instances of a state, in document order. A state that is not a Terraform state
@@ -25,6 +29,9 @@ pub struct Instance<'a> {
 pub fn instances(state: &Value) -> Vec<Instance<'_>> {
     let mut found = Vec::new();
     let Some(resources) = state.get("resources").and_then(Value::as_array) else {
+        if let Some(modules) = state.get("modules").and_then(Value::as_array) {
+            return legacy::instances(modules);
+        }
         return found;
     };
     for resource in resources {
@@ -44,7 +51,7 @@ pub fn instances(state: &Value) -> Vec<Instance<'_>> {
                 ),
                 mode,
                 resource_type,
-                value: instance,
+                value: Cow::Borrowed(instance),
             });
         }
     }
@@ -112,10 +119,7 @@ pub struct StructureDiff {
     pub resource_count: usize,
 }
 
-fn compare<'a>(
-    old: BTreeMap<String, &'a Value>,
-    new: &BTreeMap<String, &'a Value>,
-) -> Vec<Difference> {
+fn compare<V: PartialEq>(old: BTreeMap<String, V>, new: &BTreeMap<String, V>) -> Vec<Difference> {
     let mut differences = Vec::new();
     for (name, value) in new {
         match old.get(name) {
@@ -140,15 +144,21 @@ fn compare<'a>(
     differences
 }
 
+/// The root module's outputs by name (a v3 state's are in its root module).
 fn outputs(state: &Value) -> BTreeMap<String, &Value> {
-    state
-        .get("outputs")
-        .and_then(Value::as_object)
+    let outputs = match state.get("outputs") {
+        Some(outputs) => outputs.as_object(),
+        None => state
+            .get("modules")
+            .and_then(Value::as_array)
+            .and_then(|modules| legacy::root_outputs(modules)),
+    };
+    outputs
         .map(|o| o.iter().map(|(k, v)| (k.clone(), v)).collect())
         .unwrap_or_default()
 }
 
-fn by_address(state: &Value) -> BTreeMap<String, &Value> {
+fn by_address(state: &Value) -> BTreeMap<String, Cow<'_, Value>> {
     instances(state)
         .into_iter()
         .map(|i| (i.address, i.value))
