@@ -3,6 +3,7 @@
 //! `gitstate catalog audit` lists lock, unlock and force-unlock in order; DynamoDB going away
 //! never fails a state write, and the next write after it is back repairs the entry.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -901,4 +902,170 @@ fn a_legacy_v3_state_is_indexed_and_its_changes_shown() {
         "only the vpc changed: {html}"
     );
     assert!(!html.contains("renamed"), "a value is on the page: {html}");
+}
+
+/// `terraform { backend "http" }` for `address`, then `body`, as `dir/main.tf`.
+fn write_config(dir: &Path, address: &str, body: &str) {
+    let config = format!("{}\n{body}\n", HttpBackend::new(address).hcl());
+    std::fs::write(dir.join("main.tf"), config).unwrap();
+}
+
+/// A `terraform_remote_state` data source `net` reading the state at `address`.
+fn remote_state(address: &str) -> String {
+    format!("data \"terraform_remote_state\" \"net\" {{\n  backend = \"http\"\n  config = {{\n    address = {address:?}\n  }}\n}}\n")
+}
+
+/// Issue 36, goal 5: links across states follow real Terraform applies. `network` manages the
+/// id, `app` copies it literally, `db` reads it through `terraform_remote_state`; `links` and
+/// `order` say so (also over HTTP), `app` reading it too makes its link declared, and once
+/// `network` is destroyed its users' links dangle.
+#[test]
+fn links_across_states_follow_terraform_applies() {
+    let moto = MotoServer::start();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let index_kms = moto.create_kms_key();
+    let (_cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    let tf = Terraform::installed("1.15.5");
+    let url = |path: &str| server.state_url("default", path);
+    let [network, app, db] = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    write_config(
+        network.path(),
+        &url("network.tfstate"),
+        "resource \"terraform_data\" \"vpc\" {\n  input = \"10.0.0.0/16\"\n}\noutput \"vpc_id\" {\n  value = terraform_data.vpc.id\n}",
+    );
+    tf.init(network.path()).expect_code(0, "init network");
+    tf.apply(network.path()).expect_code(0, "apply network");
+    let vpc_id = resource_id(&pull(&tf, network.path()), "vpc");
+    write_config(
+        app.path(),
+        &url("app.tfstate"),
+        &format!("resource \"terraform_data\" \"app\" {{\n  input = {{ vpc = {vpc_id:?} }}\n}}"),
+    );
+    write_config(
+        db.path(),
+        &url("db.tfstate"),
+        &format!(
+            "{}resource \"terraform_data\" \"db\" {{\n  input = data.terraform_remote_state.net.outputs.vpc_id\n}}",
+            remote_state(&url("network.tfstate"))
+        ),
+    );
+    for (dir, what) in [(&app, "app"), (&db, "db")] {
+        tf.init(dir.path()).expect_code(0, &format!("init {what}"));
+        tf.apply(dir.path())
+            .expect_code(0, &format!("apply {what}"));
+    }
+
+    let users = |links: &Value| -> Vec<(String, String, String)> {
+        let mut found: Vec<(String, String, String)> = links["used_by"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let dangling = if e["dangling"] == true {
+                    " dangling"
+                } else {
+                    ""
+                };
+                (
+                    e["path"].as_str().unwrap_or_default().to_owned(),
+                    e["address"].as_str().unwrap_or_default().to_owned(),
+                    format!("{}{dangling}", e["kind"].as_str().unwrap_or_default()),
+                )
+            })
+            .collect();
+        found.dedup();
+        found
+    };
+    eventually("network's users are linked", || {
+        let links = json(&moto, &["links", "default", "network.tfstate"]);
+        let found = users(&links);
+        let expected = [
+            ("app.tfstate", "terraform_data.app", "literal"),
+            ("db.tfstate", "data.terraform_remote_state.net", "declared"),
+            ("db.tfstate", "terraform_data.db", "declared"),
+        ];
+        let expected: Vec<(String, String, String)> = expected
+            .iter()
+            .map(|(p, a, k)| (p.to_string(), a.to_string(), k.to_string()))
+            .collect();
+        (found == expected)
+            .then_some(())
+            .ok_or(format!("{links:#}"))
+    });
+    let links = json(&moto, &["links", "default", "network.tfstate"]);
+    let literal = &links["used_by"][0];
+    assert_eq!(
+        literal["here"]["address"], "terraform_data.vpc",
+        "{links:#}"
+    );
+    assert_eq!(literal["here"]["attribute"], "id", "{links:#}");
+    assert!(
+        literal["attribute"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("input"),
+        "{links:#}"
+    );
+    let app_links = json(&moto, &["links", "default", "app.tfstate"]);
+    assert_eq!(
+        app_links["uses"][0]["path"], "network.tfstate",
+        "{app_links:#}"
+    );
+    assert_eq!(app_links["uses"][0]["kind"], "literal", "{app_links:#}");
+    let order = json(&moto, &["order", "default"]);
+    assert_eq!(order["order"][0], "network.tfstate", "{order:#}");
+    assert_eq!(order["cycles"], serde_json::json!([]), "{order:#}");
+    // The same over HTTP.
+    for (path, cli) in [
+        ("/_/catalog/links/default/network.tfstate", links.clone()),
+        ("/_/catalog/order/default", order.clone()),
+    ] {
+        let (status, body) =
+            http("GET", &format!("{}{path}", server.base_url()), None, None).unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), cli, "{path}");
+    }
+    let (ok, table, _) = catalog(&moto, &["links", "default", "network.tfstate"]);
+    assert!(
+        ok && table.contains("used by") && table.contains("literal"),
+        "{table}"
+    );
+
+    // `app` reads the network's state too: its link is declared now.
+    write_config(
+        app.path(),
+        &url("app.tfstate"),
+        &format!(
+            "{}resource \"terraform_data\" \"app\" {{\n  input = {{ vpc = data.terraform_remote_state.net.outputs.vpc_id }}\n}}",
+            remote_state(&url("network.tfstate"))
+        ),
+    );
+    tf.apply(app.path())
+        .expect_code(0, "apply app reading the network's state");
+    eventually("app's link is declared", || {
+        let links = json(&moto, &["links", "default", "app.tfstate"]);
+        let kinds: BTreeSet<&str> = links["uses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["kind"].as_str())
+            .collect();
+        (kinds == BTreeSet::from(["declared"]))
+            .then_some(())
+            .ok_or(format!("{links:#}"))
+    });
+
+    // The network goes: every use of its vpc dangles.
+    tf.run(
+        network.path(),
+        &["destroy", "-auto-approve", "-input=false"],
+    )
+    .expect_code(0, "destroy network");
+    eventually("the network's users dangle", || {
+        let links = json(&moto, &["links", "default", "network.tfstate"]);
+        let entries = links["used_by"].as_array().cloned().unwrap_or_default();
+        let all_dangle = !entries.is_empty() && entries.iter().all(|e| e["dangling"] == true);
+        all_dangle.then_some(()).ok_or(format!("{links:#}"))
+    });
 }

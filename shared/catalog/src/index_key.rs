@@ -37,6 +37,8 @@ pub enum Kind {
     Value,
     /// A resource instance's address.
     Address,
+    /// A link across states: its identity (hashed) and its two sides (sealed).
+    Link,
 }
 
 impl Kind {
@@ -44,6 +46,7 @@ impl Kind {
         match self {
             Kind::Value => b"value",
             Kind::Address => b"address",
+            Kind::Link => b"link",
         }
     }
 }

@@ -12,6 +12,7 @@
 //! | the same, by value | `ID#{value_hmac}` | `{repository}#{path}#{address_hmac}#{field}` | the same |
 //! | an identifier held by more than one state | `DUPS` | `{value_hmac}#{resource_type}#{field}` | `value_hmac`, `value_enc`, `resource_type`, `field` |
 //! | the resource index key | `CONFIG` | `index-key` | `kms_arn`, `wrapped`, `created_at` |
+//! | the identifier set; links across states | `IDSET`, `USES#…`, `USEDBY#…`, `LINKS#…` | see [`links`] | |
 //!
 //! Every query reads only what it answers: `states` is one partition, `find` one partition,
 //! `duplicates` the `DUPS` partition and one partition per duplicate; nothing scans the table.
@@ -24,6 +25,7 @@
 
 mod codec;
 pub mod index_key;
+mod links;
 mod reads;
 mod writes;
 
@@ -40,6 +42,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use codec::*;
 use gitstate_core::catalog::catalog_key;
+use gitstate_core::links::{Links, Order, StateRef, Use};
 use gitstate_core::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     ListQuery, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
@@ -56,6 +59,8 @@ pub struct DynamoCatalog {
     /// The KMS key that makes the index key when the table has none.
     index_kms_arn: Option<String>,
     index: std::sync::Arc<tokio::sync::Mutex<IndexState>>,
+    /// Shards of the identifier set read lately ([`links`]).
+    idset: links::IdSetCache,
 }
 
 /// What this process knows of the index key.
@@ -151,6 +156,7 @@ impl DynamoCatalog {
             audit_ttl,
             index_kms_arn: index_kms_arn.filter(|a| !a.is_empty()),
             index: std::sync::Arc::new(tokio::sync::Mutex::new(IndexState::Unknown)),
+            idset: Default::default(),
         }
     }
 
@@ -452,5 +458,22 @@ impl Catalog for DynamoCatalog {
 
     async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError> {
         self.duplicate_identifiers().await
+    }
+
+    async fn sync_links(
+        &self,
+        consumer: &StateRef,
+        uses: &[Use],
+        reads: &[StateRef],
+    ) -> Result<usize, CatalogError> {
+        self.sync_consumer_links(consumer, uses, reads).await
+    }
+
+    async fn links(&self, state: &StateRef) -> Result<Links, CatalogError> {
+        self.state_links(state).await
+    }
+
+    async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
+        self.repository_order(repository).await
     }
 }

@@ -10,14 +10,23 @@ impl DynamoCatalog {
         // trail complete, and the next write repairs the entry.
         self.add_audit(&event, &at).await?;
         let took = self.update_state(&event, &at).await?;
+        let consumer = gitstate_core::links::StateRef {
+            repository: event.repository.clone(),
+            path: event.path.clone(),
+        };
         match &event.change {
             CatalogChange::Write(facts) if took => {
                 self.sync_index(&event.repository, &event.path, &facts.identifiers, true)
-                    .await
+                    .await?;
+                self.sync_consumer_links(&consumer, &facts.uses, &facts.reads)
+                    .await?;
+                Ok(())
             }
             CatalogChange::Delete { .. } => {
                 self.sync_index(&event.repository, &event.path, &[], true)
-                    .await
+                    .await?;
+                self.sync_consumer_links(&consumer, &[], &[]).await?;
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -162,6 +171,9 @@ impl DynamoCatalog {
             .map(|(pk, sk)| delete_request(pk, sk))
             .collect::<Result<Vec<_>, _>>()?;
         self.batch_write(requests).await?;
+        let every_value: std::collections::BTreeSet<String> =
+            groups.keys().map(|(hash, _, _)| hash.clone()).collect();
+        self.rewrite_idset(&every_value).await?;
         let duplicates: std::collections::BTreeMap<(String, String, String), String> = groups
             .into_iter()
             .filter(|(_, holders)| distinct_states(holders) > 1)
@@ -374,8 +386,10 @@ impl DynamoCatalog {
         for gone in indexed.iter().filter(|i| !wanted.contains_key(*i)) {
             touched.insert(gone.duplicate_key(), false);
         }
+        let mut added = Vec::new();
         for (new, id) in wanted.iter().filter(|(i, _)| !indexed.contains(*i)) {
             touched.insert(new.duplicate_key(), true);
+            added.push(new.value_hmac.clone());
             let Some(keys) = &keys else { continue };
             let value_enc = keys.seal(Kind::Value, &new.value_hmac, &id.value)?;
             let address_enc = keys.seal(Kind::Address, &new.address_hmac, &id.address)?;
@@ -401,6 +415,9 @@ impl DynamoCatalog {
             requests.push(delete_request(pk, sk)?);
         }
         self.batch_write(requests).await?;
+        if !added.is_empty() {
+            self.add_to_idset(&added).await?;
+        }
         if !legacy_values.is_empty() {
             tracing::info!(
                 repository,

@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use gitstate_app::Settings;
 use gitstate_catalog::DynamoCatalog;
+use gitstate_core::links::StateRef;
 use gitstate_core::{Catalog, CatalogChange, CatalogEvent, LockFacts, StateEntry, StateFacts};
 use gitstate_core::{ListQuery, StatePath};
 
@@ -65,6 +66,33 @@ pub enum CatalogCommand {
     ///   gitstate catalog duplicates
     #[command(verbatim_doc_comment)]
     Duplicates(CatalogArgs),
+    /// What a state uses of other states (an identifier another state manages, held in an
+    /// attribute or output) and what uses it: `declared` where it reads that state through
+    /// `terraform_remote_state`, `literal` where the identifier is copied by hand; `dangling`
+    /// where the provider no longer manages it.
+    ///
+    ///   gitstate catalog links default envs/app.tfstate
+    ///   gitstate catalog links default network.tfstate --json | jq '.used_by[] | select(.kind == "literal")'
+    #[command(verbatim_doc_comment)]
+    Links {
+        /// Repository name.
+        repository: String,
+        /// State path.
+        path: String,
+        #[command(flatten)]
+        args: CatalogArgs,
+    },
+    /// The states of a repository in an order for applies (each after the states it uses),
+    /// and any circle of states that use each other.
+    ///
+    ///   gitstate catalog order default
+    #[command(verbatim_doc_comment)]
+    Order {
+        /// Repository name.
+        repository: String,
+        #[command(flatten)]
+        args: CatalogArgs,
+    },
     /// Rebuild the catalog from the git repositories: every state's entry, lock holder and
     /// resource index, as git holds them now (states gone from git are marked deleted). For
     /// recovery, and to enable the catalog late. The audit trail is not rebuilt: git's history
@@ -121,6 +149,7 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     let catalog = open(args).await?;
     let repositories = Repositories::open(&args.settings).await?;
     let mut summary = String::new();
+    let mut uses = Vec::new();
     for name in repositories.names() {
         let store = repositories.store(&name)?;
         let backend = &repositories.backend;
@@ -134,6 +163,7 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
             .filter(|r| r.commit.is_some())
             .collect();
         let mut progress = Progress::new(format!("rebuild {name}"), states.len());
+        // Links are found once every index entry is rebuilt (a provider may come later).
         let mut present = BTreeSet::new();
         let mut indexed = 0;
         for row in &states {
@@ -151,6 +181,15 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
             let mut facts = StateFacts::of(&state);
             facts.commit = Some(commit);
             indexed += facts.identifiers.len();
+            let consumer = StateRef {
+                repository: name.clone(),
+                path: row.path.clone(),
+            };
+            uses.push((
+                consumer,
+                std::mem::take(&mut facts.uses),
+                facts.reads.clone(),
+            ));
             let lock = row.lock.as_ref().map(|l| LockFacts {
                 id: l.id.clone(),
                 who: l.who.clone(),
@@ -187,6 +226,16 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     summary.push_str(&format!(
         "{duplicates} identifier(s) managed by more than one state\n"
     ));
+    let mut progress = Progress::new("links".to_owned(), uses.len());
+    let mut linked = 0;
+    for (consumer, state_uses, reads) in &uses {
+        linked += catalog
+            .sync_links(consumer, state_uses, reads)
+            .await
+            .map_err(|e| format!("{}/{}: {e}", consumer.repository, consumer.path))?;
+        progress.step(&consumer.path);
+    }
+    summary.push_str(&format!("{linked} link(s) across states\n"));
     Ok(summary)
 }
 
@@ -337,6 +386,81 @@ pub async fn run(command: CatalogCommand) -> Result<String, String> {
             }
             Ok(table(rows))
         }
+        CatalogCommand::Links {
+            repository,
+            path,
+            args,
+        } => links(&args, repository, path).await,
+        CatalogCommand::Order { repository, args } => order(&args, &repository).await,
         CatalogCommand::Rebuild(args) => rebuild(&args).await,
     }
+}
+
+/// `catalog links`: both directions, one row per link.
+async fn links(args: &CatalogArgs, repository: String, path: String) -> Result<String, String> {
+    let state = StateRef { repository, path };
+    let found = open(args)
+        .await?
+        .links(&state)
+        .await
+        .map_err(|e| e.to_string())?;
+    if args.json {
+        return json(&found);
+    }
+    if found.uses.is_empty() && found.used_by.is_empty() {
+        return Ok(format!(
+            "{}/{} uses no other state's resources, and no state uses its own\n",
+            state.repository, state.path
+        ));
+    }
+    let mut rows = vec![[
+        "DIRECTION",
+        "KIND",
+        "OTHER STATE",
+        "ITS ADDRESS",
+        "ITS ATTRIBUTE",
+        "HERE",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (direction, entries) in [("uses", &found.uses), ("used by", &found.used_by)] {
+        for e in entries {
+            let kind = serde_json::to_value(e.kind)
+                .ok()
+                .and_then(|k| k.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            rows.push(vec![
+                direction.to_owned(),
+                if e.dangling {
+                    format!("{kind}, dangling")
+                } else {
+                    kind
+                },
+                format!("{}/{}", e.repository, e.path),
+                e.address.clone(),
+                e.attribute.clone(),
+                format!("{} {}", e.here.address, e.here.attribute)
+                    .trim_end()
+                    .to_owned(),
+            ]);
+        }
+    }
+    Ok(table(rows))
+}
+
+/// `catalog order`: one state per line in order, then the circles.
+async fn order(args: &CatalogArgs, repository: &str) -> Result<String, String> {
+    let found = open(args)
+        .await?
+        .order(repository)
+        .await
+        .map_err(|e| e.to_string())?;
+    if args.json {
+        return json(&found);
+    }
+    let mut out: String = found.order.iter().map(|p| format!("{p}\n")).collect();
+    for cycle in &found.cycles {
+        out.push_str(&format!("cycle: {}\n", cycle.join(" <-> ")));
+    }
+    Ok(out)
 }

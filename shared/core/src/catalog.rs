@@ -8,6 +8,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::links::{Links, Order, StateRef, Use};
+
 use crate::listing::ListQuery;
 
 /// What happened to a state.
@@ -61,6 +63,10 @@ pub struct StateFacts {
     pub commit: Option<String>,
     /// The identifying attributes of its managed resource instances (the resource index).
     pub identifiers: Vec<ResourceIdentifier>,
+    /// The strings it holds that may name another state's resources ([`crate::links::uses`]).
+    pub uses: Vec<crate::links::Use>,
+    /// The states it reads through `terraform_remote_state` ([`crate::links::remote_states`]).
+    pub reads: Vec<crate::links::StateRef>,
 }
 
 /// One identifying attribute of a managed resource instance: what the resource index maps to
@@ -83,113 +89,57 @@ pub const IDENTIFYING_ATTRIBUTES: [&str; 4] = ["id", "arn", "self_link", "name"]
 /// Longest identifier indexed, in bytes (DynamoDB keys are at most 1 KiB / 2 KiB).
 pub const MAX_IDENTIFIER_BYTES: usize = 800;
 
+/// The readable top of a state: `serial`, `lineage`, `terraform_version` (OpenTofu's
+/// encrypted envelope keeps the first two readable too).
 #[derive(Deserialize)]
 struct Header {
     serial: Option<u64>,
     lineage: Option<String>,
     terraform_version: Option<String>,
-    resources: Option<Vec<ResourceHeader>>,
-    /// A v3 state's modules: only whether there are any is read here.
-    #[serde(default)]
-    modules: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ResourceHeader {
-    #[serde(default)]
-    module: Option<String>,
-    #[serde(default)]
-    mode: String,
-    #[serde(default, rename = "type")]
-    resource_type: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    instances: Vec<InstanceHeader>,
-}
-
-#[derive(Deserialize)]
-struct InstanceHeader {
-    #[serde(default)]
-    index_key: Option<serde_json::Value>,
-    #[serde(default)]
-    attributes: Option<IdentifyingAttributes>,
-}
-
-/// Only the identifying attributes are read; serde skips the others without building them.
-#[derive(Deserialize)]
-struct IdentifyingAttributes {
-    id: Option<serde_json::Value>,
-    arn: Option<serde_json::Value>,
-    self_link: Option<serde_json::Value>,
-    name: Option<serde_json::Value>,
 }
 
 impl StateFacts {
     /// Reads the facts of a Terraform state (v4, or a v3 one of Terraform 0.11, whose flat
-    /// attributes are rebuilt first); an OpenTofu client-encrypted state has only its size (and
-    /// serial/lineage, which OpenTofu keeps readable).
+    /// attributes are rebuilt first): its identifiers, uses and remote states; an OpenTofu
+    /// client-encrypted state has only its size (and serial/lineage, which OpenTofu keeps
+    /// readable).
     pub fn of(state: &[u8]) -> StateFacts {
-        let header: Option<Header> = serde_json::from_slice(state).ok();
-        let mut identifiers = Vec::new();
-        let mut resource_count = None;
-        if let Some(resources) = header.as_ref().and_then(|h| h.resources.as_ref()) {
-            resource_count = Some(resources.iter().map(|r| r.instances.len() as u64).sum());
-            for resource in resources.iter().filter(|r| r.mode == "managed") {
-                for instance in &resource.instances {
-                    let Some(attributes) = &instance.attributes else {
-                        continue;
-                    };
-                    let address = crate::tfstate::address(
-                        resource.module.as_deref().unwrap_or(""),
-                        &resource.mode,
-                        &resource.resource_type,
-                        &resource.name,
-                        instance.index_key.as_ref(),
-                    );
-                    let values = [
-                        &attributes.id,
-                        &attributes.arn,
-                        &attributes.self_link,
-                        &attributes.name,
-                    ];
-                    let values = values.map(Option::as_ref);
-                    identify(&mut identifiers, &resource.resource_type, &address, values);
-                }
-            }
-        } else if header.as_ref().is_some_and(|h| h.modules.is_some()) {
-            resource_count = legacy_identifiers(state, &mut identifiers);
-        }
-        identifiers.sort();
-        identifiers.dedup();
-        StateFacts {
+        let document: Option<serde_json::Value> = serde_json::from_slice(state).ok();
+        let header: Option<Header> = document.as_ref().and_then(|d| Header::deserialize(d).ok());
+        let mut facts = StateFacts {
             serial: header.as_ref().and_then(|h| h.serial),
             lineage: header.as_ref().and_then(|h| h.lineage.clone()),
             terraform_version: header.as_ref().and_then(|h| h.terraform_version.clone()),
-            resource_count,
             size: state.len() as u64,
-            commit: None,
-            identifiers,
+            ..StateFacts::default()
+        };
+        let Some(document) = document else {
+            return facts;
+        };
+        let is_state = ["resources", "modules"]
+            .iter()
+            .any(|key| document.get(key).is_some_and(serde_json::Value::is_array));
+        if !is_state {
+            return facts;
         }
+        let instances = crate::tfstate::instances(&document);
+        facts.resource_count = Some(instances.len() as u64);
+        for instance in instances.iter().filter(|i| i.mode == "managed") {
+            let attributes = instance.value.get("attributes");
+            let values = IDENTIFYING_ATTRIBUTES.map(|field| attributes.and_then(|a| a.get(field)));
+            identify(
+                &mut facts.identifiers,
+                instance.resource_type,
+                &instance.address,
+                values,
+            );
+        }
+        facts.identifiers.sort();
+        facts.identifiers.dedup();
+        facts.uses = crate::links::uses(&document);
+        facts.reads = crate::links::remote_states(&document);
+        facts
     }
-}
-
-/// A v3 state's identifiers (from its managed instances' rebuilt attributes) and its number of
-/// instances.
-fn legacy_identifiers(state: &[u8], identifiers: &mut Vec<ResourceIdentifier>) -> Option<u64> {
-    let document: serde_json::Value = serde_json::from_slice(state).ok()?;
-    let instances = crate::tfstate::instances(&document);
-    for instance in instances.iter().filter(|i| i.mode == "managed") {
-        let attributes = instance.value.get("attributes");
-        let values = IDENTIFYING_ATTRIBUTES.map(|field| attributes.and_then(|a| a.get(field)));
-        identify(
-            identifiers,
-            instance.resource_type,
-            &instance.address,
-            values,
-        );
-    }
-    Some(instances.len() as u64)
 }
 
 /// Adds the string `values` of the [`IDENTIFYING_ATTRIBUTES`] (in that order) of one managed
@@ -427,6 +377,25 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
 
     /// Identifiers (same type, attribute and value) managed by more than one state.
     async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError>;
+
+    /// Brings the links of `consumer` in line with the `uses` and `reads` of its current
+    /// version (the rules: [`crate::links`]); returns how many it has. `record` does this itself
+    /// for a write it takes (a delete drops them); a rebuild calls it for every state once
+    /// every index entry is rebuilt, so that a provider walked later is found.
+    async fn sync_links(
+        &self,
+        consumer: &StateRef,
+        uses: &[Use],
+        reads: &[StateRef],
+    ) -> Result<usize, CatalogError>;
+
+    /// What `state` uses of other states and what uses it, each link marked `dangling` where
+    /// the provider no longer manages the identifier.
+    async fn links(&self, state: &StateRef) -> Result<Links, CatalogError>;
+
+    /// The states of `repository` (not deleted) in an order for applies, and the circles
+    /// ([`crate::links::order`]; links to other repositories do not order it).
+    async fn order(&self, repository: &str) -> Result<Order, CatalogError>;
 }
 
 #[cfg(test)]

@@ -136,7 +136,9 @@ mod tests {
 
     #[test]
     fn the_flat_map_rules() {
-        let cases: Vec<(&str, Vec<(&str, &str)>, Value)> = vec![
+        /// What a case shows, its flat map, and the value it rebuilds.
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Value);
+        let cases: Vec<Case<'_>> = vec![
             ("a leaf", vec![("id", "i-1")], json!({"id": "i-1"})),
             (
                 "a list in order of its indexes, 10 after 9",

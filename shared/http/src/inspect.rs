@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gitstate_core::history::{LockListing, VersionInfo, DEFAULT_HISTORY_LIMIT};
+use gitstate_core::links::{Links, Order, StateRef};
 use gitstate_core::{AuditEntry, Catalog, Duplicate, ListQuery, ManagedBy, StatePath, StateStore};
 
 use crate::error::ApiError;
@@ -234,4 +235,27 @@ pub async fn catalog_duplicates(
     headers: HeaderMap,
 ) -> Result<Json<Vec<Duplicate>>, ApiError> {
     Ok(Json(catalog(&app, &headers).await?.duplicates().await?))
+}
+
+/// `GET /_/catalog/links/{repo}/{path}`: what this state uses of other states and what uses it.
+pub async fn catalog_links(
+    State(app): State<AppState>,
+    Path((repo, path)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Links>, ApiError> {
+    let path = state_path(&path)?;
+    let state = StateRef {
+        repository: repo,
+        path: path.as_str().to_owned(),
+    };
+    Ok(Json(catalog(&app, &headers).await?.links(&state).await?))
+}
+
+/// `GET /_/catalog/order/{repo}`: the repository's states in an order for applies, and circles.
+pub async fn catalog_order(
+    State(app): State<AppState>,
+    Path(repo): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Order>, ApiError> {
+    Ok(Json(catalog(&app, &headers).await?.order(&repo).await?))
 }

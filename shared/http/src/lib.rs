@@ -121,6 +121,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/_/catalog/find", get(inspect::catalog_find))
         .route("/_/catalog/duplicates", get(inspect::catalog_duplicates))
+        .route(
+            "/_/catalog/links/{repo}/{*path}",
+            get(inspect::catalog_links),
+        )
+        .route("/_/catalog/order/{repo}", get(inspect::catalog_order))
         .route("/_/ui", get(ui::index))
         .route("/_/ui/{repo}/{*path}", get(ui::state))
         .route("/state/{*rest}", any(handlers::state_address))

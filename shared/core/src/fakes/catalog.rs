@@ -10,6 +10,7 @@ use crate::catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
 };
+use crate::links::{self, Link, Links, Order, StateRef, Use};
 use crate::listing::ListQuery;
 
 /// A [`Catalog`] in memory with the port's rules: an older serial never overwrites a newer one,
@@ -27,6 +28,8 @@ struct CatalogData {
     events: Vec<CatalogEvent>,
     entries: BTreeMap<(String, String), StateEntry>,
     index: BTreeMap<(String, String), Vec<ResourceIdentifier>>,
+    /// Per consumer state, its links.
+    links: BTreeMap<StateRef, Vec<Link>>,
 }
 
 impl MemoryCatalog {
@@ -69,7 +72,8 @@ fn lock_entry(facts: &LockFacts) -> LockEntry {
 }
 
 impl CatalogData {
-    fn apply(&mut self, event: &CatalogEvent) {
+    /// Applies `event`; `false` when it was a write older than the entry (nothing changed).
+    fn apply(&mut self, event: &CatalogEvent) -> bool {
         let key = (event.repository.clone(), event.path.clone());
         let entry = self
             .entries
@@ -82,7 +86,7 @@ impl CatalogData {
         match &event.change {
             CatalogChange::Write(facts) => {
                 if entry.serial.is_some() && facts.serial < entry.serial && !entry.deleted {
-                    return;
+                    return false;
                 }
                 entry.serial = facts.serial;
                 entry.lineage = facts.lineage.clone();
@@ -105,6 +109,31 @@ impl CatalogData {
             CatalogChange::Lock(facts) => entry.lock = Some(lock_entry(facts)),
             CatalogChange::Unlock { .. } => entry.lock = None,
         }
+        true
+    }
+
+    /// The links of `consumer` from its `uses` and `reads`, against the index as it is.
+    fn link(&mut self, consumer: &StateRef, uses: &[Use], reads: &[StateRef]) -> usize {
+        let mut holders: std::collections::HashMap<String, Vec<ManagedBy>> = Default::default();
+        for (id, by) in self.managed_by() {
+            holders.entry(id.value).or_default().push(by);
+        }
+        let found = links::resolve(consumer, uses, reads, &holders);
+        let count = found.len();
+        self.links.insert(consumer.clone(), found);
+        count
+    }
+
+    /// Whether `link`'s provider still manages its identifier.
+    fn holds(&self, link: &Link) -> bool {
+        let key = (link.provider.repository.clone(), link.provider.path.clone());
+        self.index.get(&key).is_some_and(|ids| {
+            ids.iter().any(|id| {
+                id.value == link.value
+                    && id.address == link.provider_address
+                    && id.field == link.provider_field
+            })
+        })
     }
 
     fn managed_by(&self) -> Vec<(ResourceIdentifier, ManagedBy)> {
@@ -131,7 +160,20 @@ impl CatalogData {
 impl Catalog for MemoryCatalog {
     async fn record(&self, event: CatalogEvent) -> Result<(), CatalogError> {
         let mut data = self.available()?;
-        data.apply(&event);
+        let took = data.apply(&event);
+        let consumer = StateRef {
+            repository: event.repository.clone(),
+            path: event.path.clone(),
+        };
+        match &event.change {
+            CatalogChange::Write(facts) if took => {
+                data.link(&consumer, &facts.uses, &facts.reads);
+            }
+            CatalogChange::Delete { .. } => {
+                data.links.remove(&consumer);
+            }
+            _ => {}
+        }
         data.events.push(event);
         Ok(())
     }
@@ -253,6 +295,53 @@ impl Catalog for MemoryCatalog {
             })
             .collect())
     }
+
+    async fn sync_links(
+        &self,
+        consumer: &StateRef,
+        uses: &[Use],
+        reads: &[StateRef],
+    ) -> Result<usize, CatalogError> {
+        Ok(self.available()?.link(consumer, uses, reads))
+    }
+
+    async fn links(&self, state: &StateRef) -> Result<Links, CatalogError> {
+        let data = self.available()?;
+        let mut found = Links::default();
+        for (consumer, links) in &data.links {
+            for link in links {
+                let dangling = !data.holds(link);
+                if consumer == state {
+                    found.uses.push(link.as_use(dangling));
+                }
+                if &link.provider == state {
+                    found.used_by.push(link.as_used_by(dangling));
+                }
+            }
+        }
+        found.uses.sort();
+        found.used_by.sort();
+        Ok(found)
+    }
+
+    async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
+        let data = self.available()?;
+        let states = data
+            .entries
+            .values()
+            .filter(|e| e.repository == repository && !e.deleted)
+            .map(|e| e.path.clone())
+            .collect();
+        let edges: Vec<(String, String)> = data
+            .links
+            .iter()
+            .filter(|(consumer, _)| consumer.repository == repository)
+            .flat_map(|(_, links)| links)
+            .filter(|l| l.provider.repository == repository)
+            .map(|l| (l.consumer.path.clone(), l.provider.path.clone()))
+            .collect();
+        Ok(links::order(&states, &edges))
+    }
 }
 
 #[cfg(test)]
@@ -303,5 +392,96 @@ mod tests {
         assert_eq!(catalog.audit("r", "a").await.expect("audit").len(), 2);
         catalog.set_outage(true);
         assert!(catalog.states(&ListQuery::all()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn links_follow_writes_and_dangle_once_the_provider_goes() {
+        use crate::catalog::StateFacts;
+        let catalog = MemoryCatalog::new();
+        let write = |path: &str, state: serde_json::Value| CatalogEvent {
+            repository: "r".into(),
+            path: path.into(),
+            who: "alice".into(),
+            at: std::time::SystemTime::now(),
+            change: CatalogChange::Write(StateFacts::of(&serde_json::to_vec(&state).unwrap())),
+        };
+        let data = |name: &str, input: serde_json::Value| {
+            serde_json::json!({"mode": "managed", "type": "terraform_data", "name": name,
+                "instances": [{"attributes": {"id": format!("{name}-id"), "input": input}}]})
+        };
+        let state = |resources: Vec<serde_json::Value>| serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": resources});
+        let remote = serde_json::json!({"mode": "data", "type": "terraform_remote_state", "name": "net",
+            "instances": [{"attributes": {"backend": "http",
+                "config": {"value": {"address": "http://h/state/r/network.tfstate"}}}}]});
+        catalog
+            .record(write(
+                "network.tfstate",
+                state(vec![data("vpc", serde_json::json!("x"))]),
+            ))
+            .await
+            .unwrap();
+        catalog
+            .record(write(
+                "app.tfstate",
+                state(vec![data("app", serde_json::json!({"vpc": "vpc-id"}))]),
+            ))
+            .await
+            .unwrap();
+        catalog
+            .record(write(
+                "db.tfstate",
+                state(vec![data("db", serde_json::json!("vpc-id")), remote]),
+            ))
+            .await
+            .unwrap();
+        let me = |path: &str| StateRef {
+            repository: "r".into(),
+            path: path.into(),
+        };
+        let network = catalog.links(&me("network.tfstate")).await.unwrap();
+        let used_by: Vec<(&str, &str, &str, links::LinkKind)> = network
+            .used_by
+            .iter()
+            .map(|e| {
+                (
+                    e.path.as_str(),
+                    e.address.as_str(),
+                    e.attribute.as_str(),
+                    e.kind,
+                )
+            })
+            .collect();
+        assert_eq!(
+            used_by,
+            [
+                (
+                    "app.tfstate",
+                    "terraform_data.app",
+                    "input.vpc",
+                    links::LinkKind::Literal
+                ),
+                (
+                    "db.tfstate",
+                    "terraform_data.db",
+                    "input",
+                    links::LinkKind::Declared
+                ),
+            ]
+        );
+        let app = catalog.links(&me("app.tfstate")).await.unwrap();
+        assert_eq!(app.uses[0].path, "network.tfstate");
+        assert_eq!(app.uses[0].address, "terraform_data.vpc");
+        assert_eq!(app.uses[0].attribute, "id");
+        assert!(!app.uses[0].dangling);
+        let order = catalog.order("r").await.unwrap();
+        assert_eq!(order.order[0], "network.tfstate", "{order:?}");
+        // The network goes: its users' links dangle.
+        catalog
+            .record(write("network.tfstate", state(vec![])))
+            .await
+            .unwrap();
+        let network = catalog.links(&me("network.tfstate")).await.unwrap();
+        assert!(network.used_by.iter().all(|e| e.dangling), "{network:?}");
+        assert_eq!(network.used_by.len(), 2);
     }
 }

@@ -145,7 +145,7 @@ fn compare<V: PartialEq>(old: BTreeMap<String, V>, new: &BTreeMap<String, V>) ->
 }
 
 /// The root module's outputs by name (a v3 state's are in its root module).
-fn outputs(state: &Value) -> BTreeMap<String, &Value> {
+pub fn outputs(state: &Value) -> BTreeMap<String, &Value> {
     let outputs = match state.get("outputs") {
         Some(outputs) => outputs.as_object(),
         None => state
