@@ -18,6 +18,7 @@ BENCHES = {
     "catalog": "catalog",
     "catalog-index": "catalog_index",
     "catalog-rebuild": "catalog_rebuild",
+    "catalog-write": "catalog_write",
     "terraform": "terraform",
     "lambda-init": "lambda_init",
     "lambda-warm": "lambda_warm",

@@ -4,12 +4,13 @@
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
 //! | the identifier set, one shard per first hex digit of the value hash | `IDSET` | `0`…`f` | `h`: a string set of the first 16 hex digits of every value hash indexed |
-//! | a link, by consumer | `USES#{repository}#{path}` | `{link_hmac}` | `value_hmac`, `kind`, `consumer_repository`, `consumer_path`, `provider_repository`, `provider_path`, `sides_enc` |
+//! | a link, by consumer | `USES#{repository}#{path}` | `{link_hmac}` | `value_hmac`, `kind`, `consumer_repository`, `consumer_path`, `provider_repository`, `provider_path`, `sides_enc`, `checked_at` (unix seconds of the look-up) |
 //! | the same, by provider | `USEDBY#{repository}#{path}` | `{consumer repository}#{consumer path}#{link_hmac}` | the same |
 //! | the same, by the consumer's repository (for the order) | `LINKS#{repository}` | `{consumer path}#{link_hmac}` | the same |
 //!
 //! A write looks up only the strings whose hash prefix the identifier set holds (one
-//! `BatchGetItem` of the shards it needs, kept 10 s per process), then one query per candidate.
+//! `BatchGetItem` of the shards it needs, kept 10 s per process), then one query per candidate;
+//! a string it linked less than 15 minutes ago keeps its providers without a query.
 //! The set only grows between rebuilds (a removed identifier costs one query that finds
 //! nothing). The addresses and attributes of both sides are sealed (`sides_enc`) under the
 //! index key, as the index's addresses are.
@@ -30,6 +31,17 @@ const PREFIX: usize = 16;
 const IDSET_KEPT: Duration = Duration::from_secs(10);
 /// Index queries one link sync runs at once.
 const LOOKUPS_AT_ONCE: usize = 16;
+/// How long the providers of a value already linked are trusted before a write looks them up
+/// again (a new holder of an identifier already linked, or a provider's new address for it, is
+/// seen within this time, or at the next rebuild).
+const LINK_RECHECK: Duration = Duration::from_secs(15 * 60);
+
+/// A link a sync keeps, with its value's hash and when its providers were looked up.
+struct Wanted {
+    link: Link,
+    value_hash: String,
+    checked_at: u64,
+}
 
 /// Shards of the identifier set this process read, with when.
 pub(crate) type IdSetCache =
@@ -256,7 +268,8 @@ impl DynamoCatalog {
         Ok(found)
     }
 
-    /// See [`Catalog::sync_links`].
+    /// See [`Catalog::sync_links`]. A string already linked, and looked up less than
+    /// [`LINK_RECHECK`] ago, keeps its providers without a query; the others are looked up.
     pub(super) async fn sync_consumer_links(
         &self,
         consumer: &StateRef,
@@ -264,26 +277,14 @@ impl DynamoCatalog {
         reads: &[StateRef],
     ) -> Result<usize, CatalogError> {
         let keys = self.index_keys().await?;
-        let mut wanted: BTreeMap<String, (Link, String)> = BTreeMap::new();
+        let uses_pk = format!("USES#{}#{}", consumer.repository, consumer.path);
+        let existing = self.query_partition(uses_pk).await?;
+        let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
         if let Some(keys) = &keys {
-            let values: BTreeSet<&str> = uses.iter().map(|u| u.value.as_str()).collect();
-            let mut by_hash: HashMap<String, &str> = HashMap::new();
-            for value in values {
-                by_hash.insert(keys.hash(Kind::Value, value)?, value);
-            }
-            let hashes: BTreeSet<String> = by_hash.keys().cloned().collect();
-            let candidates: Vec<(String, String)> = self
-                .maybe_identifiers(&hashes)
-                .await?
-                .into_iter()
-                .filter_map(|h| Some((by_hash.get(h)?.to_string(), h.clone())))
-                .collect();
-            let value_hashes: HashMap<String, String> = candidates
-                .iter()
-                .map(|(v, h)| (v.clone(), h.clone()))
-                .collect();
-            let holders = self.holders_of(keys, candidates).await?;
-            for link in links::resolve(consumer, uses, reads, &holders) {
+            let found = self
+                .find_links(keys, consumer, uses, reads, &existing)
+                .await?;
+            for (link, value_hash, checked_at) in found {
                 let identity = format!(
                     "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{:?}",
                     link.consumer.repository,
@@ -296,61 +297,114 @@ impl DynamoCatalog {
                     link.provider_field,
                     link.kind
                 );
-                let value_hash = value_hashes.get(&link.value).cloned().unwrap_or_default();
-                wanted.insert(keys.hash(Kind::Link, &identity)?, (link, value_hash));
+                wanted.insert(
+                    keys.hash(Kind::Link, &identity)?,
+                    Wanted {
+                        link,
+                        value_hash,
+                        checked_at,
+                    },
+                );
             }
         }
-        let uses_pk = format!("USES#{}#{}", consumer.repository, consumer.path);
         let mut requests = Vec::new();
         let mut kept = BTreeSet::new();
-        for item in self.query_partition(uses_pk.clone()).await? {
-            let Some(link_hash) = get_s(&item, "sk") else {
+        for item in &existing {
+            let Some(link_hash) = get_s(item, "sk") else {
                 continue;
             };
-            if wanted.contains_key(&link_hash) {
-                kept.insert(link_hash);
-                continue;
-            }
-            let provider = StateRef {
-                repository: get_s(&item, "provider_repository").unwrap_or_default(),
-                path: get_s(&item, "provider_path").unwrap_or_default(),
-            };
-            for (pk, sk) in link_keys(consumer, &provider, &link_hash) {
-                requests.push(delete_request(pk, sk)?);
+            let stored_at = get_n(item, "checked_at").unwrap_or(0);
+            match wanted.get(&link_hash) {
+                Some(w) if w.checked_at == stored_at => {
+                    kept.insert(link_hash);
+                }
+                // Looked up again: put anew below, with its new time.
+                Some(_) => {}
+                None => {
+                    let provider = StateRef {
+                        repository: get_s(item, "provider_repository").unwrap_or_default(),
+                        path: get_s(item, "provider_path").unwrap_or_default(),
+                    };
+                    for (pk, sk) in link_keys(consumer, &provider, &link_hash) {
+                        requests.push(delete_request(pk, sk)?);
+                    }
+                }
             }
         }
         if let Some(keys) = &keys {
-            for (link_hash, (link, value_hash)) in wanted.iter().filter(|(h, _)| !kept.contains(*h))
-            {
-                let sides = serde_json::to_string(&Sides {
-                    consumer: (
-                        link.consumer_address.clone(),
-                        link.consumer_attribute.clone(),
-                    ),
-                    provider: (link.provider_address.clone(), link.provider_field.clone()),
-                })
-                .map_err(|e| CatalogError(format!("encoding a link: {e}")))?;
-                let sides_enc = keys.seal(Kind::Link, link_hash, &sides)?;
-                for (pk, sk) in link_keys(consumer, &link.provider, link_hash) {
-                    let put = PutRequest::builder()
-                        .item("pk", s(pk))
-                        .item("sk", s(sk))
-                        .item("link_hmac", s(link_hash))
-                        .item("value_hmac", s(value_hash))
-                        .item("kind", s(kind_name(link.kind)))
-                        .item("consumer_repository", s(&consumer.repository))
-                        .item("consumer_path", s(&consumer.path))
-                        .item("provider_repository", s(&link.provider.repository))
-                        .item("provider_path", s(&link.provider.path))
-                        .item("sides_enc", s(&sides_enc))
-                        .build()
-                        .map_err(|e| CatalogError(format!("building a put request: {e}")))?;
-                    requests.push(WriteRequest::builder().put_request(put).build());
-                }
+            for (link_hash, w) in wanted.iter().filter(|(h, _)| !kept.contains(*h)) {
+                requests.extend(put_link(keys, consumer, link_hash, w)?);
             }
         }
         self.batch_write(requests).await?;
         Ok(wanted.len())
+    }
+
+    /// The links of `consumer` now, each with its value's hash and when its providers were
+    /// looked up: stored links of a value looked up less than [`LINK_RECHECK`] ago are reused,
+    /// every other candidate (a value the identifier set may hold) is looked up.
+    async fn find_links(
+        &self,
+        keys: &IndexKeys,
+        consumer: &StateRef,
+        uses: &[Use],
+        reads: &[StateRef],
+        existing: &[HashMap<String, AttributeValue>],
+    ) -> Result<Vec<(Link, String, u64)>, CatalogError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        // What the stored links say of each value: its providers, and the oldest look-up.
+        let mut stored: HashMap<String, (Vec<ManagedBy>, u64)> = HashMap::new();
+        for item in existing {
+            let (link, value_hash) = stored_link(keys, item)?;
+            let checked_at = get_n(item, "checked_at").unwrap_or(0);
+            let entry = stored.entry(value_hash).or_insert((Vec::new(), u64::MAX));
+            entry.0.push(ManagedBy {
+                repository: link.provider.repository,
+                path: link.provider.path,
+                address: link.provider_address,
+                resource_type: String::new(),
+                field: link.provider_field,
+            });
+            entry.1 = entry.1.min(checked_at);
+        }
+        let mut by_hash: HashMap<String, &str> = HashMap::new();
+        for one in uses {
+            by_hash.insert(keys.hash(Kind::Value, &one.value)?, one.value.as_str());
+        }
+        let mut holders: HashMap<String, Vec<ManagedBy>> = HashMap::new();
+        let mut checked: HashMap<String, (String, u64)> = HashMap::new();
+        let mut lookups = BTreeSet::new();
+        for (hash, value) in &by_hash {
+            match stored.get(hash) {
+                Some((providers, at)) if now.saturating_sub(*at) < LINK_RECHECK.as_secs() => {
+                    holders.insert(value.to_string(), providers.clone());
+                    checked.insert(value.to_string(), (hash.clone(), *at));
+                }
+                _ => {
+                    lookups.insert(hash.clone());
+                }
+            }
+        }
+        let candidates: Vec<(String, String)> = self
+            .maybe_identifiers(&lookups)
+            .await?
+            .into_iter()
+            .filter_map(|h| Some((by_hash.get(h)?.to_string(), h.clone())))
+            .collect();
+        for (value, hash) in &candidates {
+            checked.insert(value.clone(), (hash.clone(), now));
+        }
+        holders.extend(self.holders_of(keys, candidates).await?);
+        Ok(links::resolve(consumer, uses, reads, &holders)
+            .into_iter()
+            .map(|link| {
+                let (hash, at) = checked.get(&link.value).cloned().unwrap_or_default();
+                (link, hash, at)
+            })
+            .collect())
     }
 
     /// See [`Catalog::links`].
@@ -431,6 +485,44 @@ impl DynamoCatalog {
             .collect();
         Ok(links::order(&states, &edges))
     }
+}
+
+/// The three puts of one link (its items by consumer, provider and repository).
+fn put_link(
+    keys: &IndexKeys,
+    consumer: &StateRef,
+    link_hash: &str,
+    wanted: &Wanted,
+) -> Result<Vec<WriteRequest>, CatalogError> {
+    let link = &wanted.link;
+    let sides = serde_json::to_string(&Sides {
+        consumer: (
+            link.consumer_address.clone(),
+            link.consumer_attribute.clone(),
+        ),
+        provider: (link.provider_address.clone(), link.provider_field.clone()),
+    })
+    .map_err(|e| CatalogError(format!("encoding a link: {e}")))?;
+    let sides_enc = keys.seal(Kind::Link, link_hash, &sides)?;
+    let mut requests = Vec::new();
+    for (pk, sk) in link_keys(consumer, &link.provider, link_hash) {
+        let put = PutRequest::builder()
+            .item("pk", s(pk))
+            .item("sk", s(sk))
+            .item("link_hmac", s(link_hash))
+            .item("value_hmac", s(&wanted.value_hash))
+            .item("kind", s(kind_name(link.kind)))
+            .item("consumer_repository", s(&consumer.repository))
+            .item("consumer_path", s(&consumer.path))
+            .item("provider_repository", s(&link.provider.repository))
+            .item("provider_path", s(&link.provider.path))
+            .item("sides_enc", s(&sides_enc))
+            .item("checked_at", n(wanted.checked_at))
+            .build()
+            .map_err(|e| CatalogError(format!("building a put request: {e}")))?;
+        requests.push(WriteRequest::builder().put_request(put).build());
+    }
+    Ok(requests)
 }
 
 /// The three keys of one link.

@@ -8,6 +8,9 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::identifiers::{
+    ManagedBy, ResourceIdentifier, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES,
+};
 use crate::links::{Links, Order, StateRef, Use};
 
 use crate::listing::ListQuery;
@@ -68,26 +71,6 @@ pub struct StateFacts {
     /// The states it reads through `terraform_remote_state` ([`crate::links::remote_states`]).
     pub reads: Vec<crate::links::StateRef>,
 }
-
-/// One identifying attribute of a managed resource instance: what the resource index maps to
-/// the state that manages it. Only these attributes are indexed, never other values.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ResourceIdentifier {
-    /// The attribute's value, e.g. an instance id or an ARN.
-    pub value: String,
-    /// The resource type, e.g. `aws_instance`.
-    pub resource_type: String,
-    /// Which attribute: one of [`IDENTIFYING_ATTRIBUTES`].
-    pub field: String,
-    /// The instance's address in its state, e.g. `module.net.aws_vpc.main[0]`.
-    pub address: String,
-}
-
-/// The attributes the resource index keeps: those that name a real-world object.
-pub const IDENTIFYING_ATTRIBUTES: [&str; 4] = ["id", "arn", "self_link", "name"];
-
-/// Longest identifier indexed, in bytes (DynamoDB keys are at most 1 KiB / 2 KiB).
-pub const MAX_IDENTIFIER_BYTES: usize = 800;
 
 /// The readable top of a state: `serial`, `lineage`, `terraform_version` (OpenTofu's
 /// encrypted envelope keeps the first two readable too).
@@ -300,21 +283,6 @@ pub struct AuditEntry {
     pub lock_id: Option<String>,
     /// The commit, for writes and deletes that made one.
     pub commit: Option<String>,
-}
-
-/// Where an identifier is managed: a resource instance in a state.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ManagedBy {
-    /// Repository name.
-    pub repository: String,
-    /// State path.
-    pub path: String,
-    /// Resource address in that state.
-    pub address: String,
-    /// Resource type.
-    pub resource_type: String,
-    /// Which identifying attribute holds the value.
-    pub field: String,
 }
 
 /// An identifier that more than one state manages (the same resource type and attribute).

@@ -12,6 +12,7 @@ pub mod fakes;
 pub mod flatmap;
 pub mod glob;
 pub mod history;
+pub mod identifiers;
 pub mod links;
 pub mod listing;
 pub mod lock;

@@ -7,7 +7,7 @@
 //!   depth) or of an output, with where it sits; a managed instance's own identifying
 //!   attributes are what it provides, not uses;
 //! - a *link* is a use whose value another state holds as an indexed identifier
-//!   ([`crate::catalog::IDENTIFYING_ATTRIBUTES`]); it is `declared` when the consumer reads
+//!   ([`crate::identifiers::IDENTIFYING_ATTRIBUTES`]); it is `declared` when the consumer reads
 //!   that state through a `terraform_remote_state` data source (its http backend `address`
 //!   names the state), `literal` otherwise (the identifier is copied by hand);
 //! - the order puts providers before their consumers; states that use each other in a circle
@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::catalog::{ManagedBy, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES};
+use crate::identifiers::{ManagedBy, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES};
 use crate::tfstate;
 
 /// One string a state holds, and where.

@@ -406,6 +406,13 @@ mod tests {
                 "outputs-token",
             ),
             ("GET", "/_/ui", "", "outputs-token"),
+            (
+                "GET",
+                "/_/catalog/links/default/teams/a/app.tfstate",
+                "",
+                "outputs-token",
+            ),
+            ("GET", "/_/catalog/order/default", "", "outputs-token"),
             ("POST", url, state, "read-token"),
             ("UNLOCK", url, r#"{"ID":"x"}"#, "read-token"),
         ] {
