@@ -28,6 +28,7 @@
 //! release profile without LTO) and scripts/check-shipped.sh a release one, and each points
 //! `GITSTATE_BIN` at it, as a user runs it.
 
+pub mod browser;
 pub mod crypto;
 pub mod keys;
 pub mod proxy;

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gitstate_tests::browser::{browse, screenshot, text_of};
 use gitstate_tests::crypto::MotoServer;
 use gitstate_tests::*;
 use serde_json::Value;
@@ -1031,6 +1032,35 @@ fn links_across_states_follow_terraform_applies() {
         ok && table.contains("used by") && table.contains("literal"),
         "{table}"
     );
+
+    // The web page: the graph (SVG drawn by the server), literal links in the warning colour;
+    // a box opens the state's page, which lists its links both ways.
+    let graph_url = format!("{}/_/ui/graph?repo=default", server.base_url());
+    let shot = screenshot(&graph_url, "graph.png");
+    eprintln!("screenshot of the dependency graph: {}", shot.display());
+    let dom = browse(&graph_url, "--dump-dom");
+    assert_eq!(dom.matches("class=\"link literal\"").count(), 1, "{dom}");
+    assert_eq!(dom.matches("class=\"link declared\"").count(), 1, "{dom}");
+    assert!(!dom.contains("<script"), "{dom}");
+    let app_page = "/_/ui/default/app.tfstate";
+    assert!(dom.contains(&format!("href=\"{app_page}\"")), "{dom}");
+    let text = text_of(&browse(
+        &format!("{}{app_page}", server.base_url()),
+        "--dump-dom",
+    ));
+    for expected in [
+        "Links across states",
+        "Uses",
+        "default/network.tfstate",
+        "terraform_data.vpc",
+        "literal",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} not on app's page: {text}"
+        );
+    }
+    assert!(!text.contains(&vpc_id), "a value is on the page: {text}");
 
     // `app` reads the network's state too: its link is declared now.
     write_config(

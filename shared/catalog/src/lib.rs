@@ -42,7 +42,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use codec::*;
 use gitstate_core::catalog::catalog_key;
-use gitstate_core::links::{Links, Order, StateRef, Use};
+use gitstate_core::links::{Graph, Links, StateRef, Use};
 use gitstate_core::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     ListQuery, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
@@ -473,7 +473,7 @@ impl Catalog for DynamoCatalog {
         self.state_links(state).await
     }
 
-    async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
-        self.repository_order(repository).await
+    async fn graph(&self, repository: &str) -> Result<Graph, CatalogError> {
+        self.repository_graph(repository).await
     }
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
-use gitstate_core::links::{self, Link, LinkKind, Links, Order, StateRef, Use};
+use gitstate_core::links::{self, Graph, Link, LinkKind, Links, StateRef, Use};
 
 use super::*;
 
@@ -466,24 +466,35 @@ impl DynamoCatalog {
         Ok(found)
     }
 
-    /// See [`Catalog::order`].
-    pub(super) async fn repository_order(&self, repository: &str) -> Result<Order, CatalogError> {
-        let states: BTreeSet<String> = self
-            .query_partition(STATES.into())
-            .await?
-            .iter()
-            .map(state_entry)
-            .filter(|e| e.repository == repository && !e.deleted)
-            .map(|e| e.path)
-            .collect();
-        let edges: Vec<(String, String)> = self
-            .query_partition(format!("LINKS#{repository}"))
-            .await?
-            .iter()
-            .filter(|item| get_s(item, "provider_repository").as_deref() == Some(repository))
-            .filter_map(|item| Some((get_s(item, "consumer_path")?, get_s(item, "provider_path")?)))
-            .collect();
-        Ok(links::order(&states, &edges))
+    /// See [`Catalog::graph`].
+    pub(super) async fn repository_graph(&self, repository: &str) -> Result<Graph, CatalogError> {
+        let mut graph = Graph {
+            states: self
+                .query_partition(STATES.into())
+                .await?
+                .iter()
+                .map(state_entry)
+                .filter(|e| e.repository == repository && !e.deleted)
+                .map(|e| e.path)
+                .collect(),
+            ..Graph::default()
+        };
+        for item in self.query_partition(format!("LINKS#{repository}")).await? {
+            if get_s(&item, "provider_repository").as_deref() != Some(repository) {
+                continue;
+            }
+            let (Some(consumer), Some(provider)) =
+                (get_s(&item, "consumer_path"), get_s(&item, "provider_path"))
+            else {
+                continue;
+            };
+            let kind = match get_s(&item, "kind").as_deref() {
+                Some("declared") => LinkKind::Declared,
+                _ => LinkKind::Literal,
+            };
+            graph.add(&consumer, &provider, kind);
+        }
+        Ok(graph)
     }
 }
 

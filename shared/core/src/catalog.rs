@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::identifiers::{
     ManagedBy, ResourceIdentifier, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES,
 };
-use crate::links::{Links, Order, StateRef, Use};
+use crate::links::{Graph, Links, Order, StateRef, Use};
 
 use crate::listing::ListQuery;
 
@@ -361,9 +361,15 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     /// the provider no longer manages the identifier.
     async fn links(&self, state: &StateRef) -> Result<Links, CatalogError>;
 
-    /// The states of `repository` (not deleted) in an order for applies, and the circles
+    /// The states of `repository` (not deleted) and the links among them (links to other
+    /// repositories left out).
+    async fn graph(&self, repository: &str) -> Result<Graph, CatalogError>;
+
+    /// The states of `repository` in an order for applies, and the circles
     /// ([`crate::links::order`]; links to other repositories do not order it).
-    async fn order(&self, repository: &str) -> Result<Order, CatalogError>;
+    async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
+        Ok(self.graph(repository).await?.order())
+    }
 }
 
 #[cfg(test)]

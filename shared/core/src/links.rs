@@ -330,6 +330,34 @@ pub struct Order {
     pub cycles: Vec<Vec<String>>,
 }
 
+/// The states of a repository (not deleted) and who uses whom among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Graph {
+    /// Every state's path.
+    pub states: BTreeSet<String>,
+    /// Consumer → provider: literal when any of the consumer's links to it is.
+    pub edges: BTreeMap<(String, String), LinkKind>,
+}
+
+impl Graph {
+    /// Adds one link's edge (a literal one makes the edge literal).
+    pub fn add(&mut self, consumer: &str, provider: &str, kind: LinkKind) {
+        let edge = self
+            .edges
+            .entry((consumer.to_owned(), provider.to_owned()))
+            .or_insert(kind);
+        if kind == LinkKind::Literal {
+            *edge = LinkKind::Literal;
+        }
+    }
+
+    /// The order for applies ([`order`]).
+    pub fn order(&self) -> Order {
+        let edges: Vec<(String, String)> = self.edges.keys().cloned().collect();
+        order(&self.states, &edges)
+    }
+}
+
 /// Orders `states` so that each provider comes before its consumers (`edges`: consumer →
 /// provider; ties in name order). States in a circle form one group, placed where the group
 /// as a whole can go, and are named in `cycles`.

@@ -166,7 +166,10 @@ pub async fn locks(
 }
 
 /// The catalog, when one is configured and the caller may read across repositories.
-async fn catalog(app: &AppState, headers: &HeaderMap) -> Result<Arc<dyn Catalog>, ApiError> {
+pub(crate) async fn catalog(
+    app: &AppState,
+    headers: &HeaderMap,
+) -> Result<Arc<dyn Catalog>, ApiError> {
     let credentials = authenticated_caller(app, headers).await?;
     app.registry.admit_operator(credentials.as_ref())?;
     app.catalog.clone().ok_or_else(|| {

@@ -6,6 +6,7 @@
 
 mod address;
 mod error;
+mod graph;
 mod guard;
 mod handlers;
 mod inspect;
@@ -127,6 +128,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/_/catalog/order/{repo}", get(inspect::catalog_order))
         .route("/_/ui", get(ui::index))
+        .route("/_/ui/graph", get(graph::graph))
         .route("/_/ui/{repo}/{*path}", get(ui::state))
         .route("/state/{*rest}", any(handlers::state_address))
         .route("/lock/{*rest}", any(handlers::state_address))

@@ -2,7 +2,8 @@
 //! index lists every repository's states with serial, size, last writer and lock holder, a page
 //! at a time, with their count and a filter by path prefix; a
 //! state's page lists its versions and shows what changed in the readable structure between
-//! two of them (resources and outputs added, removed or changed; never a value).
+//! two of them (resources and outputs added, removed or changed; never a value), and, with a
+//! catalog, its links across states both ways (the graph of a repository: `graph.rs`).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -11,16 +12,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
+use gitstate_core::links::{LinkKind, StateRef};
 use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::{BackendError, ListQuery, StatePath, StoreError};
 
 use crate::error::ApiError;
-use crate::inspect::{limit, list_query, query_string, state_path, store_for, url_part};
+use crate::inspect::{catalog, limit, list_query, query_string, state_path, store_for, url_part};
 use crate::AppState;
 
 /// Text made safe for HTML element content and attribute values.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -38,9 +40,9 @@ fn escape(text: &str) -> String {
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
 table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}\
 th{background:#f3f3f3}td.num{text-align:right}.locked{color:#a00;font-weight:600}\
-td.when{white-space:nowrap}.added{color:#060}.removed{color:#a00}.changed{color:#a60}code{font-size:.9em}.error{color:#a00}";
+td.when{white-space:nowrap}.added{color:#060}.removed{color:#a00}.changed{color:#a60}.literal{color:#d9480f;font-weight:600}code{font-size:.9em}.error{color:#a00}";
 
-fn page(title: &str, body: &str) -> Response {
+pub(crate) fn page(title: &str, body: &str) -> Response {
     let html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
          <style>{STYLE}</style></head><body>\n{body}\n<p><small>gitstate {} · read-only</small></p></body></html>\n",
@@ -126,6 +128,13 @@ pub async fn index(
     }
     for name in names {
         let _ = writeln!(body, "<h2>Repository <code>{}</code></h2>", escape(&name));
+        if app.catalog.is_some() {
+            let _ = writeln!(
+                body,
+                "<p><a href=\"/_/ui/graph?repo={}\">dependency graph</a></p>",
+                url_part(&name)
+            );
+        }
         let store = store_for(&app, &name, &headers).await?;
         match app.backend.states(store.as_ref(), &query).await {
             Ok(states) => body.push_str(&states_page(&name, &query, &states)),
@@ -219,6 +228,9 @@ pub async fn state(
         escape(path.as_str()),
         escape(&repo)
     );
+    if app.catalog.is_some() {
+        body.push_str(&links_section(&app, &headers, &repo, &path).await);
+    }
     if versions.is_empty() {
         body.push_str("<p>This state has no versions.</p>");
         return Ok(page(path.as_str(), &body));
@@ -324,6 +336,72 @@ fn versions_table(body: &mut String, base: &str, versions: &[VersionInfo]) {
         );
     }
     body.push_str("</tbody></table>");
+}
+
+/// The state's links both ways (from the catalog), each other state a link to its page; a
+/// sentence instead when the catalog cannot say (the caller may not read it, or it failed).
+async fn links_section(
+    app: &AppState,
+    headers: &HeaderMap,
+    repo: &str,
+    path: &StatePath,
+) -> String {
+    let state = StateRef {
+        repository: repo.to_owned(),
+        path: path.as_str().to_owned(),
+    };
+    let links = match catalog(app, headers).await {
+        Ok(catalog) => catalog.links(&state).await.map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    let links = match links {
+        Ok(links) => links,
+        Err(e) => {
+            let sentence = match e {
+                ApiError::Message(_, text) => text,
+                other => format!("the catalog answered {}", other.status()),
+            };
+            return format!(
+                "<p class=\"error\">Links across states: {}</p>",
+                escape(&sentence)
+            );
+        }
+    };
+    let mut html = format!(
+        "<h2>Links across states</h2><p><a href=\"/_/ui/graph?repo={}\">dependency graph of <code>{}</code></a></p>",
+        url_part(repo),
+        escape(repo)
+    );
+    for (title, entries) in [("Uses", &links.uses), ("Used by", &links.used_by)] {
+        let _ = write!(html, "<h3>{title}</h3>");
+        if entries.is_empty() {
+            html.push_str("<p>None.</p>");
+            continue;
+        }
+        html.push_str("<table><tr><th>state</th><th>its address</th><th>its attribute</th><th>here</th><th>kind</th></tr>");
+        for e in entries {
+            let kind = match e.kind {
+                LinkKind::Literal => "literal",
+                LinkKind::Declared => "declared",
+            };
+            let _ = write!(
+                html,
+                "<tr><td><a href=\"/_/ui/{}/{}\">{}/{}</a></td><td><code>{}</code></td><td><code>{}</code></td>\
+                 <td><code>{} {}</code></td><td class=\"{kind}\">{kind}{}</td></tr>",
+                url_part(&e.repository),
+                url_part(&e.path),
+                escape(&e.repository),
+                escape(&e.path),
+                escape(&e.address),
+                escape(&e.attribute),
+                escape(&e.here.address),
+                escape(&e.here.attribute),
+                if e.dangling { ", dangling" } else { "" },
+            );
+        }
+        html.push_str("</table>");
+    }
+    html
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::catalog::{
     AuditEntry, Catalog, CatalogChange, CatalogError, CatalogEvent, CatalogPage, Duplicate,
     LockEntry, LockFacts, ManagedBy, ResourceIdentifier, StateEntry,
 };
-use crate::links::{self, Link, Links, Order, StateRef, Use};
+use crate::links::{self, Graph, Link, Links, StateRef, Use};
 use crate::listing::ListQuery;
 
 /// A [`Catalog`] in memory with the port's rules: an older serial never overwrites a newer one,
@@ -324,23 +324,27 @@ impl Catalog for MemoryCatalog {
         Ok(found)
     }
 
-    async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
+    async fn graph(&self, repository: &str) -> Result<Graph, CatalogError> {
         let data = self.available()?;
-        let states = data
-            .entries
-            .values()
-            .filter(|e| e.repository == repository && !e.deleted)
-            .map(|e| e.path.clone())
-            .collect();
-        let edges: Vec<(String, String)> = data
+        let mut graph = Graph {
+            states: data
+                .entries
+                .values()
+                .filter(|e| e.repository == repository && !e.deleted)
+                .map(|e| e.path.clone())
+                .collect(),
+            ..Graph::default()
+        };
+        let links = data
             .links
             .iter()
             .filter(|(consumer, _)| consumer.repository == repository)
             .flat_map(|(_, links)| links)
-            .filter(|l| l.provider.repository == repository)
-            .map(|l| (l.consumer.path.clone(), l.provider.path.clone()))
-            .collect();
-        Ok(links::order(&states, &edges))
+            .filter(|l| l.provider.repository == repository);
+        for link in links {
+            graph.add(&link.consumer.path, &link.provider.path, link.kind);
+        }
+        Ok(graph)
     }
 }
 
