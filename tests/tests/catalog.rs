@@ -799,6 +799,25 @@ fn each_unlock_form_is_answered_and_audited_as_what_it_is() {
     );
 }
 
+/// `gitstate catalog rebuild` of the repositories under `cwd`, with the index key made by
+/// `index_kms`; its standard output (it must succeed).
+fn rebuild(moto: &MotoServer, cwd: &Path, index_kms: &str) -> String {
+    let out = Command::new(gitstate_bin())
+        .args(["catalog", "rebuild", "--catalog-table", TABLE])
+        .current_dir(cwd)
+        .envs(moto.aws_env())
+        .env("GITSTATE_CATALOG_KMS_ARN", index_kms)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// A v3 state as Terraform 0.11 wrote it (terraform-backend-git repositories still hold such
 /// states): attributes in a flat map, a root module and a child module.
 fn v3_state(serial: u64, tag: &str) -> String {
@@ -853,18 +872,10 @@ fn a_legacy_v3_state_is_indexed_and_its_changes_shown() {
     );
     git(Some(clone.path()), &["push", "-q", "origin", "HEAD:main"]);
 
-    let out = Command::new(gitstate_bin())
-        .args(["catalog", "rebuild", "--catalog-table", TABLE])
-        .current_dir(cwd.path())
-        .envs(moto.aws_env())
-        .env("GITSTATE_CATALOG_KMS_ARN", &index_kms)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = rebuild(&moto, cwd.path(), &index_kms);
     assert!(
         stdout.contains("default: 1 states, 3 identifiers indexed"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        "{stdout}"
     );
     let vpc = json(&moto, &["find", "vpc-0legacy01"]);
     assert_eq!(vpc[0]["path"], "legacy/net.tfstate", "{vpc}");
@@ -926,7 +937,7 @@ fn links_across_states_follow_terraform_applies() {
     let (ok, _, err) = catalog(&moto, &["create-table"]);
     assert!(ok, "{err}");
     let index_kms = moto.create_kms_key();
-    let (_cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
     let tf = Terraform::installed("1.15.5");
     let url = |path: &str| server.state_url("default", path);
     let [network, app, db] = [(); 3].map(|_| tempfile::tempdir().unwrap());
@@ -1027,6 +1038,10 @@ fn links_across_states_follow_terraform_applies() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), cli, "{path}");
     }
+    // `catalog rebuild` makes the same links again, once every index entry is rebuilt.
+    let stdout = rebuild(&moto, cwd.path(), &index_kms);
+    assert!(stdout.contains("5 link(s) across states"), "{stdout}");
+    assert_eq!(json(&moto, &["links", "default", "network.tfstate"]), links);
     let (ok, table, _) = catalog(&moto, &["links", "default", "network.tfstate"]);
     assert!(
         ok && table.contains("used by") && table.contains("literal"),

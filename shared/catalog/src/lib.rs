@@ -466,7 +466,7 @@ impl Catalog for DynamoCatalog {
         uses: &[Use],
         reads: &[StateRef],
     ) -> Result<usize, CatalogError> {
-        self.sync_consumer_links(consumer, uses, reads).await
+        self.sync_consumer_links(consumer, uses, reads, false).await
     }
 
     async fn links(&self, state: &StateRef) -> Result<Links, CatalogError> {

@@ -268,22 +268,23 @@ impl DynamoCatalog {
         Ok(found)
     }
 
-    /// See [`Catalog::sync_links`]. A string already linked, and looked up less than
-    /// [`LINK_RECHECK`] ago, keeps its providers without a query; the others are looked up.
+    /// See [`Catalog::sync_links`]. With `reuse` (a write), a string already linked and looked
+    /// up less than [`LINK_RECHECK`] ago keeps its providers without a query; without (a
+    /// rebuild), every candidate is looked up.
     pub(super) async fn sync_consumer_links(
         &self,
         consumer: &StateRef,
         uses: &[Use],
         reads: &[StateRef],
+        reuse: bool,
     ) -> Result<usize, CatalogError> {
         let keys = self.index_keys().await?;
         let uses_pk = format!("USES#{}#{}", consumer.repository, consumer.path);
         let existing = self.query_partition(uses_pk).await?;
         let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
         if let Some(keys) = &keys {
-            let found = self
-                .find_links(keys, consumer, uses, reads, &existing)
-                .await?;
+            let stored = if reuse { existing.as_slice() } else { &[] };
+            let found = self.find_links(keys, consumer, uses, reads, stored).await?;
             for (link, value_hash, checked_at) in found {
                 let identity = format!(
                     "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{:?}",
@@ -488,11 +489,7 @@ impl DynamoCatalog {
             else {
                 continue;
             };
-            let kind = match get_s(&item, "kind").as_deref() {
-                Some("declared") => LinkKind::Declared,
-                _ => LinkKind::Literal,
-            };
-            graph.add(&consumer, &provider, kind);
+            graph.add(&consumer, &provider, kind_of(&item));
         }
         Ok(graph)
     }
@@ -561,6 +558,14 @@ fn kind_name(kind: LinkKind) -> &'static str {
     }
 }
 
+/// A stored link's kind (anything but `declared` reads as literal, the warning).
+fn kind_of(item: &HashMap<String, AttributeValue>) -> LinkKind {
+    match get_s(item, "kind").as_deref() {
+        Some("declared") => LinkKind::Declared,
+        _ => LinkKind::Literal,
+    }
+}
+
 /// A link as stored (its value is only known by hash, returned beside it).
 fn stored_link(
     keys: &IndexKeys,
@@ -573,10 +578,7 @@ fn stored_link(
         &get_s(item, "sides_enc").unwrap_or_default(),
     )?)
     .map_err(|e| CatalogError(format!("a link ({link_hash}) does not read: {e}")))?;
-    let kind = match get_s(item, "kind").as_deref() {
-        Some("declared") => LinkKind::Declared,
-        _ => LinkKind::Literal,
-    };
+    let kind = kind_of(item);
     let link = Link {
         consumer: StateRef {
             repository: get_s(item, "consumer_repository").unwrap_or_default(),

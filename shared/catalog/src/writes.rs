@@ -18,14 +18,14 @@ impl DynamoCatalog {
             CatalogChange::Write(facts) if took => {
                 self.sync_index(&event.repository, &event.path, &facts.identifiers, true)
                     .await?;
-                self.sync_consumer_links(&consumer, &facts.uses, &facts.reads)
+                self.sync_consumer_links(&consumer, &facts.uses, &facts.reads, true)
                     .await?;
                 Ok(())
             }
             CatalogChange::Delete { .. } => {
                 self.sync_index(&event.repository, &event.path, &[], true)
                     .await?;
-                self.sync_consumer_links(&consumer, &[], &[]).await?;
+                self.sync_consumer_links(&consumer, &[], &[], true).await?;
                 Ok(())
             }
             _ => Ok(()),

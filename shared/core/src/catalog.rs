@@ -72,23 +72,61 @@ pub struct StateFacts {
     pub reads: Vec<crate::links::StateRef>,
 }
 
-/// The readable top of a state: `serial`, `lineage`, `terraform_version` (OpenTofu's
-/// encrypted envelope keeps the first two readable too).
+/// Largest state whose strings are looked at for links across states (and a v3 state's
+/// attributes rebuilt): the whole document is parsed into memory for that, some 5–10 times its
+/// size. Above it a state is indexed by its identifiers only (v4), and has no uses.
+pub const LINK_SCAN_MAX_BYTES: usize = 8 << 20;
+
+/// The readable top of a state, and its v4 resources' identifying attributes only (serde skips
+/// every other value without building it).
 #[derive(Deserialize)]
 struct Header {
     serial: Option<u64>,
     lineage: Option<String>,
     terraform_version: Option<String>,
+    resources: Option<Vec<ResourceHeader>>,
+    /// A v3 state's modules: only whether there are any is read here.
+    #[serde(default)]
+    modules: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ResourceHeader {
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    mode: String,
+    #[serde(default, rename = "type")]
+    resource_type: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    instances: Vec<InstanceHeader>,
+}
+
+#[derive(Deserialize)]
+struct InstanceHeader {
+    #[serde(default)]
+    index_key: Option<serde_json::Value>,
+    #[serde(default)]
+    attributes: Option<IdentifyingAttributes>,
+}
+
+#[derive(Deserialize)]
+struct IdentifyingAttributes {
+    id: Option<serde_json::Value>,
+    arn: Option<serde_json::Value>,
+    self_link: Option<serde_json::Value>,
+    name: Option<serde_json::Value>,
 }
 
 impl StateFacts {
-    /// Reads the facts of a Terraform state (v4, or a v3 one of Terraform 0.11, whose flat
-    /// attributes are rebuilt first): its identifiers, uses and remote states; an OpenTofu
-    /// client-encrypted state has only its size (and serial/lineage, which OpenTofu keeps
-    /// readable).
+    /// Reads the facts of a Terraform state: its identifiers (v4; a v3 one of Terraform 0.11,
+    /// whose flat attributes are rebuilt, up to [`LINK_SCAN_MAX_BYTES`]), and up to that size
+    /// its uses and remote states; an OpenTofu client-encrypted state has only its size (and
+    /// serial/lineage, which OpenTofu keeps readable).
     pub fn of(state: &[u8]) -> StateFacts {
-        let document: Option<serde_json::Value> = serde_json::from_slice(state).ok();
-        let header: Option<Header> = document.as_ref().and_then(|d| Header::deserialize(d).ok());
+        let header: Option<Header> = serde_json::from_slice(state).ok();
         let mut facts = StateFacts {
             serial: header.as_ref().and_then(|h| h.serial),
             lineage: header.as_ref().and_then(|h| h.lineage.clone()),
@@ -96,32 +134,62 @@ impl StateFacts {
             size: state.len() as u64,
             ..StateFacts::default()
         };
-        let Some(document) = document else {
+        let Some(header) = header else {
             return facts;
         };
-        let is_state = ["resources", "modules"]
-            .iter()
-            .any(|key| document.get(key).is_some_and(serde_json::Value::is_array));
-        if !is_state {
-            return facts;
+        if let Some(resources) = &header.resources {
+            facts.resource_count = Some(resources.iter().map(|r| r.instances.len() as u64).sum());
+            for resource in resources.iter().filter(|r| r.mode == "managed") {
+                for instance in &resource.instances {
+                    let Some(a) = &instance.attributes else {
+                        continue;
+                    };
+                    let address = crate::tfstate::address(
+                        resource.module.as_deref().unwrap_or(""),
+                        &resource.mode,
+                        &resource.resource_type,
+                        &resource.name,
+                        instance.index_key.as_ref(),
+                    );
+                    let values = [&a.id, &a.arn, &a.self_link, &a.name].map(Option::as_ref);
+                    identify(
+                        &mut facts.identifiers,
+                        &resource.resource_type,
+                        &address,
+                        values,
+                    );
+                }
+            }
         }
-        let instances = crate::tfstate::instances(&document);
-        facts.resource_count = Some(instances.len() as u64);
+        let readable = header.resources.is_some() || header.modules.is_some();
+        if readable && state.len() <= LINK_SCAN_MAX_BYTES {
+            if let Ok(document) = serde_json::from_slice::<serde_json::Value>(state) {
+                if header.resources.is_none() {
+                    facts.read_legacy(&document);
+                }
+                facts.uses = crate::links::uses(&document);
+                facts.reads = crate::links::remote_states(&document);
+            }
+        }
+        facts.identifiers.sort();
+        facts.identifiers.dedup();
+        facts
+    }
+
+    /// A v3 state's identifiers and number of instances (its attributes rebuilt).
+    fn read_legacy(&mut self, document: &serde_json::Value) {
+        let instances = crate::tfstate::instances(document);
+        self.resource_count = Some(instances.len() as u64);
         for instance in instances.iter().filter(|i| i.mode == "managed") {
             let attributes = instance.value.get("attributes");
             let values = IDENTIFYING_ATTRIBUTES.map(|field| attributes.and_then(|a| a.get(field)));
             identify(
-                &mut facts.identifiers,
+                &mut self.identifiers,
                 instance.resource_type,
                 &instance.address,
                 values,
             );
         }
-        facts.identifiers.sort();
-        facts.identifiers.dedup();
-        facts.uses = crate::links::uses(&document);
-        facts.reads = crate::links::remote_states(&document);
-        facts
     }
 }
 
@@ -347,9 +415,10 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     async fn duplicates(&self) -> Result<Vec<Duplicate>, CatalogError>;
 
     /// Brings the links of `consumer` in line with the `uses` and `reads` of its current
-    /// version (the rules: [`crate::links`]); returns how many it has. `record` does this itself
-    /// for a write it takes (a delete drops them); a rebuild calls it for every state once
-    /// every index entry is rebuilt, so that a provider walked later is found.
+    /// version (the rules: [`crate::links`]), every use looked up anew; returns how many it
+    /// has. `record` does this itself for a write it takes (a delete drops them; an adapter may
+    /// reuse what it looked up lately); a rebuild calls it for every state once every index
+    /// entry is rebuilt, so that a provider walked later is found.
     async fn sync_links(
         &self,
         consumer: &StateRef,
@@ -408,6 +477,24 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_state_over_the_link_scan_limit_is_indexed_without_uses() {
+        let padding = "x".repeat(LINK_SCAN_MAX_BYTES);
+        let state = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
+            {"mode": "managed", "type": "t", "name": "big", "instances": [{"attributes": {
+                "id": "big-1", "other": "vpc-1", "padding": padding}}]}]});
+        let facts = StateFacts::of(&serde_json::to_vec(&state).unwrap());
+        assert_eq!(facts.identifiers.len(), 1);
+        assert_eq!(facts.identifiers[0].value, "big-1");
+        assert!(facts.uses.is_empty());
+        let small = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
+            {"mode": "managed", "type": "t", "name": "s", "instances": [{"attributes": {
+                "id": "s-1", "other": "vpc-1"}}]}]});
+        let facts = StateFacts::of(&serde_json::to_vec(&small).unwrap());
+        assert_eq!(facts.uses.len(), 1, "{:?}", facts.uses);
+        assert_eq!(facts.uses[0].value, "vpc-1");
     }
 
     #[test]
