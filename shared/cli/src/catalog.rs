@@ -144,80 +144,15 @@ fn state_row(s: &StateEntry) -> Vec<String> {
     ]
 }
 
-/// Rebuilds every configured repository's entries; returns a summary line per repository.
+/// Rebuilds every configured repository's entries, then the links across states (once every
+/// index entry is rebuilt: a provider may come later in the walk); returns the summary.
 async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     let catalog = open(args).await?;
     let repositories = Repositories::open(&args.settings).await?;
     let mut summary = String::new();
-    let mut uses = Vec::new();
+    let mut walked = Vec::new();
     for name in repositories.names() {
-        let store = repositories.store(&name)?;
-        let backend = &repositories.backend;
-        let page = backend
-            .states(store.as_ref(), &ListQuery::all())
-            .await
-            .map_err(|e| format!("{name}: {e}"))?;
-        let states: Vec<_> = page
-            .rows
-            .into_iter()
-            .filter(|r| r.commit.is_some())
-            .collect();
-        let mut progress = Progress::new(format!("rebuild {name}"), states.len());
-        // Links are found once every index entry is rebuilt (a provider may come later).
-        let mut present = BTreeSet::new();
-        let mut indexed = 0;
-        for row in &states {
-            let path = StatePath::parse(&row.path).map_err(|e| e.to_string())?;
-            let commit = row.commit.clone().unwrap_or_default();
-            // A state this process cannot open (encrypted, no key here) stops the rebuild before
-            // anything is removed from the index: read_version refuses to hand it out.
-            let state = backend
-                .read_version(store.as_ref(), &path, &commit)
-                .await
-                .map_err(|e| {
-                    format!("{name}/{path}: {e}; the rebuild stopped here, before removing anything from the index (run it with the server's encryption settings)")
-                })?
-                .unwrap_or_default();
-            let mut facts = StateFacts::of(&state);
-            facts.commit = Some(commit);
-            indexed += facts.identifiers.len();
-            let consumer = StateRef {
-                repository: name.clone(),
-                path: row.path.clone(),
-            };
-            uses.push((
-                consumer,
-                std::mem::take(&mut facts.uses),
-                facts.reads.clone(),
-            ));
-            let lock = row.lock.as_ref().map(|l| LockFacts {
-                id: l.id.clone(),
-                who: l.who.clone(),
-                operation: l.operation.clone(),
-                created: l.created.clone(),
-            });
-            let event = CatalogEvent {
-                repository: name.clone(),
-                path: row.path.clone(),
-                who: row.updated_by.clone().unwrap_or_default(),
-                at: UNIX_EPOCH + Duration::from_secs(row.updated_at.unwrap_or(0).max(0) as u64),
-                change: CatalogChange::Write(facts),
-            };
-            catalog
-                .rebuild_entry(event, lock)
-                .await
-                .map_err(|e| format!("{name}/{path}: {e}"))?;
-            present.insert(row.path.clone());
-            progress.step(path.as_str());
-        }
-        let forgotten = catalog
-            .forget_missing(&name, &present)
-            .await
-            .map_err(|e| format!("{name}: {e}"))?;
-        summary.push_str(&format!(
-            "{name}: {} states, {indexed} identifiers indexed, {forgotten} marked deleted\n",
-            present.len()
-        ));
+        summary.push_str(&rebuild_repository(&catalog, &repositories, &name, &mut walked).await?);
     }
     let duplicates = catalog
         .rebuild_duplicates()
@@ -226,17 +161,113 @@ async fn rebuild(args: &CatalogArgs) -> Result<String, String> {
     summary.push_str(&format!(
         "{duplicates} identifier(s) managed by more than one state\n"
     ));
-    let mut progress = Progress::new("links".to_owned(), uses.len());
-    let mut linked = 0;
-    for (consumer, state_uses, reads) in &uses {
-        linked += catalog
-            .sync_links(consumer, state_uses, reads)
-            .await
-            .map_err(|e| format!("{}/{}: {e}", consumer.repository, consumer.path))?;
-        progress.step(&consumer.path);
-    }
+    let linked = rebuild_links(&catalog, &repositories, &walked).await?;
     summary.push_str(&format!("{linked} link(s) across states\n"));
     Ok(summary)
+}
+
+/// Reads a state's version `commit`; a state this process cannot open (encrypted, no key here)
+/// stops the rebuild before anything is removed from the index (read_version refuses it).
+async fn read_state(
+    repositories: &Repositories,
+    name: &str,
+    path: &StatePath,
+    commit: &str,
+) -> Result<bytes::Bytes, String> {
+    let store = repositories.store(name)?;
+    Ok(repositories
+        .backend
+        .read_version(store.as_ref(), path, &commit.to_owned())
+        .await
+        .map_err(|e| {
+            format!("{name}/{path}: {e}; the rebuild stopped here, before removing anything from the index (run it with the server's encryption settings)")
+        })?
+        .unwrap_or_default())
+}
+
+/// Rebuilds one repository's entries and index; adds each state and its commit to `walked`.
+async fn rebuild_repository(
+    catalog: &DynamoCatalog,
+    repositories: &Repositories,
+    name: &str,
+    walked: &mut Vec<(StateRef, String)>,
+) -> Result<String, String> {
+    let store = repositories.store(name)?;
+    let page = repositories
+        .backend
+        .states(store.as_ref(), &ListQuery::all())
+        .await
+        .map_err(|e| format!("{name}: {e}"))?;
+    let states: Vec<_> = page
+        .rows
+        .into_iter()
+        .filter(|r| r.commit.is_some())
+        .collect();
+    let mut progress = Progress::new(format!("rebuild {name}"), states.len());
+    let mut present = BTreeSet::new();
+    let mut indexed = 0;
+    for row in &states {
+        let path = StatePath::parse(&row.path).map_err(|e| e.to_string())?;
+        let commit = row.commit.clone().unwrap_or_default();
+        let state = read_state(repositories, name, &path, &commit).await?;
+        let mut facts = StateFacts::of(&state);
+        facts.commit = Some(commit.clone());
+        indexed += facts.identifiers.len();
+        let lock = row.lock.as_ref().map(|l| LockFacts {
+            id: l.id.clone(),
+            who: l.who.clone(),
+            operation: l.operation.clone(),
+            created: l.created.clone(),
+        });
+        let event = CatalogEvent {
+            repository: name.to_owned(),
+            path: row.path.clone(),
+            who: row.updated_by.clone().unwrap_or_default(),
+            at: UNIX_EPOCH + Duration::from_secs(row.updated_at.unwrap_or(0).max(0) as u64),
+            change: CatalogChange::Write(facts),
+        };
+        catalog
+            .rebuild_entry(event, lock)
+            .await
+            .map_err(|e| format!("{name}/{path}: {e}"))?;
+        present.insert(row.path.clone());
+        let state = StateRef {
+            repository: name.to_owned(),
+            path: row.path.clone(),
+        };
+        walked.push((state, commit));
+        progress.step(path.as_str());
+    }
+    let forgotten = catalog
+        .forget_missing(name, &present)
+        .await
+        .map_err(|e| format!("{name}: {e}"))?;
+    Ok(format!(
+        "{name}: {} states, {indexed} identifiers indexed, {forgotten} marked deleted\n",
+        present.len()
+    ))
+}
+
+/// The links of every `walked` state, each read again (memory holds one state's uses at a
+/// time); returns how many there are.
+async fn rebuild_links(
+    catalog: &DynamoCatalog,
+    repositories: &Repositories,
+    walked: &[(StateRef, String)],
+) -> Result<usize, String> {
+    let mut progress = Progress::new("links".to_owned(), walked.len());
+    let mut linked = 0;
+    for (state, commit) in walked {
+        let path = StatePath::parse(&state.path).map_err(|e| e.to_string())?;
+        let body = read_state(repositories, &state.repository, &path, commit).await?;
+        let facts = StateFacts::of(&body);
+        linked += catalog
+            .sync_links(state, &facts.uses, &facts.reads)
+            .await
+            .map_err(|e| format!("{}/{}: {e}", state.repository, state.path))?;
+        progress.step(&state.path);
+    }
+    Ok(linked)
 }
 
 /// Which page of the catalog's states to list.
