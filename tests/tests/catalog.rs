@@ -80,6 +80,16 @@ fn serve_with_catalog_and(
     (cwd, server)
 }
 
+/// The catalog's table on `moto`, and [`serve_with_catalog`] with a KMS key that makes the
+/// resource index key (the index keeps keyed hashes under it, issue 15); returns that key too.
+fn serve_with_index(moto: &MotoServer) -> (String, tempfile::TempDir, Gitstate) {
+    let (ok, _, err) = catalog(moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let index_kms = moto.create_kms_key();
+    let (cwd, server) = serve_with_catalog_and(moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    (index_kms, cwd, server)
+}
+
 #[test]
 fn catalog_follows_terraform_locks_and_survives_an_outage() {
     let mut moto = MotoServer::start();
@@ -262,11 +272,7 @@ fn comparable_states(states: &Value) -> Value {
 #[test]
 fn resource_index_names_shared_identifiers_and_rebuild_reproduces_it() {
     let mut moto = MotoServer::start();
-    let (ok, _, err) = catalog(&moto, &["create-table"]);
-    assert!(ok, "{err}");
-    // The index keeps keyed hashes under a key KMS makes (issue 15): the server needs a KMS key.
-    let index_kms = moto.create_kms_key();
-    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    let (_, cwd, server) = serve_with_index(&moto);
     let tf = Terraform::installed("1.15.5");
 
     // Three states, two null_resources each, applied by real Terraform.
@@ -853,10 +859,7 @@ fn v3_state(serial: u64, tag: &str) -> String {
 #[test]
 fn a_legacy_v3_state_is_indexed_and_its_changes_shown() {
     let moto = MotoServer::start();
-    let (ok, _, err) = catalog(&moto, &["create-table"]);
-    assert!(ok, "{err}");
-    let index_kms = moto.create_kms_key();
-    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    let (index_kms, cwd, server) = serve_with_index(&moto);
     // The first version lands as terraform-backend-git left it: a commit pushed with git.
     let clone = tempfile::tempdir().unwrap();
     let bare = cwd.path().join(".gitstate/default.git");
@@ -934,10 +937,7 @@ fn remote_state(address: &str) -> String {
 #[test]
 fn links_across_states_follow_terraform_applies() {
     let moto = MotoServer::start();
-    let (ok, _, err) = catalog(&moto, &["create-table"]);
-    assert!(ok, "{err}");
-    let index_kms = moto.create_kms_key();
-    let (cwd, server) = serve_with_catalog_and(&moto, &[("GITSTATE_CATALOG_KMS_ARN", &index_kms)]);
+    let (index_kms, cwd, server) = serve_with_index(&moto);
     let tf = Terraform::installed("1.15.5");
     let url = |path: &str| server.state_url("default", path);
     let [network, app, db] = [(); 3].map(|_| tempfile::tempdir().unwrap());

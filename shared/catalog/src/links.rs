@@ -519,7 +519,7 @@ fn put_link(
             .item("sk", s(sk))
             .item("link_hmac", s(link_hash))
             .item("value_hmac", s(&wanted.value_hash))
-            .item("kind", s(kind_name(link.kind)))
+            .item("kind", s(link.kind.as_str()))
             .item("consumer_repository", s(&consumer.repository))
             .item("consumer_path", s(&consumer.path))
             .item("provider_repository", s(&link.provider.repository))
@@ -549,13 +549,6 @@ fn link_keys(consumer: &StateRef, provider: &StateRef, link_hash: &str) -> [(Str
             format!("{}#{link_hash}", consumer.path),
         ),
     ]
-}
-
-fn kind_name(kind: LinkKind) -> &'static str {
-    match kind {
-        LinkKind::Declared => "declared",
-        LinkKind::Literal => "literal",
-    }
 }
 
 /// A stored link's kind (anything but `declared` reads as literal, the warning).

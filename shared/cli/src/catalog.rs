@@ -456,10 +456,7 @@ async fn links(args: &CatalogArgs, repository: String, path: String) -> Result<S
     .to_vec()];
     for (direction, entries) in [("uses", &found.uses), ("used by", &found.used_by)] {
         for e in entries {
-            let kind = serde_json::to_value(e.kind)
-                .ok()
-                .and_then(|k| k.as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let kind = e.kind.as_str().to_owned();
             rows.push(vec![
                 direction.to_owned(),
                 if e.dangling {

@@ -52,6 +52,16 @@ pub enum LinkKind {
     Literal,
 }
 
+impl LinkKind {
+    /// Its name as the JSON answers, the catalog and the web page say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkKind::Declared => "declared",
+            LinkKind::Literal => "literal",
+        }
+    }
+}
+
 /// One link: a use in one state of an identifier another state holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Link {

@@ -136,16 +136,22 @@ impl View {
     /// Each box's column: one past the furthest of the providers it uses (those in a circle
     /// with it aside), so every link runs left to right.
     fn columns(&self) -> Vec<usize> {
-        let names: BTreeSet<String> = (0..self.nodes.len()).map(|i| format!("{i:06}")).collect();
+        let index: HashMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.key.as_str(), i))
+            .collect();
+        let names: BTreeSet<String> = self.nodes.iter().map(|n| n.key.clone()).collect();
         let pairs: Vec<(String, String)> = self
             .edges
             .keys()
-            .map(|(c, p)| (format!("{c:06}"), format!("{p:06}")))
+            .map(|(c, p)| (self.nodes[*c].key.clone(), self.nodes[*p].key.clone()))
             .collect();
         let mut column = vec![0usize; self.nodes.len()];
         let mut placed = vec![false; self.nodes.len()];
         for name in order(&names, &pairs).order {
-            let Ok(i) = name.parse::<usize>() else {
+            let Some(&i) = index.get(name.as_str()) else {
                 continue;
             };
             column[i] = self

@@ -12,7 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
-use gitstate_core::links::{LinkKind, StateRef};
+use gitstate_core::links::StateRef;
 use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::{BackendError, ListQuery, StatePath, StoreError};
@@ -380,10 +380,7 @@ async fn links_section(
         }
         html.push_str("<table><tr><th>state</th><th>its address</th><th>its attribute</th><th>here</th><th>kind</th></tr>");
         for e in entries {
-            let kind = match e.kind {
-                LinkKind::Literal => "literal",
-                LinkKind::Declared => "declared",
-            };
+            let kind = e.kind.as_str();
             let _ = write!(
                 html,
                 "<tr><td><a href=\"/_/ui/{}/{}\">{}/{}</a></td><td><code>{}</code></td><td><code>{}</code></td>\
