@@ -3,7 +3,8 @@
 Serves the Lambda Runtime API's two calls the bootstrap makes on loopback (next invocation: a
 Function URL event for GET /_/health; its response), starts the bootstrap built by
 `cargo lambda build --release -p gitstate-lambda`, and measures the time from spawning the
-process to receiving its response. Repeats --runs times; prints median and min-max.
+process to receiving its response. Repeats --runs times; prints median and min-max. Each run
+has a cache directory of its own that does not exist yet, as a new container's /tmp is empty.
 
 Also prints the bootstrap's size and the size of the zip `sam build` deploys.
 
@@ -12,6 +13,7 @@ Usage: scripts/bench lambda-init [--runs 20] [--bootstrap PATH] [--artifact PATH
 import http.server
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -88,11 +90,12 @@ def one_init(bootstrap):
     Runtime.served, Runtime.responded = False, None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Runtime)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    tmp = tempfile.mkdtemp(prefix="gitstate-bench-init-")
     env = dict(os.environ, AWS_LAMBDA_RUNTIME_API=f"127.0.0.1:{port}",
                AWS_LAMBDA_FUNCTION_NAME="gitstate", AWS_LAMBDA_FUNCTION_VERSION="1",
                AWS_LAMBDA_FUNCTION_MEMORY_SIZE="1024",
                GITSTATE_REPOSITORY="default=https://git.example.invalid/states.git",
-               GITSTATE_CACHE_DIR="/tmp/gitstate-bench-cache", RUST_LOG="warn")
+               GITSTATE_CACHE_DIR=os.path.join(tmp, "cache"), RUST_LOG="warn")
     output = tempfile.TemporaryFile()
     start = time.perf_counter()
     proc = s.spawn([bootstrap], env=env, stdout=output, stderr=output)
@@ -103,6 +106,7 @@ def one_init(bootstrap):
     proc.kill()
     s.stop(proc)
     server.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
     if Runtime.responded is None:
         output.seek(0)
         said = output.read()[-2000:].decode(errors="replace")

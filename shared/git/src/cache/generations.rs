@@ -119,7 +119,7 @@ impl CacheHandle {
 
     fn create(cache_dir: &Path, name: String) -> Result<CacheHandle, StoreError> {
         secure_cache_root(cache_dir)?;
-        remove_abandoned_generations(cache_dir, &name);
+        remove_abandoned_generations_in_background(cache_dir, &name);
         let first = Cache::create(&cache_dir.join(generation_dir_name(&name, 0)), true)?;
         Ok(CacheHandle {
             cache_dir: cache_dir.to_owned(),
@@ -286,6 +286,21 @@ fn generation_dir_name(name: &str, generation: u64) -> String {
     format!("{stem}-{}-{generation}.git", std::process::id())
 }
 
+/// [`remove_abandoned_generations`] on a thread of its own, so that no request waits for it: a
+/// restarted server may find gigabytes left by its predecessor, and a directory's removal costs
+/// milliseconds on some file systems (an `rmdir` on ext4 mounted with `discard` takes 2–4 ms).
+/// A new Lambda container's /tmp is empty, so there the thread finds nothing. The directories
+/// it removes belong to dead processes, which no request of this one reads.
+fn remove_abandoned_generations_in_background(cache_dir: &Path, name: &str) {
+    let (cache_dir, name) = (cache_dir.to_owned(), name.to_owned());
+    let spawned = std::thread::Builder::new()
+        .name("gitstate-cache-sweep".into())
+        .spawn(move || remove_abandoned_generations(&cache_dir, &name));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start removing abandoned caches");
+    }
+}
+
 /// Removes generations of `name` whose process is gone (a crash, or a restart), and the
 /// generation-less directory of earlier versions. Directories of live processes stay.
 fn remove_abandoned_generations(cache_dir: &Path, name: &str) {
@@ -327,6 +342,51 @@ mod tests {
 
     fn entries(dir: &Path) -> usize {
         std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+    }
+
+    #[test]
+    fn caches_left_by_dead_processes_are_removed_and_others_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("cache");
+        let url = "https://sweep.example/states.git";
+        let name = cache_name(url);
+        let stem = name.strip_suffix(".git").unwrap();
+        let mut finished = std::process::Command::new("true").spawn().unwrap();
+        let dead = finished.id();
+        finished.wait().unwrap();
+        let left = [
+            format!("{stem}-{dead}-0.git"),
+            format!("{stem}-{dead}-7.git"),
+            name.clone(),
+        ];
+        let kept = [
+            format!("{stem}-1-0.git"),
+            format!(
+                "{}-{dead}-0.git",
+                cache_name("https://other.example/x.git").trim_end_matches(".git")
+            ),
+        ];
+        for d in left.iter().chain(&kept) {
+            std::fs::create_dir_all(dir.join(d).join("objects")).unwrap();
+        }
+        let handle = CacheHandle::for_url(&dir, url).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while left.iter().any(|d| dir.join(d).exists()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for d in &left {
+            assert!(
+                !dir.join(d).exists(),
+                "{d} was left by a dead process and is still there"
+            );
+        }
+        for d in &kept {
+            assert!(
+                dir.join(d).exists(),
+                "{d} belongs to a live process or another remote"
+            );
+        }
+        assert!(handle.current().unwrap().dir().join("HEAD").exists());
     }
 
     #[test]
