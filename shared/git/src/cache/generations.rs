@@ -328,6 +328,8 @@ fn remove_abandoned_generations(cache_dir: &Path, name: &str) {
             let path = entry.path();
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => tracing::info!(cache = %path.display(), "removed an abandoned cache"),
+                // Another process starting on the same cache directory removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
                     tracing::warn!(cache = %path.display(), error = %e, "could not remove an abandoned cache")
                 }
