@@ -34,6 +34,14 @@ export GITSTATE_LAMBDA_BIN="$CARGO_TARGET_DIR/lambda/bootstrap-x86_64"
 for bin in "$GITSTATE_BIN" "$GITSTATE_LAMBDA_BIN"; do
     [ -x "$bin" ] || { echo "check-shipped: $bin was not built" >&2; exit 1; }
 done
+# What ships has no symbol table (`strip = true`; a package override in Cargo.toml that does not
+# say it again silently falls back to stripping debug info only).
+for bin in "$GITSTATE_BIN" "$CARGO_TARGET_DIR/lambda/bootstrap-x86_64" "$CARGO_TARGET_DIR/lambda/bootstrap-arm64"; do
+    if readelf -S "$bin" | grep -q '\.symtab'; then
+        echo "check-shipped: $bin keeps its symbol table: [profile.release] strip is lost" >&2
+        exit 1
+    fi
+done
 start=$SECONDS
 export GITSTATE_IMAGE="$CARGO_TARGET_DIR/image"
 bash scripts/build-image.sh "$GITSTATE_IMAGE"
