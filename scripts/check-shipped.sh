@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The shipped profile's binaries, built as they ship and run: CI runs this after scripts/test.sh.
 #
-# scripts/test.sh drives binaries of the `tested` profile (the release profile's code without
-# whole-program LTO). This builds what users deploy, with the release profile itself:
+# scripts/test.sh drives dev-profile binaries (fast to build, overflow checks and debug assertions
+# on). This builds what users deploy, with the release profile itself:
 #   - the Lambda bootstrap for arm64 and x86_64, as `sam build` makes it (cargo lambda build
 #     --release, zig); each is checked to be an executable for its processor and answers one
 #     invocation (arm64 under qemu-aarch64): scripts/build-lambda.sh;
 #   - `cargo build --release -p gitstate`, the binary `cargo install` and the README run;
 #   - the container image for amd64 and arm64 (static musl binaries, FROM scratch):
 #     scripts/build-image.sh;
-# then runs the end-to-end tests of each entry point against them: real Terraform through
-# `gitstate serve` on every git transport, TLS, the bootstrap's invocation deadline, and the
-# image's entrypoint run as its user in its unpacked root filesystem.
+# then runs every end-to-end test again against them (tests/tests: real Terraform through
+# `gitstate serve` on every git transport, TLS, the bootstrap's invocation deadline, the hostile
+# remotes, ...), and the image's entrypoint as its user in its unpacked root filesystem.
 #
 #   GITSTATE_TOOLS, CARGO_TARGET_DIR   as for scripts/test.sh
 set -euo pipefail
@@ -47,12 +47,15 @@ export GITSTATE_IMAGE="$CARGO_TARGET_DIR/image"
 bash scripts/build-image.sh "$GITSTATE_IMAGE"
 echo "check-shipped: container image built ($((SECONDS - start)) s)"
 
-tests=(--test terraform_e2e --test tls --test lambda_deadline)
+# The test binaries scripts/test.sh built (`--workspace`: the same features, nothing to rebuild),
+# only the end-to-end package's tests.
+e2e='package(gitstate-tests)'
+export NEXTEST_TEST_THREADS=${NEXTEST_TEST_THREADS:-$(($(nproc) * 2))}
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --no-fail-fast -p gitstate-tests "${tests[@]}"
+    cargo nextest run --no-fail-fast --workspace -E "$e2e"
     # The image's test is ignored where no image is built (scripts/test.sh).
-    cargo nextest run --no-fail-fast -p gitstate-tests --test image --run-ignored only
+    cargo nextest run --no-fail-fast --workspace --run-ignored only -E "$e2e & binary(image)"
 else
-    cargo test --no-fail-fast -p gitstate-tests "${tests[@]}"
+    cargo test --no-fail-fast -p gitstate-tests
     cargo test --no-fail-fast -p gitstate-tests --test image -- --ignored
 fi

@@ -20,26 +20,26 @@ bash scripts/lint-infra.sh
 # No two modules import each other (ARCHITECTURE.md, invariants).
 python3 scripts/check-imports.py
 
-# The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the `tested`
-# profile: the release profile's code (opt-levels, `panic = "unwind"`, overflow checks and debug
-# assertions off, as in production) without whole-program LTO, which costs minutes per binary.
-# Two invocations, so each binary gets the features it ships with; they share every dependency's
-# build (tests/tests/lambda.rs holds their features equal), and `cargo lambda watch --profile
-# tested` in that test reuses the bootstrap's. The shipped profile's own
-# binaries (fat LTO; the bootstrap for both architectures as `sam build` makes it) are built and
-# run by scripts/check-shipped.sh, which CI runs after this (DECISIONS, "What is tested is what
-# ships"). cargo-lambda is still installed: tests/tests/lambda.rs runs `cargo lambda watch`.
+# The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the dev profile
+# (overflow checks and debug assertions on; the hot crates optimized, see Cargo.toml): every
+# dependency is then built once, for them and for the tests alike. Two invocations, so each binary
+# gets the features it ships with (tests/tests/lambda.rs holds their features equal), and `cargo
+# lambda watch` in that test reuses the bootstrap's build. The shipped binaries (the release
+# profile: fat LTO; the bootstrap for both architectures as `sam build` makes it) are built by
+# scripts/check-shipped.sh, which CI runs after this, and every end-to-end test runs again
+# against them there (DECISIONS, "What is tested is what ships"). cargo-lambda is installed
+# here too: tests/tests/lambda.rs runs `cargo lambda watch`.
 bash scripts/install-lambda-tools.sh
 start=$SECONDS
-cargo build --profile tested -p gitstate
-cargo build --profile tested -p gitstate-lambda
-export GITSTATE_BIN=${GITSTATE_BIN:-$CARGO_TARGET_DIR/tested/gitstate}
+cargo build -p gitstate
+cargo build -p gitstate-lambda
+export GITSTATE_BIN=${GITSTATE_BIN:-$CARGO_TARGET_DIR/debug/gitstate}
 # tests/tests/lambda_deadline.rs runs this bootstrap against its own Runtime API.
-export GITSTATE_LAMBDA_BIN=${GITSTATE_LAMBDA_BIN:-$CARGO_TARGET_DIR/tested/gitstate-lambda}
+export GITSTATE_LAMBDA_BIN=${GITSTATE_LAMBDA_BIN:-$CARGO_TARGET_DIR/debug/gitstate-lambda}
 for bin in "$GITSTATE_BIN" "$GITSTATE_LAMBDA_BIN"; do
     [ -x "$bin" ] || { echo "test.sh: $bin was not built" >&2; exit 1; }
 done
-echo "test.sh: tested-profile gitstate and Lambda bootstrap built ($((SECONDS - start)) s)"
+echo "test.sh: gitstate and the Lambda bootstrap built ($((SECONDS - start)) s)"
 
 if [ $# -gt 0 ]; then
     filter=("$@")

@@ -24,9 +24,8 @@
 //!
 //! The gitstate binary is found at `$GITSTATE_BIN`, else `$CARGO_TARGET_DIR/debug/gitstate`, else
 //! next to the running test executable (`target/debug/deps/..` → `target/debug/gitstate`). Build it
-//! first with `cargo build -p gitstate`; scripts/test.sh builds one in the `tested` profile (the
-//! release profile without LTO) and scripts/check-shipped.sh a release one, and each points
-//! `GITSTATE_BIN` at it, as a user runs it.
+//! first with `cargo build -p gitstate`, as scripts/test.sh does; scripts/check-shipped.sh builds a
+//! release one and points `GITSTATE_BIN` at it, as a user runs it.
 
 pub mod browser;
 pub mod crypto;

@@ -68,10 +68,9 @@ fn start_watch(env_file: &Path, port: u16, log: PathBuf) -> Watch {
     // A session of its own (setsid): cargo lambda's watcher must not touch the test's terminal,
     // and its process group is then ours to stop.
     let child = Command::new("setsid")
-        // The `tested` profile: the function as scripts/test.sh built it (the same artifacts,
-        // nothing to compile here); `cargo lambda watch` alone builds the dev profile.
+        // The dev profile: the function as scripts/test.sh built it (the same artifacts, nothing
+        // to compile here).
         .args(["cargo", "lambda", "watch", "--ignore-changes"])
-        .args(["--profile", "tested"])
         .args(["-A", "127.0.0.1", "-P", &port.to_string()])
         .args(["-p", "gitstate-lambda", "--env-file"])
         .arg(env_file)
@@ -284,30 +283,6 @@ fn the_release_profile_keeps_the_panic_boundary_under_cargo_lambda() {
     assert!(
         release.iter().any(|l| l == "panic=\"unwind\""),
         "[profile.release] must set panic = \"unwind\" (cargo lambda build would abort on panic): {release:?}"
-    );
-}
-
-/// The end-to-end tests drive binaries of the `tested` profile (scripts/test.sh); it may differ
-/// from the shipped `release` profile only in how the code is split and linked, never in what the
-/// code does (opt-levels, panic strategy, overflow checks, debug assertions, features).
-#[test]
-fn the_tested_profile_is_the_release_profile_without_whole_program_lto() {
-    let mut tested = profile("tested");
-    tested.sort();
-    assert_eq!(
-        tested,
-        [
-            "codegen-units=16",
-            "incremental=true",
-            "inherits=\"release\"",
-            "lto=false"
-        ],
-        "[profile.tested] may only change codegen-units, incremental and lto against release"
-    );
-    let manifest = workspace_manifest();
-    assert!(
-        !manifest.contains("[profile.tested."),
-        "[profile.tested] must not override packages: it inherits release's"
     );
 }
 

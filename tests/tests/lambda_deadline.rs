@@ -2,7 +2,7 @@
 //! when the git server is too slow for the time left, the write is answered 503 with
 //! `Retry-After` before the function would be stopped, and nothing is written.
 //!
-//! The function is the real bootstrap (scripts/test.sh: `gitstate-lambda` in the `tested`
+//! The function is the real bootstrap (scripts/test.sh: `gitstate-lambda` in the dev
 //! profile; scripts/check-shipped.sh: `scripts/build-lambda.sh x86_64`, as `sam build` makes it),
 //! started as Lambda starts it: `AWS_LAMBDA_RUNTIME_API` names the Runtime API, served here
 //! on loopback with the documented contract (`GET …/invocation/next` answers an event with
