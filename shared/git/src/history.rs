@@ -81,27 +81,40 @@ pub(crate) fn first_parent_commits(
     }))
 }
 
+/// Brings the blobs `ids` into the repository a history is read from, where it lacks them (the
+/// remote store's history cache holds no blob until one is read, DESIGN §9.5), and returns a
+/// handle that sees them. A full repository passes itself back.
+pub type Blobs<'a> = &'a dyn Fn(Vec<ObjectId>) -> Result<gix::Repository, StoreError>;
+
+/// The [`Blobs`] of a full repository (the local store's): it holds every blob already.
+pub fn held(
+    repo: &gix::Repository,
+) -> impl Fn(Vec<ObjectId>) -> Result<gix::Repository, StoreError> + '_ {
+    move |_| Ok(repo.clone())
+}
+
 /// The versions of `path` in the first-parent history of `tip`, newest first, at most `limit`:
-/// the commits whose file at `path` differs from their parent's (a deletion has no size).
+/// the commits whose file at `path` differs from their parent's (a deletion has no size). The
+/// versions' blobs come through `blobs`, for their sizes.
 pub fn versions(
     repo: &gix::Repository,
     tip: ObjectId,
     path: &str,
     limit: usize,
+    blobs: Blobs<'_>,
 ) -> Result<Vec<Version>, StoreError> {
-    let mut found = Vec::new();
+    let mut found: Vec<(ObjectId, Option<ObjectId>)> = Vec::new();
     // The newer commit of each pair and its blob: it is a version when its parent's blob differs.
     let mut newer: Option<(ObjectId, Option<ObjectId>)> = None;
     for entry in first_parent_commits(repo, tip)? {
         if found.len() >= limit {
-            return Ok(found);
+            break;
         }
         let (commit, tree) = entry?;
         let blob = blob_at(repo, tree, path)?;
         if let Some((newer_commit, newer_blob)) = newer {
             if newer_blob != blob {
-                let size = newer_blob.map(|b| blob_size(repo, b)).transpose()?;
-                found.push(version(repo, newer_commit, size)?);
+                found.push((newer_commit, newer_blob));
             }
         }
         newer = Some((commit, blob));
@@ -109,10 +122,17 @@ pub fn versions(
     // The oldest commit changed the file if it holds it (nothing before it did).
     if let Some((commit, Some(blob))) = newer {
         if found.len() < limit {
-            found.push(version(repo, commit, Some(blob_size(repo, blob)?))?);
+            found.push((commit, Some(blob)));
         }
     }
-    Ok(found)
+    let repo = blobs(found.iter().filter_map(|(_, blob)| *blob).collect())?;
+    found
+        .into_iter()
+        .map(|(commit, blob)| {
+            let size = blob.map(|b| blob_size(&repo, b)).transpose()?;
+            version(&repo, commit, size)
+        })
+        .collect()
 }
 
 /// The file at `path` in `commit`; `None` when the repository lacks the commit or the commit

@@ -21,14 +21,16 @@ use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
 use crate::errors::internal;
-use crate::history::{blob_size, first_parent_commits, tree_of, version};
+use crate::history::{blob_size, first_parent_commits, tree_of, version, Blobs};
 
-/// The page `query` asks for of the files at `tip` in `repo` (every object of the tip's trees
-/// present), with the last commit of the first-parent history that changed each.
+/// The page `query` asks for of the files at `tip` in `repo` (every commit and tree of the
+/// first-parent history present), with the last commit of that history that changed each; the
+/// page's blobs come through `blobs`, for their sizes.
 pub fn page(
     repo: &gix::Repository,
     tip: ObjectId,
     query: &ListQuery,
+    blobs: Blobs<'_>,
 ) -> Result<StatePage, StoreError> {
     let root = tree_of(repo, tip)?;
     let mut files = Vec::new();
@@ -36,6 +38,7 @@ pub fn page(
     let more = walk(repo, root, &mut path, query, &mut files)?;
     let total = count_under(repo, tip, root, &query.prefix)?;
     let changes = last_changes(repo, tip, &files)?;
+    let repo = &blobs(files.iter().map(|(_, blob)| *blob).collect())?;
     let mut versions: HashMap<ObjectId, Version> = HashMap::new();
     let mut states = Vec::with_capacity(files.len());
     for (path, blob) in files {
@@ -433,9 +436,10 @@ mod tests {
 
     /// Every file with its last change, the slow way: each path's own history.
     fn full_listing(repo: &gix::Repository, tip: ObjectId) -> Vec<StateListing> {
-        let mut all = page(repo, tip, &ListQuery::all()).unwrap().states;
+        let held = crate::history::held(repo);
+        let mut all = page(repo, tip, &ListQuery::all(), &held).unwrap().states;
         for listing in &mut all {
-            let versions = crate::history::versions(repo, tip, &listing.path, 1).unwrap();
+            let versions = crate::history::versions(repo, tip, &listing.path, 1, &held).unwrap();
             assert_eq!(
                 listing.last_change.as_ref().map(|v| &v.commit),
                 versions.first().map(|v| &v.commit),
@@ -487,7 +491,7 @@ mod tests {
                         after: after.clone(),
                         limit,
                     };
-                    let got = page(&repo, tip, &query).unwrap();
+                    let got = page(&repo, tip, &query, &crate::history::held(&repo)).unwrap();
                     let want = StatePage::of_sorted(all.clone(), &query);
                     assert_eq!(
                         got, want,

@@ -281,7 +281,9 @@ impl BlockingStore for LocalStore {
     ) -> Result<Vec<gitstate_core::Version>, StoreError> {
         match self.tip(&self.state_ref)? {
             Some(tip) => {
-                crate::history::versions(&self.repo.to_thread_local(), tip, path.as_str(), limit)
+                let repo = self.repo.to_thread_local();
+                let held = crate::history::held(&repo);
+                crate::history::versions(&repo, tip, path.as_str(), limit, &held)
             }
             None => Ok(Vec::new()),
         }
@@ -304,7 +306,11 @@ impl BlockingStore for LocalStore {
         query: &gitstate_core::ListQuery,
     ) -> Result<gitstate_core::StatePage, StoreError> {
         match self.tip(&self.state_ref)? {
-            Some(tip) => crate::listing::page(&self.repo.to_thread_local(), tip, query),
+            Some(tip) => {
+                let repo = self.repo.to_thread_local();
+                let held = crate::history::held(&repo);
+                crate::listing::page(&repo, tip, query, &held)
+            }
             None => Ok(gitstate_core::StatePage::default()),
         }
     }

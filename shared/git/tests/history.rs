@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{git, sp, write_retrying};
 use gitstate_core::{ListQuery, LockCreate, StateStore};
 use gitstate_git::{LocalStore, RemoteConfig, RemoteStore};
-use gitstate_tests::{bare_repo, GitDaemon};
+use gitstate_tests::{bare_repo, bare_repo_without_filter, GitDaemon};
 
 /// A repository whose history mixes gitstate's writes with plain git commits (a deletion, a
 /// re-creation, other files, a nested path), made through `store` and a clone of `bare`.
@@ -252,14 +252,19 @@ async fn local_store_history_matches_git() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn remote_store_history_matches_git_and_the_request_cache_stays_shallow() {
+async fn remote_store_history_matches_git_with_and_without_partial_fetch() {
     let repos = tempfile::tempdir().unwrap();
     let daemon = GitDaemon::start(repos.path());
-    for name in ["over-daemon", "over-file"] {
-        let bare = bare_repo(repos.path(), name);
+    // The history cache fetches commits and trees, and the blobs it reads by id; from a server
+    // without partial fetch, whole (DESIGN §9.5).
+    for name in ["over-daemon", "over-file", "over-daemon-without-filter"] {
+        let bare = match name {
+            "over-daemon-without-filter" => bare_repo_without_filter(repos.path(), name),
+            _ => bare_repo(repos.path(), name),
+        };
         let url = match name {
-            "over-daemon" => daemon.url(name),
-            _ => format!("file://{}", bare.display()),
+            "over-file" => format!("file://{}", bare.display()),
+            _ => daemon.url(name),
         };
         let cache = tempfile::tempdir().unwrap();
         let store = RemoteStore::new(RemoteConfig {

@@ -1,6 +1,7 @@
 //! Every read of a cache starts here: list the remote's tips (the authorization check), then
 //! fetch what the cache lacks with the strategy the remote allows, remembered per process
-//! ([`FetchMode`]): partial (`partial.rs`) or whole trees (`whole.rs`).
+//! ([`FetchMode`]): partial (`partial.rs`; the history cache: `blobless.rs`) or whole trees
+//! (`whole.rs`).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -73,8 +74,9 @@ impl Cache {
     ///
     /// A request cache fetches partially (protocol v2 with `filter`: a new tip with its root
     /// tree, then the trees and blobs on the paths read, by id; see `partial.rs`) when the
-    /// remote offers it; otherwise, and for the history cache, whole trees through
-    /// gix's fetch. Which one is decided on the first fetch from a remote in this process.
+    /// remote offers it, and the history cache without blobs (`blobless.rs`); otherwise whole
+    /// trees through gix's fetch. Which one is decided on the first fetch from a remote in this
+    /// process.
     fn refresh_once(
         &self,
         endpoint: &Endpoint,
@@ -125,6 +127,11 @@ impl Cache {
                     FetchMode::Whole,
                     Some(&why as &dyn std::fmt::Display),
                 ),
+            }
+        }
+        if !self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
+            if let Some(tips) = self.refresh_blobless(endpoint, names, &prefixes)? {
+                return Ok(Some(tips));
             }
         }
         self.refresh_whole(endpoint, names)

@@ -46,6 +46,7 @@ use gix::ObjectId;
 use crate::objects::internal;
 use crate::plumbing::transport::Endpoint;
 
+mod blobless;
 mod fetch;
 mod generations;
 mod loose;

@@ -290,6 +290,18 @@ impl RemoteStore {
 impl RemoteStore {
     /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
     /// fetch of the state branch's missing history) and returns it with the branch tip.
+    /// The blobs a history or a listing page reads out of the history `cache`, fetched by id
+    /// where it lacks them (it is fetched without blobs, DESIGN §9.5).
+    fn blobs_of<'a>(
+        &'a self,
+        cache: &'a Cache,
+    ) -> impl Fn(Vec<ObjectId>) -> Result<gix::Repository, StoreError> + 'a {
+        move |ids| {
+            cache.fetch_by_id(&self.target.endpoint, ids)?;
+            Ok(cache.repo())
+        }
+    }
+
     fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
         let cache = self.target.handle.history()?;
         let tips = cache.refresh(&self.target.endpoint, &[&self.target.state_ref])?;
@@ -453,9 +465,13 @@ impl BlockingStore for RemoteStore {
         limit: usize,
     ) -> Result<Vec<gitstate_core::Version>, StoreError> {
         match self.history_cache()? {
-            (cache, Some(tip)) => {
-                crate::history::versions(&cache.repo(), tip, path.as_str(), limit)
-            }
+            (cache, Some(tip)) => crate::history::versions(
+                &cache.repo(),
+                tip,
+                path.as_str(),
+                limit,
+                &self.blobs_of(&cache),
+            ),
             (_, None) => Ok(Vec::new()),
         }
     }
@@ -476,6 +492,10 @@ impl BlockingStore for RemoteStore {
             cache if checked && cache.repo().has_object(commit) => cache,
             _ => self.history_cache()?.0,
         };
+        // The history cache holds no blob nobody read (DESIGN §9.5).
+        if cache.repo().has_object(commit) {
+            cache.ensure_files(&self.target.endpoint, &[(commit, path.as_str())])?;
+        }
         crate::history::read_at(&cache.repo(), commit, path.as_str())
     }
 
@@ -484,7 +504,9 @@ impl BlockingStore for RemoteStore {
         query: &gitstate_core::ListQuery,
     ) -> Result<gitstate_core::StatePage, StoreError> {
         match self.history_cache()? {
-            (cache, Some(tip)) => crate::listing::page(&cache.repo(), tip, query),
+            (cache, Some(tip)) => {
+                crate::listing::page(&cache.repo(), tip, query, &self.blobs_of(&cache))
+            }
             (_, None) => Ok(gitstate_core::StatePage::default()),
         }
     }

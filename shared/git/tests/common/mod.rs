@@ -469,4 +469,27 @@ pub async fn many_states(
     let after = &page.states[0];
     assert!(after.path.as_str() > many_path(written).as_str());
     assert_eq!(after.size, many_content(0).len() as u64);
+    // The listing read the history cache: its commits and trees, and of the states only the
+    // pages' (their sizes), never the other 49,987 (DESIGN §9.5).
+    let root = cache.parent().expect("the cache root");
+    let history: Vec<_> = std::fs::read_dir(root)
+        .expect("the cache root")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("-history"))
+        .collect();
+    assert_eq!(history.len(), 1, "one history cache in {}", root.display());
+    let objects = git(
+        &history[0],
+        &[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objecttype)",
+        ],
+    );
+    let blobs = objects.lines().filter(|kind| *kind == "blob").count();
+    assert_eq!(
+        blobs, 13,
+        "the history cache holds the two pages' 13 states (the states are distinct blobs)"
+    );
 }
