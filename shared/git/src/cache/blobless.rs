@@ -10,7 +10,7 @@ use gitstate_core::StoreError;
 use gix::ObjectId;
 
 use super::mode::{set_fetch_mode, FetchMode};
-use super::{all_arrived, ref_matches, tracking_ref, Cache};
+use super::{all_arrived, ref_matches, Cache};
 use crate::plumbing::fetchpack::{FetchRequest, UploadPack};
 use crate::plumbing::sessions;
 use crate::plumbing::transport::Endpoint;
@@ -85,13 +85,7 @@ impl Cache {
             .write_lock
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
-        // The tips this cache had: the server sends only what they do not reach.
-        let haves: Vec<ObjectId> = tips
-            .keys()
-            .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
-            .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
-            .filter(|id| repo.has_object(id))
-            .collect();
+        let haves = self.tracked_tips(&repo, &tips);
         let fetched = session.fetch(
             &FetchRequest {
                 wants,

@@ -259,6 +259,20 @@ impl Cache {
         self.dir.join("objects").join("pack")
     }
 
+    /// The tips this cache last fetched of the refs `tips` names (their tracking refs, where the
+    /// cache holds the commit): a fetch's `have`s, so a moved tip costs only what is new.
+    pub(super) fn tracked_tips(
+        &self,
+        repo: &gix::Repository,
+        tips: &HashMap<String, ObjectId>,
+    ) -> Vec<ObjectId> {
+        tips.keys()
+            .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
+            .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
+            .filter(|id| repo.has_object(id))
+            .collect()
+    }
+
     /// Points the tracking ref of each of `tips` at its tip (best effort: a missing tracking ref
     /// only costs a larger fetch later).
     pub(super) fn move_tracking_refs(

@@ -12,8 +12,8 @@ use gix::ObjectId;
 
 use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::shallow::{read_shallow, write_shallow};
+use super::Cache;
 use super::{all_arrived, ref_matches};
-use super::{tracking_ref, Cache};
 use crate::lookup::{reach, Reach};
 use crate::plumbing::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
 use crate::plumbing::sessions;
@@ -116,14 +116,8 @@ impl Cache {
     ) -> Result<(), StoreError> {
         let shallow = read_shallow(&self.dir.join("shallow"))?;
         let repo = self.repo();
-        // The tips this cache had give the server `have`s: a moved tip costs only the
-        // new trees.
-        let haves: Vec<ObjectId> = tips
-            .keys()
-            .filter_map(|n| repo.find_reference(tracking_ref(n).as_str()).ok())
-            .filter_map(|r| r.target().try_id().map(ToOwned::to_owned))
-            .filter(|id| repo.has_object(id))
-            .collect();
+        // A moved tip costs only the new trees.
+        let haves = self.tracked_tips(&repo, tips);
         // A tip never seen comes with its root tree only; a moved one (or pending commits,
         // whose trees are read whole) with the trees that changed.
         let root_only = haves.is_empty()
