@@ -288,8 +288,6 @@ impl RemoteStore {
 }
 
 impl RemoteStore {
-    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
-    /// fetch of the state branch's missing history) and returns it with the branch tip.
     /// The blobs a history or a listing page reads out of the history `cache`, fetched by id
     /// where it lacks them (it is fetched without blobs, DESIGN §9.5).
     fn blobs_of<'a>(
@@ -302,6 +300,8 @@ impl RemoteStore {
         }
     }
 
+    /// Refreshes the history cache (a fresh remote check with this store's credentials, then a
+    /// fetch of the state branch's missing history) and returns it with the branch tip.
     fn history_cache(&self) -> Result<(Arc<Cache>, Option<ObjectId>), StoreError> {
         let cache = self.target.handle.history()?;
         let tips = cache.refresh(&self.target.endpoint, &[&self.target.state_ref])?;
