@@ -19,7 +19,9 @@ serve` with an empty cache directory (a new Lambda container):
                   commit changing one state; serial 0, below every serial the POSTs write)
 Then, once per repository, pages of `GET /_/states/default` on a fresh server: its first request
 (the history cache fetched), the first page (1,000), a page of 100 from the middle, a folder's
-page of 100 (5 runs each, warm; time and bytes; the count checked), and for the big one
+page of 100 (5 runs each, warm; time and bytes; the count checked), the cache's bytes after
+them, and git's own `clone --bare --filter=blob:none` on the same server (the first request's
+floor: the history without blobs; 3 runs, time and bytes on disk); and for the big one
 a reconcile loop: one process reading --reconcile different states in turn (first and last 10 %
 of the reads, packs and bytes in the cache at the end).
 
@@ -188,10 +190,24 @@ def listing(binary, root, remote, count, layout, folders):
                     raise SystemExit(f"{url}: X-Total-Count {counted}, expected {total}")
                 size = len(body)
             results[label] = (samples, size)
-        return results
+        results["listing: cache on disk after the pages (MiB; bytes)"] = (
+            [s.dir_bytes(cache) / (1024 * 1024)], s.dir_bytes(cache))
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
+    # The floor of the first request: git's own clone of the history without blobs (3 runs).
+    samples, size = [], 0
+    for run in range(3):
+        clone = os.path.join(root, f"floor-listing-{run}")
+        start = time.perf_counter()
+        s.git("clone", "--bare", "-q", "--filter=blob:none", "--no-tags",
+              s.with_credentials(remote), clone)
+        samples.append(s.ms_since(start))
+        size = s.dir_bytes(clone)
+        shutil.rmtree(clone)
+    results["git CLI: `clone --filter=blob:none` (floor of the first request; bytes on disk)"] = (
+        samples, size)
+    return results
 
 
 def reconcile(binary, root, remote, count, reads, layout, folders, rng):
@@ -257,8 +273,11 @@ def configuration(binary, root, githttp, count, layout, args):
                 f"{big[0] / small[0]:.2f}×")
     for (label, (small_ms, small_bytes)), (big_ms, big_bytes) in zip(lists[10].items(),
                                                                       lists[count].values()):
-        s.table_row(f"`GET /_/states`: {label} (bytes)", f"{s.cell(small_ms)} ({small_bytes:,})",
-                    f"{s.cell(big_ms)} ({big_bytes:,})",
+        plain = label.startswith(("git CLI", "listing:"))
+        fmt = ".2f" if label.startswith("listing:") else ".1f"
+        s.table_row(label if plain else f"`GET /_/states`: {label} (bytes)",
+                    f"{s.cell(small_ms, fmt)} ({small_bytes:,})",
+                    f"{s.cell(big_ms, fmt)} ({big_bytes:,})",
                     f"{s.summarize(big_ms)[0] / s.summarize(small_ms)[0]:.2f}×")
     print()
     if args.reconcile:
