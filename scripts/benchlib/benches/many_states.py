@@ -190,8 +190,9 @@ def listing(binary, root, remote, count, layout, folders):
                     raise SystemExit(f"{url}: X-Total-Count {counted}, expected {total}")
                 size = len(body)
             results[label] = (samples, size)
+        cached = s.dir_bytes(cache)
         results["listing: cache on disk after the pages (MiB; bytes)"] = (
-            [s.dir_bytes(cache) / (1024 * 1024)], s.dir_bytes(cache))
+            [cached / (1024 * 1024)], cached)
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)

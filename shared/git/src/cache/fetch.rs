@@ -102,38 +102,48 @@ impl Cache {
                 }
             }
         }
-        if self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
-            match UploadPack::connect(endpoint)? {
-                Ok(mut session) if session.offers("filter") && session.offers("shallow") => {
-                    set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);
-                    let listed = session.ls_refs(&prefixes)?;
-                    return self.refresh_partial(session, endpoint, names, listed, file);
-                }
-                Ok(session) => {
-                    let why = if session.offers("shallow") {
-                        NotOffered::Feature("filter")
-                    } else {
-                        NotOffered::Feature("shallow")
-                    };
-                    session.finish();
-                    set_fetch_mode(
-                        &endpoint.display,
-                        FetchMode::Whole,
-                        Some(&why as &dyn std::fmt::Display),
-                    );
-                }
-                Err(why) => set_fetch_mode(
-                    &endpoint.display,
-                    FetchMode::Whole,
-                    Some(&why as &dyn std::fmt::Display),
-                ),
-            }
+        if !self.shallow && fetches_partially(&endpoint.display) {
+            return self.refresh_blobless(endpoint, names, &prefixes).map(Some);
         }
-        if !self.shallow && fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
-            if let Some(tips) = self.refresh_blobless(endpoint, names, &prefixes)? {
-                return Ok(Some(tips));
+        if fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
+            if let Some(mut session) = partial_session(endpoint)? {
+                if !self.shallow {
+                    sessions::keep(endpoint, session);
+                    return self.refresh_blobless(endpoint, names, &prefixes).map(Some);
+                }
+                let listed = session.ls_refs(&prefixes)?;
+                return self.refresh_partial(session, endpoint, names, listed, file);
             }
         }
         self.refresh_whole(endpoint, names)
     }
+}
+
+/// The first contact with `endpoint` in this process: a protocol-v2 session, and the decision how
+/// every cache of it fetches. The session when the server offers partial fetch (`filter` and
+/// `shallow`); otherwise `None`, and the remote is fetched whole from now on (logged once, with
+/// the reason).
+fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>, StoreError> {
+    let why = match UploadPack::connect(endpoint)? {
+        Ok(session) if session.offers("filter") && session.offers("shallow") => {
+            set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);
+            return Ok(Some(session));
+        }
+        Ok(session) => {
+            let why = if session.offers("shallow") {
+                NotOffered::Feature("filter")
+            } else {
+                NotOffered::Feature("shallow")
+            };
+            session.finish();
+            why
+        }
+        Err(why) => why,
+    };
+    set_fetch_mode(
+        &endpoint.display,
+        FetchMode::Whole,
+        Some(&why as &dyn std::fmt::Display),
+    );
+    Ok(None)
 }

@@ -260,16 +260,16 @@ impl Cache {
 
     /// Runs `work` over a kept protocol-v2 session of `endpoint`, or a new one when there is
     /// none or the kept one fails, and keeps the session afterwards.
-    fn with_session(
+    pub(super) fn with_session<T>(
         &self,
         endpoint: &Endpoint,
-        work: impl Fn(&mut UploadPack) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+        work: impl Fn(&mut UploadPack) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         if let Some(mut session) = sessions::take(endpoint) {
             match work(&mut session) {
-                Ok(()) => {
+                Ok(done) => {
                     sessions::keep(endpoint, session);
-                    return Ok(());
+                    return Ok(done);
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")
@@ -277,9 +277,9 @@ impl Cache {
             }
         }
         let mut session = reconnect(endpoint)?;
-        work(&mut session)?;
+        let done = work(&mut session)?;
         sessions::keep(endpoint, session);
-        Ok(())
+        Ok(done)
     }
 
     /// Fetches over `session`, level by level, what the cache lacks on the paths `files`
