@@ -13,6 +13,7 @@ use gix::ObjectId;
 use super::answers::{delete, read_answers, stale_answers, Answers};
 use super::follow::follow;
 use super::round::{queue_refused, refuse_queue, Round};
+use super::sweep::still_listed;
 use super::write::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
@@ -52,6 +53,7 @@ pub(super) fn push_batch(
     batch: &Batch,
     takeover: Duration,
     contended: bool,
+    swept: Vec<RefUpdate>,
 ) -> Result<Round, StoreError> {
     let session = match session {
         Some(session) => session,
@@ -76,7 +78,18 @@ pub(super) fn push_batch(
     if !listing.pending.is_empty() {
         pending::crash_point("queue.listed");
     }
-    let answers = read_answers(batch, &listing, &refs);
+    let mut answers = read_answers(batch, &listing, &refs);
+    if queue {
+        // Answers read in earlier rounds go with this one's push (`sweep.rs`).
+        let swept = still_listed(swept, &listing, &refs);
+        if !swept.is_empty() {
+            tracing::debug!(
+                deletes = swept.len(),
+                "answers read earlier join this round's ref updates"
+            );
+        }
+        answers.updates.extend(swept);
+    }
     if queue && !leads(&listing, &answers.own, takeover, contended) {
         // Another process's write is older: it pushes, folding this batch's writes, which
         // are published for it here (DESIGN §9.4).

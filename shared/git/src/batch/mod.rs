@@ -17,6 +17,7 @@ mod answers;
 mod follow;
 mod lead;
 mod round;
+mod sweep;
 mod timeline;
 mod write;
 
@@ -29,8 +30,7 @@ use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::push::push_updates;
+use crate::plumbing::sendpack::ReceivePack;
 use crate::target::Target;
 use follow::publish;
 use lead::push_batch;
@@ -120,6 +120,8 @@ pub(crate) struct WriteQueue {
     /// Wakes a driver that waits for another process's push when a new write arrives (it is
     /// published at once rather than after the pause).
     arrived: tokio::sync::Notify,
+    /// Deletes of answers read, waiting for this process's next push.
+    unswept: sweep::Unswept,
 }
 
 /// The queues of this process: per remote and branch, one per credential, with when each was
@@ -165,6 +167,7 @@ impl WriteQueue {
         let queue = Arc::new(WriteQueue {
             queue: Mutex::new(Queue::default()),
             arrived: tokio::sync::Notify::new(),
+            unswept: Default::default(),
         });
         slot.push((credentials.cloned(), queue.clone(), Instant::now()));
         Ok(queue)
@@ -364,9 +367,14 @@ impl WriteQueue {
             let cleanup = round.cleanup.take();
             let outcomes = std::mem::take(&mut round.outcomes);
             let (mut back, unpublished) = self.settle(writes, replies, outcomes, &round);
+            // The deletes of answers read go with this process's next push, or alone soon.
             if let Some((session, updates)) = cleanup {
-                clean_up(&store, session, updates).await;
-                self.pushed();
+                if self.unswept.keep(session, updates) {
+                    let (queue, store) = (self.clone(), store.clone());
+                    tokio::spawn(async move {
+                        sweep::sweep_later(&queue.unswept, &store, || queue.pushed()).await
+                    });
+                }
             }
             // Lost: the writes go into the remote's queue, where whichever process wins the
             // branch next folds them (DESIGN §9.4).
@@ -411,9 +419,10 @@ impl WriteQueue {
         let count = writes.len();
         let takeover = self.takeover();
         let contended = self.lock().map(|q| q.contended).unwrap_or(true);
+        let swept = self.unswept.take();
         let outcome = store
             .run(move |store| {
-                let round = push_batch(&store, session, &writes, takeover, contended);
+                let round = push_batch(&store, session, &writes, takeover, contended, swept);
                 Ok((writes, round))
             })
             .await;
@@ -650,17 +659,6 @@ impl WriteQueue {
                 None => took,
             });
         }
-    }
-}
-
-/// Pushes the deletes of answers this process has read (best effort: an answer left behind is
-/// deleted by a leader once it is two minutes old).
-async fn clean_up(store: &Target, session: ReceivePack, updates: Vec<RefUpdate>) {
-    let outcome = store
-        .run(move |store| push_updates(store.endpoint(), session, &updates, &[]))
-        .await;
-    if let Err(e) = outcome {
-        tracing::debug!(error = %e, "the answers read could not be deleted now; a leader deletes them later");
     }
 }
 
