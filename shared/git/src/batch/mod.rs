@@ -640,7 +640,10 @@ impl WriteQueue {
                 .min(MAX_ANSWER_WAIT),
             _ => Duration::ZERO,
         };
-        pause.max(due)
+        // Once due, looks again no sooner than a quarter of the usual wait: answers come with a
+        // leader's push, a few per usual wait, not with every look.
+        let again = answer_delay.unwrap_or_default() / 4;
+        pause.max(due).max(again.min(MAX_ANSWER_WAIT / 4))
     }
 
     /// Notes that a push of this process was answered (or may have been applied): sessions
