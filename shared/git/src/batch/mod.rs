@@ -623,8 +623,8 @@ impl WriteQueue {
     /// How long to wait before looking for the answers of this process's published writes
     /// (the earliest published at `first_published`): until three quarters of the usual wait for
     /// an answer have passed since then, and at least a quarter to half an attempt's time
-    /// (jittered). Each look is a request to the git server: looking before an answer can be
-    /// there only loads it.
+    /// (jittered) and a quarter of the usual wait (up to 250 ms). Each look is a request to the
+    /// git server: looking before an answer can be there only loads it.
     fn poll_pause(&self, first_published: Option<Instant>) -> Duration {
         use rand::Rng;
         let (estimate, answer_delay) = self
