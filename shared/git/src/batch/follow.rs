@@ -1,6 +1,6 @@
 //! A round of a process that does not lead (DESIGN §9.4): it publishes its new writes as
 //! pending refs for the leader, withdraws those past their deadline and deletes the answers it
-//! read, in one push.
+//! read, in one push (answers alone wait for the next push, `sweep.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -45,9 +45,8 @@ pub(super) fn follow(
     // this process leads the next round.
     round.leads_next = !publications.is_empty() && listing_empty;
     if publications.is_empty() && withdrawn.is_empty() && !updates.is_empty() {
-        // Only answers read are to be deleted: the writers need not wait for that. It is
-        // pushed once they are answered (a clean-up nobody waits for; what it misses, a
-        // leader deletes once the answer is two minutes old).
+        // Only answers read are to be deleted: nobody waits for that. The deletes go with this
+        // process's next push, or alone within a second (`sweep.rs`).
         round.cleanup = Some((session, updates));
         round.outcomes = outcomes
             .into_iter()

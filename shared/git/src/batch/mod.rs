@@ -327,8 +327,8 @@ impl WriteQueue {
     }
 
     /// Drives batches until nothing waits: per round, the courtesy pause, the next batch, the
-    /// round itself, what it teaches (contention, timings), the answers, then the clean-up and
-    /// publications it leaves, and the pause before the next.
+    /// round itself, what it teaches (contention, timings), the answers, then the deletes it
+    /// leaves for a later push and the publications, and the pause before the next.
     async fn drive(self: Arc<Self>, store: Target) {
         let mut losses = 0u32;
         loop {

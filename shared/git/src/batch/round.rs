@@ -35,7 +35,8 @@ pub(crate) struct Round {
     /// Time spent fetching (pending writes, a tip pushed by another process) and pushing.
     pub(super) fetching: Duration,
     pub(super) pushing: Duration,
-    /// Deletes of answers read, to push once the writers are answered.
+    /// Deletes of answers read when the round had nothing else to push: they wait for this
+    /// process's next push (`sweep.rs`).
     pub(super) cleanup: Option<(ReceivePack, Vec<RefUpdate>)>,
 }
 
