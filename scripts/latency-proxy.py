@@ -1,28 +1,62 @@
 #!/usr/bin/env python3
-"""A TCP proxy that adds a fixed delay to every chunk it forwards, each way: a stand-in for a
-git server far away (benchmarks only; tests use real servers without it).
+"""A TCP proxy that adds a fixed delay to every chunk it forwards, each way, can limit each
+connection's rate, and counts the bytes it forwards: a stand-in for a git server far away
+(benchmarks only; tests use real servers without it).
 
 Every chunk read from one side (one `recv`, at most --chunk bytes) waits --delay-ms before it is
 written to the other side, in order, so a request of k chunks costs k delays in that direction.
-Each connection gets its own upstream connection.
+With --rate-mbps X (megabytes per second, 12.5 = 100 Mbit/s), each connection, each direction,
+also sends no faster than X: a chunk of n bytes leaves n / X seconds after the previous one has
+left (or after its delay, whichever is later), in order. 0 = unlimited. Each connection gets its
+own upstream connection.
+
+Bytes forwarded are counted: up (client to target) and down (target to client), and connections
+accepted. With --stats-port PORT, a connection to 127.0.0.1:PORT gets the totals so far as one
+line of text, `UP DOWN CONNECTIONS`, and is closed.
 
 Usage: scripts/latency-proxy.py --listen PORT --target HOST:PORT [--delay-ms 30] [--chunk 65536]
-Also importable: `start(listen_port, target_host, target_port, delay_ms)` runs it in a thread.
+                                [--rate-mbps 0] [--stats-port PORT]
+Also importable: `start(listen_port, target_host, target_port, delay_ms, rate_mbps=0)` runs it in
+a thread; the thread's `counters` (a Counters) holds the totals.
 """
 import argparse
 import asyncio
 import sys
 import threading
+import time
 
 
-async def _pipe(reader, writer, delay, chunk):
+class Counters:
+    """Bytes forwarded up (client to target) and down (target to client), connections accepted.
+    Written by the proxy's event loop only; read from anywhere (ints, read whole)."""
+
+    def __init__(self):
+        self.up = 0
+        self.down = 0
+        self.connections = 0
+
+    def totals(self):
+        """(up, down, connections)."""
+        return self.up, self.down, self.connections
+
+
+async def _pipe(reader, writer, delay, chunk, rate, count):
+    """Forwards reader to writer chunk by chunk: each waits `delay` seconds, then (with `rate`,
+    bytes per second) until the previous chunk has had its n / rate seconds; `count(n)` after
+    each write."""
+    free_at = 0.0  # when this direction's "wire" is free again (monotonic seconds)
     try:
         while True:
             data = await reader.read(chunk)
             if not data:
                 break
             await asyncio.sleep(delay)
+            if rate:
+                now = time.monotonic()
+                free_at = max(now, free_at) + len(data) / rate
+                await asyncio.sleep(free_at - now)
             writer.write(data)
+            count(len(data))
             await writer.drain()
     except (ConnectionError, asyncio.CancelledError):
         pass
@@ -33,29 +67,51 @@ async def _pipe(reader, writer, delay, chunk):
             pass
 
 
-async def _serve(listen_port, target_host, target_port, delay, chunk, ready=None):
+async def _serve(listen_port, target_host, target_port, delay, chunk, rate, counters, stats_port=None,
+                 ready=None):
+    def up(n):
+        counters.up += n
+
+    def down(n):
+        counters.down += n
+
     async def handle(client_reader, client_writer):
+        counters.connections += 1
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(target_host, target_port)
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pipe(client_reader, upstream_writer, delay, chunk),
-                             _pipe(upstream_reader, client_writer, delay, chunk))
+        await asyncio.gather(_pipe(client_reader, upstream_writer, delay, chunk, rate, up),
+                             _pipe(upstream_reader, client_writer, delay, chunk, rate, down))
+
+    async def stats(_reader, writer):
+        writer.write(("%d %d %d\n" % counters.totals()).encode())
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", listen_port, backlog=1024)
+    if stats_port:
+        await asyncio.start_server(stats, "127.0.0.1", stats_port)
     if ready is not None:
         ready.set()
     async with server:
         await server.serve_forever()
 
 
-def start(listen_port, target_host, target_port, delay_ms, chunk=65536):
-    """Runs the proxy in a daemon thread; returns once it listens."""
+def start(listen_port, target_host, target_port, delay_ms, chunk=65536, rate_mbps=0, stats_port=None):
+    """Runs the proxy in a daemon thread; returns it once it listens (`thread.counters`)."""
     ready = threading.Event()
+    counters = Counters()
+    rate = rate_mbps * 1_000_000
     thread = threading.Thread(
-        target=lambda: asyncio.run(_serve(listen_port, target_host, target_port, delay_ms / 1000, chunk, ready)),
+        target=lambda: asyncio.run(_serve(listen_port, target_host, target_port, delay_ms / 1000, chunk,
+                                          rate, counters, stats_port, ready)),
         daemon=True)
+    thread.counters = counters
     thread.start()
     if not ready.wait(10):
         raise SystemExit("the latency proxy did not start")
@@ -68,9 +124,14 @@ def main():
     parser.add_argument("--target", required=True, help="HOST:PORT")
     parser.add_argument("--delay-ms", type=float, default=30.0)
     parser.add_argument("--chunk", type=int, default=65536)
+    parser.add_argument("--rate-mbps", type=float, default=0.0,
+                        help="megabytes per second per connection and direction (0: unlimited)")
+    parser.add_argument("--stats-port", type=int, default=0,
+                        help="a port answering `UP DOWN CONNECTIONS` (bytes forwarded so far)")
     args = parser.parse_args()
     host, port = args.target.rsplit(":", 1)
-    asyncio.run(_serve(args.listen, host, int(port), args.delay_ms / 1000, args.chunk))
+    asyncio.run(_serve(args.listen, host, int(port), args.delay_ms / 1000, args.chunk,
+                       args.rate_mbps * 1_000_000, Counters(), args.stats_port))
 
 
 if __name__ == "__main__":

@@ -154,19 +154,44 @@ def init_bare(path, allow_filter=False):
     return path
 
 
-def fast_import(repo, files, message=b"seed"):
+def fast_import(repo, files, message=b"seed", on_main=False):
     """One commit on `main` of the bare repository `repo` holding `files` ((path, bytes) pairs),
-    made with `git fast-import`."""
+    made with `git fast-import`; with `on_main`, on top of `main` (its files kept, `files` added
+    or replaced) instead of a root commit."""
     chunks, paths = [], []
     for mark, (path, body) in enumerate(files, start=1):
         chunks.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(body), body))
         paths.append(path)
     chunks.append(b"commit refs/heads/main\ncommitter bench <b@b> 1764115200 +0000\n"
                   b"data %d\n%s\n" % (len(message), message))
+    if on_main:
+        chunks.append(b"from refs/heads/main^0\n")
     for mark, path in enumerate(paths, start=1):
         chunks.append(b"M 100644 :%d %s\n" % (mark, path.encode()))
     chunks.append(b"\n")
     subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(chunks), cwd=repo, check=True)
+
+
+def commit_file(repo, base, path, body, message):
+    """A commit on `base` (a revision; None: a root commit) whose only change is `path` = `body`,
+    written with plumbing in `repo` (works in a blobless clone: no blob is read, nothing is
+    fetched, no network); its id. Nothing but the new objects changes (no ref, no index)."""
+    index = os.path.join(repo, "bench-commit.index")
+    env = dict(os.environ, GIT_INDEX_FILE=index, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="b@b",
+               GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="b@b")
+
+    def plumbing(*args, input=None):
+        return subprocess.run(["git", *args], cwd=repo, input=input, env=env, check=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE).stdout.decode().strip()
+    try:
+        blob = plumbing("hash-object", "-w", "--stdin", input=body)
+        plumbing("read-tree", base if base else "--empty")
+        plumbing("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+        tree = plumbing("write-tree", "--missing-ok")
+        return plumbing("commit-tree", tree, *(["-p", base] if base else []), "-m", message)
+    finally:
+        if os.path.exists(index):
+            os.remove(index)
 
 
 def http_backend_path():
@@ -241,15 +266,77 @@ class GitHttp:
         stop(self.proc)
 
 
-def start_latency_proxy(root, target_port, delay_ms):
-    """scripts/latency-proxy.py in front of 127.0.0.1:target_port; returns (process, port)."""
+def start_latency_proxy(root, target_port, delay_ms, rate_mbps=0, stats_port=None, log_name="proxy.log"):
+    """scripts/latency-proxy.py in front of 127.0.0.1:target_port, adding `delay_ms` per chunk
+    each way and (`rate_mbps` > 0) limiting each connection, each direction, to that many
+    megabytes per second; with `stats_port`, it answers its byte counters there (see
+    LatencyProxy). Returns (process, port)."""
     port = free_port()
-    log = log_file(root, "proxy.log")
+    log = log_file(root, log_name)
+    extra = ["--rate-mbps", str(rate_mbps)] if rate_mbps else []
+    if stats_port:
+        extra += ["--stats-port", str(stats_port)]
     proc = spawn([sys.executable, os.path.join(SCRIPTS, "latency-proxy.py"), "--listen", str(port),
-                  "--target", f"127.0.0.1:{target_port}", "--delay-ms", str(delay_ms)],
+                  "--target", f"127.0.0.1:{target_port}", "--delay-ms", str(delay_ms), *extra],
                  stdout=log, stderr=log)
     wait_port(port)
+    if stats_port:
+        wait_port(stats_port)
     return proc, port
+
+
+class LatencyProxy:
+    """scripts/latency-proxy.py in front of 127.0.0.1:target_port (a process of its own, so its
+    work does not share the harness's GIL), with its byte counters readable: `totals()`.
+
+    `url(path)`: the proxy's URL for a path on the target (e.g. "/git/states.git")."""
+
+    def __init__(self, root, target_port, delay_ms=0, rate_mbps=0, name="proxy"):
+        self.stats_port = free_port()
+        self.proc, self.port = start_latency_proxy(root, target_port, delay_ms, rate_mbps, self.stats_port,
+                                                   f"{name}.log")
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def read(self):
+        """(up, down, connections) forwarded so far, as the proxy counts them right now."""
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=10) as conn:
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(100)
+                if not chunk:
+                    break
+                data += chunk
+        up, down, connections = (int(x) for x in data.split())
+        return up, down, connections
+
+    def totals(self, settle=0.0, timeout=30.0):
+        """(up, down, connections) once nothing has moved through the proxy for `settle` seconds
+        (what a client does after its answer, e.g. a push in the background, counts with what
+        came before), or after `timeout` seconds."""
+        last, quiet_since = self.read(), time.monotonic()
+        deadline = quiet_since + timeout
+        while settle and time.monotonic() < deadline:
+            time.sleep(min(0.1, settle))
+            now = self.read()
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= settle:
+                break
+        return last
+
+    def stop(self):
+        stop(self.proc)
+
+
+def byte_size(n):
+    """Bytes for a table: "812 B", "19.6 KB", "1.21 MB" (powers of 1000)."""
+    if n < 1000:
+        return f"{n:,.0f} B"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f} KB"
+    return f"{n / 1_000_000:.2f} MB"
 
 
 # ------------------------------------------------------------------ gitstate serve
