@@ -2,6 +2,8 @@
 //! - [`DelayProxy`] holds every chunk a client sends for a fixed delay before passing it on: a
 //!   git server far away (each request waits at least one delay), for tests of time budgets.
 //!   Answers pass back at once. It counts the connections it accepted.
+//! - [`CountingProxy`] counts the bytes that pass each way: what a client costs on a real link,
+//!   which loopback hides.
 //! - [`ClosingProxy`] closes a kept-alive connection at the worst moment: the first request sent
 //!   on it after it was idle for a while is read and answered with nothing but the close, as when
 //!   a server's idle timeout crosses the client's request (a Lambda container thawed after a
@@ -9,7 +11,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,12 +57,18 @@ impl DelayProxy {
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+fn pipe(from: TcpStream, to: TcpStream, delay: Duration) {
+    pipe_counted(from, to, delay, &AtomicU64::new(0));
+}
+
+/// Forwards `from` to `to`, each chunk `delay` late, adding its bytes to `count`.
+fn pipe_counted(mut from: TcpStream, mut to: TcpStream, delay: Duration, count: &AtomicU64) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                count.fetch_add(n as u64, Ordering::SeqCst);
                 std::thread::sleep(delay);
                 if to.write_all(&buffer[..n]).is_err() {
                     break;
@@ -69,6 +77,53 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
         }
     }
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Counts the bytes each way ([module documentation](self)); it stops with the test process.
+pub struct CountingProxy {
+    port: u16,
+    /// Client to server, server to client.
+    counts: Arc<(AtomicU64, AtomicU64)>,
+}
+
+impl CountingProxy {
+    /// Forwards connections on a new port to `127.0.0.1:target`, counting what passes.
+    pub fn start(target: u16) -> CountingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let shared = counts.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (client_in, server_in) = match (client.try_clone(), server.try_clone()) {
+                    (Ok(c), Ok(s)) => (c, s),
+                    _ => continue,
+                };
+                let (up, down) = (shared.clone(), shared.clone());
+                std::thread::spawn(move || pipe_counted(client_in, server, Duration::ZERO, &up.0));
+                std::thread::spawn(move || {
+                    pipe_counted(server_in, client, Duration::ZERO, &down.1)
+                });
+            }
+        });
+        CountingProxy { port, counts }
+    }
+
+    /// The port to connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Bytes so far: (client to server, server to client).
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.counts.0.load(Ordering::SeqCst),
+            self.counts.1.load(Ordering::SeqCst),
+        )
+    }
 }
 
 /// A proxy whose connections, once idle for `idle`, close on the next request instead of

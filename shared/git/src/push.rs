@@ -3,13 +3,15 @@
 //! nothing of stores, sessions or queues: the remote store and the write queue's rounds both
 //! push through here.
 
+use std::collections::{HashMap, HashSet};
+
 use gitstate_core::StoreError;
 use gix::objs::Kind;
 use gix::ObjectId;
 
 use crate::objects::internal;
 use crate::plumbing::onepost;
-use crate::plumbing::pack::write_pack;
+use crate::plumbing::pack::{write_pack, Delta, Pack};
 use crate::plumbing::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
 use crate::plumbing::transport::Endpoint;
 
@@ -33,33 +35,56 @@ pub enum Pushed {
 /// its changed path, in case the cache still holds an object the remote has since dropped;
 /// except the blobs `on_remote` that the cache lacks (pending writes' blobs, DESIGN §9.4:
 /// the remote holds them, reachable from the pending refs this push deletes).
+///
+/// Each tree on a changed path, and the file, may travel as a delta against the object at the
+/// same path in the commit's parent: the remote has it (the parent is the remote's tip, or a
+/// commit of this push). One changed entry in a folder of thousands of states then costs a few
+/// dozen bytes, not the folder's whole tree ([`Pack::deltas`]).
 pub fn pack_objects(
     mut repo: gix::Repository,
     commits: &[(ObjectId, &str)],
     on_remote: &[ObjectId],
-) -> Result<Vec<(ObjectId, Kind, Vec<u8>)>, StoreError> {
+) -> Result<Pack, StoreError> {
     let mut path_ids = Vec::new();
+    // (an object on a changed path, the object at its path in the parent commit)
+    let mut pairs = Vec::new();
     for (commit, file) in commits {
         path_ids.push(*commit);
         let c = repo
             .find_commit(*commit)
             .map_err(internal("reading the new commit"))?;
         let tree = c.tree().map_err(internal("reading the new tree"))?;
+        let parent_tree = c
+            .parent_ids()
+            .next()
+            .and_then(|parent| repo.find_commit(parent).ok()?.tree().ok());
         path_ids.push(tree.id);
+        if let Some(parent_tree) = &parent_tree {
+            pairs.push((tree.id, parent_tree.id));
+        }
         let segments: Vec<&str> = file.split('/').collect();
         for end in 1..=segments.len() {
             let prefix = segments[..end].join("/");
-            if let Some(entry) = tree
+            let Some(entry) = tree
                 .lookup_entry_by_path(&prefix)
                 .map_err(internal("looking up a path"))?
+            else {
+                continue;
+            };
+            path_ids.push(entry.object_id());
+            // The write made the parent's trees on the path present; a path the parent lacks
+            // has no base.
+            if let Some(Ok(Some(old))) = parent_tree
+                .as_ref()
+                .map(|t| t.lookup_entry_by_path(&prefix))
             {
-                path_ids.push(entry.object_id());
+                pairs.push((entry.object_id(), old.object_id()));
             }
         }
     }
     let memory = repo.objects.take_object_memory().unwrap_or_default();
     let mut objects: Vec<(ObjectId, Kind, Vec<u8>)> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     for (id, (kind, data)) in memory.iter() {
         if seen.insert(*id) {
             objects.push((*id, *kind, data.clone()));
@@ -74,18 +99,63 @@ pub fn pack_objects(
             .map_err(internal("reading an object for the pack"))?;
         objects.push((id, object.kind, object.data.clone()));
     }
-    Ok(objects)
+    let deltas = deltas(&repo, &objects, &pairs);
+    Ok(Pack { objects, deltas })
 }
 
-/// Pushes `updates` (atomically where the server offers it) with a pack of `objects`
-/// (none when every update is a delete) and returns the server's report.
+/// The deltas worth sending for `pairs` (an object of the pack, its base): a base in the pack or
+/// the cache, of the same kind, and a delta of less than half the object.
+fn deltas(
+    repo: &gix::Repository,
+    objects: &[(ObjectId, Kind, Vec<u8>)],
+    pairs: &[(ObjectId, ObjectId)],
+) -> HashMap<ObjectId, Delta> {
+    /// Smaller objects go whole: a delta would save next to nothing.
+    const MIN_DELTA_BYTES: usize = 512;
+    let in_pack: HashMap<ObjectId, (Kind, &[u8])> = objects
+        .iter()
+        .map(|(id, kind, data)| (*id, (*kind, data.as_slice())))
+        .collect();
+    let mut deltas = HashMap::new();
+    for (id, base) in pairs {
+        let Some((kind, data)) = in_pack.get(id) else {
+            continue;
+        };
+        if id == base || data.len() < MIN_DELTA_BYTES || deltas.contains_key(id) {
+            continue;
+        }
+        let base_data = match in_pack.get(base) {
+            Some((base_kind, base_data)) => (base_kind == kind).then(|| base_data.to_vec()),
+            None => repo
+                .find_object(*base)
+                .ok()
+                .filter(|o| o.kind == *kind)
+                .map(|o| o.data.clone()),
+        };
+        let Some(base_data) = base_data else { continue };
+        let delta = crate::plumbing::delta::encode(&base_data, data);
+        if delta.len() < data.len() / 2 {
+            deltas.insert(
+                *id,
+                Delta {
+                    base: *base,
+                    data: delta,
+                },
+            );
+        }
+    }
+    deltas
+}
+
+/// Pushes `updates` (atomically where the server offers it) with `pack` (none when every update
+/// is a delete), thin unless the server says `no-thin`, and returns the server's report.
 pub fn push_report(
     session: ReceivePack,
     updates: &[RefUpdate],
-    objects: &[(ObjectId, Kind, Vec<u8>)],
+    pack: &Pack,
 ) -> Result<Report, StoreError> {
-    let pack = write_pack(objects).map_err(StoreError::Internal)?;
-    session.push(updates, &pack)
+    let bytes = write_pack(pack, !session.offers("no-thin")).map_err(StoreError::Internal)?;
+    session.push(updates, &bytes)
 }
 
 /// Pushes `updates` (see [`push_report`]) and judges the report. A push of
@@ -94,9 +164,9 @@ pub fn push_updates(
     endpoint: &Endpoint,
     session: ReceivePack,
     updates: &[RefUpdate],
-    objects: &[(ObjectId, Kind, Vec<u8>)],
+    pack: &Pack,
 ) -> Result<Pushed, StoreError> {
-    let report = push_report(session, updates, objects)?;
+    let report = push_report(session, updates, pack)?;
     judge(endpoint, updates, report)
 }
 
@@ -105,14 +175,14 @@ pub fn push_updates(
 pub fn push_in_one_request(
     endpoint: &Endpoint,
     update: &RefUpdate,
-    objects: &[(ObjectId, Kind, Vec<u8>)],
+    pack: &Pack,
 ) -> Option<Result<Pushed, StoreError>> {
-    let pack = if update.new.is_null() {
+    let bytes = if update.new.is_null() {
         Vec::new()
     } else {
-        write_pack(objects).ok()?
+        write_pack(pack, onepost::takes_thin_packs(endpoint)).ok()?
     };
-    let report = onepost::push(endpoint, std::slice::from_ref(update), &pack)?;
+    let report = onepost::push(endpoint, std::slice::from_ref(update), &bytes)?;
     Some(judge(endpoint, std::slice::from_ref(update), report))
 }
 

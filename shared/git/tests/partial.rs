@@ -638,6 +638,7 @@ fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
                 ..Default::default()
             },
             objects.path(),
+            None,
         )
         .expect_err("the server has no such object");
     match error {

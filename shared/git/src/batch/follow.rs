@@ -81,7 +81,7 @@ pub(super) fn follow(
     }
     if !publications.is_empty() {
         pending::crash_point("queue.published");
-        store.cache()?.record_objects(&objects)?;
+        store.cache()?.record_objects(&objects.objects)?;
     }
     for (i, publication) in publications {
         outcomes[i] = Some(Outcome::Queued(publication));

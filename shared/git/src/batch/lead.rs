@@ -17,6 +17,7 @@ use super::sweep::still_listed;
 use super::write::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
+use crate::plumbing::pack::Pack;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
@@ -149,7 +150,7 @@ fn lead(
         ..Round::new(batch, queue, true)
     };
     let objects = if updates.is_empty() {
-        Vec::new()
+        Pack::default()
     } else {
         let paths: Vec<(ObjectId, &str)> = commits.iter().map(|(c, p)| (*c, p.as_str())).collect();
         let objects = pack_objects(repo, &paths, &on_remote)?;
@@ -169,7 +170,7 @@ fn lead(
     if let Some(new_tip) = new_tip.filter(|_| !round.lost) {
         // After the answers: the writers need not wait for the cache's copy.
         let cache = store.cache()?;
-        cache.record_pushed_later(objects, store.state_ref().to_owned(), new_tip);
+        cache.record_pushed_later(objects.objects, store.state_ref().to_owned(), new_tip);
     }
     answer(
         &mut round, batch, outcomes, results, &pending, &folds, &withdrawn,
@@ -419,7 +420,7 @@ fn push(
     session: ReceivePack,
     round: &mut Round,
     updates: &[RefUpdate],
-    objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+    objects: &Pack,
     moves_branch: bool,
 ) -> Result<(), StoreError> {
     let queue_refs = updates.len() > usize::from(moves_branch);

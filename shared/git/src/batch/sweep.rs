@@ -11,6 +11,7 @@ use std::time::Duration;
 use gix::ObjectId;
 
 use crate::pending::{Kind, Listing, QueueRefs};
+use crate::plumbing::pack::Pack;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::push_updates;
 use crate::target::Target;
@@ -70,7 +71,7 @@ pub(super) async fn sweep_later(unswept: &Unswept, store: &Target, pushed: impl 
 /// deleted by a leader once it is two minutes old).
 async fn clean_up(store: &Target, session: ReceivePack, updates: Vec<RefUpdate>) {
     let outcome = store
-        .run(move |store| push_updates(store.endpoint(), session, &updates, &[]))
+        .run(move |store| push_updates(store.endpoint(), session, &updates, &Pack::default()))
         .await;
     if let Err(e) = outcome {
         tracing::debug!(error = %e, "the answers read could not be deleted now; a leader deletes them later");

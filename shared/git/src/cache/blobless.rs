@@ -67,6 +67,9 @@ impl Cache {
                 ..Default::default()
             },
             &self.pack_dir(),
+            // Not thin: every tree of the history must arrive, and a delta whose base the
+            // server misjudged would leave one out.
+            None,
         )?;
         self.fetched_pack("history", fetched.pack.as_deref());
         // A fresh handle: it sees the pack just written.

@@ -34,7 +34,7 @@ impl Cache {
         std::fs::create_dir_all(scratch.join("pack"))
             .map_err(internal("making the cache's scratch directory"))?;
         let taken = session
-            .fetch(request, &scratch.join("pack"))
+            .fetch(request, &scratch.join("pack"), None)
             .and_then(|fetched| match fetched.pack {
                 Some(pack) => self.take_in(&scratch, &pack, fetched.objects),
                 None => Ok(()),

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use gitstate_core::StoreError;
 use gix::objs::tree::EntryKind;
+use gix::objs::Kind;
 use gix::ObjectId;
 
 use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
@@ -17,6 +18,7 @@ use super::{all_arrived, ref_matches};
 use crate::lookup::{reach, Reach};
 use crate::plumbing::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
 use crate::plumbing::sessions;
+use crate::plumbing::thin::Have;
 use crate::plumbing::transport::Endpoint;
 
 impl Cache {
@@ -124,6 +126,10 @@ impl Cache {
             && roots.is_empty()
             && fetch_mode(&endpoint.display) == Some(FetchMode::Treeless);
         let filter = if root_only { "tree:1" } else { "blob:none" };
+        // With `have`s, a thin pack: what changed, as deltas against the trees of the old tips
+        // (DESIGN §9.5); deltas whose base this cache never read are left out.
+        let bases = objects_of(&repo);
+        let thin = (!haves.is_empty()).then_some(&bases as Have<'_>);
         let fetched = filtered(session, endpoint, filter, |session, filter| {
             let request = FetchRequest {
                 wants: missing.clone(),
@@ -132,9 +138,13 @@ impl Cache {
                 deepen: Some(1),
                 filter: Some(filter.into()),
             };
-            session.fetch(&request, &self.pack_dir())
+            session.fetch(&request, &self.pack_dir(), thin)
         })?;
-        // A fresh handle: it sees the pack just written.
+        if fetched.left_out > 0 {
+            // Every commit here has its root tree: one left out of the thin pack comes by id.
+            self.fetch_root_trees(session, endpoint, tips.values().chain(roots))?;
+        }
+        // A fresh handle: it sees the packs just written.
         let repo = self.repo();
         // A root commit has nothing beyond it: the server's `shallow` for it (depth 1
         // marks every wanted commit) would only grow the file and every later request.
@@ -158,6 +168,41 @@ impl Cache {
         }
         self.move_tracking_refs(&repo, tips);
         Ok(())
+    }
+
+    /// Fetches by id the root trees of `commits` (in the cache) that the cache lacks, over
+    /// `session`. The caller holds the cache's write lock.
+    fn fetch_root_trees<'a>(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        commits: impl Iterator<Item = &'a ObjectId>,
+    ) -> Result<(), StoreError> {
+        let repo = self.repo();
+        let mut wants: Vec<ObjectId> = commits
+            .filter_map(|id| repo.find_commit(*id).ok()?.tree_id().ok())
+            .map(|tree| tree.detach())
+            .filter(|tree| !repo.has_object(tree))
+            .collect();
+        wants.sort();
+        wants.dedup();
+        if wants.is_empty() {
+            return Ok(());
+        }
+        let filter = match fetch_mode(&endpoint.display) {
+            Some(FetchMode::Treeless) => "tree:0",
+            _ => "blob:none",
+        };
+        filtered(session, endpoint, filter, |session, filter| {
+            self.fetch_into_store(
+                session,
+                &FetchRequest {
+                    wants: wants.clone(),
+                    filter: Some(filter.into()),
+                    ..Default::default()
+                },
+            )
+        })
     }
 
     /// Fetches the tips `tips` (name → id, as receive-pack advertised them) the cache lacks, as
@@ -380,6 +425,14 @@ impl Cache {
             }
         }
         Ok(())
+    }
+}
+
+/// The objects of `repo`, as the bases of a thin pack's deltas.
+fn objects_of(repo: &gix::Repository) -> impl Fn(&gix::oid) -> Option<(Kind, Vec<u8>)> + '_ {
+    |id| {
+        let object = repo.find_object(id).ok()?;
+        Some((object.kind, object.data.clone()))
     }
 }
 

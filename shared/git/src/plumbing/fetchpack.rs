@@ -22,7 +22,9 @@ use gix::protocol::transport::packetline::PacketLineRef;
 use gix::protocol::transport::{Protocol, Service};
 use gix::ObjectId;
 
+use super::pack::{write_pack, Pack};
 use super::pktline;
+use super::thin::{self, Have};
 use super::transport::{classify, classify_client, connect, Endpoint, ShallowSafe};
 
 /// The most refs an `ls-refs` answer may list: far more than a state repository has (one branch,
@@ -91,6 +93,8 @@ pub struct Fetched {
     pub objects: u32,
     /// The pack written, when it held objects.
     pub pack: Option<PathBuf>,
+    /// Objects of a thin pack left out: their base was neither in the pack nor held here.
+    pub left_out: usize,
 }
 
 /// An open upload-pack session in protocol v2, after the capability advertisement.
@@ -189,10 +193,16 @@ impl UploadPack {
 
     /// Sends `request` (with `done`: no negotiation rounds) and writes the pack the server
     /// answers with into `pack_dir` (an object database's `pack` directory).
+    ///
+    /// With `have` (the objects the client holds) the request asks for a thin pack: deltas
+    /// against objects of the `have` commits rather than whole objects (what makes a moved tip
+    /// cost what changed, DESIGN §9.5). The pack written is then whole: the objects resolved
+    /// against the pack and `have`, without those whose base is missing ([`thin::resolve`]).
     pub fn fetch(
         &mut self,
         request: &FetchRequest,
         pack_dir: &Path,
+        have: Option<Have<'_>>,
     ) -> Result<Fetched, StoreError> {
         if request.wants.is_empty() {
             return Ok(Fetched::default());
@@ -208,7 +218,7 @@ impl UploadPack {
                 )));
             }
         }
-        let arguments = fetch_arguments(request)?;
+        let arguments = fetch_arguments(request, have.is_some())?;
 
         let endpoint = self.endpoint.clone();
         let what = "fetching from";
@@ -218,28 +228,40 @@ impl UploadPack {
             ..Fetched::default()
         };
         let mut pack = SideBand::new(&mut *reader);
-        let outcome = gix_pack::Bundle::write_to_directory(
-            &mut pack,
-            Some(pack_dir),
-            &mut gix::progress::Discard,
-            &AtomicBool::new(false),
-            None::<gix::objs::find::Never>,
-            gix::hash::Kind::Sha1,
-            gix_pack::bundle::write::Options {
-                thread_limit: Some(1),
-                // Zip bombs: the same bound gix's own fetch gets from the cache's configuration.
-                alloc_limit_bytes: usize::try_from(super::limits::max_object_bytes()).ok(),
-                ..Default::default()
-            },
-        );
+        let aborted = |pack: &mut SideBand<'_, _>| {
+            pack.remote_error.take().map(|sentence| {
+                StoreError::Remote(endpoint.scrub(&format!(
+                    "{} aborted the fetch: {sentence}",
+                    endpoint.display
+                )))
+            })
+        };
+        let outcome = match have {
+            None => index_pack(&mut pack, pack_dir),
+            Some(have) => {
+                let mut bytes = Vec::new();
+                if let Err(e) = pack.read_to_end(&mut bytes) {
+                    return Err(aborted(&mut pack)
+                        .unwrap_or_else(|| classify_client(&endpoint, what, e.into())));
+                }
+                let resolved = thin::resolve(&bytes, have, super::limits::max_object_bytes())
+                    .map_err(|e| {
+                        StoreError::Remote(format!(
+                            "{} sent a pack that cannot be read: {e}",
+                            endpoint.display
+                        ))
+                    })?;
+                fetched.left_out = resolved.left_out;
+                let whole = write_pack(&Pack::from(resolved.objects), false)
+                    .map_err(StoreError::Internal)?;
+                index_pack(&mut &whole[..], pack_dir)
+            }
+        };
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {
-                if let Some(sentence) = pack.remote_error.take() {
-                    return Err(StoreError::Remote(endpoint.scrub(&format!(
-                        "{} aborted the fetch: {sentence}",
-                        endpoint.display
-                    ))));
+                if let Some(error) = aborted(&mut pack) {
+                    return Err(error);
                 }
                 return Err(classify(&endpoint, what, &e));
             }
@@ -309,6 +331,27 @@ impl UploadPack {
         reader.reset(Protocol::V2);
         Ok(reader)
     }
+}
+
+/// Writes the pack read from `pack` (whole, not thin) and its index into `pack_dir`.
+fn index_pack(
+    pack: &mut dyn BufRead,
+    pack_dir: &Path,
+) -> Result<gix_pack::bundle::write::Outcome, gix::Error> {
+    gix_pack::Bundle::write_to_directory(
+        pack,
+        Some(pack_dir),
+        &mut gix::progress::Discard,
+        &AtomicBool::new(false),
+        None::<gix::objs::find::Never>,
+        gix::hash::Kind::Sha1,
+        gix_pack::bundle::write::Options {
+            thread_limit: Some(1),
+            // Zip bombs: the same bound gix's own fetch gets from the cache's configuration.
+            alloc_limit_bytes: usize::try_from(super::limits::max_object_bytes()).ok(),
+            ..Default::default()
+        },
+    )
 }
 
 /// Counts one request to a git server (see [`gitstate_core::metrics::GIT_ROUND_TRIPS`]).
@@ -506,11 +549,15 @@ fn read_sections(
     Ok(shallow)
 }
 
-/// The pkt-lines of a `fetch` command for `request`, ending with `done` (no negotiation).
-fn fetch_arguments(request: &FetchRequest) -> Result<Vec<u8>, StoreError> {
+/// The pkt-lines of a `fetch` command for `request`, ending with `done` (no negotiation);
+/// `thin`: a thin pack is welcome.
+fn fetch_arguments(request: &FetchRequest, thin: bool) -> Result<Vec<u8>, StoreError> {
     let mut arguments = Vec::new();
     line(&mut arguments, b"no-progress\n")?;
     line(&mut arguments, b"ofs-delta\n")?;
+    if thin {
+        line(&mut arguments, b"thin-pack\n")?;
+    }
     for id in &request.shallow {
         line(&mut arguments, format!("shallow {id}\n").as_bytes())?;
     }

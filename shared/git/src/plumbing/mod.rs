@@ -2,6 +2,7 @@
 //! the protocol-v2 fetch client (`ls-refs`, partial `fetch`) and pack writing. Nothing here knows
 //! about state files or locks.
 
+pub mod delta;
 pub mod fetchpack;
 pub mod kept;
 pub mod limits;
@@ -11,4 +12,5 @@ pub mod pktline;
 pub mod sendpack;
 pub mod sessions;
 pub mod ssh;
+pub mod thin;
 pub mod transport;

@@ -34,6 +34,12 @@ pub fn possible(endpoint: &Endpoint) -> bool {
     known_offers(endpoint).is_some()
 }
 
+/// Whether `endpoint`'s receive-pack, as this process last read it, takes a thin pack (it did
+/// not advertise `no-thin`).
+pub fn takes_thin_packs(endpoint: &Endpoint) -> bool {
+    known_offers(endpoint).is_some_and(|offers| !offers.iter().any(|c| c == "no-thin"))
+}
+
 /// Whether a [`push`] to `endpoint` may also assert a ref unchanged (old id = new id), checked in
 /// the same atomic transaction ([`super::sendpack::asserts_unchanged_refs`]).
 pub fn asserts_unchanged_refs(endpoint: &Endpoint) -> bool {

@@ -26,12 +26,12 @@ use gitstate_core::{
     BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
     StoreError, WriteSession,
 };
-use gix::objs::Kind;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
 use crate::objects::{lock_commit, parse_id, read_file, state_commit};
 use crate::plumbing::onepost;
+use crate::plumbing::pack::Pack;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::plumbing::transport::Endpoint;
 use crate::push::{pack_objects, push_in_one_request, push_updates, Pushed};
@@ -86,7 +86,7 @@ pub struct RemoteStore {
 /// Objects built in memory for one push, and the pack holding them.
 struct Outgoing {
     commit: ObjectId,
-    objects: Vec<(ObjectId, Kind, Vec<u8>)>,
+    pack: Pack,
 }
 
 impl RemoteStore {
@@ -196,8 +196,8 @@ impl RemoteStore {
         }
         let repo = self.cache()?.repo().with_object_memory();
         let commit = make(&repo)?;
-        let objects = pack_objects(repo, &[(commit, file)], &[])?;
-        Ok(Outgoing { commit, objects })
+        let pack = pack_objects(repo, &[(commit, file)], &[])?;
+        Ok(Outgoing { commit, pack })
     }
 
     /// Pushes one ref update; `Ok(true)` when accepted, `Ok(false)` when the server refused it
@@ -208,12 +208,13 @@ impl RemoteStore {
         update: RefUpdate,
         outgoing: Option<&Outgoing>,
     ) -> Result<bool, StoreError> {
-        let objects = outgoing.map_or(&[][..], |o| &o.objects[..]);
+        let empty = Pack::default();
+        let pack = outgoing.map_or(&empty, |o| &o.pack);
         match push_updates(
             &self.target.endpoint,
             session,
             std::slice::from_ref(&update),
-            objects,
+            pack,
         )? {
             Pushed::Accepted => Ok(true),
             Pushed::Lost => Ok(false),
@@ -250,7 +251,7 @@ impl RemoteStore {
             return Err(StoreError::Stale);
         }
         self.cache()?.record_pushed(
-            &outgoing.objects,
+            &outgoing.pack.objects,
             &self.target.state_ref,
             Some(outgoing.commit),
         )?;
@@ -402,15 +403,18 @@ impl BlockingStore for RemoteStore {
             new: outgoing.commit,
         };
         let created = || -> Result<LockCreate, StoreError> {
-            self.cache()?
-                .record_pushed(&outgoing.objects, &lock_ref, Some(outgoing.commit))?;
+            self.cache()?.record_pushed(
+                &outgoing.pack.objects,
+                &lock_ref,
+                Some(outgoing.commit),
+            )?;
             Ok(LockCreate::Created)
         };
         // The lock must not exist, which the push itself checks: no advertisement needed. Not
         // when the cache last saw the state locked: a held lock (Terraform polling with
         // -lock-timeout) is then found without pushing anything.
         if onepost::possible(&self.target.endpoint) && self.cache()?.tracked(&lock_ref).is_none() {
-            match push_in_one_request(&self.target.endpoint, &update, &outgoing.objects) {
+            match push_in_one_request(&self.target.endpoint, &update, &outgoing.pack) {
                 Some(Ok(Pushed::Accepted)) => return created(),
                 Some(Ok(Pushed::Lost)) => return self.held(path),
                 _ => {}

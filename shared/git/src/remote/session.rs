@@ -15,7 +15,7 @@ use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
 use crate::objects::{entry_id, state_commit};
 use crate::plumbing::onepost;
-use crate::plumbing::pack::write_pack;
+use crate::plumbing::pack::{write_pack, Pack};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{judge, push_in_one_request, Pushed};
 
@@ -333,7 +333,7 @@ impl RemoteStore {
         change: &StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
-        let Outgoing { commit, objects } = self.build(Some(base), path.as_str(), |repo| {
+        let Outgoing { commit, pack } = self.build(Some(base), path.as_str(), |repo| {
             state_commit(
                 repo,
                 Some(base),
@@ -355,8 +355,9 @@ impl RemoteStore {
                 new: lock_tip,
             },
         ];
-        let pack = write_pack(&objects).map_err(StoreError::Internal)?;
-        let accepted = match onepost::push(&self.target.endpoint, &updates, &pack) {
+        let bytes = write_pack(&pack, onepost::takes_thin_packs(&self.target.endpoint))
+            .map_err(StoreError::Internal)?;
+        let accepted = match onepost::push(&self.target.endpoint, &updates, &bytes) {
             Some(report) => matches!(
                 judge(&self.target.endpoint, &updates, report),
                 Ok(Pushed::Accepted)
@@ -369,7 +370,7 @@ impl RemoteStore {
         metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS).record(1.0);
         // After the answer: the writer need not wait for the cache's copy.
         self.cache()?
-            .record_pushed_later(objects, self.target.state_ref.clone(), commit);
+            .record_pushed_later(pack.objects, self.target.state_ref.clone(), commit);
         Ok(commit.to_string())
     }
 
@@ -384,7 +385,7 @@ impl RemoteStore {
             new: ObjectId::null(gix::hash::Kind::Sha1),
         };
         let accepted = matches!(
-            push_in_one_request(&self.target.endpoint, &update, &[]),
+            push_in_one_request(&self.target.endpoint, &update, &Pack::default()),
             Some(Ok(Pushed::Accepted))
         );
         self.cache()?.record_pushed(&[], &lock_ref, None)?;

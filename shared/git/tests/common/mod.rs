@@ -333,17 +333,23 @@ pub fn many_content(i: usize) -> String {
 /// Puts [`MANY`] states in [`MANY_FOLDERS`] folders on `main` of `bare` in one commit, with
 /// `git fast-import`.
 pub fn seed_many(bare: &Path) {
+    seed_files(bare, (0..MANY).map(|i| (many_path(i), many_content(i))));
+}
+
+/// Puts `files` (path, content) on `main` of `bare` in one commit, with `git fast-import`.
+pub fn seed_files(bare: &Path, files: impl Iterator<Item = (String, String)>) {
     use std::io::Write;
     let mut input = Vec::new();
-    for i in 0..MANY {
-        let body = many_content(i);
+    let mut paths = Vec::new();
+    for (mark, (path, body)) in files.enumerate() {
         write!(
             input,
             "blob\nmark :{}\ndata {}\n{body}\n",
-            i + 1,
+            mark + 1,
             body.len()
         )
         .unwrap();
+        paths.push(path);
     }
     let message = "seed";
     write!(
@@ -352,8 +358,8 @@ pub fn seed_many(bare: &Path) {
         message.len()
     )
     .unwrap();
-    for i in 0..MANY {
-        writeln!(input, "M 100644 :{} {}", i + 1, many_path(i)).unwrap();
+    for (mark, path) in paths.iter().enumerate() {
+        writeln!(input, "M 100644 :{} {path}", mark + 1).unwrap();
     }
     input.push(b'\n');
     let mut child = std::process::Command::new("git")
