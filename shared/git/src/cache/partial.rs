@@ -1,6 +1,7 @@
 //! The partial fetch over protocol v2 (DESIGN §9.5): a tip the cache has never seen comes with
 //! its commit and root tree only (depth 1, `filter tree:1`), a tip that moved with the trees
-//! that changed (`filter blob:none`, the old tip as `have`); then the trees and the blob on each
+//! that changed (`filter blob:none`, the old tip as `have`, a thin pack whose deltas resolve
+//! against the cache: what never was read here is left out); then the trees and the blob on each
 //! path a request reads or writes come by id (`filter tree:0`), one level per request, over a
 //! kept session. A server that refuses tree filters is fetched with `blob:none` throughout.
 

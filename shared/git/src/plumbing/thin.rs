@@ -45,7 +45,9 @@ enum Base {
 }
 
 /// Resolves the objects of `pack` (a whole pack: header, entries, trailer, which is verified);
-/// `have` gives an object the client holds. No object may be larger than `limit` bytes, inflated.
+/// `have` gives an object the client holds. The objects, inflated, may not weigh more than
+/// `limit` bytes together (a few bytes of delta can ask for megabytes: a hostile server's pack
+/// is refused, not inflated; a thin fetch brings commits and trees, never a state).
 pub fn resolve(pack: &[u8], have: Have<'_>, limit: u64) -> Result<Resolved, String> {
     let entries = BytesToEntriesIter::new_from_header(
         pack,
@@ -79,6 +81,7 @@ pub fn resolve(pack: &[u8], have: Have<'_>, limit: u64) -> Result<Resolved, Stri
     let mut work = Work {
         entries: &entries,
         limit,
+        total: 0,
         waiting,
         ready,
     };
@@ -109,7 +112,10 @@ pub fn resolve(pack: &[u8], have: Have<'_>, limit: u64) -> Result<Resolved, Stri
 /// the deltas waiting for it.
 struct Work<'a> {
     entries: &'a [gix_pack::data::input::Entry],
+    /// The most bytes all objects may weigh, inflated.
     limit: u64,
+    /// What they weigh so far.
+    total: u64,
     /// The deltas waiting for each base.
     waiting: HashMap<Base, Vec<usize>>,
     /// Entries ready to resolve, with their base's kind and data when they are deltas.
@@ -128,7 +134,7 @@ impl Work<'_> {
     fn run(&mut self, resolved: &mut [Option<Object>]) -> Result<(), String> {
         while let Some((index, base)) = self.ready.pop() {
             let entry = &self.entries[index];
-            let inflated = inflate(entry, self.limit)?;
+            let inflated = inflate(entry, self.limit - self.total)?;
             let (kind, data) = match (entry.header, base) {
                 (Header::Commit, _) => (Kind::Commit, inflated),
                 (Header::Tree, _) => (Kind::Tree, inflated),
@@ -136,10 +142,12 @@ impl Work<'_> {
                 (Header::Tag, _) => (Kind::Tag, inflated),
                 (_, Some((kind, base))) => (
                     kind,
-                    delta::apply(&base, &inflated, self.limit).map_err(|e| e.to_string())?,
+                    delta::apply(&base, &inflated, self.limit - self.total)
+                        .map_err(|e| e.to_string())?,
                 ),
                 (_, None) => return Err("a pack delta without its base".into()),
             };
+            self.total += data.len() as u64;
             let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, &data)
                 .map_err(|e| format!("hashing an object of a pack: {e}"))?;
             self.release(Base::Offset(entry.pack_offset), kind, &data);
@@ -254,6 +262,9 @@ mod tests {
             resolve(&bytes, &have, 100).is_err(),
             "over the object limit"
         );
+        // Each object is within 10,000 bytes; together they are not.
+        assert!(resolve(&bytes, &have, 10_000).is_err(), "over the total");
+        assert!(resolve(&bytes, &have, 30_000).is_ok());
         let mut damaged = bytes.clone();
         let at = damaged.len() / 2;
         damaged[at] ^= 0xff;
