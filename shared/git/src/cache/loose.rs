@@ -5,6 +5,7 @@
 //! many objects or many bytes keeps its pack.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gitstate_core::StoreError;
 use gix::objs::Find;
@@ -22,14 +23,19 @@ const LOOSE_BYTES: u64 = 1 << 20;
 
 impl Cache {
     /// Sends `request` over `session` and puts what came into the cache: loose when it is small,
-    /// else as the pack. The pack is first written into a scratch directory of the cache that
-    /// no reader looks at. The caller holds the cache's write lock.
+    /// else as the pack. The pack is first written into a scratch directory of its own in the
+    /// cache, which no reader looks at; every object lands atomically (a loose file or a pack
+    /// renamed in, its index last), so fetches by id need not hold the cache's write lock.
     pub(super) fn fetch_into_store(
         &self,
         session: &mut UploadPack,
         request: &FetchRequest,
     ) -> Result<(), StoreError> {
-        let scratch = self.dir.join("incoming");
+        static SCRATCH: AtomicUsize = AtomicUsize::new(0);
+        let scratch = self.dir.join(format!(
+            "incoming-{}",
+            SCRATCH.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(scratch.join("pack"))
             .map_err(internal("making the cache's scratch directory"))?;

@@ -388,7 +388,8 @@ impl Cache {
     }
 
     /// Fetches `blobs` (any objects) by id over `session`, no depth: the server sends them, and
-    /// what they reference as far as `filter` lets it (`tree:0`: nothing more).
+    /// what they reference as far as `filter` lets it (`tree:0`: nothing more). Two requests
+    /// may fetch the same object at once: both land it, the same bytes.
     fn fetch_ids(
         &self,
         session: &mut UploadPack,
@@ -396,10 +397,11 @@ impl Cache {
         blobs: Vec<ObjectId>,
         filter: Option<&str>,
     ) -> Result<(), StoreError> {
-        let _guard = self
-            .write_lock
-            .lock()
-            .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
+        // Not under the cache's write lock: objects by id land loose or as a pack of their own,
+        // each atomically, so reads of different paths fetch side by side (a burst of cold
+        // writes in one process waited for each other's round trips). A record of this
+        // process's own push still in flight is waited for: it may hold what is wanted.
+        self.settle();
         let repo = self.repo();
         let wants: Vec<ObjectId> = blobs
             .into_iter()
