@@ -3,6 +3,7 @@
 //! nothing of stores, sessions or queues: the remote store and the write queue's rounds both
 //! push through here.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use gitstate_core::StoreError;
@@ -124,13 +125,15 @@ fn deltas(
         if id == base || data.len() < MIN_DELTA_BYTES || deltas.contains_key(id) {
             continue;
         }
-        let base_data = match in_pack.get(base) {
-            Some((base_kind, base_data)) => (base_kind == kind).then(|| base_data.to_vec()),
+        let base_data: Option<Cow<'_, [u8]>> = match in_pack.get(base) {
+            Some((base_kind, base_data)) => {
+                (base_kind == kind).then_some(Cow::Borrowed(*base_data))
+            }
             None => repo
                 .find_object(*base)
                 .ok()
                 .filter(|o| o.kind == *kind)
-                .map(|o| o.data.clone()),
+                .map(|o| Cow::Owned(o.data.clone())),
         };
         let Some(base_data) = base_data else { continue };
         let delta = crate::plumbing::delta::encode(&base_data, data);

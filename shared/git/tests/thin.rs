@@ -47,6 +47,18 @@ fn store(url: &str, cache: &Path) -> RemoteStore {
     .unwrap()
 }
 
+/// lighttpd + `git http-backend` serving the repositories in `repos`, a counting proxy in front
+/// of it, and the URL of repository `name` through the proxy.
+fn serve(repos: &Path, name: &str) -> (GitHttpServer, CountingProxy, String) {
+    let http = GitHttpServer::start(repos, "alice", "s3cret");
+    let proxy = CountingProxy::start(http.port());
+    let url = http.url(name).replace(
+        &format!(":{}/", http.port()),
+        &format!(":{}/", proxy.port()),
+    );
+    (http, proxy, url)
+}
+
 /// Another writer: the git CLI, straight into the bare repository (not through the proxy),
 /// commits `files` (path, content) on `main`.
 fn other_writer(bare: &Path, scratch: &Path, files: &[(&str, String)]) {
@@ -113,12 +125,7 @@ async fn a_moved_tip_brings_what_changed_not_every_tree() {
         &bare,
         (0..FOLDERS * PER_FOLDER).map(|i| (folder_path(i), content(i, 1))),
     );
-    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
-    let proxy = CountingProxy::start(http.port());
-    let url = http.url("states").replace(
-        &format!(":{}/", http.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let (_http, proxy, url) = serve(repos.path(), "states");
     let cache = tempfile::tempdir().unwrap();
     let s = store(&url, cache.path());
 
@@ -181,12 +188,7 @@ async fn a_write_into_a_folder_of_thousands_pushes_a_delta_of_its_tree() {
         .trim()
         .parse()
         .unwrap();
-    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
-    let proxy = CountingProxy::start(http.port());
-    let url = http.url("flat").replace(
-        &format!(":{}/", http.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let (_http, proxy, url) = serve(repos.path(), "flat");
     let cache = tempfile::tempdir().unwrap();
     let s = store(&url, cache.path());
 

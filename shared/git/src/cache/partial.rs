@@ -190,20 +190,7 @@ impl Cache {
         if wants.is_empty() {
             return Ok(());
         }
-        let filter = match fetch_mode(&endpoint.display) {
-            Some(FetchMode::Treeless) => "tree:0",
-            _ => "blob:none",
-        };
-        filtered(session, endpoint, filter, |session, filter| {
-            self.fetch_into_store(
-                session,
-                &FetchRequest {
-                    wants: wants.clone(),
-                    filter: Some(filter.into()),
-                    ..Default::default()
-                },
-            )
-        })
+        self.fetch_level(session, endpoint, wants)
     }
 
     /// Fetches the tips `tips` (name → id, as receive-pack advertised them) the cache lacks, as
@@ -299,6 +286,7 @@ impl Cache {
         if ids.is_empty() {
             return Ok(());
         }
+        self.settle();
         self.with_session(endpoint, |session| {
             self.fetch_ids(session, endpoint, ids.clone(), None)
         })
@@ -342,19 +330,15 @@ impl Cache {
             .map(|(_, path)| path.split('/').count())
             .max()
             .unwrap_or(0);
+        // A record of this process's own push still in flight may hold what is wanted.
+        self.settle();
         // Each round brings at least the next level of every path that lacks one.
         for _ in 0..=levels {
             let wants = self.lacking(files, blobs)?;
             if wants.is_empty() {
                 return Ok(());
             }
-            let filter = match fetch_mode(&endpoint.display) {
-                Some(FetchMode::Treeless) => "tree:0",
-                _ => "blob:none",
-            };
-            filtered(session, endpoint, filter, |session, filter| {
-                self.fetch_ids(session, endpoint, wants.clone(), Some(filter))
-            })?;
+            self.fetch_level(session, endpoint, wants)?;
         }
         match self.lacking(files, blobs)?.first() {
             None => Ok(()),
@@ -387,9 +371,32 @@ impl Cache {
         Ok(missing)
     }
 
+    /// Fetches the trees or blobs `wants` by id and nothing they reference (`filter tree:0`;
+    /// `blob:none` where the remote refuses tree filters), over `session`.
+    fn fetch_level(
+        &self,
+        session: &mut UploadPack,
+        endpoint: &Endpoint,
+        wants: Vec<ObjectId>,
+    ) -> Result<(), StoreError> {
+        let filter = match fetch_mode(&endpoint.display) {
+            Some(FetchMode::Treeless) => "tree:0",
+            _ => "blob:none",
+        };
+        filtered(session, endpoint, filter, |session, filter| {
+            self.fetch_ids(session, endpoint, wants.clone(), Some(filter))
+        })
+    }
+
     /// Fetches `blobs` (any objects) by id over `session`, no depth: the server sends them, and
     /// what they reference as far as `filter` lets it (`tree:0`: nothing more). Two requests
     /// may fetch the same object at once: both land it, the same bytes.
+    ///
+    /// Not under the cache's write lock: objects by id land loose or as a pack of their own,
+    /// each atomically, so reads of different paths fetch side by side (a burst of cold writes
+    /// in one process waited for each other's round trips). The caller has settled the cache
+    /// ([`Cache::settle`]: a record of its own push in flight may hold what is wanted) or holds
+    /// its write lock.
     fn fetch_ids(
         &self,
         session: &mut UploadPack,
@@ -397,11 +404,6 @@ impl Cache {
         blobs: Vec<ObjectId>,
         filter: Option<&str>,
     ) -> Result<(), StoreError> {
-        // Not under the cache's write lock: objects by id land loose or as a pack of their own,
-        // each atomically, so reads of different paths fetch side by side (a burst of cold
-        // writes in one process waited for each other's round trips). A record of this
-        // process's own push still in flight is waited for: it may hold what is wanted.
-        self.settle();
         let repo = self.repo();
         let wants: Vec<ObjectId> = blobs
             .into_iter()
