@@ -245,3 +245,84 @@ async fn a_write_into_a_folder_of_thousands_pushes_a_delta_of_its_tree() {
     assert_eq!(snap.state.as_deref(), Some(newer.as_bytes()));
     git(&bare, &["fsck", "--no-progress", "--strict"]);
 }
+
+/// `git hash-object -w` of `data` in `bare`: the object id.
+fn stored_blob(bare: &Path, data: &[u8]) -> gix::ObjectId {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args(["hash-object", "-w", "--stdin"])
+        .current_dir(bare)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    gix::ObjectId::from_hex(String::from_utf8(out.stdout).unwrap().trim().as_bytes()).unwrap()
+}
+
+/// A push that loses the race to an identical one (two leaders folding the same writes in the
+/// same second, DESIGN §9.4) carries objects the server already has; git's `index-pack
+/// --fix-thin` then resolves a delta twice when it comes before its base in the pack ("REF_DELTA
+/// at offset … already resolved (duplicate base …?)"), and the push fails to unpack instead of
+/// losing its compare-and-swap. Every pack puts a base before the deltas made from it.
+#[test]
+fn a_pack_of_objects_the_server_already_has_unpacks() {
+    use gitstate_git::plumbing::delta;
+    use gitstate_git::plumbing::pack::{write_pack, Delta, Pack};
+    use gix::objs::Kind;
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "r");
+    let filler: Vec<u8> = (0..4000u32).flat_map(|i| i.to_le_bytes()).collect();
+    let version = |tag: &str| [filler.as_slice(), tag.as_bytes()].concat();
+    let (y, x, d) = (version("y"), version("x"), version("d"));
+    // The server has y and x already (x came with the push that won).
+    let y_id = stored_blob(&bare, &y);
+    let x_id = stored_blob(&bare, &x);
+    let d_id = gix::objs::compute_hash(gix::hash::Kind::Sha1, Kind::Blob, &d).unwrap();
+    let mut deltas = std::collections::HashMap::new();
+    deltas.insert(
+        x_id,
+        Delta {
+            base: y_id,
+            data: delta::encode(&y, &x),
+        },
+    );
+    deltas.insert(
+        d_id,
+        Delta {
+            base: x_id,
+            data: delta::encode(&x, &d),
+        },
+    );
+    // The delta from x first, as a HashMap may list them.
+    let pack = Pack {
+        objects: vec![(d_id, Kind::Blob, d.clone()), (x_id, Kind::Blob, x)],
+        deltas,
+    };
+    let bytes = write_pack(&pack, true).unwrap();
+    let mut child = std::process::Command::new("git")
+        .args(["index-pack", "--fix-thin", "--stdin"])
+        .current_dir(&bare)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "git index-pack: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = gitstate_tests::git_output(Some(&bare), &["cat-file", "blob", &d_id.to_string()]);
+    assert!(
+        stored.status.success() && stored.stdout == d,
+        "git reads back the new object"
+    );
+}
