@@ -4,6 +4,8 @@
 //!   Answers pass back at once. It counts the connections it accepted.
 //! - [`CountingProxy`] counts the bytes that pass each way: what a client costs on a real link,
 //!   which loopback hides.
+//! - [`CuttingProxy`] closes a connection without an answer when a request carries given bytes
+//!   (armed per use): the server's close crossing one particular request.
 //! - [`ClosingProxy`] closes a kept-alive connection at the worst moment: the first request sent
 //!   on it after it was idle for a while is read and answered with nothing but the close, as when
 //!   a server's idle timeout crosses the client's request (a Lambda container thawed after a
@@ -123,6 +125,86 @@ impl CountingProxy {
             self.counts.0.load(Ordering::SeqCst),
             self.counts.1.load(Ordering::SeqCst),
         )
+    }
+}
+
+/// Closes the connection, passing nothing on, on the next request that holds the armed bytes
+/// ([module documentation](self)); it stops with the test process.
+pub struct CuttingProxy {
+    port: u16,
+    armed: Arc<Mutex<Option<Vec<u8>>>>,
+    cut: Arc<AtomicUsize>,
+}
+
+impl CuttingProxy {
+    /// Forwards connections on a new port to `127.0.0.1:target`.
+    pub fn start(target: u16) -> CuttingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let armed: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
+        let cut = Arc::new(AtomicUsize::new(0));
+        let (shared_armed, shared_cut) = (armed.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(mut client_in), Ok(server_in)) = (client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                let (armed, cut) = (shared_armed.clone(), shared_cut.clone());
+                let mut server_out = server;
+                let client_out = client;
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_in.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let chunk = &buffer[..n];
+                        let hit = {
+                            let mut armed = armed.lock().expect("proxy lock");
+                            let hit = armed.as_ref().is_some_and(|needle| {
+                                chunk.windows(needle.len()).any(|w| w == needle)
+                            });
+                            if hit {
+                                *armed = None;
+                            }
+                            hit
+                        };
+                        if hit {
+                            cut.fetch_add(1, Ordering::SeqCst);
+                            let _ = client_in.shutdown(Shutdown::Both);
+                            let _ = server_out.shutdown(Shutdown::Both);
+                            break;
+                        }
+                        if server_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server_out.shutdown(Shutdown::Write);
+                });
+                std::thread::spawn(move || pipe(server_in, client_out, Duration::ZERO));
+            }
+        });
+        CuttingProxy { port, armed, cut }
+    }
+
+    /// The port to connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The next request holding `needle` is cut.
+    pub fn arm(&self, needle: &[u8]) {
+        *self.armed.lock().expect("proxy lock") = Some(needle.to_vec());
+    }
+
+    /// Requests cut so far.
+    pub fn cut(&self) -> usize {
+        self.cut.load(Ordering::SeqCst)
     }
 }
 

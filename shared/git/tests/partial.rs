@@ -649,3 +649,67 @@ fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A read whose fetch goes out on a connection the git server closes before answering (its
+/// keep-alive timeout crossing the request; here on a kept session whose `ls-refs` just worked)
+/// is read again on a new session, not answered 503 (issue 48: 1 write in 1,280 at one cold
+/// process, 50,000 states, through a rate-limited link).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_closed_before_any_answer_is_read_again() {
+    use gitstate_tests::proxy::CuttingProxy;
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "cut");
+    let file = |serial: u32| format!("{{\"serial\":{serial}}}");
+    common::seed_files(&bare, [("a/s.tfstate".to_string(), file(1))].into_iter());
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
+    let proxy = CuttingProxy::start(http.port());
+    let url = http.url("cut").replace(
+        &format!(":{}/", http.port()),
+        &format!(":{}/", proxy.port()),
+    );
+    let credentials = Credentials {
+        username: "alice".into(),
+        password: "s3cret".into(),
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let s = store(&url, cache.path(), Some(credentials));
+    let snap = s.snapshot(&sp("a/s.tfstate")).await.expect("first read");
+    assert_eq!(snap.state.as_deref(), Some(file(1).as_bytes()));
+    // Another writer moves the tip, so the next read fetches over its kept session.
+    let scratch = tempfile::tempdir().unwrap();
+    let work = scratch.path().join("w");
+    git(
+        scratch.path(),
+        &[
+            "clone",
+            "-q",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(work.join("a/s.tfstate"), file(2)).unwrap();
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@o",
+            "commit",
+            "-qam",
+            "other",
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    proxy.arm(b"command=fetch");
+    let snap = s
+        .snapshot(&sp("a/s.tfstate"))
+        .await
+        .expect("read after the cut");
+    assert_eq!(snap.state.as_deref(), Some(file(2).as_bytes()));
+    assert_eq!(
+        proxy.cut(),
+        1,
+        "the proxy cut the fetch: the test made its case"
+    );
+}

@@ -13,7 +13,7 @@ use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::{Cache, FETCHED};
 use crate::plumbing::fetchpack::{NotOffered, UploadPack};
 use crate::plumbing::sessions;
-use crate::plumbing::transport::Endpoint;
+use crate::plumbing::transport::{closed_before_answer, Endpoint};
 
 impl Cache {
     /// Asks the remote for the current tips of `names` (one ref advertisement: the authorization
@@ -94,7 +94,17 @@ impl Cache {
             if let Some(mut session) = sessions::take(endpoint) {
                 match session.ls_refs(&prefixes) {
                     Ok(listed) => {
-                        return self.refresh_partial(session, endpoint, names, listed, file)
+                        match self.refresh_partial(session, endpoint, names, listed, file) {
+                            // A fetch on another of the session's kept connections, which the
+                            // server closed while it was idle (its keep-alive timeout): a read
+                            // changes nothing, so it goes again on a new session.
+                            Err(e) if closed_before_answer(&e) => {
+                                tracing::info!(error = %e, "a kept connection was closed before the git server answered; reading again on a new session");
+                                metrics::counter!(gitstate_core::metrics::GIT_CONNECTIONS_RENEWED)
+                                    .increment(1);
+                            }
+                            done => return done,
+                        }
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "a kept protocol-v2 session failed; opening a new one")

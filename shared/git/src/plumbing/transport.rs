@@ -519,6 +519,16 @@ impl Transport for ShallowSafe {
     }
 }
 
+/// How [`classify`] ends the sentence of a request whose connection was closed before the git
+/// server answered anything ([`super::kept::closed_before_answer`]).
+const CLOSED_BEFORE_ANSWER: &str = "the connection was closed before the git server answered";
+
+/// Whether `error` is a request whose connection was closed before the git server answered
+/// anything (see [`classify`]): a read may go again on a new connection.
+pub fn closed_before_answer(error: &StoreError) -> bool {
+    matches!(error, StoreError::Unavailable(text) if text.ends_with(CLOSED_BEFORE_ANSWER))
+}
+
 /// Maps a failure of a network operation to a [`StoreError`] kind: 401 → `Unauthorized`,
 /// 403 → `Forbidden`, unreachable or timed out → `Unavailable`, anything else the server said →
 /// `Remote`. `what` says what was being done. The message never holds credentials.
@@ -544,13 +554,21 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
         if super::kept::closed_before_answer(e) {
             // The server never answered (the request may not have reached it): not its error.
             return StoreError::Unavailable(format!(
-                "{what} {}: the connection was closed before the git server answered",
+                "{what} {}: {CLOSED_BEFORE_ANSWER}",
                 endpoint.display
             ));
         }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             if e.is_timeout() || e.is_connect() {
                 return StoreError::Unavailable(text);
+            }
+            if e.is_request() && e.status().is_none() {
+                // reqwest's "error sending request": the request failed before any answer was
+                // heard (a kept connection reset while it was written, issue 48).
+                return StoreError::Unavailable(format!(
+                    "{what} {}: {CLOSED_BEFORE_ANSWER}",
+                    endpoint.display
+                ));
             }
             if e.status() == Some(reqwest::StatusCode::FORBIDDEN) {
                 return StoreError::Forbidden(text);
