@@ -677,30 +677,7 @@ async fn a_fetch_closed_before_any_answer_is_read_again() {
     assert_eq!(snap.state.as_deref(), Some(file(1).as_bytes()));
     // Another writer moves the tip, so the next read fetches over its kept session.
     let scratch = tempfile::tempdir().unwrap();
-    let work = scratch.path().join("w");
-    git(
-        scratch.path(),
-        &[
-            "clone",
-            "-q",
-            bare.to_str().unwrap(),
-            work.to_str().unwrap(),
-        ],
-    );
-    std::fs::write(work.join("a/s.tfstate"), file(2)).unwrap();
-    git(
-        &work,
-        &[
-            "-c",
-            "user.name=o",
-            "-c",
-            "user.email=o@o",
-            "commit",
-            "-qam",
-            "other",
-        ],
-    );
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    common::other_writer(&bare, scratch.path(), &[("a/s.tfstate", file(2))]);
     proxy.arm(b"command=fetch");
     let snap = s
         .snapshot(&sp("a/s.tfstate"))

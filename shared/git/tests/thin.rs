@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{git, seed_files, sp};
+use common::{git, other_writer, seed_files, sp};
 use gitstate_core::{Credentials, Intent, Message, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::proxy::CountingProxy;
@@ -57,44 +57,6 @@ fn serve(repos: &Path, name: &str) -> (GitHttpServer, CountingProxy, String) {
         &format!(":{}/", proxy.port()),
     );
     (http, proxy, url)
-}
-
-/// Another writer: the git CLI, straight into the bare repository (not through the proxy),
-/// commits `files` (path, content) on `main`.
-fn other_writer(bare: &Path, scratch: &Path, files: &[(&str, String)]) {
-    let work = scratch.join("other");
-    if !work.exists() {
-        git(
-            scratch,
-            &[
-                "clone",
-                "-q",
-                "--depth",
-                "1",
-                bare.to_str().unwrap(),
-                work.to_str().unwrap(),
-            ],
-        );
-    }
-    git(&work, &["pull", "-q", "--ff-only", "origin", "main"]);
-    for (path, body) in files {
-        std::fs::write(work.join(path), body).unwrap();
-    }
-    git(&work, &["add", "-A"]);
-    git(
-        &work,
-        &[
-            "-c",
-            "user.name=other",
-            "-c",
-            "user.email=o@o",
-            "commit",
-            "-q",
-            "-m",
-            "other writer",
-        ],
-    );
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
 }
 
 /// Bytes of every tree at `main` of `bare`, uncompressed.

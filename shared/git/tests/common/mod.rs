@@ -372,6 +372,44 @@ pub fn seed_files(bare: &Path, files: impl Iterator<Item = (String, String)>) {
     assert!(child.wait().unwrap().success(), "git fast-import");
 }
 
+/// Another writer: the git CLI, straight into the bare repository (not through the proxy),
+/// commits `files` (path, content) on `main`.
+pub fn other_writer(bare: &Path, scratch: &Path, files: &[(&str, String)]) {
+    let work = scratch.join("other");
+    if !work.exists() {
+        git(
+            scratch,
+            &[
+                "clone",
+                "-q",
+                "--depth",
+                "1",
+                bare.to_str().unwrap(),
+                work.to_str().unwrap(),
+            ],
+        );
+    }
+    git(&work, &["pull", "-q", "--ff-only", "origin", "main"]);
+    for (path, body) in files {
+        std::fs::write(work.join(path), body).unwrap();
+    }
+    git(&work, &["add", "-A"]);
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=other",
+            "-c",
+            "user.email=o@o",
+            "commit",
+            "-q",
+            "-m",
+            "other writer",
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
 /// Bytes of every file under `dir`.
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
