@@ -19,6 +19,7 @@ echo "test.sh: test components ready ($((SECONDS - start)) s)"
 bash scripts/lint-infra.sh
 # No two modules import each other (ARCHITECTURE.md, invariants).
 python3 scripts/check-imports.py
+python3 scripts/check-map.py
 
 # The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the dev profile
 # (overflow checks and debug assertions on; the hot crates optimized, see Cargo.toml): every

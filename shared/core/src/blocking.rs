@@ -14,7 +14,7 @@ use crate::commit::Message;
 use crate::store::begin_with_separate_calls;
 use crate::{
     HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StateChange, StatePage, StatePath,
-    StateStore, StoreError, Version, WriteSession,
+    StateStore, StoreError, Version, WriteAttempt,
 };
 
 /// A [`StateStore`] written as blocking calls. Each `*_blocking` method has the contract of the
@@ -88,9 +88,9 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         &self,
         _path: &StatePath,
         _intent: Intent,
-    ) -> Result<Box<dyn WriteSession>, StoreError> {
+    ) -> Result<Box<dyn WriteAttempt>, StoreError> {
         Err(StoreError::Internal(
-            "this store has no write sessions of its own".into(),
+            "this store has no write attempts of its own".into(),
         ))
     }
 }
@@ -175,7 +175,7 @@ impl<S: BlockingStore> StateStore for S {
         &'a self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
         if !S::OWN_WRITE_SESSIONS {
             return begin_with_separate_calls(self, path, intent).await;
         }

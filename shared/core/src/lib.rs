@@ -42,6 +42,6 @@ pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
     Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision, Snapshot,
-    StateChange, StateStore, StoreError, StoreRegistry, WriteBudget, WriteSession,
+    StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

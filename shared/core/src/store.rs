@@ -233,7 +233,7 @@ pub trait StateStore: Send + Sync + 'static {
     }
 
     /// Starts a read-then-compare-and-swap: reads what `intent` needs (like [`snapshot`] or
-    /// [`read_lock`]) and returns a [`WriteSession`] that performs at most one ref update with the
+    /// [`read_lock`]) and returns a [`WriteAttempt`] that performs at most one ref update with the
     /// ids it read as the expected old values.
     ///
     /// The default reads through [`snapshot`] / [`read_lock`] and writes through
@@ -251,19 +251,19 @@ pub trait StateStore: Send + Sync + 'static {
         &'a self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
         begin_with_separate_calls(self, path, intent).await
     }
 }
 
 /// The default [`StateStore::begin`]: reads through [`StateStore::snapshot`] /
-/// [`StateStore::read_lock`] and returns a session that writes through
+/// [`StateStore::read_lock`] and returns an attempt that writes through
 /// [`StateStore::update_state`] / [`StateStore::delete_lock`].
 pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
     store: &'a S,
     path: &StatePath,
     intent: Intent,
-) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
     let snapshot = match intent {
         Intent::Write | Intent::HeldWrite => store.snapshot(path).await?,
         Intent::Unlock | Intent::Release => {
@@ -394,7 +394,7 @@ impl StateStore for NamedStore {
         &'a self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
         self.inner.begin(path, intent).await
     }
 }
@@ -410,7 +410,7 @@ pub struct HeldLock {
     pub content: Bytes,
 }
 
-/// What a [`StateStore::begin`] session is for; it decides what is read.
+/// What a [`StateStore::begin`] attempt is for; it decides what is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
     /// A state write (`POST`, `DELETE`): reads the state branch and the lock branch.
@@ -418,15 +418,15 @@ pub enum Intent {
     /// An unlock: reads only the lock branch (the snapshot's state fields stay `None`).
     Unlock,
     /// An unlock that may begin from the store's memory of the lock it wrote itself instead of a
-    /// fresh read, leaving the delete's compare-and-swap to confirm it (a session begun so says
-    /// so: [`WriteSession::recalled`]). A store without such a memory reads as for
+    /// fresh read, leaving the delete's compare-and-swap to confirm it (an attempt begun so says
+    /// so: [`WriteAttempt::begun_from_memory`]). A store without such a memory reads as for
     /// [`Intent::Unlock`].
     Release,
     /// A state write by a request that names a lock ID: may begin from the store's memory of
     /// the state branch and of the lock (a lock this process took or last read) instead of a
     /// fresh read, leaving the compare-and-swap to confirm both (the push updates the branch
-    /// from the remembered tip and asserts the lock branch is still at the remembered one). A
-    /// session begun so says so ([`WriteSession::recalled`]): what it read must not decide
+    /// from the remembered tip and asserts the lock branch is still at the remembered one). An
+    /// attempt begun so says so ([`WriteAttempt::begun_from_memory`]): what it read must not decide
     /// anything that the push does not confirm. A store without such a memory reads as for
     /// [`Intent::Write`].
     HeldWrite,
@@ -450,11 +450,11 @@ pub struct WriteBudget {
 /// and the lock branch it read are unchanged), so that writes to other files in between do not
 /// make it stale.
 #[async_trait]
-pub trait WriteSession: Send {
-    /// What was read when the session began.
+pub trait WriteAttempt: Send {
+    /// What was read when the attempt began.
     fn snapshot(&self) -> &Snapshot;
 
-    /// The request's [`WriteBudget`], before [`WriteSession::update_state`]. The default
+    /// The request's [`WriteBudget`], before [`WriteAttempt::update_state`]. The default
     /// ignores it (the protocol layer checks the deadline itself before writing).
     fn set_budget(&mut self, budget: WriteBudget) {
         let _ = budget;
@@ -475,12 +475,12 @@ pub trait WriteSession: Send {
     /// [`Intent::HeldWrite`]), not a fresh read: an answer that would rest on it not matching
     /// the request (another holder, no lock, a state the guard refuses, a replay) must be
     /// decided again on a fresh read, and so must a lost push. The default is a fresh read.
-    fn recalled(&self) -> bool {
+    fn begun_from_memory(&self) -> bool {
         false
     }
 }
 
-/// The default [`WriteSession`]: the store's separate read and write calls.
+/// The default [`WriteAttempt`]: the store's separate read and write calls.
 pub(crate) struct SeparateCalls<'a, S: ?Sized> {
     pub(crate) store: &'a S,
     pub(crate) path: StatePath,
@@ -488,7 +488,7 @@ pub(crate) struct SeparateCalls<'a, S: ?Sized> {
 }
 
 #[async_trait]
-impl<S: StateStore + ?Sized> WriteSession for SeparateCalls<'_, S> {
+impl<S: StateStore + ?Sized> WriteAttempt for SeparateCalls<'_, S> {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }

@@ -176,7 +176,7 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
     s.snapshot(&sp(SMALL)).await.expect("warm read");
     assert_eq!(dir_bytes(&dir), after_second);
 
-    // A write session on a state whose blob the cache lacks (the tips are cached): its read
+    // A write attempt on a state whose blob the cache lacks (the tips are cached): its read
     // fetches that blob by id, and its write lands.
     let big2 = big_name(2);
     let session = s

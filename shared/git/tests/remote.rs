@@ -69,7 +69,7 @@ async fn git_daemon_conformance_and_git_reads_it() {
     assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
 }
 
-/// A write session whose advertised tips are not in the cache (another process wrote them)
+/// A write attempt whose advertised tips are not in the cache (another process wrote them)
 /// fetches them, keeps its receive-pack session and pushes over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn session_fetches_tips_missing_from_the_cache() {

@@ -11,7 +11,7 @@ use crate::statefile::StateFile;
 impl Backend {
     /// Whether `stored` already holds `content`: the same bytes, or (when sealing) a document
     /// the sealer opens to the same state. A replay must not make a commit.
-    pub(super) async fn holds(
+    pub(super) async fn is_replay(
         &self,
         at: &Place,
         stored: &Option<Bytes>,

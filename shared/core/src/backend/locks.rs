@@ -115,7 +115,7 @@ impl Backend {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let recalled = session.recalled();
+            let recalled = session.begun_from_memory();
             let Some(content) = &session.snapshot().lock else {
                 if recalled {
                     intent = Intent::Unlock;

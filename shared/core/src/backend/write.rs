@@ -54,7 +54,7 @@ impl Backend {
             let session = self
                 .begin_write(store, path, intent, (&mut attempt, started, deadline))
                 .await?;
-            let recalled = session.recalled();
+            let recalled = session.begun_from_memory();
             if recalled && session.snapshot().lock.is_none() {
                 recall = false;
                 continue;
@@ -126,7 +126,7 @@ impl Backend {
                 writer = Some(escape_controls(&holder.who).into_owned());
             }
         }
-        if self.holds(at, &snapshot.state, content).await? {
+        if self.is_replay(at, &snapshot.state, content).await? {
             return Ok(Decision::Replay);
         }
         if let (Some(incoming), Some(stored), Some(body)) = (guard, &snapshot.state, content) {
@@ -135,7 +135,7 @@ impl Backend {
         Ok(Decision::Write { writer })
     }
 
-    /// The read of one attempt of a read-then-write loop (a write, a migration): a write session
+    /// The read of one attempt of a read-then-write loop (a write, a migration): a write attempt
     /// on `path`, begun again (after the retry policy's pause, within the deadline) while the
     /// refs move under the read; [`BackendError::Busy`] when the read itself outlasts the
     /// deadline.
@@ -145,7 +145,7 @@ impl Backend {
         path: &StatePath,
         intent: Intent,
         (attempt, started, deadline): (&mut u32, Instant, Instant),
-    ) -> Result<Box<dyn crate::store::WriteSession + 'a>, BackendError> {
+    ) -> Result<Box<dyn crate::store::WriteAttempt + 'a>, BackendError> {
         loop {
             // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
             // the answer must leave before the invocation's deadline, however slow the remote.
@@ -170,7 +170,7 @@ impl Backend {
     /// writer: the loop reads again (after the retry policy's pause).
     pub(crate) async fn push_attempt(
         &self,
-        mut session: Box<dyn crate::store::WriteSession + '_>,
+        mut session: Box<dyn crate::store::WriteAttempt + '_>,
         change: StateChange,
         message: &Message,
         what: &str,
@@ -187,7 +187,7 @@ impl Backend {
             since: started,
             deadline,
         });
-        let recalled = session.recalled();
+        let recalled = session.begun_from_memory();
         match session.update_state(change, message).await {
             Ok(revision) => Ok(Some(revision)),
             // Begun from the store's memory: nobody else's push is implied, read again at once.

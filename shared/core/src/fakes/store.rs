@@ -12,7 +12,7 @@ use crate::listing::{ListQuery, StateListing, StatePage};
 use crate::path::StatePath;
 use crate::store::{
     HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateStore, StoreError,
-    WriteSession,
+    WriteAttempt,
 };
 
 /// One commit the fake store made on its state branch.
@@ -326,7 +326,7 @@ impl StateStore for MemoryStore {
         &'a self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession + 'a>, StoreError> {
+    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
         let remembered = match intent {
             Intent::Release => self
                 .remembered
@@ -379,7 +379,7 @@ struct Recalled<'a> {
 }
 
 #[async_trait]
-impl WriteSession for Recalled<'_> {
+impl WriteAttempt for Recalled<'_> {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
@@ -413,7 +413,7 @@ impl WriteSession for Recalled<'_> {
         self.store.delete_lock(&self.path, &tip).await
     }
 
-    fn recalled(&self) -> bool {
+    fn begun_from_memory(&self) -> bool {
         true
     }
 }

@@ -28,8 +28,9 @@ type Batch = [(QueuedWrite, Option<Published>)];
 /// Per new write of the batch (its index): the commit made for it, or its own failure.
 type Results = Vec<(usize, Result<Revision, StoreError>)>;
 
-/// A pending write read in this round, and who it belongs to.
-struct Foreign {
+/// A pending write of the remote's queue as this round listed and read it: another process's,
+/// or this process's own published one (`own`).
+struct ListedWrite {
     id: String,
     advertised: ObjectId,
     /// `Err`: malformed (rejected, never folded).
@@ -44,11 +45,11 @@ enum Fold {
     Rejected,
 }
 
-/// One round (blocking): the tips and queue refs from `session` (or a fresh one); answers of
+/// One round (blocking; it may push nothing): the tips and queue refs from `session` (or a fresh one); answers of
 /// this process's published writes; then, when this process leads, the chain, oldest first:
 /// pending writes of every process (folded or rejected, DESIGN §9.4), then this batch's own
 /// new writes; one push, atomic where the remote keeps a queue. Otherwise it follows.
-pub(super) fn push_batch(
+pub(super) fn run_round(
     store: &Target,
     session: Option<ReceivePack>,
     batch: &Batch,
@@ -205,7 +206,7 @@ fn choose(
 struct Loaded {
     tip: Option<ObjectId>,
     repo: gix::Repository,
-    pending: Vec<Foreign>,
+    pending: Vec<ListedWrite>,
 }
 
 /// Fetches what the round lacks (the tip another process pushed, the `chosen` pending commits)
@@ -225,7 +226,7 @@ fn load(
     let repo = cache.repo().with_object_memory();
     let pending = chosen
         .into_iter()
-        .map(|(id, advertised, own)| Foreign {
+        .map(|(id, advertised, own)| ListedWrite {
             write: read_pending(&repo, &id, advertised),
             id,
             advertised,
@@ -250,7 +251,7 @@ fn load(
     // The chain edits the tip's trees on every path it writes: a partial cache may lack some.
     let files: Vec<(ObjectId, &str)> = pending
         .iter()
-        .filter_map(|f: &Foreign| f.write.as_ref().ok())
+        .filter_map(|f: &ListedWrite| f.write.as_ref().ok())
         .map(|write| write.path.as_str())
         .chain(batch.iter().map(|(write, _)| write.path.as_str()))
         .map(|path| (tip, path))
@@ -321,7 +322,7 @@ impl<'r> Chain<'r> {
     /// process's, its answer (`done/` the commit, `rejected/`).
     fn fold(
         &mut self,
-        pending: &[Foreign],
+        pending: &[ListedWrite],
         refs: &QueueRefs,
         updates: &mut Vec<RefUpdate>,
     ) -> Result<Vec<Fold>, StoreError> {
@@ -449,7 +450,7 @@ fn answer(
     batch: &Batch,
     mut outcomes: Vec<Option<Outcome>>,
     results: Results,
-    pending: &[Foreign],
+    pending: &[ListedWrite],
     folds: &[Fold],
     withdrawn: &[usize],
 ) {

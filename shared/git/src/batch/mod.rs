@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::plumbing::sendpack::ReceivePack;
 use crate::target::Target;
 use follow::publish;
-use lead::push_batch;
+use lead::run_round;
 use round::Round;
 use timeline::Timeline;
 use write::{busy, Outcome};
@@ -403,7 +403,7 @@ impl WriteQueue {
         }
     }
 
-    /// One round of `batch` on a blocking thread (see [`push_batch`]). `None` when it failed
+    /// One round of `batch` on a blocking thread (see [`run_round`]). `None` when it failed
     /// as a whole (timeout, transport, task failure): the remote holds all of it or none of
     /// it, and every writer of the batch is answered with the error.
     async fn round(
@@ -422,7 +422,7 @@ impl WriteQueue {
         let swept = self.unswept.take();
         let outcome = store
             .run(move |store| {
-                let round = push_batch(&store, session, &writes, takeover, contended, swept);
+                let round = run_round(&store, session, &writes, takeover, contended, swept);
                 Ok((writes, round))
             })
             .await;

@@ -189,7 +189,7 @@ impl Cache {
 
     /// Waits until no fetch or record holds the cache (e.g. the objects of this process's last
     /// push, [`Cache::record_pushed_later`]).
-    pub(super) fn settle(&self) {
+    pub(super) fn wait_until_written(&self) {
         drop(
             self.write_lock
                 .lock()
@@ -204,8 +204,8 @@ impl Cache {
 
     /// [`Cache::tracked`] once a record of this process's own push still in flight is done
     /// (a write from the record must build on what it pushed last).
-    pub fn tracked_settled(&self, name: &str) -> Option<ObjectId> {
-        self.settle();
+    pub fn tracked_when_written(&self, name: &str) -> Option<ObjectId> {
+        self.wait_until_written();
         self.tracked(name)
     }
 

@@ -216,7 +216,7 @@ impl Cache {
     ) -> Result<bool, StoreError> {
         // This process's own last push may still be being recorded: wait for it before asking
         // the remote for what it is writing.
-        self.settle();
+        self.wait_until_written();
         let repo = self.repo();
         if tips.values().chain(roots).all(|id| repo.has_object(id)) {
             return Ok(true);
@@ -286,7 +286,7 @@ impl Cache {
         if ids.is_empty() {
             return Ok(());
         }
-        self.settle();
+        self.wait_until_written();
         self.with_session(endpoint, |session| {
             self.fetch_ids(session, endpoint, ids.clone(), None)
         })
@@ -331,7 +331,7 @@ impl Cache {
             .max()
             .unwrap_or(0);
         // A record of this process's own push still in flight may hold what is wanted.
-        self.settle();
+        self.wait_until_written();
         // Each round brings at least the next level of every path that lacks one.
         for _ in 0..=levels {
             let wants = self.lacking(files, blobs)?;
@@ -394,8 +394,8 @@ impl Cache {
     ///
     /// Not under the cache's write lock: objects by id land loose or as a pack of their own,
     /// each atomically, so reads of different paths fetch side by side (a burst of cold writes
-    /// in one process waited for each other's round trips). The caller has settled the cache
-    /// ([`Cache::settle`]: a record of its own push in flight may hold what is wanted) or holds
+    /// in one process waited for each other's round trips). The caller has waited for the cache's writes
+    /// ([`Cache::wait_until_written`]: a record of its own push in flight may hold what is wanted) or holds
     /// its write lock.
     fn fetch_ids(
         &self,

@@ -109,7 +109,7 @@ struct Slot {
 
 impl Slot {
     /// Gives the client back once nobody uses it and it is ready for another request.
-    fn settle(&mut self) {
+    fn give_back_when_ready(&mut self) {
         if self.released && !self.answer_held && self.answer_done && !self.failed {
             if let Some(remote) = self.remote.take() {
                 // A client that followed a redirect keeps its target for every later request:
@@ -212,7 +212,7 @@ impl Drop for Kept {
     fn drop(&mut self) {
         let mut slot = lock(&self.slot);
         slot.released = true;
-        slot.settle();
+        slot.give_back_when_ready();
     }
 }
 
@@ -391,7 +391,7 @@ impl Drop for Answer {
         if slot.request == self.request {
             slot.answer_held = false;
             slot.answer_done = self.done;
-            slot.settle();
+            slot.give_back_when_ready();
         }
     }
 }
@@ -450,7 +450,7 @@ mod tests {
                 failed,
                 released,
             };
-            slot.settle();
+            slot.give_back_when_ready();
             idle_for(&key) == 1
         };
         assert!(settle(false, true, false, true));

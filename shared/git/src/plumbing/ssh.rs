@@ -242,7 +242,7 @@ impl Transport for SshTransport {
                 inner: stdout,
                 watch: watch.clone(),
             },
-            errors: supervise_stderr(stderr),
+            errors: supervise_stderr(stderr, watch.clone()),
         };
         let writer = Watched {
             inner: stdin,
@@ -414,6 +414,13 @@ impl Watch {
         )
     }
 
+    /// Whether gitstate stopped ssh: the transport closed it, or the watchdog (whose error
+    /// the I/O in progress reports).
+    fn stopped(&self) -> bool {
+        let state = self.lock();
+        state.closed || state.fired
+    }
+
     /// Ends the watchdog, kills ssh and every process it started, and reaps it.
     fn close(&self) {
         let mut state = self.lock();
@@ -527,8 +534,13 @@ impl Read for SshReader {
     }
 }
 
-/// Reads ssh's stderr on a thread of its own: error lines go to the reader, the rest to the log.
-fn supervise_stderr(stderr: std::process::ChildStderr) -> mpsc::Receiver<io::Error> {
+/// Reads ssh's stderr on a thread of its own: error lines go to the reader, the rest to the log:
+/// at WARN while the session runs, at DEBUG once gitstate stopped ssh itself (a shell running
+/// `GIT_SSH_COMMAND` says `Killed` then: routine, nothing to attend to).
+fn supervise_stderr(
+    stderr: std::process::ChildStderr,
+    watch: Arc<Watch>,
+) -> mpsc::Receiver<io::Error> {
     let (send, receive) = mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
         .name("ssh stderr".into())
@@ -550,8 +562,11 @@ fn supervise_stderr(stderr: std::process::ChildStderr) -> mpsc::Receiver<io::Err
                     Some(kind) => {
                         let _ = send.try_send(io::Error::new(kind, text));
                     }
-                    None if !text.is_empty() => tracing::warn!(ssh = %text, "ssh said"),
-                    None => {}
+                    None if text.is_empty() => {}
+                    None if watch.stopped() => {
+                        tracing::debug!(ssh = %text, "ssh said, after gitstate stopped it")
+                    }
+                    None => tracing::warn!(ssh = %text, "ssh said"),
                 }
             }
         });

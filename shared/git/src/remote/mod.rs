@@ -24,7 +24,7 @@ use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
     BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
-    StoreError, WriteSession,
+    StoreError, WriteAttempt,
 };
 use gix::ObjectId;
 
@@ -37,9 +37,9 @@ use crate::plumbing::transport::Endpoint;
 use crate::push::{pack_objects, push_in_one_request, push_updates, Pushed};
 use crate::target::Target;
 
-mod session;
+mod attempt;
 
-pub use session::RemoteSession;
+pub use attempt::RemoteAttempt;
 
 /// Default timeout of one store call (connect, stalls and the whole operation).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -532,8 +532,8 @@ impl BlockingStore for RemoteStore {
         &self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteSession>, StoreError> {
-        Ok(Box::new(self.begin_session(path, intent)?))
+    ) -> Result<Box<dyn WriteAttempt>, StoreError> {
+        Ok(Box::new(self.begin_attempt(path, intent)?))
     }
 
     fn check_blocking(&self) -> Result<(), StoreError> {

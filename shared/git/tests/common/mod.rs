@@ -267,7 +267,7 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let none = store.begin(&path, Intent::Unlock).await.expect("begin");
     assert_eq!(none.snapshot().lock, None);
     assert_eq!(none.delete_lock().await, Err(StoreError::Stale));
-    // A write session sees a lock too.
+    // A write attempt sees a lock too.
     store
         .create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
         .await

@@ -1,4 +1,4 @@
-//! A write or unlock in progress on a remote ([`RemoteSession`]): how it begins (from
+//! A write or unlock in progress on a remote ([`RemoteAttempt`]): how it begins (from
 //! receive-pack's advertisement, or recalled from what this cache recorded when the write or
 //! release can go in one request) and how it ends (through the write queue, or one push).
 
@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Intent, Revision, Snapshot, StateChange, StatePath, StoreError, WriteBudget,
-    WriteSession,
+    BlockingStore, Intent, Revision, Snapshot, StateChange, StatePath, StoreError, WriteAttempt,
+    WriteBudget,
 };
 use gix::ObjectId;
 
@@ -22,7 +22,7 @@ use crate::push::{judge, push_in_one_request, Pushed};
 /// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
 /// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
 /// that is the same connection; over smart HTTP the push is the second request.
-pub struct RemoteSession {
+pub struct RemoteAttempt {
     store: RemoteStore,
     path: StatePath,
     intent: Intent,
@@ -36,8 +36,8 @@ pub struct RemoteSession {
     budget: Option<WriteBudget>,
 }
 
-impl RemoteSession {
-    /// The state tip the session read (or recalled).
+impl RemoteAttempt {
+    /// The state tip the attempt read (or recalled).
     fn state_tip(&self) -> Option<ObjectId> {
         self.snapshot
             .state_tip
@@ -47,7 +47,7 @@ impl RemoteSession {
 }
 
 #[async_trait::async_trait]
-impl WriteSession for RemoteSession {
+impl WriteAttempt for RemoteAttempt {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
@@ -56,7 +56,7 @@ impl WriteSession for RemoteSession {
         self.budget = Some(budget);
     }
 
-    fn recalled(&self) -> bool {
+    fn begun_from_memory(&self) -> bool {
         self.receive_pack.is_none()
     }
 
@@ -70,7 +70,7 @@ impl WriteSession for RemoteSession {
     ) -> Result<Revision, StoreError> {
         if !matches!(self.intent, Intent::Write | Intent::HeldWrite) {
             return Err(StoreError::Internal(
-                "a state write in a session that did not read the state".into(),
+                "a state write in an attempt that did not read the state".into(),
             ));
         }
         let this = *self;
@@ -101,7 +101,7 @@ impl WriteSession for RemoteSession {
         };
         let Some(session) = this.receive_pack else {
             return Err(StoreError::Internal(
-                "a state write in a session without an advertisement".into(),
+                "a state write in an attempt without an advertisement".into(),
             ));
         };
         queue.submit(&target, write, session).await
@@ -130,11 +130,11 @@ impl WriteSession for RemoteSession {
 impl RemoteStore {
     /// Opens a receive-pack session, takes the tips `intent` needs from its advertisement (the
     /// fresh remote check), fetches those the cache lacks and reads the files.
-    pub(super) fn begin_session(
+    pub(super) fn begin_attempt(
         &self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<RemoteSession, StoreError> {
+    ) -> Result<RemoteAttempt, StoreError> {
         let lock_ref = path.lock_ref();
         if intent == Intent::Release {
             if let Some(session) = self.recall_lock(path)? {
@@ -170,7 +170,7 @@ impl RemoteStore {
             Some(tip) => entry_id(&self.cache()?.repo(), tip, path.as_str())?,
             None => None,
         };
-        Ok(RemoteSession {
+        Ok(RemoteAttempt {
             store: self.clone(),
             path: path.clone(),
             intent,
@@ -244,9 +244,9 @@ impl RemoteStore {
         Ok((state_tip, lock_tip))
     }
 
-    /// A release session from the lock this cache recorded for `path` (its own push, or the
+    /// A release attempt from the lock this cache recorded for `path` (its own push, or the
     /// last fetch), when a delete can go in one request; `None` otherwise.
-    fn recall_lock(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+    fn recall_lock(&self, path: &StatePath) -> Result<Option<RemoteAttempt>, StoreError> {
         if !onepost::possible(&self.target.endpoint) {
             return Ok(None);
         }
@@ -257,7 +257,7 @@ impl RemoteStore {
         let Some(lock) = self.read(Some(tip), &path.lock_file())? else {
             return Ok(None);
         };
-        Ok(Some(RemoteSession {
+        Ok(Some(RemoteAttempt {
             store: self.clone(),
             path: path.clone(),
             intent: Intent::Release,
@@ -282,19 +282,19 @@ impl RemoteStore {
         )
     }
 
-    /// A write session from what this cache recorded of the state branch and of `path`'s lock
+    /// A write attempt from what this cache recorded of the state branch and of `path`'s lock
     /// (its own pushes, or the last fetch), when the write can go in one request: a smart-HTTP
     /// remote running git's receive-pack (which takes an update whose old and new ids are the
     /// same as "this ref must still be here", checked in the same atomic transaction) that
     /// offers `atomic`, and no other write of this process on the branch, nor contention with
     /// another process. `None` otherwise.
-    fn recall_write(&self, path: &StatePath) -> Result<Option<RemoteSession>, StoreError> {
+    fn recall_write(&self, path: &StatePath) -> Result<Option<RemoteAttempt>, StoreError> {
         if !onepost::asserts_unchanged_refs(&self.target.endpoint) || !self.write_queue()?.quiet() {
             return Ok(None);
         }
         let cache = self.cache()?;
         let (Some(state_tip), Some(lock_tip)) = (
-            cache.tracked_settled(&self.target.state_ref),
+            cache.tracked_when_written(&self.target.state_ref),
             cache.tracked(&path.lock_ref()),
         ) else {
             return Ok(None);
@@ -304,7 +304,7 @@ impl RemoteStore {
         };
         let state = self.read(Some(state_tip), path.as_str())?;
         let base_file = entry_id(&cache.repo(), state_tip, path.as_str())?;
-        Ok(Some(RemoteSession {
+        Ok(Some(RemoteAttempt {
             store: self.clone(),
             path: path.clone(),
             intent: Intent::HeldWrite,
