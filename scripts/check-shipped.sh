@@ -6,7 +6,7 @@
 #   - the Lambda bootstrap for arm64 and x86_64, as `sam build` makes it (cargo lambda build
 #     --release, zig); each is checked to be an executable for its processor and answers one
 #     invocation (arm64 under qemu-aarch64): scripts/build-lambda.sh;
-#   - `cargo build --release -p gitstate`, the binary `cargo install` and the README run;
+#   - `cargo build --release -p gitstate`, the binary `cargo install` builds;
 #   - the container image for amd64 and arm64 (static musl binaries, FROM scratch):
 #     scripts/build-image.sh;
 # then runs every end-to-end test again against them (tests/tests: real Terraform through

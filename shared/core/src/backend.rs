@@ -85,10 +85,10 @@ pub enum BackendError {
     #[error("the state is locked by another client")]
     Locked(Bytes),
     /// The body is over the configured maximum (413).
-    #[error("the state is {size} bytes, over the configured maximum of {max} bytes{}", advice.as_deref().map(|a| format!("; {a}")).unwrap_or_default())]
+    #[error("the state is {} bytes, over the configured maximum of {max} bytes{}", size.map_or_else(|| "more than that".to_owned(), |s| s.to_string()), advice.as_deref().map(|a| format!("; {a}")).unwrap_or_default())]
     TooLarge {
-        /// Size received.
-        size: usize,
+        /// Size received (`None`: more than the maximum, not read to its end).
+        size: Option<u64>,
         /// Configured maximum.
         max: usize,
         /// What to do instead, when the deployment says.
@@ -279,6 +279,24 @@ impl Backend {
         }
     }
 
+    /// The one rule on a state body's size: at most `max_state_bytes`, else 413.
+    pub fn check_size(&self, size: u64) -> Result<(), BackendError> {
+        if size > self.max_state_bytes as u64 {
+            return Err(self.too_large(Some(size)));
+        }
+        Ok(())
+    }
+
+    /// The 413 of a state body of `size` bytes (`None`: it went on past the maximum, which is
+    /// as far as an entrypoint reads).
+    pub fn too_large(&self, size: Option<u64>) -> BackendError {
+        BackendError::TooLarge {
+            size,
+            max: self.max_state_bytes,
+            advice: self.size_advice.clone(),
+        }
+    }
+
     /// `POST`: stores `body` as the state unless another client holds the lock, and returns the
     /// new commit and its writer. A body equal to what is stored is a success without a commit
     /// (`None`), so client retries are safe.
@@ -290,13 +308,7 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Option<Written>, BackendError> {
-        if body.len() > self.max_state_bytes {
-            return Err(BackendError::TooLarge {
-                size: body.len(),
-                max: self.max_state_bytes,
-                advice: self.size_advice.clone(),
-            });
-        }
+        self.check_size(body.len() as u64)?;
         let file = crate::statefile::read(&body)?;
         let message_serial = file.serial;
         let guarded = (self.state_guard && store.guards_states() && !caller.force).then_some(file);

@@ -20,9 +20,9 @@ use crate::{
 /// A [`StateStore`] written as blocking calls. Each `*_blocking` method has the contract of the
 /// `StateStore` method of the same name.
 pub trait BlockingStore: Clone + Send + Sync + 'static {
-    /// Whether writes begin with [`BlockingStore::begin_blocking`] (one session that reads and
-    /// then pushes, see [`StateStore::begin`]); otherwise they read and write through separate
-    /// calls.
+    /// Whether writes begin with [`BlockingStore::begin_blocking`] (one attempt that reads and
+    /// then pushes, see [`StateStore::begin`]; [`StateStore::update_state`] too goes through
+    /// one); otherwise they read and write through separate calls.
     const OWN_WRITE_SESSIONS: bool = false;
 
     /// Runs `work` on a clone of this store where it may block, and returns its result.
@@ -34,14 +34,19 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// See [`StateStore::snapshot`].
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
 
-    /// See [`StateStore::update_state`].
+    /// See [`StateStore::update_state`]. A store with its own write attempts
+    /// ([`BlockingStore::OWN_WRITE_SESSIONS`]) writes through them instead: one write path.
     fn update_state_blocking(
         &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: &StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError>;
+        _path: &StatePath,
+        _base: Option<&Revision>,
+        _change: &StateChange,
+        _message: &Message,
+    ) -> Result<Revision, StoreError> {
+        Err(StoreError::Internal(
+            "this store writes through its write attempts".into(),
+        ))
+    }
 
     /// See [`StateStore::create_lock`].
     fn create_lock_blocking(
@@ -82,7 +87,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         None
     }
 
-    /// The session a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
+    /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
     /// store has its own (see [`StateStore::begin`]). Never called otherwise.
     fn begin_blocking(
         &self,
@@ -110,6 +115,14 @@ impl<S: BlockingStore> StateStore for S {
         change: StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
+        if S::OWN_WRITE_SESSIONS {
+            // The write path every request takes: an attempt that read `base`, then its write.
+            let attempt = self.begin(path, Intent::Write).await?;
+            if attempt.snapshot().state_tip.as_ref() != base {
+                return Err(StoreError::Stale);
+            }
+            return attempt.update_state(change, message).await;
+        }
         let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
         self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
             .await

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
-use gitstate_core::{BackendError, CatalogChange, LockFacts, StateFacts, Unlock, Unlocked};
+use gitstate_core::{CatalogChange, LockFacts, StateFacts, Unlocked};
 use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
 use tracing::Instrument;
@@ -325,21 +325,14 @@ pub(crate) fn caller_credentials(headers: &HeaderMap) -> Result<Option<Credentia
     }))
 }
 
-/// Reads a body of at most `max` bytes; more is a 413 without reading the rest. `advice` (what
-/// to do instead) ends the sentence when the deployment gives one.
+/// Reads a body of at most `max` bytes; a longer one is refused by `refuse` (given its declared
+/// length, or `None` when it went on past `max`) without reading the rest.
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
     max: usize,
-    advice: Option<&str>,
+    refuse: impl Fn(Option<u64>) -> ApiError,
 ) -> Result<Bytes, ApiError> {
-    let too_large = |size: String| {
-        let advice = advice.map(|a| format!("; {a}")).unwrap_or_default();
-        ApiError::Message(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is {size} bytes, over the configured maximum of {max} bytes{advice}"),
-        )
-    };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -347,7 +340,7 @@ async fn read_body(
     if let Some(length) = declared {
         if length > max as u64 {
             discard_in_background(body);
-            return Err(too_large(length.to_string()));
+            return Err(refuse(Some(length)));
         }
     }
     match axum::body::to_bytes(body, max).await {
@@ -356,7 +349,7 @@ async fn read_body(
             let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
             while let Some(err) = source {
                 if err.is::<http_body_util::LengthLimitError>() {
-                    return Err(too_large("more than that".into()));
+                    return Err(refuse(None));
                 }
                 source = err.source();
             }
@@ -365,6 +358,15 @@ async fn read_body(
             )))
         }
     }
+}
+
+/// The 413 of a LOCK or UNLOCK body over [`MAX_LOCK_BODY`].
+fn lock_body_too_large(size: Option<u64>) -> ApiError {
+    let size = size.map_or_else(|| "more than that".to_owned(), |s| s.to_string());
+    ApiError::Message(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is {size} bytes, over the maximum of {MAX_LOCK_BODY} bytes for a lock"),
+    )
 }
 
 /// Most bytes of a refused body read and thrown away after the answer, and for how long.
@@ -475,14 +477,13 @@ async fn dispatch(
             Ok(StatusCode::OK.into_response())
         }
         Operation::Lock => {
-            let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
+            let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
             let acquired = backend.lock(store, path, body).await?;
             Ok(locked(app, &address, acquired))
         }
         Operation::Unlock => {
-            let body = read_body(headers, body, MAX_LOCK_BODY, None).await?;
-            let request = Unlock::parse(&body).map_err(BackendError::from)?;
-            let Unlocked { force, who } = backend.unlock(store, path, &request).await?;
+            let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
+            let Unlocked { force, who } = backend.unlock_body(store, path, &body).await?;
             let who = who.unwrap_or_else(|| caller.name.clone());
             tell_catalog(app, &address, who, move || CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
@@ -561,13 +562,9 @@ async fn write(
     body: Body,
 ) -> Result<Response, ApiError> {
     let backend = &app.backend;
-    let body = read_body(
-        headers,
-        body,
-        backend.max_state_bytes,
-        backend.size_advice.as_deref(),
-    )
-    .await?;
+    // Read no further than the backend's size rule admits; its 413 answers a longer body.
+    let refuse = |size| ApiError::from(backend.too_large(size));
+    let body = read_body(headers, body, backend.max_state_bytes, refuse).await?;
     check_content_md5(headers, &body)?;
     let lock_id = address.lock_id.as_deref();
     let written = backend

@@ -273,7 +273,7 @@ fn a_stored_document_nested_too_deep_is_refused_with_the_reason() {
 /// after a write), but only at the place it was sealed for and only for exactly those bytes:
 /// everything else takes the full way, with its refusals.
 #[test]
-fn a_document_this_process_sealed_opens_begun_from_memory_only_where_and_as_it_was_sealed() {
+fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sealed() {
     use gitstate_core::Sealer;
     // Pretty-printed as Terraform writes it: a full open gives back the document's values
     // re-serialized compactly, so getting these exact bytes back means memory answered.

@@ -88,6 +88,18 @@ impl Backend {
         }
     }
 
+    /// `UNLOCK` with the body a client sent (Terraform's, OpenTofu's, or empty for a
+    /// force-unlock): read here, as a LOCK's body is, then [`Backend::unlock`].
+    pub async fn unlock_body(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: &[u8],
+    ) -> Result<Unlocked, BackendError> {
+        let request = Unlock::parse(body)?;
+        self.unlock(store, path, &request).await
+    }
+
     /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
     /// whatever lock is held for a force-unlock). Not locked is a success. Answers what the
     /// release was ([`Unlock::answer`]).

@@ -738,6 +738,37 @@ async fn the_same_serial_with_the_same_value_is_not_a_conflict() {
         .expect("the same state, formatted otherwise, is accepted");
 }
 
+/// One pass (issue 49): a POST over a sealed state opens it once per attempt, for the replay
+/// check and the state guard together; a replay and a refusal open it once too.
+#[tokio::test]
+async fn a_write_opens_the_stored_state_once() {
+    let (store, sealer, b) = sealing_store();
+    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+        .await
+        .expect("post");
+    let opens = |before: u32| sealer.opens() - before;
+    let before = sealer.opens();
+    b.post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+        .await
+        .expect("post")
+        .expect("a commit");
+    assert_eq!(opens(before), 1, "a write");
+    let before = sealer.opens();
+    let replay = b
+        .post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+        .await
+        .expect("post");
+    assert!(replay.is_none(), "a replay makes no commit");
+    assert_eq!(opens(before), 1, "a replay");
+    let before = sealer.opens();
+    assert!(matches!(
+        b.post(&*store, &path(), state_of("l-1", 2, "c"), None, &alice())
+            .await,
+        Err(BackendError::Conflict(_))
+    ));
+    assert_eq!(opens(before), 1, "a refusal");
+}
+
 #[tokio::test]
 async fn the_guard_reads_sealed_states_and_stays_out_of_what_it_cannot_read() {
     let (store, _sealer, b) = sealing_store();

@@ -126,11 +126,11 @@ impl Backend {
                 writer = Some(escape_controls(&holder.who).into_owned());
             }
         }
-        if self.is_replay(at, &snapshot.state, content).await? {
+        if self
+            .check_stored(at, &snapshot.state, content, guard)
+            .await?
+        {
             return Ok(Decision::Replay);
-        }
-        if let (Some(incoming), Some(stored), Some(body)) = (guard, &snapshot.state, content) {
-            self.check_guard(at, stored, body, incoming).await?;
         }
         Ok(Decision::Write { writer })
     }

@@ -21,6 +21,7 @@ pub struct MemorySealer {
     nonce: AtomicU64,
     outage: std::sync::atomic::AtomicBool,
     seals: AtomicU32,
+    opens: AtomicU32,
 }
 
 impl MemorySealer {
@@ -45,6 +46,11 @@ impl MemorySealer {
     /// How many documents it sealed.
     pub fn seals(&self) -> u32 {
         self.seals.load(Ordering::SeqCst)
+    }
+
+    /// How many sealed documents it opened.
+    pub fn opens(&self) -> u32 {
+        self.opens.load(Ordering::SeqCst)
     }
 
     fn available(&self) -> Result<(), SealError> {
@@ -81,6 +87,7 @@ impl Sealer for MemorySealer {
             return Ok(stored);
         };
         self.available()?;
+        self.opens.fetch_add(1, Ordering::SeqCst);
         let mut parts = rest.splitn(3, |b| *b == b' ');
         let (Some(place), Some(_nonce), Some(state)) = (parts.next(), parts.next(), parts.next())
         else {

@@ -19,31 +19,36 @@ use crate::plumbing::pack::{write_pack, Pack};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{judge, push_in_one_request, Pushed};
 
-/// A write or unlock in progress: what receive-pack advertised (and the files at those tips),
-/// and the open session the compare-and-swap push goes over. Over `git://`, ssh and `file://`
-/// that is the same connection; over smart HTTP the push is the second request.
+/// A write or unlock in progress: what it read (and the files at those tips), and how its
+/// compare-and-swap push goes.
 pub struct RemoteAttempt {
     store: RemoteStore,
     path: StatePath,
+    /// What it may do: [`Intent::Write`] (a write, fresh or from memory) or an unlock
+    /// ([`Intent::Unlock`], [`Intent::Release`]); never [`Intent::HeldWrite`], which begins as
+    /// a write.
     intent: Intent,
+    /// The state tip read (or recalled); `None` when the branch is absent or not read.
+    state_tip: Option<ObjectId>,
     /// The entry at `path` on `state_tip`: a write's condition (DESIGN §9.1).
     base_file: Option<ObjectId>,
     lock_tip: Option<ObjectId>,
     snapshot: Snapshot,
-    /// The advertisement read; `None` for a release begun from the cache ([`Intent::Release`]),
-    /// whose delete goes in one request.
-    receive_pack: Option<ReceivePack>,
+    begun: Begun,
     budget: Option<WriteBudget>,
 }
 
-impl RemoteAttempt {
-    /// The state tip the attempt read (or recalled).
-    fn state_tip(&self) -> Option<ObjectId> {
-        self.snapshot
-            .state_tip
-            .as_deref()
-            .and_then(|tip| ObjectId::from_hex(tip.as_bytes()).ok())
-    }
+/// Where an attempt's read came from, which decides how its push goes. (One per request, moved
+/// into the push: as large as the `Option<ReceivePack>` it replaces.)
+#[allow(clippy::large_enum_variant)]
+enum Begun {
+    /// receive-pack's advertisement: the push goes over that session (over `git://`, ssh and
+    /// `file://` the same connection; over smart HTTP the second request), a write through
+    /// the write queue.
+    Advertised(ReceivePack),
+    /// This process's memory of what it pushed (DESIGN, "A holder's state write in one
+    /// request"): the push goes in one request and asserts what was recalled.
+    Memory,
 }
 
 #[async_trait::async_trait]
@@ -57,7 +62,7 @@ impl WriteAttempt for RemoteAttempt {
     }
 
     fn begun_from_memory(&self) -> bool {
-        self.receive_pack.is_none()
+        matches!(self.begun, Begun::Memory)
     }
 
     /// Joins this process's write queue for the branch (DESIGN §9.2): the write is pushed in a
@@ -68,24 +73,29 @@ impl WriteAttempt for RemoteAttempt {
         change: StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
-        if !matches!(self.intent, Intent::Write | Intent::HeldWrite) {
+        if self.intent != Intent::Write {
             return Err(StoreError::Internal(
                 "a state write in an attempt that did not read the state".into(),
             ));
         }
         let this = *self;
-        if this.receive_pack.is_none() {
-            // Begun from the cache (Intent::HeldWrite): one request, outside the write queue.
-            let (Some(base), Some(lock_tip)) = (this.state_tip(), this.lock_tip) else {
-                return Err(StoreError::Stale);
-            };
-            let store = this.store.clone();
-            let path = this.path;
-            let message = message.to_owned();
-            return store
-                .run(move |store| store.write_recalled(&path, base, lock_tip, &change, &message))
-                .await;
-        }
+        let session = match this.begun {
+            Begun::Advertised(session) => session,
+            Begun::Memory => {
+                // One request, outside the write queue.
+                let (Some(base), Some(lock_tip)) = (this.state_tip, this.lock_tip) else {
+                    return Err(StoreError::Stale);
+                };
+                let store = this.store.clone();
+                let path = this.path;
+                let message = message.to_owned();
+                return store
+                    .run(move |store| {
+                        store.write_recalled(&path, base, lock_tip, &change, &message)
+                    })
+                    .await;
+            }
+        };
         let queue = this.store.write_queue()?;
         let target = this.store.target.unpinned();
         let write = QueuedWrite {
@@ -99,19 +109,14 @@ impl WriteAttempt for RemoteAttempt {
                 .map_or_else(std::time::Instant::now, |b| b.since),
             deadline: this.budget.map(|b| b.deadline),
         };
-        let Some(session) = this.receive_pack else {
-            return Err(StoreError::Internal(
-                "a state write in an attempt without an advertisement".into(),
-            ));
-        };
         queue.submit(&target, write, session).await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
         let this = *self;
-        if this.intent == Intent::HeldWrite {
+        if this.intent == Intent::Write {
             return Err(StoreError::Internal(
-                "a lock release in a held write".into(),
+                "a lock release in a state write".into(),
             ));
         }
         let Some(old) = this.lock_tip else {
@@ -119,9 +124,9 @@ impl WriteAttempt for RemoteAttempt {
         };
         let store = this.store.clone();
         store
-            .run(move |store| match this.receive_pack {
-                Some(session) => store.push_lock_delete(session, &this.path, old),
-                None => store.release_recalled(&this.path, old),
+            .run(move |store| match this.begun {
+                Begun::Advertised(session) => store.push_lock_delete(session, &this.path, old),
+                Begun::Memory => store.release_recalled(&this.path, old),
             })
             .await
     }
@@ -136,25 +141,26 @@ impl RemoteStore {
         intent: Intent,
     ) -> Result<RemoteAttempt, StoreError> {
         let lock_ref = path.lock_ref();
-        if intent == Intent::Release {
-            if let Some(session) = self.recall_lock(path)? {
-                return Ok(session);
-            }
+        let recalled = match intent {
+            Intent::Release => self.recall_lock(path)?,
+            Intent::HeldWrite => self.recall_write(path)?,
+            Intent::Write | Intent::Unlock => None,
+        };
+        if let Some(attempt) = recalled {
+            return Ok(attempt);
         }
-        if intent == Intent::HeldWrite {
-            if let Some(session) = self.recall_write(path)? {
-                return Ok(session);
-            }
-        }
-        // Not recalled: a fresh read, as for any write.
-        let intent = match intent {
-            Intent::HeldWrite => Intent::Write,
-            other => other,
+        // A fresh read: a held write reads as any write, a release as any unlock.
+        let writes = matches!(intent, Intent::Write | Intent::HeldWrite);
+        let intent = if writes {
+            Intent::Write
+        } else {
+            Intent::Unlock
         };
         let receive_pack = ReceivePack::connect(&self.target.endpoint)?;
-        let state_tip = match intent {
-            Intent::Write | Intent::HeldWrite => receive_pack.tip(&self.target.state_ref),
-            Intent::Unlock | Intent::Release => None,
+        let state_tip = if writes {
+            receive_pack.tip(&self.target.state_ref)
+        } else {
+            None
         };
         let lock_tip = receive_pack.tip(&lock_ref);
         let (state_tip, lock_tip) = self.fetch_tips(path, intent, state_tip, lock_tip)?;
@@ -174,10 +180,11 @@ impl RemoteStore {
             store: self.clone(),
             path: path.clone(),
             intent,
+            state_tip,
             base_file,
             lock_tip,
             snapshot,
-            receive_pack: Some(receive_pack),
+            begun: Begun::Advertised(receive_pack),
             budget: None,
         })
     }
@@ -216,9 +223,10 @@ impl RemoteStore {
         }
         // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow), keeping
         // the session open for the push.
-        let names: Vec<&str> = match intent {
-            Intent::Write | Intent::HeldWrite => vec![&self.target.state_ref, &lock_ref],
-            Intent::Unlock | Intent::Release => vec![&lock_ref],
+        let names: Vec<&str> = if intent == Intent::Write {
+            vec![&self.target.state_ref, &lock_ref]
+        } else {
+            vec![&lock_ref]
         };
         let file = |name: &str| {
             if name == self.target.state_ref {
@@ -260,7 +268,8 @@ impl RemoteStore {
         Ok(Some(RemoteAttempt {
             store: self.clone(),
             path: path.clone(),
-            intent: Intent::Release,
+            intent: Intent::Unlock,
+            state_tip: None,
             base_file: None,
             lock_tip: Some(tip),
             snapshot: Snapshot {
@@ -268,7 +277,7 @@ impl RemoteStore {
                 lock: Some(lock),
                 ..Snapshot::default()
             },
-            receive_pack: None,
+            begun: Begun::Memory,
             budget: None,
         }))
     }
@@ -307,7 +316,8 @@ impl RemoteStore {
         Ok(Some(RemoteAttempt {
             store: self.clone(),
             path: path.clone(),
-            intent: Intent::HeldWrite,
+            intent: Intent::Write,
+            state_tip: Some(state_tip),
             base_file,
             lock_tip: Some(lock_tip),
             snapshot: Snapshot {
@@ -316,7 +326,7 @@ impl RemoteStore {
                 lock_tip: Some(lock_tip.to_string()),
                 lock: Some(lock),
             },
-            receive_pack: None,
+            begun: Begun::Memory,
             budget: None,
         }))
     }

@@ -23,13 +23,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StateChange, StatePath,
-    StoreError, WriteAttempt,
+    BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StatePath, StoreError,
+    WriteAttempt,
 };
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
-use crate::objects::{lock_commit, parse_id, read_file, state_commit};
+use crate::objects::{lock_commit, parse_id, read_file};
 use crate::plumbing::onepost;
 use crate::plumbing::pack::Pack;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
@@ -222,42 +222,6 @@ impl RemoteStore {
         }
     }
 
-    /// Pushes a one-file commit on `base` over `session`, expecting the state branch at `base`.
-    fn push_state(
-        &self,
-        session: ReceivePack,
-        path: &StatePath,
-        base: Option<ObjectId>,
-        change: &StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        let outgoing = self.build(base, path.as_str(), |repo| {
-            state_commit(
-                repo,
-                base,
-                path.as_str(),
-                change,
-                message,
-                &self.target.committer,
-            )
-        })?;
-        let null = ObjectId::null(gix::hash::Kind::Sha1);
-        let update = RefUpdate {
-            name: self.target.state_ref.clone(),
-            old: base.unwrap_or(null),
-            new: outgoing.commit,
-        };
-        if !self.push_one(session, update, Some(&outgoing))? {
-            return Err(StoreError::Stale);
-        }
-        self.cache()?.record_pushed(
-            &outgoing.pack.objects,
-            &self.target.state_ref,
-            Some(outgoing.commit),
-        )?;
-        Ok(outgoing.commit.to_string())
-    }
-
     /// Deletes the lock branch over `session`, expecting it at `old`.
     fn push_lock_delete(
         &self,
@@ -357,33 +321,6 @@ impl BlockingStore for RemoteStore {
         let state_tip = tips.get(&self.target.state_ref).copied();
         let lock_tip = tips.get(&lock_ref).copied();
         self.snapshot_at(path, state_tip, lock_tip)
-    }
-
-    fn update_state_blocking(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: &StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        let base = base.map(|b| parse_id(b)).transpose()?;
-        if let Some(base) = base {
-            if !self.cache()?.repo().has_object(base) {
-                // Read by another process or before the cache was recreated: fetch it now.
-                let tips = self
-                    .cache()?
-                    .refresh(&self.target.endpoint, &[&self.target.state_ref])?;
-                if tips.get(&self.target.state_ref) != Some(&base) {
-                    return Err(StoreError::Stale);
-                }
-            }
-        }
-        let session = ReceivePack::connect(&self.target.endpoint)?;
-        if session.tip(&self.target.state_ref) != base {
-            // Moved already: do not upload a pack the server would refuse.
-            return Err(StoreError::Stale);
-        }
-        self.push_state(session, path, base, change, message)
     }
 
     fn create_lock_blocking(
