@@ -438,15 +438,17 @@ fn its_ssh_private_key_variable_reaches_an_ssh_remote() {
     let stored = git_show(&s.git_dir, "master", "ssh.tfstate").expect("written over ssh on master");
     assert!(String::from_utf8_lossy(&stored).contains("0b5c6a4e-ssh"));
     assert!(sshd.log().contains("Accepted publickey"), "{}", sshd.log());
-    // Each session gitstate ends itself (the shell running ssh then says `Killed`) is routine:
-    // nothing at WARN (issue 49).
+    // What ssh says on every session under these settings (`Permanently added … to the list of
+    // known hosts`) is routine: nothing of it at WARN, where an operator looks for what needs
+    // attention (issue 49).
     let (status, _) = http("GET", &url, None, None).unwrap();
     assert_eq!(status, 200);
     let log = server.log_text();
-    assert!(
-        !log.lines().any(|l| l.contains("WARN") && l.contains("ssh")),
-        "a session gitstate ended is logged at WARN:\n{log}"
-    );
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("ssh said"))
+        .collect();
+    assert!(warned.is_empty(), "{warned:#?}");
 }
 
 #[test]

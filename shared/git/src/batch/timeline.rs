@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 /// Where a write's time in the queue went, logged at debug with its answer (`write answered`):
-/// the profile of docs/BENCHMARKS.md ("Where a queued write's time goes") is read from these.
+/// the profiles of docs/BENCHMARKS.md ("Where the time goes", "What bounds them") are read
+/// from these.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timeline {
     /// When it joined the queue.

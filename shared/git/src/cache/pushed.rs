@@ -138,8 +138,9 @@ pub(super) fn write_objects(
         if !repo.has_object(id) {
             bytes += (data.len() as u64).div_ceil(BLOCK) * BLOCK;
             // Hashed again although the id is known: gix's `write_buf_with_known_id` measured
-            // 4-5 ms slower per LOCK (three small objects; BENCHMARKS, 2026-11-25 evening) than
-            // the ~1 ms of SHA-1 it saves on a 1 MiB state, which is spent after the answer.
+            // 4-5 ms slower per LOCK (three small objects; 2026-11-25, in docs/BENCHMARKS.md's
+            // git history) than the ~1 ms of SHA-1 it saves on a 1 MiB state, which is spent
+            // after the answer.
             repo.objects
                 .write_buf(kind, data)
                 .map_err(internal("recording pushed objects"))?;

@@ -284,6 +284,36 @@ impl Drop for SshTransport {
     }
 }
 
+/// What a line ssh wrote on stderr is.
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    /// Why the connection failed: the reader reports it (a refused key is `Permission denied`,
+    /// which the transport's classification reads as such).
+    Error(io::ErrorKind),
+    /// Routine, logged at DEBUG: anything after gitstate stopped ssh itself (the shell of a
+    /// `GIT_SSH` wrapper then says `Killed`), and the host key notice that
+    /// `StrictHostKeyChecking=no` or `accept-new` prints on every session.
+    Routine,
+    /// Anything else, at WARN: it may need attention.
+    Notable,
+    Nothing,
+}
+
+/// Classes a line of ssh's stderr; `stopped`: gitstate ended the session.
+fn said(text: &str, stopped: bool) -> Said {
+    if text.contains("Permission denied") || text.contains("permission denied") {
+        Said::Error(io::ErrorKind::PermissionDenied)
+    } else if text.contains("resolve hostname") || text.contains("connect to host") {
+        Said::Error(io::ErrorKind::ConnectionRefused)
+    } else if text.is_empty() {
+        Said::Nothing
+    } else if stopped || text.starts_with("Warning: Permanently added") {
+        Said::Routine
+    } else {
+        Said::Notable
+    }
+}
+
 /// The state the watchdog and the pipes share.
 struct Watch {
     state: Mutex<WatchState>,
@@ -534,9 +564,8 @@ impl Read for SshReader {
     }
 }
 
-/// Reads ssh's stderr on a thread of its own: error lines go to the reader, the rest to the log:
-/// at WARN while the session runs, at DEBUG once gitstate stopped ssh itself (a shell running
-/// `GIT_SSH_COMMAND` says `Killed` then: routine, nothing to attend to).
+/// Reads ssh's stderr on a thread of its own: error lines go to the reader, the rest to the log
+/// as [`said`] classes them.
 fn supervise_stderr(
     stderr: std::process::ChildStderr,
     watch: Arc<Watch>,
@@ -549,24 +578,13 @@ fn supervise_stderr(
             for line in io::BufReader::new(stderr).split(b'\n') {
                 let Ok(line) = line else { break };
                 let text = String::from_utf8_lossy(&line).trim_end().to_owned();
-                let kind = if text.contains("Permission denied")
-                    || text.contains("permission denied")
-                {
-                    Some(io::ErrorKind::PermissionDenied)
-                } else if text.contains("resolve hostname") || text.contains("connect to host") {
-                    Some(io::ErrorKind::ConnectionRefused)
-                } else {
-                    None
-                };
-                match kind {
-                    Some(kind) => {
+                match said(&text, watch.stopped()) {
+                    Said::Error(kind) => {
                         let _ = send.try_send(io::Error::new(kind, text));
                     }
-                    None if text.is_empty() => {}
-                    None if watch.stopped() => {
-                        tracing::debug!(ssh = %text, "ssh said, after gitstate stopped it")
-                    }
-                    None => tracing::warn!(ssh = %text, "ssh said"),
+                    Said::Routine => tracing::debug!(ssh = %text, "ssh said"),
+                    Said::Notable => tracing::warn!(ssh = %text, "ssh said"),
+                    Said::Nothing => {}
                 }
             }
         });
@@ -574,4 +592,36 @@ fn supervise_stderr(
         tracing::warn!(error = %e, "could not start the reader of ssh's messages");
     }
     receive
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_ssh_says_is_classed_by_whether_it_needs_attention() {
+        let refused = "root@127.0.0.1: Permission denied (publickey).";
+        assert_eq!(
+            said(refused, false),
+            Said::Error(io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(
+            said(
+                "ssh: Could not resolve hostname nowhere: Name or service not known",
+                false
+            ),
+            Said::Error(io::ErrorKind::ConnectionRefused)
+        );
+        // gitstate ended the session: the wrapper's shell reporting it is routine.
+        assert_eq!(said("Killed", true), Said::Routine);
+        assert_eq!(said("Killed", false), Said::Notable);
+        let added =
+            "Warning: Permanently added '[127.0.0.1]:2222' (ED25519) to the list of known hosts.";
+        assert_eq!(said(added, false), Said::Routine);
+        assert_eq!(
+            said("WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!", false),
+            Said::Notable
+        );
+        assert_eq!(said("", false), Said::Nothing);
+    }
 }
