@@ -21,6 +21,7 @@
 //! | [`HttpBackend`], [`write_main_tf`] | a `main.tf` with an `http` backend and `null_resource`s |
 //! | [`http`], [`lock_info`] | direct requests to the backend (LOCK/UNLOCK/GET/POST) |
 //! | [`git`], [`git_log_subjects`], [`ls_remote`] | plain git, to check what is stored |
+//! | [`oidc::Issuer`] | an OIDC issuer's keys (openssl), its JWKS file and the tokens it signs |
 //!
 //! The gitstate binary is found at `$GITSTATE_BIN`, else `$CARGO_TARGET_DIR/debug/gitstate`, else
 //! next to the running test executable (`target/debug/deps/..` → `target/debug/gitstate`). Build it
@@ -30,6 +31,7 @@
 pub mod browser;
 pub mod crypto;
 pub mod keys;
+pub mod oidc;
 pub mod proxy;
 
 mod direct;

@@ -3,9 +3,10 @@
 //! caller that reached it (its network boundary decides: loopback, IAM); pass-through leaves the
 //! decision to the git server, per repository, and so refuses what spans repositories.
 
-use gitstate_core::{Credentials, RegistryError, Rights, Scope};
+use gitstate_core::{Authenticated, Credentials, RegistryError, Rights, Scope};
 
 use crate::config::{AuthConfig, AuthMode, CertificateConfig, ConfigError};
+use crate::oidc::Issuers;
 use crate::tokens::{self, SubjectPattern, Users};
 
 /// The deployment's caller check.
@@ -20,6 +21,8 @@ pub struct Access {
     /// request is given (its name, and a random token of this process whose hash is among
     /// `tokens` with the mapping's scope).
     certificates: Vec<(SubjectPattern, Credentials)>,
+    /// Team mode: OIDC issuers whose tokens are callers (`auth.oidc`).
+    oidc: Issuers,
 }
 
 impl Access {
@@ -31,13 +34,21 @@ impl Access {
                     "auth.certificate maps client certificates to team callers; it needs auth mode \"team\"".into(),
                 ));
             }
+            if !auth.oidc.is_empty() {
+                return Err(ConfigError::BadValue(
+                    "auth.oidc maps OIDC tokens to team callers; it needs auth mode \"team\""
+                        .into(),
+                ));
+            }
             return Ok(Access {
                 mode: auth.mode,
                 tokens: Vec::new(),
                 users: Users::default(),
                 certificates: Vec::new(),
+                oidc: Issuers::default(),
             });
         }
+        let oidc = Issuers::from_config(&auth.oidc).map_err(ConfigError::BadValue)?;
         let mut tokens = tokens::parse_tokens(&auth.token_hashes, &auth.tokens)
             .map_err(ConfigError::BadValue)?;
         let users = Users::parse(&auth.users).map_err(ConfigError::BadValue)?;
@@ -51,9 +62,9 @@ impl Access {
             })
             .collect::<Result<Vec<_>, String>>()
             .map_err(ConfigError::BadValue)?;
-        if tokens.is_empty() && users.is_empty() {
+        if tokens.is_empty() && users.is_empty() && oidc.is_empty() {
             return Err(ConfigError::BadValue(
-                "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES) or user (auth.users, --user or GITSTATE_USERS)".into(),
+                "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES), user (auth.users, --user or GITSTATE_USERS) or OIDC issuer (auth.oidc)".into(),
             ));
         }
         Ok(Access {
@@ -61,6 +72,7 @@ impl Access {
             tokens,
             users,
             certificates,
+            oidc,
         })
     }
 
@@ -102,17 +114,31 @@ impl Access {
     /// Checks `caller` before a request opens anything, with bcrypt on a blocking thread (see
     /// [`Users::verify`]); a later [`Access::admit`] of the same caller answers from memory.
     /// Returns the scope of the caller's token (users, and every caller outside team mode, have
-    /// the full one).
-    pub async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
+    /// the full one), and for an OIDC token the caller its rule names.
+    pub async fn authenticate(
+        &self,
+        caller: Option<&Credentials>,
+    ) -> Result<Authenticated, RegistryError> {
         let Some(checked) = self.team_caller(caller) else {
-            return Ok(Scope::full());
+            return Ok(Authenticated::default());
         };
         match checked? {
-            (_, Some(scope)) => Ok(scope),
-            (caller, None) if self.users.verify(&caller.username, &caller.password).await => {
-                Ok(Scope::full())
+            (_, Some(scope)) => Ok(Authenticated::scoped(scope)),
+            (caller, None) => {
+                if let Some(verified) = self.oidc.verify(&caller.password) {
+                    let verified =
+                        verified.map_err(|e| RegistryError::Unauthenticated(e.to_string()))?;
+                    return Ok(Authenticated {
+                        scope: verified.scope,
+                        name: Some(verified.name),
+                    });
+                }
+                if self.users.verify(&caller.username, &caller.password).await {
+                    Ok(Authenticated::default())
+                } else {
+                    Err(refusal("the credentials are not valid"))
+                }
             }
-            _ => Err(refusal("the credentials are not valid")),
         }
     }
 
@@ -123,7 +149,8 @@ impl Access {
             return Ok(());
         };
         let (caller, token) = checked?;
-        if token.is_some() || self.users.admits(&caller.username, &caller.password) {
+        let oidc = || matches!(self.oidc.verify(&caller.password), Some(Ok(_)));
+        if token.is_some() || oidc() || self.users.admits(&caller.username, &caller.password) {
             Ok(())
         } else {
             Err(refusal("the credentials are not valid"))
@@ -190,6 +217,7 @@ mod tests {
             users: Vec::new(),
             tokens: Vec::new(),
             certificates: Vec::new(),
+            oidc: Vec::new(),
         })
         .expect("a team configuration")
     }
@@ -233,6 +261,7 @@ mod tests {
             token_hashes: Vec::new(),
             users: Vec::new(),
             tokens: Vec::new(),
+            oidc: Vec::new(),
             certificates: vec![crate::config::CertificateConfig {
                 subject: "CN=team-a".into(),
                 name: "team-a".into(),
@@ -254,13 +283,14 @@ mod tests {
         assert_eq!(caller.username, "team-a");
         assert_eq!(caller.password.len(), 64);
         let scope = access.authenticate(Some(&caller)).await.expect("admitted");
-        assert_eq!(scope.to_string(), "read-only on team-a/**");
+        assert_eq!(scope.scope.to_string(), "read-only on team-a/**");
         let again = Access::from_config(&AuthConfig {
             mode: AuthMode::Team,
             token_hashes: vec![tokens::hash_of("t")],
             users: Vec::new(),
             tokens: Vec::new(),
             certificates: Vec::new(),
+            oidc: Vec::new(),
         })
         .unwrap();
         assert!(
@@ -277,6 +307,7 @@ mod tests {
             users: Vec::new(),
             tokens: Vec::new(),
             certificates: Vec::new(),
+            oidc: Vec::new(),
         });
         assert!(matches!(empty, Err(ConfigError::BadValue(m)) if m.contains("token hash")));
     }
@@ -289,6 +320,7 @@ mod tests {
             users: Vec::new(),
             tokens: Vec::new(),
             certificates: Vec::new(),
+            oidc: Vec::new(),
         })
         .expect("pass-through");
         assert!(matches!(

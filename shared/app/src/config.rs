@@ -10,6 +10,8 @@ use gitstate_core::url::redact_in_text;
 use gitstate_core::Credentials;
 use serde::Deserialize;
 
+use crate::blocks::one_or_more;
+
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6061";
 /// Default state branch.
@@ -195,6 +197,10 @@ pub struct AuthConfig {
     /// callers without a token (`certificate { subject = "CN=team-a" name = "team-a" … }`).
     #[serde(default, rename = "certificate", deserialize_with = "one_or_more")]
     pub certificates: Vec<CertificateConfig>,
+    /// Team mode with workload identity: callers presenting an OIDC token of one of these
+    /// issuers (`oidc { issuer = "…" audience = "…" rule { … } }`, one block per issuer).
+    #[serde(default, rename = "oidc", deserialize_with = "one_or_more")]
+    pub oidc: Vec<crate::oidc::OidcConfig>,
 }
 
 /// One `auth { certificate { … } }` block: a client certificate's subject as a team caller.
@@ -212,31 +218,6 @@ pub struct CertificateConfig {
     /// State path patterns it may use, as for a token; empty: every path.
     #[serde(default)]
     pub paths: Vec<String>,
-}
-
-/// Blocks of one name: HCL gives one block as an object and several as a list of them. Each is
-/// read as `T` itself, so its errors (an unknown key) keep their sentence.
-fn one_or_more<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-
-    struct Blocks<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Blocks<T> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("one block or several")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
-            Ok(vec![T::deserialize(MapAccessDeserializer::new(map))?])
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
-            Vec::deserialize(SeqAccessDeserializer::new(seq))
-        }
-    }
-    deserializer.deserialize_any(Blocks(std::marker::PhantomData))
 }
 
 /// One `auth { token { … } }` block: a team token and what it may do (DESIGN §6).

@@ -3,6 +3,7 @@
 //! serve (the caller check in [`access`], the stores in [`stores`], sealing, the catalog).
 
 pub mod access;
+mod blocks;
 pub mod boundary;
 pub mod catalog;
 pub mod compat;
@@ -10,6 +11,7 @@ pub mod config;
 pub mod credentials;
 mod identity;
 pub mod metrics;
+pub mod oidc;
 pub mod registry;
 pub mod sealing;
 pub mod settings;

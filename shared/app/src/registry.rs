@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use gitstate_core::{Credentials, RegistryError, Scope, StateStore, StoreError, StoreRegistry};
+use gitstate_core::{
+    Authenticated, Credentials, RegistryError, StateStore, StoreError, StoreRegistry,
+};
 
 use crate::access::Access;
 use crate::config::{Config, ConfigError};
@@ -53,7 +55,10 @@ impl StoreRegistry for Registry {
         self.stores.names()
     }
 
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
+    async fn authenticate(
+        &self,
+        caller: Option<&Credentials>,
+    ) -> Result<Authenticated, RegistryError> {
         self.access.authenticate(caller).await
     }
 

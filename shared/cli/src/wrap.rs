@@ -349,6 +349,7 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
         users: Vec::new(),
         tokens: Vec::new(),
         certificates: Vec::new(),
+        oidc: Vec::new(),
     };
 
     // The address first: a busy port must stop everything before any file is written.

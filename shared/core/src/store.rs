@@ -537,6 +537,23 @@ pub enum RegistryError {
     Store(#[from] StoreError),
 }
 
+/// Who a checked caller is, and what its credential lets it do.
+#[derive(Debug, Clone, Default)]
+pub struct Authenticated {
+    /// What the credential may do (the full scope unless it is limited).
+    pub scope: Scope,
+    /// The caller's name when the credential names it (an OIDC rule's `name`); otherwise the
+    /// basic-auth user name is the caller's name.
+    pub name: Option<String>,
+}
+
+impl Authenticated {
+    /// A caller the credential does not name, with `scope`.
+    pub fn scoped(scope: Scope) -> Authenticated {
+        Authenticated { scope, name: None }
+    }
+}
+
 /// Maps repository names (and allowed ad-hoc URLs) to stores, per request so that a store can use
 /// the caller's credentials.
 #[async_trait]
@@ -546,10 +563,13 @@ pub trait StoreRegistry: Send + Sync + 'static {
     /// async worker threads here. `named` and `adhoc` check again (cheaply, from memory), so a
     /// caller that skips this is still refused. Returns what the credential may do (its
     /// [`Scope`]; the full one unless a scoped token was presented), which the HTTP layer applies
-    /// to each operation.
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
+    /// to each operation, and the caller's name when the credential names it.
+    async fn authenticate(
+        &self,
+        caller: Option<&Credentials>,
+    ) -> Result<Authenticated, RegistryError> {
         let _ = caller;
-        Ok(Scope::full())
+        Ok(Authenticated::default())
     }
 
     /// The configured repository `name`.

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
+use gitstate_core::{Authenticated, Credentials, StateStore, Written};
 use gitstate_core::{CatalogChange, LockFacts, StateFacts, Unlocked};
-use gitstate_core::{Credentials, StateStore, Written};
 use md5::{Digest, Md5};
 use tracing::Instrument;
 
@@ -421,6 +421,7 @@ pub(crate) async fn authenticated_caller(
     app.registry
         .authenticate(credentials.as_ref())
         .await?
+        .scope
         .admit_across_states()?;
     Ok(credentials)
 }
@@ -439,7 +440,7 @@ async fn dispatch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let credentials = caller_credentials(headers)?;
-    let scope = app.registry.authenticate(credentials.as_ref()).await?;
+    let Authenticated { scope, name } = app.registry.authenticate(credentials.as_ref()).await?;
     let used = match operation {
         Operation::Get => Use::Read,
         _ => Use::Write,
@@ -454,9 +455,9 @@ async fn dispatch(
     };
     let store: &dyn StateStore = store.as_ref();
     let caller = Caller {
-        name: credentials
-            .as_ref()
-            .map(|c| c.username.clone())
+        // The credential's own name (an OIDC rule's), else the basic-auth user name.
+        name: name
+            .or_else(|| credentials.as_ref().map(|c| c.username.clone()))
             .unwrap_or_default(),
         deadline,
         force: address.force,

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::MemoryStore;
 use crate::scope::Scope;
-use crate::store::{Credentials, RegistryError, StateStore, StoreRegistry};
+use crate::store::{Authenticated, Credentials, RegistryError, StateStore, StoreRegistry};
 
 /// A [`StoreRegistry`] of named [`MemoryStore`]s that admits every caller and refuses every
 /// ad-hoc address (a deployment without an `allow` list).
@@ -81,14 +81,20 @@ impl MemoryRegistry {
 
 #[async_trait]
 impl StoreRegistry for MemoryRegistry {
-    async fn authenticate(&self, caller: Option<&Credentials>) -> Result<Scope, RegistryError> {
+    async fn authenticate(
+        &self,
+        caller: Option<&Credentials>,
+    ) -> Result<Authenticated, RegistryError> {
         let scoped = caller.and_then(|c| self.scoped.iter().find(|(t, _)| *t == c.password));
-        match (&self.token, caller, scoped) {
-            (None, _, _) => Ok(Scope::full()),
-            (Some(_), _, Some((_, scope))) => Ok(scope.clone()),
-            (Some(token), Some(c), None) if c.password == *token => Ok(Scope::full()),
-            (Some(_), _, _) => Err(RegistryError::Unauthenticated("send the team token".into())),
-        }
+        let scope = match (&self.token, caller, scoped) {
+            (None, _, _) => Scope::full(),
+            (Some(_), _, Some((_, scope))) => scope.clone(),
+            (Some(token), Some(c), None) if c.password == *token => Scope::full(),
+            (Some(_), _, _) => {
+                return Err(RegistryError::Unauthenticated("send the team token".into()))
+            }
+        };
+        Ok(Authenticated::scoped(scope))
     }
 
     fn named(

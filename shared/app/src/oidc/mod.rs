@@ -1,0 +1,154 @@
+//! Callers that prove who they are with their workload's OIDC token (DESIGN §6, "OIDC callers"):
+//! a Kubernetes projected service-account token, a GitHub Actions or GitLab CI ID token, sent
+//! as the backend's password (any user name) or as `Authorization: Bearer`. No static secret
+//! to create, store or rotate.
+//!
+//! One `auth { oidc { … } }` block per issuer: its `issuer` and `audience` (both matched
+//! exactly), its keys (`jwks_file`, read again when it changes), the longest life a token may
+//! have, and rules that map a token's claims to a caller (`name`, `access`, `paths`, exactly as a
+//! scoped token's). `verify.rs` checks a token (the one parser: a standard JOSE library, only
+//! RS256, ES256 and EdDSA), `keys.rs` holds an issuer's keys, `rules.rs` matches claims.
+
+mod keys;
+mod rules;
+mod verify;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gitstate_core::{Rights, Scope};
+use serde::Deserialize;
+
+use crate::blocks::one_or_more;
+pub use verify::{Refused, Verified};
+
+/// A token may claim a life (`exp` − `iat`) this long at most, unless `max_token_life` says
+/// otherwise: a projected token is valid until its `exp` (there is no revocation check).
+pub const DEFAULT_MAX_TOKEN_LIFE: Duration = Duration::from_secs(24 * 3600);
+
+/// One `auth { oidc { … } }` block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The issuer, exactly as tokens name it in `iss` (`https://token.actions.githubusercontent.com`).
+    pub issuer: String,
+    /// The audience tokens must name in `aud` (e.g. `gitstate`).
+    pub audience: String,
+    /// The issuer's keys as a JWKS document on disk (a cluster whose issuer cannot be reached
+    /// from here): read again when it changes; no outbound call is made.
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// The longest life a token may have (`exp` − `iat`), e.g. `"1h"`; default 24 h.
+    #[serde(default)]
+    pub max_token_life: Option<String>,
+    /// Claim rules, the first that matches wins (`rule { claims = { sub = "…" } name = "…" }`).
+    #[serde(default, rename = "rule", deserialize_with = "one_or_more")]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One `rule { … }` of an `oidc` block: the claims a token must carry, and the caller it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// String claims and the pattern each must match: exact, or with `*` for any run of
+    /// characters (`system:serviceaccount:team-a:*`). A dotted name reaches into objects
+    /// (`kubernetes.io.namespace`).
+    pub claims: BTreeMap<String, String>,
+    /// The caller's name: the writer in commit messages and the commits' author.
+    pub name: String,
+    /// `read-write` (the default), `read-only` or `outputs-only`, as for a token.
+    #[serde(default)]
+    pub access: Option<String>,
+    /// State path patterns it may use, as for a token; empty: every path.
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+/// The configured issuers, checked once at start.
+#[derive(Debug, Default)]
+pub struct Issuers {
+    issuers: Vec<verify::Issuer>,
+}
+
+impl Issuers {
+    /// The issuers `configs` describe; a sentence naming the issuer and the key when one is
+    /// wrong (no keys, an unreadable JWKS, a rule without claims or name, a bad scope).
+    pub fn from_config(configs: &[OidcConfig]) -> Result<Issuers, String> {
+        let mut issuers = Vec::new();
+        for config in configs {
+            if issuers
+                .iter()
+                .any(|i: &verify::Issuer| i.name() == config.issuer)
+            {
+                return Err(format!(
+                    "auth.oidc: issuer '{}' is configured twice; give each issuer one block",
+                    config.issuer
+                ));
+            }
+            issuers
+                .push(issuer(config).map_err(|e| format!("auth.oidc '{}': {e}", config.issuer))?);
+        }
+        Ok(Issuers { issuers })
+    }
+
+    /// Whether any issuer is configured.
+    pub fn is_empty(&self) -> bool {
+        self.issuers.is_empty()
+    }
+
+    /// Checks `token`: `None` when it is not a JWT at all (a team token, a password), else the
+    /// caller it is or why it is refused.
+    pub fn verify(&self, token: &str) -> Option<Result<Verified, Refused>> {
+        if self.issuers.is_empty() {
+            return None;
+        }
+        verify::verify(&self.issuers, token)
+    }
+}
+
+fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
+    if !config.issuer.starts_with("https://") {
+        return Err("the issuer must be an https:// URL, as tokens name it in 'iss'".into());
+    }
+    if config.audience.is_empty() {
+        return Err("an audience is needed (tokens must be made for this deployment)".into());
+    }
+    let Some(jwks_file) = &config.jwks_file else {
+        return Err("jwks_file is needed: the issuer's keys as a JWKS document (fetching them from the issuer is not built yet)".into());
+    };
+    let max_life = match &config.max_token_life {
+        Some(text) => {
+            humantime::parse_duration(text).map_err(|e| format!("max_token_life '{text}': {e}"))?
+        }
+        None => DEFAULT_MAX_TOKEN_LIFE,
+    };
+    if config.rules.is_empty() {
+        return Err("at least one rule { claims = {…} name = \"…\" } is needed: a token that matches no rule is refused".into());
+    }
+    let rules = config
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let rights = match &rule.access {
+                Some(access) => access.parse::<Rights>()?,
+                None => Rights::ReadWrite,
+            };
+            let scope = Scope::new(rights, &rule.paths)?;
+            rules::Rule::new(&rule.claims, &rule.name, scope)
+                .map_err(|e| format!("rule {}: {e}", i + 1))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let keys = keys::KeyFile::open(jwks_file)?;
+    Ok(verify::Issuer::new(
+        config.issuer.clone(),
+        config.audience.clone(),
+        max_life,
+        keys,
+        rules,
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,325 @@
+//! The token checks, each refusal on its own: tokens signed with `jsonwebtoken` (a standard JOSE
+//! library) with keys `openssl` makes, the issuer's keys in a JWKS file.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+
+use super::*;
+
+const ISSUER: &str = "https://issuer.test";
+const AUDIENCE: &str = "gitstate";
+
+/// A private key of `alg`'s kind made by openssl, its signing key, and its public JWK as `kid`.
+fn key(dir: &Path, alg: Algorithm, kid: &str) -> (EncodingKey, Jwk) {
+    let file = dir.join(format!("{kid}.pem"));
+    let args: &[&str] = match alg {
+        Algorithm::RS256 => &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+        Algorithm::ES256 => &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        _ => &["-algorithm", "ED25519"],
+    };
+    let made = Command::new("openssl")
+        .arg("genpkey")
+        .args(args)
+        .arg("-out")
+        .arg(&file)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(made.success());
+    let pem = std::fs::read(&file).unwrap();
+    let encoding = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
+        _ => EncodingKey::from_ed_pem(&pem),
+    }
+    .expect("a private key");
+    let mut jwk = Jwk::from_encoding_key(&encoding, alg).expect("its public JWK");
+    jwk.common.key_id = Some(kid.to_owned());
+    (encoding, jwk)
+}
+
+fn write_jwks(path: &Path, keys: &[&Jwk]) {
+    let set = JwkSet {
+        keys: keys.iter().map(|k| (*k).clone()).collect(),
+    };
+    std::fs::write(path, serde_json::to_vec(&set).unwrap()).unwrap();
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Claims as a Kubernetes projected token has them, valid for ten minutes.
+fn claims() -> Value {
+    json!({
+        "iss": ISSUER,
+        "aud": [AUDIENCE],
+        "sub": "system:serviceaccount:team-a:runner",
+        "iat": now(),
+        "exp": now() + 600,
+        "kubernetes.io": {"namespace": "team-a"},
+    })
+}
+
+fn sign(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: &Value) -> String {
+    let mut header = Header::new(alg);
+    header.kid = kid.map(str::to_owned);
+    encode(&header, claims, key).expect("signed")
+}
+
+fn issuers(jwks: &Path) -> Issuers {
+    Issuers::from_config(&[OidcConfig {
+        issuer: ISSUER.into(),
+        audience: AUDIENCE.into(),
+        jwks_file: Some(jwks.to_owned()),
+        max_token_life: Some("1h".into()),
+        rules: vec![
+            RuleConfig {
+                claims: [("kubernetes.io.namespace".to_owned(), "team-a".to_owned())].into(),
+                name: "team-a".into(),
+                access: Some("read-only".into()),
+                paths: vec!["teams/a/**".into()],
+            },
+            RuleConfig {
+                claims: [("sub".to_owned(), "repo:acme/*".to_owned())].into(),
+                name: "ci".into(),
+                access: None,
+                paths: Vec::new(),
+            },
+        ],
+    }])
+    .expect("issuers")
+}
+
+fn refusal(issuers: &Issuers, token: &str) -> String {
+    match issuers.verify(token) {
+        Some(Err(Refused(sentence))) => {
+            assert!(!sentence.contains(token), "the token is in: {sentence}");
+            for part in token.split('.').filter(|p| p.len() > 8) {
+                assert!(
+                    !sentence.contains(part),
+                    "a part of the token is in: {sentence}"
+                );
+            }
+            sentence
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn tokens_of_each_algorithm_map_to_the_first_matching_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rsa, rsa_jwk) = key(dir.path(), Algorithm::RS256, "rsa");
+    let (ec, ec_jwk) = key(dir.path(), Algorithm::ES256, "ec");
+    let (ed, ed_jwk) = key(dir.path(), Algorithm::EdDSA, "ed");
+    let jwks = dir.path().join("jwks.json");
+    write_jwks(&jwks, &[&rsa_jwk, &ec_jwk, &ed_jwk]);
+    let issuers = issuers(&jwks);
+    for (alg, kid, key) in [
+        (Algorithm::RS256, "rsa", &rsa),
+        (Algorithm::ES256, "ec", &ec),
+        (Algorithm::EdDSA, "ed", &ed),
+    ] {
+        let verified = issuers
+            .verify(&sign(alg, Some(kid), key, &claims()))
+            .expect("a JWT")
+            .unwrap_or_else(|e| panic!("{alg:?}: {e}"));
+        assert_eq!(verified.name, "team-a");
+        assert_eq!(verified.scope.to_string(), "read-only on teams/a/**");
+    }
+    // GitHub-shaped claims: the second rule.
+    let mut github = claims();
+    github["sub"] = json!("repo:acme/infra:ref:refs/heads/main");
+    github.as_object_mut().unwrap().remove("kubernetes.io");
+    let verified = issuers
+        .verify(&sign(Algorithm::RS256, Some("rsa"), &rsa, &github))
+        .unwrap()
+        .expect("the ci rule");
+    assert_eq!(verified.name, "ci");
+    assert_eq!(verified.scope.to_string(), Scope::full().to_string());
+    // What is no JWT is left to the other checks (a team token, a user's password).
+    assert!(issuers.verify("a-team-token").is_none());
+    assert!(issuers.verify("a.b.c").is_none());
+}
+
+#[test]
+fn every_wrong_token_is_refused_with_what_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rsa, rsa_jwk) = key(dir.path(), Algorithm::RS256, "rsa");
+    let (other, _) = key(dir.path(), Algorithm::RS256, "other");
+    let jwks = dir.path().join("jwks.json");
+    write_jwks(&jwks, &[&rsa_jwk]);
+    let issuers = issuers(&jwks);
+    let signed = |claims: &Value| sign(Algorithm::RS256, Some("rsa"), &rsa, claims);
+    let with = |name: &str, value: Value| {
+        let mut c = claims();
+        c[name] = value;
+        c
+    };
+
+    let expired = with("exp", json!(now() - 120));
+    assert!(refusal(&issuers, &signed(&expired)).contains("expired"));
+    let audience = with("aud", json!("another"));
+    assert!(refusal(&issuers, &signed(&audience)).contains("audience"));
+    let issuer = with("iss", json!("https://evil.test"));
+    assert!(refusal(&issuers, &signed(&issuer)).contains("not configured"));
+    let early = with("nbf", json!(now() + 600));
+    assert!(refusal(&issuers, &signed(&early)).contains("not valid yet"));
+    let mut long = with("exp", json!(now() + 48 * 3600));
+    long["iat"] = json!(now());
+    assert!(refusal(&issuers, &signed(&long)).contains("max_token_life"));
+    let mut no_exp = claims();
+    no_exp.as_object_mut().unwrap().remove("exp");
+    assert!(refusal(&issuers, &signed(&no_exp)).contains("'exp'"));
+    let unmatched = with("sub", json!("system:serviceaccount:team-b:runner"));
+    let mut unmatched = unmatched;
+    unmatched["kubernetes.io"] = json!({"namespace": "team-b"});
+    let sentence = refusal(&issuers, &signed(&unmatched));
+    assert!(sentence.contains("no rule"), "{sentence}");
+    assert!(
+        sentence.contains(ISSUER) && sentence.contains("team-b:runner"),
+        "{sentence}"
+    );
+
+    // A key the issuer's set lacks, by kid; a token signed by another key under a known kid.
+    let unknown = sign(Algorithm::RS256, Some("other"), &other, &claims());
+    assert!(refusal(&issuers, &unknown).contains("not in the issuer's key set"));
+    let forged = sign(Algorithm::RS256, Some("rsa"), &other, &claims());
+    assert!(refusal(&issuers, &forged).contains("signature"));
+
+    // A payload changed after signing.
+    let token = signed(&claims());
+    let parts: Vec<&str> = token.split('.').collect();
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut payload: Value = serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+    payload["kubernetes.io"] = json!({"namespace": "team-a", "extra": true});
+    let tampered = format!(
+        "{}.{}.{}",
+        parts[0],
+        b64.encode(serde_json::to_vec(&payload).unwrap()),
+        parts[2]
+    );
+    assert!(refusal(&issuers, &tampered).contains("signature"));
+
+    // `alg: none`, and HS256 keyed with the public key's bytes (algorithm confusion).
+    let none = format!(
+        "{}.{}.",
+        b64.encode(br#"{"alg":"none","typ":"JWT"}"#),
+        parts[1]
+    );
+    assert!(refusal(&issuers, &none).contains("algorithm 'none'"));
+    let public = serde_json::to_vec(&rsa_jwk).unwrap();
+    let confused = sign(
+        Algorithm::HS256,
+        Some("rsa"),
+        &EncodingKey::from_secret(&public).unwrap(),
+        &claims(),
+    );
+    assert!(refusal(&issuers, &confused).contains("algorithm 'HS256'"));
+}
+
+#[test]
+fn keys_rotate_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, old_jwk) = key(dir.path(), Algorithm::ES256, "old");
+    let (new, new_jwk) = key(dir.path(), Algorithm::ES256, "new");
+    let jwks = dir.path().join("jwks.json");
+    write_jwks(&jwks, &[&old_jwk]);
+    let issuers = issuers(&jwks);
+    let by_old = sign(Algorithm::ES256, Some("old"), &old, &claims());
+    let by_new = sign(Algorithm::ES256, Some("new"), &new, &claims());
+    assert!(matches!(issuers.verify(&by_old), Some(Ok(_))));
+    assert!(refusal(&issuers, &by_new).contains("not in the issuer's key set"));
+    // Both while the issuer rotates, then only the new one. (A different size: a rewrite
+    // within the file system's time resolution is still seen.)
+    write_jwks(&jwks, &[&old_jwk, &new_jwk]);
+    assert!(matches!(issuers.verify(&by_old), Some(Ok(_))));
+    assert!(matches!(issuers.verify(&by_new), Some(Ok(_))));
+    write_jwks(&jwks, &[&new_jwk]);
+    assert!(refusal(&issuers, &by_old).contains("not in the issuer's key set"));
+    assert!(matches!(issuers.verify(&by_new), Some(Ok(_))));
+    // A file that turns unreadable keeps the last keys.
+    std::fs::write(&jwks, b"not json").unwrap();
+    assert!(matches!(issuers.verify(&by_new), Some(Ok(_))));
+}
+
+#[test]
+fn a_wrong_configuration_is_refused_at_start_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, jwk) = key(dir.path(), Algorithm::EdDSA, "ed");
+    let jwks = dir.path().join("jwks.json");
+    write_jwks(&jwks, &[&jwk]);
+    let good = OidcConfig {
+        issuer: ISSUER.into(),
+        audience: AUDIENCE.into(),
+        jwks_file: Some(jwks.clone()),
+        max_token_life: None,
+        rules: vec![RuleConfig {
+            claims: [("sub".to_owned(), "*".to_owned())].into(),
+            name: "any".into(),
+            access: None,
+            paths: Vec::new(),
+        }],
+    };
+    assert!(Issuers::from_config(std::slice::from_ref(&good)).is_ok());
+    let broken = [
+        (
+            OidcConfig {
+                issuer: "http://plain.test".into(),
+                ..good.clone()
+            },
+            "https://",
+        ),
+        (
+            OidcConfig {
+                audience: String::new(),
+                ..good.clone()
+            },
+            "audience",
+        ),
+        (
+            OidcConfig {
+                jwks_file: None,
+                ..good.clone()
+            },
+            "jwks_file",
+        ),
+        (
+            OidcConfig {
+                jwks_file: Some(dir.path().join("absent.json")),
+                ..good.clone()
+            },
+            "cannot be read",
+        ),
+        (
+            OidcConfig {
+                rules: Vec::new(),
+                ..good.clone()
+            },
+            "rule",
+        ),
+        (
+            OidcConfig {
+                max_token_life: Some("forever".into()),
+                ..good.clone()
+            },
+            "max_token_life",
+        ),
+    ];
+    for (config, says) in broken {
+        let e = Issuers::from_config(&[config]).expect_err(says);
+        assert!(e.contains(says) && e.contains("auth.oidc"), "{e}");
+    }
+    let twice = Issuers::from_config(&[good.clone(), good]).expect_err("twice");
+    assert!(twice.contains("twice"), "{twice}");
+}

@@ -1,0 +1,195 @@
+//! The check of one OIDC token, through a standard JOSE library (`jsonwebtoken`): its issuer is
+//! configured, its algorithm is RS256, ES256 or EdDSA (never `none`, never an HMAC: a public
+//! key is no secret), its key is in the issuer's JWKS by `kid`, its signature holds, `iss` and
+//! `aud` are exactly the configured ones, `exp` is present and not past, `nbf` and `iat` are not
+//! in the future (a minute of leeway for clocks), its life is within the issuer's maximum, and a
+//! rule maps its claims to a caller. Every refusal says what failed, never the token.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use gitstate_core::Scope;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::Value;
+
+use super::keys::KeyFile;
+use super::rules::Rule;
+
+/// Clock skew allowed on `exp`, `nbf` and `iat`.
+const LEEWAY: Duration = Duration::from_secs(60);
+
+/// The algorithms a token may be signed with.
+const ACCEPTED: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
+
+/// A verified token's caller.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The matching rule's name.
+    pub name: String,
+    /// The matching rule's scope.
+    pub scope: Scope,
+    /// The token's `exp` (Unix seconds).
+    pub expires: u64,
+}
+
+/// Why a token was refused: one sentence, without the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// One configured issuer.
+#[derive(Debug)]
+pub(crate) struct Issuer {
+    issuer: String,
+    audience: String,
+    max_life: Duration,
+    keys: KeyFile,
+    rules: Vec<Rule>,
+}
+
+impl Issuer {
+    pub(crate) fn new(
+        issuer: String,
+        audience: String,
+        max_life: Duration,
+        keys: KeyFile,
+        rules: Vec<Rule>,
+    ) -> Issuer {
+        Issuer {
+            issuer,
+            audience,
+            max_life,
+            keys,
+            rules,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.issuer
+    }
+}
+
+/// Checks `token` against `issuers`: `None` when it is not shaped as a JWT (three base64url
+/// parts, the first a JSON object naming an `alg`), so the caller may be a team token or a user.
+pub(crate) fn verify(issuers: &[Issuer], token: &str) -> Option<Result<Verified, Refused>> {
+    let alg = jwt_alg(token)?;
+    Some(check(issuers, token, &alg))
+}
+
+/// The `alg` a JWT-shaped `token` names.
+fn jwt_alg(token: &str) -> Option<String> {
+    let mut parts = token.split('.');
+    let (Some(header), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()?;
+    let header: Value = serde_json::from_slice(&bytes).ok()?;
+    Some(header.get("alg")?.as_str()?.to_owned())
+}
+
+fn check(issuers: &[Issuer], token: &str, alg: &str) -> Result<Verified, Refused> {
+    let refuse = |why: String| Err(Refused(format!("the OIDC token is refused: {why}")));
+    let header = match jsonwebtoken::decode_header(token) {
+        Ok(header) if ACCEPTED.contains(&header.alg) => header,
+        _ => {
+            return refuse(format!(
+                "algorithm '{}' is not accepted (RS256, ES256 or EdDSA)",
+                printable(alg)
+            ))
+        }
+    };
+    // Which issuer's rules apply: the claim read unverified only to choose; the verification
+    // below requires it exactly.
+    let unverified: Value = match jsonwebtoken::dangerous::insecure_decode::<Value>(token) {
+        Ok(data) => data.claims,
+        Err(_) => return refuse("its claims are not a JSON object".into()),
+    };
+    let iss = unverified.get("iss").and_then(Value::as_str).unwrap_or("");
+    let Some(issuer) = issuers.iter().find(|i| i.issuer == iss) else {
+        return refuse(format!(
+            "its issuer '{}' is not configured here",
+            printable(iss)
+        ));
+    };
+    let sub = unverified.get("sub").and_then(Value::as_str).unwrap_or("");
+    let refused = |why: String| {
+        Err(Refused(format!(
+            "the OIDC token of issuer {} (sub '{}') is refused: {why}",
+            issuer.issuer,
+            printable(sub)
+        )))
+    };
+    let Some(jwk) = issuer.keys.find(header.kid.as_deref()) else {
+        return refused(match &header.kid {
+            Some(kid) => format!(
+                "its key '{}' is not in the issuer's key set",
+                printable(kid)
+            ),
+            None => "it names no key (kid) and the issuer has several".into(),
+        });
+    };
+    let Ok(key) = DecodingKey::from_jwk(&jwk) else {
+        return refused("its key in the issuer's key set is not usable".into());
+    };
+    let mut validation = Validation::new(header.alg);
+    validation.set_issuer(&[&issuer.issuer]);
+    validation.set_audience(&[&issuer.audience]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+    validation.leeway = LEEWAY.as_secs();
+    validation.validate_nbf = true;
+    let claims = match jsonwebtoken::decode::<Value>(token, &key, &validation) {
+        Ok(data) => data.claims,
+        Err(e) => return refused(reason(e.kind(), &issuer.audience)),
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+    let iat = claims.get("iat").and_then(Value::as_u64);
+    if iat.is_some_and(|iat| iat > now + LEEWAY.as_secs()) {
+        return refused("it was issued in the future (iat)".into());
+    }
+    let life = exp.saturating_sub(iat.unwrap_or(now));
+    if life > issuer.max_life.as_secs() + LEEWAY.as_secs() {
+        return refused(format!(
+            "it lives {} s, longer than this issuer's max_token_life of {} s",
+            life,
+            issuer.max_life.as_secs()
+        ));
+    }
+    let Some(rule) = issuer.rules.iter().find(|rule| rule.matches(&claims)) else {
+        return refused("no rule of this issuer matches its claims".into());
+    };
+    Ok(Verified {
+        name: rule.name.clone(),
+        scope: rule.scope.clone(),
+        expires: exp,
+    })
+}
+
+/// What a failed verification means, in the words of the refusal.
+fn reason(kind: &ErrorKind, audience: &str) -> String {
+    match kind {
+        ErrorKind::ExpiredSignature => "it has expired (exp)".into(),
+        ErrorKind::ImmatureSignature => "it is not valid yet (nbf)".into(),
+        ErrorKind::InvalidAudience => format!("it is not for this audience ('{audience}')"),
+        ErrorKind::InvalidIssuer => "its issuer does not match".into(),
+        ErrorKind::MissingRequiredClaim(claim) => format!("it has no '{claim}' claim"),
+        ErrorKind::InvalidAlgorithm => "its algorithm does not match its key".into(),
+        ErrorKind::InvalidSignature => "its signature does not hold".into(),
+        _ => "it is malformed".into(),
+    }
+}
+
+/// Caller-chosen text in a sentence: at most 200 characters, control characters replaced.
+fn printable(text: &str) -> String {
+    text.chars()
+        .take(200)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
