@@ -182,3 +182,32 @@ fn bad_configuration_files_name_the_key_and_the_line() {
         "a bad configuration created a repository"
     );
 }
+
+/// The same team token listed twice with two scopes stops the start with a sentence (issue 50):
+/// otherwise the first, widest scope would win without a word.
+#[test]
+fn a_team_token_listed_twice_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = "sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+    let (ok, _, err) = gitstate(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--auth-mode",
+            "team",
+            "--token-hash",
+            hash,
+            "--token-hash",
+            &format!("{hash};access=read-only"),
+        ],
+        &[],
+    );
+    assert!(!ok, "started with a token listed twice");
+    assert!(err.contains("same hash"), "{err}");
+    assert!(
+        !err.contains(&hash[7..]),
+        "the hash is in the sentence: {err}"
+    );
+}

@@ -59,6 +59,17 @@ pub fn parse_tokens(
         };
         tokens.push((parse_hash(&block.hash)?, Scope::new(rights, &block.paths)?));
     }
+    // A token listed twice would get whichever scope comes first (the first match wins): refuse
+    // the configuration rather than guess which one the operator meant.
+    for (i, (hash, _)) in tokens.iter().enumerate() {
+        if let Some(j) = tokens[..i].iter().position(|(other, _)| other == hash) {
+            return Err(format!(
+                "team tokens {} and {} (counting token_hashes first, then token blocks) have the same hash: list each token once, with the scope it should have",
+                j + 1,
+                i + 1
+            ));
+        }
+    }
     Ok(tokens)
 }
 
@@ -347,6 +358,27 @@ mod tests {
         assert!(parse_hash("sha256:xyz").is_err());
         assert!(parse_hash(&format!("sha256:{}", "g".repeat(64))).is_err());
         assert_eq!(hash_of("s3cret"), real);
+    }
+
+    /// The same token twice, with two scopes, stops the start (issue 50): the first, widest
+    /// scope would otherwise win silently. The sentence names positions, never a hash.
+    #[test]
+    fn a_token_listed_twice_is_refused() {
+        let hash = hash_of("t");
+        let twice = parse_tokens(&[hash.clone(), format!("{hash};access=read-only")], &[])
+            .expect_err("the same token twice");
+        assert!(twice.contains("tokens 1 and 2"), "{twice}");
+        assert!(!twice.contains(&hash[7..]), "{twice}");
+        let block = TokenConfig {
+            hash: hash.clone(),
+            access: Some("outputs-only".into()),
+            paths: Vec::new(),
+        };
+        assert!(
+            parse_tokens(&[hash], &[block]).is_err(),
+            "a list entry and a block"
+        );
+        assert!(parse_tokens(&[hash_of("a"), hash_of("b")], &[]).is_ok());
     }
 
     #[test]
