@@ -21,11 +21,44 @@ pub struct SigningKey {
     pub jwk: Jwk,
 }
 
-/// Keys, and the JWKS file that publishes them.
+/// Keys, and the JWKS file that publishes them (and, served, the issuer's HTTPS endpoint).
 pub struct Issuer {
     dir: tempfile::TempDir,
     pub keys: Vec<SigningKey>,
+    server: Option<Served>,
 }
+
+/// The issuer's discovery document and JWKS served over HTTPS by Python's standard library
+/// (`http.server` and `ssl`), with a certificate of a CA made here.
+struct Served {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Issuer {
+    fn drop(&mut self) {
+        if let Some(served) = &mut self.server {
+            let _ = served.child.kill();
+            let _ = served.child.wait();
+        }
+    }
+}
+
+const SERVER: &str = r#"
+import http.server, ssl, sys
+port, root, cert, key, log = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory=root, **k)
+    def log_message(self, fmt, *args):
+        with open(log, "a") as f:
+            f.write(self.path + "\n")
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
 
 impl Issuer {
     /// An issuer with one RS256 key `k1`, published.
@@ -33,10 +66,136 @@ impl Issuer {
         let mut issuer = Issuer {
             dir: tempfile::tempdir().expect("tempdir"),
             keys: Vec::new(),
+            server: None,
         };
         issuer.add_key("k1", Algorithm::RS256);
         issuer.publish();
         issuer
+    }
+
+    /// An issuer with one RS256 key `k1`, serving `/.well-known/openid-configuration` and its
+    /// JWKS over HTTPS on 127.0.0.1; its name (`iss`) is [`Issuer::url`], and the CA to trust
+    /// is [`Issuer::ca_file`] (as `SSL_CERT_FILE`).
+    pub fn served() -> Issuer {
+        let mut issuer = Issuer::new();
+        let dir = issuer.dir.path().to_owned();
+        let openssl = |args: &[&str]| {
+            let done = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl runs");
+            assert!(done.success(), "openssl {args:?}");
+        };
+        let key = ["req", "-newkey", "rsa:2048", "-nodes", "-keyout"];
+        openssl(
+            &[
+                &key[..],
+                &[
+                    "ca.key",
+                    "-x509",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=issuer CA",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &key[..],
+                &["server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("ext");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        let port = crate::free_port();
+        std::fs::create_dir_all(dir.join("www/.well-known")).expect("www");
+        std::fs::write(dir.join("server.py"), SERVER).expect("server.py");
+        let child = Command::new("python3")
+            .arg(dir.join("server.py"))
+            .arg(port.to_string())
+            .arg(dir.join("www"))
+            .arg(dir.join("server.pem"))
+            .arg(dir.join("server.key"))
+            .arg(dir.join("requests.log"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.err")).expect("server.err"))
+            .spawn()
+            .expect("python3 runs");
+        issuer.server = Some(Served { child, port });
+        let url = issuer.url();
+        let discovery = serde_json::json!({
+            "issuer": url,
+            "jwks_uri": format!("{url}/jwks.json"),
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256", "ES256", "EdDSA"],
+        });
+        std::fs::write(
+            dir.join("www/.well-known/openid-configuration"),
+            serde_json::to_vec(&discovery).expect("json"),
+        )
+        .expect("discovery");
+        issuer.publish();
+        for _ in 0..100 {
+            if crate::port_open(port) {
+                return issuer;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!(
+            "the issuer's HTTPS server did not start on port {port}: {}",
+            std::fs::read_to_string(dir.join("server.err")).unwrap_or_default()
+        );
+    }
+
+    /// The served issuer's URL (its `iss`), or [`ISSUER`] when it is not served.
+    pub fn url(&self) -> String {
+        match &self.server {
+            Some(served) => format!("https://127.0.0.1:{}", served.port),
+            None => ISSUER.to_owned(),
+        }
+    }
+
+    /// The CA that signed the served issuer's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// The paths the served issuer was asked for, in order.
+    pub fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Makes a key of `alg`'s kind under `kid` (not published until [`Issuer::publish`]).
@@ -92,8 +251,11 @@ impl Issuer {
         self.publish_only(&[]);
     }
 
-    /// Where the JWKS document is.
+    /// Where the JWKS document is (served as `/jwks.json` when the issuer is served).
     pub fn jwks_file(&self) -> PathBuf {
+        if self.server.is_some() {
+            return self.dir.path().join("www/jwks.json");
+        }
         self.dir.path().join("jwks.json")
     }
 

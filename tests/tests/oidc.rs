@@ -203,3 +203,69 @@ fn keys_rotate_without_a_restart() {
     assert_eq!(get(&old), 401);
     assert_eq!(get(&new), 204);
 }
+
+/// Without `jwks_file` the keys come from the issuer: its discovery document over HTTPS names
+/// its `jwks_uri`, fetched on first use and kept. A flood of tokens with unknown kids fetches the
+/// keys at most once in ten seconds; a key the issuer publishes later is fetched when a token
+/// needs it, after that pause.
+#[test]
+fn keys_come_from_the_issuer_and_a_flood_of_unknown_kids_fetches_little() {
+    let mut issuer = Issuer::served();
+    issuer.add_key("k2", jsonwebtoken::Algorithm::ES256);
+    issuer.publish_only(&["k1"]);
+    let url = issuer.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        format!(
+            "auth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{url}\"\n    audience = \"gitstate\"\n    rule {{\n      claims = {{ sub = \"system:serviceaccount:team-a:*\" }}\n      name = \"team-a\"\n    }}\n  }}\n}}\n"
+        ),
+    )
+    .expect("gitstate.hcl");
+    let ca = issuer.ca_file();
+    let gitstate = Gitstate::start(
+        &["--config", "gitstate.hcl"],
+        &[("SSL_CERT_FILE", ca.to_str().expect("utf-8"))],
+        dir.path(),
+    );
+    assert!(issuer.requests().is_empty(), "nothing is fetched at start");
+    let state_url = gitstate.state_url("default", "teams/a/fetched.tfstate");
+    let claims = || {
+        let mut c = pod();
+        c["iss"] = json!(url);
+        c
+    };
+    let get = |token: &str| http("GET", &state_url, None, Some(("x", token))).unwrap();
+    let (status, body) = get(&issuer.sign("k1", &claims()));
+    assert_eq!(status, 204, "{body}\n{}", gitstate.log());
+    let fetches = |issuer: &Issuer| {
+        issuer
+            .requests()
+            .iter()
+            .filter(|p| p.as_str() == "/jwks.json")
+            .count()
+    };
+    assert_eq!(fetches(&issuer), 1, "{:?}", issuer.requests());
+    assert_eq!(get(&issuer.sign("k1", &claims())).0, 204);
+    assert_eq!(fetches(&issuer), 1, "the keys are kept");
+
+    // A key the issuer does not publish (yet): refused, and twenty of them fetch once at most.
+    let by_k2 = issuer.sign("k2", &claims());
+    for _ in 0..20 {
+        let (status, body) = get(&by_k2);
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("key set"), "{body}");
+    }
+    assert!(fetches(&issuer) <= 2, "{:?}", issuer.requests());
+
+    // The issuer rotates: k2 is published; past the pause, a token of k2 fetches it.
+    issuer.publish();
+    std::thread::sleep(std::time::Duration::from_millis(10_500));
+    let (status, body) = get(&by_k2);
+    assert_eq!(status, 204, "{body}");
+    assert!(
+        !gitstate.log().contains("could not be fetched"),
+        "{}",
+        gitstate.log()
+    );
+}

@@ -125,7 +125,7 @@ impl Access {
         match checked? {
             (_, Some(scope)) => Ok(Authenticated::scoped(scope)),
             (caller, None) => {
-                if let Some(verified) = self.oidc.verify(&caller.password) {
+                if let Some(verified) = self.oidc.verify_fetching(&caller.password).await {
                     let verified =
                         verified.map_err(|e| RegistryError::Unauthenticated(e.to_string()))?;
                     return Ok(Authenticated {

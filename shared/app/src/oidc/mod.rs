@@ -36,7 +36,8 @@ pub struct OidcConfig {
     /// The audience tokens must name in `aud` (e.g. `gitstate`).
     pub audience: String,
     /// The issuer's keys as a JWKS document on disk (a cluster whose issuer cannot be reached
-    /// from here): read again when it changes; no outbound call is made.
+    /// from here): read again when it changes; no outbound call is made. Without it the keys
+    /// are fetched from the issuer's discovery document.
     #[serde(default)]
     pub jwks_file: Option<PathBuf>,
     /// The longest life a token may have (`exp` − `iat`), e.g. `"1h"`; default 24 h.
@@ -105,6 +106,15 @@ impl Issuers {
         }
         verify::verify(&self.issuers, token)
     }
+
+    /// [`Issuers::verify`], fetching an issuer's keys when they are old or lack the token's key
+    /// (bounded: `keys.rs`).
+    pub async fn verify_fetching(&self, token: &str) -> Option<Result<Verified, Refused>> {
+        if self.issuers.is_empty() {
+            return None;
+        }
+        verify::verify_fetching(&self.issuers, token).await
+    }
 }
 
 fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
@@ -114,9 +124,6 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
     if config.audience.is_empty() {
         return Err("an audience is needed (tokens must be made for this deployment)".into());
     }
-    let Some(jwks_file) = &config.jwks_file else {
-        return Err("jwks_file is needed: the issuer's keys as a JWKS document (fetching them from the issuer is not built yet)".into());
-    };
     let max_life = match &config.max_token_life {
         Some(text) => {
             humantime::parse_duration(text).map_err(|e| format!("max_token_life '{text}': {e}"))?
@@ -140,7 +147,10 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
                 .map_err(|e| format!("rule {}: {e}", i + 1))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let keys = keys::KeyFile::open(jwks_file)?;
+    let keys = match &config.jwks_file {
+        Some(file) => keys::Keys::File(keys::KeyFile::open(file)?),
+        None => keys::Keys::Issuer(keys::Fetched::new(&config.issuer)?),
+    };
     Ok(verify::Issuer::new(
         config.issuer.clone(),
         config.audience.clone(),

@@ -289,13 +289,6 @@ fn a_wrong_configuration_is_refused_at_start_with_a_sentence() {
         ),
         (
             OidcConfig {
-                jwks_file: None,
-                ..good.clone()
-            },
-            "jwks_file",
-        ),
-        (
-            OidcConfig {
                 jwks_file: Some(dir.path().join("absent.json")),
                 ..good.clone()
             },

@@ -13,7 +13,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use super::keys::KeyFile;
+use super::keys::Keys;
 use super::rules::Rule;
 
 /// Clock skew allowed on `exp`, `nbf` and `iat`.
@@ -44,7 +44,7 @@ pub(crate) struct Issuer {
     issuer: String,
     audience: String,
     max_life: Duration,
-    keys: KeyFile,
+    keys: Keys,
     rules: Vec<Rule>,
 }
 
@@ -53,7 +53,7 @@ impl Issuer {
         issuer: String,
         audience: String,
         max_life: Duration,
-        keys: KeyFile,
+        keys: Keys,
         rules: Vec<Rule>,
     ) -> Issuer {
         Issuer {
@@ -70,11 +70,42 @@ impl Issuer {
     }
 }
 
-/// Checks `token` against `issuers`: `None` when it is not shaped as a JWT (three base64url
-/// parts, the first a JSON object naming an `alg`), so the caller may be a team token or a user.
+/// Checks `token` against `issuers` with the keys at hand (no network call): `None` when it is
+/// not shaped as a JWT (three base64url parts, the first a JSON object naming an `alg`), so the
+/// caller may be a team token or a user.
 pub(crate) fn verify(issuers: &[Issuer], token: &str) -> Option<Result<Verified, Refused>> {
     let alg = jwt_alg(token)?;
-    Some(check(issuers, token, &alg))
+    Some(check(issuers, token, &alg).map_err(|(refused, _)| refused))
+}
+
+/// [`verify`], fetching the issuer's keys first when they are old, and again when the token's
+/// key is not among them (each at most as often as `keys.rs` allows).
+pub(crate) async fn verify_fetching(
+    issuers: &[Issuer],
+    token: &str,
+) -> Option<Result<Verified, Refused>> {
+    let alg = jwt_alg(token)?;
+    if let Some(issuer) = issuer_of(issuers, token) {
+        if issuer.keys.stale() {
+            issuer.keys.refresh().await;
+        }
+    }
+    Some(match check(issuers, token, &alg) {
+        Err((_, Some(issuer))) if issuer.keys.refresh().await => {
+            check(issuers, token, &alg).map_err(|(refused, _)| refused)
+        }
+        other => other.map_err(|(refused, _)| refused),
+    })
+}
+
+/// The issuer `token` names in `iss`, read unverified, only to choose (the verification
+/// requires it exactly).
+fn issuer_of<'i>(issuers: &'i [Issuer], token: &str) -> Option<&'i Issuer> {
+    let claims = jsonwebtoken::dangerous::insecure_decode::<Value>(token)
+        .ok()?
+        .claims;
+    let iss = claims.get("iss").and_then(Value::as_str)?;
+    issuers.iter().find(|i| i.issuer == iss)
 }
 
 /// The `alg` a JWT-shaped `token` names.
@@ -92,8 +123,14 @@ fn jwt_alg(token: &str) -> Option<String> {
     Some(header.get("alg")?.as_str()?.to_owned())
 }
 
-fn check(issuers: &[Issuer], token: &str, alg: &str) -> Result<Verified, Refused> {
-    let refuse = |why: String| Err(Refused(format!("the OIDC token is refused: {why}")));
+/// The check; a refusal comes with the issuer whose keys lacked the token's key (fetching them
+/// again may help).
+fn check<'i>(
+    issuers: &'i [Issuer],
+    token: &str,
+    alg: &str,
+) -> Result<Verified, (Refused, Option<&'i Issuer>)> {
+    let refuse = |why: String| Err((Refused(format!("the OIDC token is refused: {why}")), None));
     let header = match jsonwebtoken::decode_header(token) {
         Ok(header) if ACCEPTED.contains(&header.alg) => header,
         _ => {
@@ -103,35 +140,35 @@ fn check(issuers: &[Issuer], token: &str, alg: &str) -> Result<Verified, Refused
             ))
         }
     };
-    // Which issuer's rules apply: the claim read unverified only to choose; the verification
-    // below requires it exactly.
-    let unverified: Value = match jsonwebtoken::dangerous::insecure_decode::<Value>(token) {
-        Ok(data) => data.claims,
-        Err(_) => return refuse("its claims are not a JSON object".into()),
+    let Ok(unverified) = jsonwebtoken::dangerous::insecure_decode::<Value>(token) else {
+        return refuse("its claims are not a JSON object".into());
     };
-    let iss = unverified.get("iss").and_then(Value::as_str).unwrap_or("");
-    let Some(issuer) = issuers.iter().find(|i| i.issuer == iss) else {
+    let unverified = unverified.claims;
+    let Some(issuer) = issuer_of(issuers, token) else {
+        let iss = unverified.get("iss").and_then(Value::as_str).unwrap_or("");
         return refuse(format!(
             "its issuer '{}' is not configured here",
             printable(iss)
         ));
     };
     let sub = unverified.get("sub").and_then(Value::as_str).unwrap_or("");
-    let refused = |why: String| {
-        Err(Refused(format!(
+    let sentence = |why: String| {
+        Refused(format!(
             "the OIDC token of issuer {} (sub '{}') is refused: {why}",
             issuer.issuer,
             printable(sub)
-        )))
+        ))
     };
+    let refused = |why: String| Err((sentence(why), None));
     let Some(jwk) = issuer.keys.find(header.kid.as_deref()) else {
-        return refused(match &header.kid {
+        let why = match &header.kid {
             Some(kid) => format!(
                 "its key '{}' is not in the issuer's key set",
                 printable(kid)
             ),
             None => "it names no key (kid) and the issuer has several".into(),
-        });
+        };
+        return Err((sentence(why), Some(issuer)));
     };
     let Ok(key) = DecodingKey::from_jwk(&jwk) else {
         return refused("its key in the issuer's key set is not usable".into());
