@@ -269,3 +269,112 @@ fn keys_come_from_the_issuer_and_a_flood_of_unknown_kids_fetches_little() {
         gitstate.log()
     );
 }
+
+/// A run outlives its token (issue 50): real Terraform 1.0.3 takes the lock with a token that
+/// expires during the apply (a provisioner sleeps past its `exp`); its last POST and its UNLOCK
+/// are still accepted, because the lock records the token's hash. Another caller's expired token
+/// with the lock's ID is a 401, and so is the run's own token once the lock is gone.
+#[test]
+fn a_run_whose_token_expires_finishes_and_nothing_else_does() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        format!(
+            "auth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    clock_skew = \"1s\"\n    max_run = \"1h\"\n    rule {{\n      claims = {{ sub = \"repo:acme/infra:*\" }}\n      name = \"infra-ci\"\n    }}\n  }}\n}}\n",
+            issuer.jwks_file().display()
+        ),
+    )
+    .expect("gitstate.hcl");
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let url = gitstate.state_url("default", "infra.tfstate");
+    let token = |seconds: u64, job: &str| {
+        issuer.sign(
+            "k1",
+            &json!({
+                "iss": ISSUER, "aud": "gitstate", "iat": now(), "exp": now() + seconds,
+                "sub": "repo:acme/infra:ref:refs/heads/main", "job_workflow_ref": job,
+            }),
+        )
+    };
+
+    let tf = Terraform::installed("1.0.3");
+    let work = tempfile::tempdir().expect("tempdir");
+    // The user name in the file, the password (the token) given to each `init`.
+    let backend = HttpBackend::new(&url)
+        .with_auth("x", "")
+        .hcl()
+        .replace("    password = \"\"\n", "");
+    std::fs::write(
+        work.path().join("main.tf"),
+        format!("{backend}\nresource \"null_resource\" \"slow\" {{\n  provisioner \"local-exec\" {{\n    command = \"sleep 20\"\n  }}\n}}\n"),
+    )
+    .expect("main.tf");
+    let init = |password: &str| {
+        let config = format!("password={password}");
+        tf.run(
+            work.path(),
+            &[
+                "init",
+                "-reconfigure",
+                "-input=false",
+                "-no-color",
+                "-backend-config",
+                &config,
+            ],
+        )
+        .expect_code(0, "init");
+    };
+    init(&token(600, "init"));
+    // A GitHub Actions ID token lives minutes; this one twelve seconds: LOCK and the first reads
+    // happen before its `exp`, the state's POST and the UNLOCK twenty seconds later.
+    let short = token(12, "apply");
+    init(&short);
+    tf.apply(work.path())
+        .expect_code(0, "apply outliving its token");
+    let repo = dir.path().join(".gitstate/default.git");
+    assert!(!git_log_subjects(&repo, "main", "infra.tfstate").is_empty());
+    let (status, body) = http("GET", &url, None, Some(("x", &short))).unwrap();
+    assert_eq!(status, 401, "the token had expired: {body}");
+    assert!(body.contains("expired"), "{body}");
+    let state = r#"{"version":4,"terraform_version":"1.11.4","serial":90,"lineage":"x","outputs":{},"resources":[]}"#;
+    let with_id = format!("{url}?ID=anything");
+    let (status, _) = http("POST", &with_id, Some(state), Some(("x", &short))).unwrap();
+    assert_eq!(
+        status, 401,
+        "no lock now: the expired token is a 401 like any other"
+    );
+
+    // Two runs' tokens expire; only the one that took the lock may use it. The next state
+    // continues the stored one (the state guard would refuse another lineage).
+    let (_, stored) = http("GET", &url, None, Some(("x", &token(600, "read")))).unwrap();
+    let stored: Value = serde_json::from_str(&stored).expect("the stored state");
+    let next = json!({
+        "version": 4, "terraform_version": "1.0.3", "serial": stored["serial"].as_u64().unwrap() + 1,
+        "lineage": stored["lineage"], "outputs": {}, "resources": [],
+    })
+    .to_string();
+    let state = next.as_str();
+    let (mine, theirs) = (token(2, "mine"), token(2, "theirs"));
+    let lock = r#"{"ID":"run-1","Operation":"OperationTypeApply","Info":"","Who":"ci@runner","Version":"1.11.4","Created":"2026-11-28T10:00:00Z","Path":""}"#;
+    let (status, body) = http("LOCK", &url, Some(lock), Some(("x", &mine))).unwrap();
+    assert_eq!(status, 200, "{body}");
+    // Past `exp` + the second of clock skew, whatever the fraction of the second they began in.
+    std::thread::sleep(std::time::Duration::from_millis(4_500));
+    let run = format!("{url}?ID=run-1");
+    let commits = git_log_subjects(&repo, "main", "infra.tfstate").len();
+    let (status, body) = http("POST", &run, Some(state), Some(("x", &theirs))).unwrap();
+    assert_eq!(status, 401, "the lock ID alone is no credential: {body}");
+    assert_eq!(
+        git_log_subjects(&repo, "main", "infra.tfstate").len(),
+        commits
+    );
+    let (status, body) = http("POST", &run, Some(state), Some(("x", &mine))).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = http("UNLOCK", &url, Some(lock), Some(("x", &theirs))).unwrap();
+    assert_eq!(status, 401);
+    let (status, body) = http("UNLOCK", &url, Some(lock), Some(("x", &mine))).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = http("POST", &run, Some(state), Some(("x", &mine))).unwrap();
+    assert_eq!(status, 401, "after UNLOCK a new token is needed");
+}

@@ -131,6 +131,10 @@ impl Access {
                     return Ok(Authenticated {
                         scope: verified.scope,
                         name: Some(verified.name),
+                        token: Some(gitstate_core::LockToken {
+                            hash: tokens::hash_of(&caller.password),
+                            expired: verified.expired,
+                        }),
                     });
                 }
                 if self.users.verify(&caller.username, &caller.password).await {

@@ -197,6 +197,7 @@ pub async fn restore(args: RestoreArgs) -> Result<String, String> {
         deadline: None,
         // The operator asked for this version: it may go back to another lineage.
         force: true,
+        token: None,
     };
     let restored = repositories
         .backend

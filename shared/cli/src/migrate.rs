@@ -67,6 +67,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
         name: operator(),
         deadline: None,
         force: false,
+        token: None,
     };
     let mut rows = Vec::new();
     for name in names {

@@ -81,6 +81,10 @@ pub enum BackendError {
     /// Malformed input (400).
     #[error("{0}")]
     BadRequest(String),
+    /// The caller's credential does not admit this (401): an expired OIDC token outside the
+    /// lock it took.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The state is locked by someone else (423); the body is the holder's LockInfo as stored.
     #[error("the state is locked by another client")]
     Locked(Bytes),
@@ -195,6 +199,9 @@ pub struct Caller {
     /// `?force=true`: this write skips the state guard (`terraform state push -force` through
     /// a forcing address).
     pub force: bool,
+    /// The caller's OIDC token, when it presented one: recorded with a lock it takes; once
+    /// expired, admitted only under that lock ([`crate::LockToken`]).
+    pub token: Option<crate::lock::LockToken>,
 }
 
 /// How messages name a writer without a name (the commit is then the committer's).
@@ -217,7 +224,25 @@ impl Backend {
         store: &dyn StateStore,
         path: &StatePath,
     ) -> Result<Option<Bytes>, BackendError> {
-        match store.snapshot(path).await?.state {
+        self.get_with_token(store, path, None).await
+    }
+
+    /// [`Backend::get`] by a caller with an OIDC `token`: an expired one reads only while the
+    /// lock it took is held (Terraform reads the state back before its first write).
+    pub async fn get_with_token(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        token: Option<&crate::lock::LockToken>,
+    ) -> Result<Option<Bytes>, BackendError> {
+        let snapshot = store.snapshot(path).await?;
+        if token.is_some_and(|t| t.expired)
+            && (snapshot.lock.is_none()
+                || !crate::lock::LockToken::admits(token, snapshot.lock_token.as_deref()))
+        {
+            return Err(BackendError::from_expired_token());
+        }
+        match snapshot.state {
             Some(stored) => {
                 let at = Place::new(store.repository(), path);
                 Ok(Some(self.open_stored(&at, stored).await?))

@@ -36,7 +36,7 @@ pub use catalog::{
 };
 pub use commit::{Author, Message};
 pub use listing::{ListQuery, StateListing, StatePage, Version};
-pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
+pub use lock::{LockInfo, LockToken, TakenOver, Unlock, Unlocked};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};

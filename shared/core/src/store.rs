@@ -56,6 +56,8 @@ pub struct Snapshot {
     pub lock_tip: Option<Revision>,
     /// Content of `{path}.lock` at `lock_tip`.
     pub lock: Option<Bytes>,
+    /// The OIDC token hash the lock commit at `lock_tip` records ([`crate::LockToken`]).
+    pub lock_token: Option<String>,
 }
 
 /// A change to one state file.
@@ -266,14 +268,12 @@ pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
 ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
     let snapshot = match intent {
         Intent::Write | Intent::HeldWrite => store.snapshot(path).await?,
-        Intent::Unlock | Intent::Release => {
-            let lock = store.read_lock(path).await?;
-            Snapshot {
-                lock_tip: lock.as_ref().map(|(tip, _)| tip.clone()),
-                lock: lock.map(|(_, content)| content),
-                ..Snapshot::default()
-            }
-        }
+        // The lock as a snapshot reads it (with what its commit records), without the state.
+        Intent::Unlock | Intent::Release => Snapshot {
+            state_tip: None,
+            state: None,
+            ..store.snapshot(path).await?
+        },
     };
     Ok(Box::new(SeparateCalls {
         store,
@@ -545,12 +545,23 @@ pub struct Authenticated {
     /// The caller's name when the credential names it (an OIDC rule's `name`); otherwise the
     /// basic-auth user name is the caller's name.
     pub name: Option<String>,
+    /// An OIDC token's hash, and whether it has expired (then it is admitted only to finish the
+    /// run whose lock it took: [`crate::LockToken`]).
+    pub token: Option<crate::LockToken>,
 }
 
 impl Authenticated {
     /// A caller the credential does not name, with `scope`.
     pub fn scoped(scope: Scope) -> Authenticated {
-        Authenticated { scope, name: None }
+        Authenticated {
+            scope,
+            ..Authenticated::default()
+        }
+    }
+
+    /// Whether the credential is an expired OIDC token (admitted only under its own lock).
+    pub fn expired(&self) -> bool {
+        self.token.as_ref().is_some_and(|t| t.expired)
     }
 }
 

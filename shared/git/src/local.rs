@@ -191,6 +191,7 @@ impl BlockingStore for LocalStore {
             state,
             lock_tip: lock_tip.map(|id| id.to_string()),
             lock,
+            lock_token: lock_tip.and_then(|tip| crate::objects::lock_token_at(&repo, tip)),
         })
     }
 

@@ -277,6 +277,14 @@ pub fn file_id(
         .map(|e| e.id))
 }
 
+/// The OIDC token hash the lock commit `commit` records ([`gitstate_core::LockToken`]); `None`
+/// when it records none or the commit is not at hand.
+pub fn lock_token_at(repo: &gix::Repository, commit: ObjectId) -> Option<String> {
+    let commit = repo.find_commit(commit).ok()?;
+    let message = commit.message_raw_sloppy();
+    gitstate_core::LockToken::recorded(&String::from_utf8_lossy(message))
+}
+
 /// The blob at `path` in `commit`, or `None` when the path holds no file.
 pub fn read_file(
     repo: &gix::Repository,

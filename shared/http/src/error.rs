@@ -52,6 +52,7 @@ impl From<BackendError> for ApiError {
     fn from(e: BackendError) -> Self {
         match e {
             BackendError::BadRequest(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
+            BackendError::Unauthenticated(m) => ApiError::Message(StatusCode::UNAUTHORIZED, m),
             BackendError::NotFound(m) => ApiError::Message(StatusCode::NOT_FOUND, m),
             BackendError::Conflict(m) => ApiError::Message(StatusCode::CONFLICT, m),
             BackendError::Locked(holder) => ApiError::Locked(holder),

@@ -15,7 +15,7 @@ use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
 use gitstate_core::{Authenticated, Credentials, StateStore, Written};
-use gitstate_core::{CatalogChange, LockFacts, StateFacts, Unlocked};
+use gitstate_core::{BackendError, CatalogChange, LockFacts, StateFacts, Unlocked};
 use md5::{Digest, Md5};
 use tracing::Instrument;
 
@@ -418,11 +418,11 @@ pub(crate) async fn authenticated_caller(
     headers: &HeaderMap,
 ) -> Result<Option<Credentials>, ApiError> {
     let credentials = caller_credentials(headers)?;
-    app.registry
-        .authenticate(credentials.as_ref())
-        .await?
-        .scope
-        .admit_across_states()?;
+    let caller = app.registry.authenticate(credentials.as_ref()).await?;
+    if caller.expired() {
+        return Err(BackendError::from_expired_token().into());
+    }
+    caller.scope.admit_across_states()?;
     Ok(credentials)
 }
 
@@ -440,7 +440,20 @@ async fn dispatch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let credentials = caller_credentials(headers)?;
-    let Authenticated { scope, name } = app.registry.authenticate(credentials.as_ref()).await?;
+    let Authenticated { scope, name, token } =
+        app.registry.authenticate(credentials.as_ref()).await?;
+    // An expired OIDC token may only finish the run whose lock it took: writes naming a lock ID
+    // and UNLOCK (the backend checks the lock is that token's).
+    let finishing = match operation {
+        Operation::Write | Operation::Delete => address.lock_id.is_some(),
+        // Terraform reads a new state back before its first write (no lock ID on a GET).
+        Operation::Get => address.version.is_none(),
+        Operation::Unlock => true,
+        Operation::Lock => false,
+    };
+    if token.as_ref().is_some_and(|t| t.expired) && !finishing {
+        return Err(BackendError::from_expired_token().into());
+    }
     let used = match operation {
         Operation::Get => Use::Read,
         _ => Use::Write,
@@ -461,6 +474,7 @@ async fn dispatch(
             .unwrap_or_default(),
         deadline,
         force: address.force,
+        token,
     };
     if address.version.is_some() && operation != Operation::Get {
         return Err(ApiError::bad_request(
@@ -469,7 +483,7 @@ async fn dispatch(
     }
     let (backend, path, lock_id) = (&app.backend, &address.path, address.lock_id.as_deref());
     match operation {
-        Operation::Get => get(app, store, &address, admitted).await,
+        Operation::Get => get(app, store, &address, admitted, &caller).await,
         Operation::Write => write(app, store, &address, &caller, headers, body).await,
         Operation::Delete => {
             let written = backend.delete(store, path, lock_id, &caller).await?;
@@ -479,12 +493,16 @@ async fn dispatch(
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
-            let acquired = backend.lock(store, path, body).await?;
+            let acquired = backend
+                .lock_with_token(store, path, body, caller.token.as_ref())
+                .await?;
             Ok(locked(app, &address, acquired))
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
-            let Unlocked { force, who } = backend.unlock_body(store, path, &body).await?;
+            let Unlocked { force, who } = backend
+                .unlock_body(store, path, &body, caller.token.as_ref())
+                .await?;
             let who = who.unwrap_or_else(|| caller.name.clone());
             tell_catalog(app, &address, who, move || CatalogChange::Unlock { force });
             Ok(StatusCode::OK.into_response())
@@ -499,6 +517,7 @@ async fn get(
     store: &dyn StateStore,
     address: &Address,
     admitted: Admitted,
+    caller: &Caller,
 ) -> Result<Response, ApiError> {
     let (backend, path) = (&app.backend, &address.path);
     let (state, version) = match &address.version {
@@ -515,7 +534,10 @@ async fn get(
             };
             (state, Some(info))
         }
-        None => match backend.get(store, path).await? {
+        None => match backend
+            .get_with_token(store, path, caller.token.as_ref())
+            .await?
+        {
             Some(state) => (state, None),
             None => return Ok(StatusCode::NO_CONTENT.into_response()),
         },

@@ -99,6 +99,6 @@ async fn operator(app: &AppState, headers: &HeaderMap) -> bool {
     app.registry
         .authenticate(credentials.as_ref())
         .await
-        .is_ok_and(|caller| caller.scope.admit_across_states().is_ok())
+        .is_ok_and(|caller| !caller.expired() && caller.scope.admit_across_states().is_ok())
         && app.registry.admit_operator(credentials.as_ref()).is_ok()
 }

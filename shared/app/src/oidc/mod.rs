@@ -26,6 +26,11 @@ pub use verify::{Refused, Verified};
 /// A token may claim a life (`exp` − `iat`) this long at most, unless `max_token_life` says
 /// otherwise: a projected token is valid until its `exp` (there is no revocation check).
 pub const DEFAULT_MAX_TOKEN_LIFE: Duration = Duration::from_secs(24 * 3600);
+/// How long after its `exp` a token may still finish the run whose lock it took, unless
+/// `max_run` says otherwise.
+pub const DEFAULT_MAX_RUN: Duration = Duration::from_secs(12 * 3600);
+/// Clock skew allowed on `exp`, `nbf` and `iat`, unless `clock_skew` says otherwise.
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 /// One `auth { oidc { … } }` block.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -43,6 +48,13 @@ pub struct OidcConfig {
     /// The longest life a token may have (`exp` − `iat`), e.g. `"1h"`; default 24 h.
     #[serde(default)]
     pub max_token_life: Option<String>,
+    /// How long after its `exp` a token may still finish the run whose lock it took (its
+    /// writes under that lock's ID, and its UNLOCK), e.g. `"2h"`; default 12 h.
+    #[serde(default)]
+    pub max_run: Option<String>,
+    /// Clock skew allowed on `exp`, `nbf` and `iat`; default 60 s.
+    #[serde(default)]
+    pub clock_skew: Option<String>,
     /// Claim rules, the first that matches wins (`rule { claims = { sub = "…" } name = "…" }`).
     #[serde(default, rename = "rule", deserialize_with = "one_or_more")]
     pub rules: Vec<RuleConfig>,
@@ -124,11 +136,18 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
     if config.audience.is_empty() {
         return Err("an audience is needed (tokens must be made for this deployment)".into());
     }
-    let max_life = match &config.max_token_life {
-        Some(text) => {
-            humantime::parse_duration(text).map_err(|e| format!("max_token_life '{text}': {e}"))?
-        }
-        None => DEFAULT_MAX_TOKEN_LIFE,
+    let duration = |name: &str, value: &Option<String>, default: Duration| match value {
+        Some(text) => humantime::parse_duration(text).map_err(|e| format!("{name} '{text}': {e}")),
+        None => Ok(default),
+    };
+    let limits = verify::Limits {
+        max_life: duration(
+            "max_token_life",
+            &config.max_token_life,
+            DEFAULT_MAX_TOKEN_LIFE,
+        )?,
+        max_run: duration("max_run", &config.max_run, DEFAULT_MAX_RUN)?,
+        leeway: duration("clock_skew", &config.clock_skew, DEFAULT_CLOCK_SKEW)?,
     };
     if config.rules.is_empty() {
         return Err("at least one rule { claims = {…} name = \"…\" } is needed: a token that matches no rule is refused".into());
@@ -154,7 +173,7 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
     Ok(verify::Issuer::new(
         config.issuer.clone(),
         config.audience.clone(),
-        max_life,
+        limits,
         keys,
         rules,
     ))

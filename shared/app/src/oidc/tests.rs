@@ -82,6 +82,8 @@ fn issuers(jwks: &Path) -> Issuers {
         audience: AUDIENCE.into(),
         jwks_file: Some(jwks.to_owned()),
         max_token_life: Some("1h".into()),
+        max_run: None,
+        clock_skew: None,
         rules: vec![
             RuleConfig {
                 claims: [("kubernetes.io.namespace".to_owned(), "team-a".to_owned())].into(),
@@ -167,8 +169,18 @@ fn every_wrong_token_is_refused_with_what_failed() {
         c
     };
 
+    // Past its `exp` (beyond the clock skew) a token is admitted only as expired, to finish the
+    // run whose lock it took, for `max_run` (12 h); past that it is refused.
     let expired = with("exp", json!(now() - 120));
-    assert!(refusal(&issuers, &signed(&expired)).contains("expired"));
+    let verified = issuers
+        .verify(&signed(&expired))
+        .unwrap()
+        .expect("within max_run");
+    assert!(verified.expired);
+    assert!(!issuers.verify(&signed(&claims())).unwrap().unwrap().expired);
+    let mut gone = with("exp", json!(now() - 13 * 3600));
+    gone["iat"] = json!(now() - 13 * 3600 - 600);
+    assert!(refusal(&issuers, &signed(&gone)).contains("expired"));
     let audience = with("aud", json!("another"));
     assert!(refusal(&issuers, &signed(&audience)).contains("audience"));
     let issuer = with("iss", json!("https://evil.test"));
@@ -264,6 +276,8 @@ fn a_wrong_configuration_is_refused_at_start_with_a_sentence() {
         audience: AUDIENCE.into(),
         jwks_file: Some(jwks.clone()),
         max_token_life: None,
+        max_run: None,
+        clock_skew: None,
         rules: vec![RuleConfig {
             claims: [("sub".to_owned(), "*".to_owned())].into(),
             name: "any".into(),

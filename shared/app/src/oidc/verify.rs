@@ -16,9 +16,6 @@ use serde_json::Value;
 use super::keys::Keys;
 use super::rules::Rule;
 
-/// Clock skew allowed on `exp`, `nbf` and `iat`.
-const LEEWAY: Duration = Duration::from_secs(60);
-
 /// The algorithms a token may be signed with.
 const ACCEPTED: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
 
@@ -31,6 +28,9 @@ pub struct Verified {
     pub scope: Scope,
     /// The token's `exp` (Unix seconds).
     pub expires: u64,
+    /// It has expired, within the issuer's `max_run`: it may only finish the run whose lock it
+    /// took (the backend checks that).
+    pub expired: bool,
 }
 
 /// Why a token was refused: one sentence, without the token.
@@ -43,23 +43,34 @@ pub struct Refused(pub String);
 pub(crate) struct Issuer {
     issuer: String,
     audience: String,
-    max_life: Duration,
+    limits: Limits,
     keys: Keys,
     rules: Vec<Rule>,
+}
+
+/// An issuer's time limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The longest life a token may claim (`exp` − `iat`).
+    pub(crate) max_life: Duration,
+    /// How long after its `exp` a token may still finish the run whose lock it took.
+    pub(crate) max_run: Duration,
+    /// Clock skew allowed on `exp`, `nbf` and `iat`.
+    pub(crate) leeway: Duration,
 }
 
 impl Issuer {
     pub(crate) fn new(
         issuer: String,
         audience: String,
-        max_life: Duration,
+        limits: Limits,
         keys: Keys,
         rules: Vec<Rule>,
     ) -> Issuer {
         Issuer {
             issuer,
             audience,
-            max_life,
+            limits,
             keys,
             rules,
         }
@@ -177,8 +188,10 @@ fn check<'i>(
     validation.set_issuer(&[&issuer.issuer]);
     validation.set_audience(&[&issuer.audience]);
     validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-    validation.leeway = LEEWAY.as_secs();
+    validation.leeway = issuer.limits.leeway.as_secs();
     validation.validate_nbf = true;
+    // `exp` is required, and checked below: past it, a token may still finish its own run.
+    validation.validate_exp = false;
     let claims = match jsonwebtoken::decode::<Value>(token, &key, &validation) {
         Ok(data) => data.claims,
         Err(e) => return refused(reason(e.kind(), &issuer.audience)),
@@ -186,18 +199,29 @@ fn check<'i>(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+    let Limits {
+        max_life,
+        max_run,
+        leeway,
+    } = issuer.limits;
+    let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
+        return refused("its 'exp' is not a number of seconds".into());
+    };
     let iat = claims.get("iat").and_then(Value::as_u64);
-    if iat.is_some_and(|iat| iat > now + LEEWAY.as_secs()) {
+    if iat.is_some_and(|iat| iat > now + leeway.as_secs()) {
         return refused("it was issued in the future (iat)".into());
     }
     let life = exp.saturating_sub(iat.unwrap_or(now));
-    if life > issuer.max_life.as_secs() + LEEWAY.as_secs() {
+    if life > max_life.as_secs() + leeway.as_secs() {
         return refused(format!(
             "it lives {} s, longer than this issuer's max_token_life of {} s",
             life,
-            issuer.max_life.as_secs()
+            max_life.as_secs()
         ));
+    }
+    let expired = exp + leeway.as_secs() < now;
+    if expired && exp + max_run.as_secs() < now {
+        return refused("it has expired (exp)".into());
     }
     let Some(rule) = issuer.rules.iter().find(|rule| rule.matches(&claims)) else {
         return refused("no rule of this issuer matches its claims".into());
@@ -206,6 +230,7 @@ fn check<'i>(
         name: rule.name.clone(),
         scope: rule.scope.clone(),
         expires: exp,
+        expired,
     })
 }
 

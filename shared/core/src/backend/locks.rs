@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::{Backend, BackendError};
 use crate::commit::Message;
-use crate::lock::{LockInfo, TakenOver, Unlock, Unlocked};
+use crate::lock::{LockInfo, LockToken, TakenOver, Unlock, Unlocked};
 use crate::path::StatePath;
 use crate::store::{Intent, LockCreate, StateStore, StoreError};
 use crate::text::escape_controls;
@@ -25,6 +25,22 @@ impl Backend {
         path: &StatePath,
         body: Bytes,
     ) -> Result<Acquired, BackendError> {
+        self.lock_with_token(store, path, body, None).await
+    }
+
+    /// [`Backend::lock`] by a caller with an OIDC `token`: recorded with the lock (a trailer of
+    /// its commit), so that the same token may finish the run after it expires; an expired
+    /// token takes no lock.
+    pub async fn lock_with_token(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+        token: Option<&LockToken>,
+    ) -> Result<Acquired, BackendError> {
+        if token.is_some_and(|t| t.expired) {
+            return Err(expired_token());
+        }
         let info = LockInfo::parse(&body)?;
         let who = if info.who.is_empty() {
             "unknown"
@@ -38,6 +54,10 @@ impl Backend {
             escape_controls(who),
             escape_controls(&info.id)
         );
+        let message = match token {
+            Some(token) => format!("{message}\n\n{}", token.trailer()),
+            None => message,
+        };
         let message = Message::by(message, &info.who);
         let mut took_over = None;
         // A takeover deletes the expired lock, then creates ours: someone else may take the
@@ -89,15 +109,16 @@ impl Backend {
     }
 
     /// `UNLOCK` with the body a client sent (Terraform's, OpenTofu's, or empty for a
-    /// force-unlock): read here, as a LOCK's body is, then [`Backend::unlock`].
+    /// force-unlock): read here, as a LOCK's body is, then [`Backend::unlock_with_token`].
     pub async fn unlock_body(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
         body: &[u8],
+        token: Option<&LockToken>,
     ) -> Result<Unlocked, BackendError> {
         let request = Unlock::parse(body)?;
-        self.unlock(store, path, &request).await
+        self.unlock_with_token(store, path, &request, token).await
     }
 
     /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
@@ -109,6 +130,22 @@ impl Backend {
         path: &StatePath,
         request: &Unlock,
     ) -> Result<Unlocked, BackendError> {
+        self.unlock_with_token(store, path, request, None).await
+    }
+
+    /// [`Backend::unlock`] by a caller with an OIDC `token`: an expired one may only release,
+    /// as its holder, the lock it took.
+    pub async fn unlock_with_token(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        request: &Unlock,
+        token: Option<&LockToken>,
+    ) -> Result<Unlocked, BackendError> {
+        let expired = token.is_some_and(|t| t.expired);
+        if expired && request.required_id().is_none() {
+            return Err(expired_token());
+        }
         let answer = request.answer();
         let started = Instant::now();
         let deadline = self.retry.deadline(started, None);
@@ -133,6 +170,9 @@ impl Backend {
                     intent = Intent::Unlock;
                     continue;
                 }
+                if expired {
+                    return Err(expired_token());
+                }
                 return Ok(answer);
             };
             if let Some(id) = request.required_id() {
@@ -143,6 +183,13 @@ impl Backend {
                     }
                     return Err(BackendError::Locked(content.clone()));
                 }
+            }
+            if !LockToken::admits(token, session.snapshot().lock_token.as_deref()) {
+                if recalled {
+                    intent = Intent::Unlock;
+                    continue;
+                }
+                return Err(expired_token());
             }
             let held = content.clone();
             match session.delete_lock().await {
@@ -188,5 +235,20 @@ fn expired(store: &dyn StateStore, held: &LockInfo) -> Option<TakenOver> {
 fn record_lock_age(content: &[u8], event: &'static str) {
     if let Some(age) = LockInfo::stored(content).age_secs(crate::time::now_secs()) {
         metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event).record(age as f64);
+    }
+}
+
+/// The 401 of an expired OIDC token outside the run whose lock it took.
+pub(super) fn expired_token() -> BackendError {
+    BackendError::from_expired_token()
+}
+
+impl BackendError {
+    /// The 401 of an expired OIDC token outside the run whose lock it took (one sentence for
+    /// every layer that refuses it).
+    pub fn from_expired_token() -> BackendError {
+        BackendError::Unauthenticated(
+            "the OIDC token has expired: it may only finish the run whose lock it took (POST or DELETE with that lock's ID, and its UNLOCK); send a fresh token".into(),
+        )
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::fakes::{MemoryOpener, MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
-use crate::lock::{Unlock, Unlocked};
+use crate::lock::{LockToken, Unlock, Unlocked};
 
 const P: &str = "team/app.tfstate";
 
@@ -72,6 +72,7 @@ fn alice() -> Caller {
         name: "alice".into(),
         deadline: None,
         force: false,
+        token: None,
     }
 }
 
@@ -565,6 +566,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
         name: "alice".into(),
         deadline: Some(Instant::now()),
         force: false,
+        token: None,
     };
     assert!(matches!(
         backend()
@@ -952,6 +954,7 @@ fn operator() -> Caller {
         name: "op@host".into(),
         deadline: None,
         force: false,
+        token: None,
     }
 }
 
@@ -1117,4 +1120,121 @@ async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_
         (StoredForm::LegacyAes, Some(StoredForm::Sealed))
     );
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+}
+
+/// A run outlives its OIDC token (issue 50): the token's hash is recorded with the lock it takes;
+/// once expired, the same token may still write under that lock's ID and release it, and nothing
+/// else. Another expired token with the lock's ID, or the expired token without the lock, is a
+/// 401 that writes nothing.
+#[tokio::test]
+async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    let hash = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let valid = LockToken {
+        hash: hash('a'),
+        expired: false,
+    };
+    let expired = LockToken {
+        expired: true,
+        ..valid.clone()
+    };
+    let stranger = LockToken {
+        hash: hash('b'),
+        expired: true,
+    };
+    let with = |token: &LockToken| Caller {
+        token: Some(token.clone()),
+        ..alice()
+    };
+    let unauthenticated = |r: Result<Option<Written>, BackendError>| matches!(r, Err(BackendError::Unauthenticated(ref m)) if m.contains("expired"));
+    assert!(
+        matches!(
+            b.lock_with_token(
+                &*store,
+                &path(),
+                lock_info("id-1", "ci@runner"),
+                Some(&expired)
+            )
+            .await,
+            Err(BackendError::Unauthenticated(_))
+        ),
+        "an expired token takes no lock"
+    );
+    b.lock_with_token(
+        &*store,
+        &path(),
+        lock_info("id-1", "ci@runner"),
+        Some(&valid),
+    )
+    .await
+    .expect("lock");
+    b.post(&*store, &path(), state(1), Some("id-1"), &with(&expired))
+        .await
+        .expect("the same token, expired, under its lock")
+        .expect("a commit");
+    let commits = store.commits().len();
+    assert!(unauthenticated(
+        b.post(&*store, &path(), state(2), Some("id-1"), &with(&stranger))
+            .await
+    ));
+    assert!(unauthenticated(
+        b.post(&*store, &path(), state(2), None, &with(&expired))
+            .await
+    ));
+    assert_eq!(store.commits().len(), commits, "a refused write wrote");
+    assert!(matches!(
+        b.unlock_with_token(
+            &*store,
+            &path(),
+            &unlock(lock_info("id-1", "x")),
+            Some(&stranger)
+        )
+        .await,
+        Err(BackendError::Unauthenticated(_))
+    ));
+    assert!(
+        matches!(
+            b.unlock_with_token(&*store, &path(), &Unlock::Force, Some(&expired))
+                .await,
+            Err(BackendError::Unauthenticated(_))
+        ),
+        "an expired token does not force-unlock"
+    );
+    b.unlock_with_token(
+        &*store,
+        &path(),
+        &unlock(lock_info("id-1", "x")),
+        Some(&expired),
+    )
+    .await
+    .expect("the token releases the lock it took");
+    assert!(
+        unauthenticated(
+            b.post(&*store, &path(), state(2), Some("id-1"), &with(&expired))
+                .await
+        ),
+        "without its lock an expired token is refused"
+    );
+    assert!(
+        matches!(
+            b.unlock_with_token(
+                &*store,
+                &path(),
+                &unlock(lock_info("id-1", "x")),
+                Some(&expired)
+            )
+            .await,
+            Err(BackendError::Unauthenticated(_))
+        ),
+        "nor may it unlock what is not locked"
+    );
+    // A lock taken without a token records none: an expired token never acts on it.
+    b.lock(&*store, &path(), lock_info("id-2", "bob@ci"))
+        .await
+        .expect("lock");
+    assert!(unauthenticated(
+        b.post(&*store, &path(), state(3), Some("id-2"), &with(&expired))
+            .await
+    ));
 }

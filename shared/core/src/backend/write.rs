@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::{Backend, BackendError, Caller, Proposal, Written, ANONYMOUS};
 use crate::commit::Message;
-use crate::lock::LockInfo;
+use crate::lock::{LockInfo, LockToken};
 use crate::path::StatePath;
 use crate::seal::Place;
 use crate::statefile::StateFile;
@@ -67,9 +67,12 @@ impl Backend {
                 Ok(Decision::Write { writer }) => writer,
                 // Whatever the store's memory alone would answer (423, a replay, the guard's
                 // 409) is decided again on a fresh read.
-                Ok(Decision::Replay) | Err(BackendError::Locked(_) | BackendError::Conflict(_))
-                    if recalled =>
-                {
+                Ok(Decision::Replay)
+                | Err(
+                    BackendError::Locked(_)
+                    | BackendError::Conflict(_)
+                    | BackendError::Unauthenticated(_),
+                ) if recalled => {
                     recall = false;
                     continue;
                 }
@@ -117,6 +120,13 @@ impl Backend {
         // The writer's name goes into the commit message: escaped, so it stays one line.
         let mut writer =
             (!caller.name.is_empty()).then(|| escape_controls(&caller.name).into_owned());
+        if caller.token.as_ref().is_some_and(|t| t.expired)
+            && (snapshot.lock.is_none()
+                || lock_id.is_none()
+                || !LockToken::admits(caller.token.as_ref(), snapshot.lock_token.as_deref()))
+        {
+            return Err(super::locks::expired_token());
+        }
         if let Some(lock) = &snapshot.lock {
             let holder = LockInfo::stored(lock);
             if !holder.admits(lock_id) {

@@ -231,6 +231,7 @@ impl StateStore for MemoryStore {
             state: repo.files.get(path.as_str()).cloned(),
             lock_tip: lock.map(|(tip, _, _)| tip.clone()),
             lock: lock.map(|(_, content, _)| content.clone()),
+            lock_token: lock.and_then(|(_, _, message)| crate::lock::LockToken::recorded(message)),
         })
     }
 

@@ -13,7 +13,7 @@ use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
-use crate::objects::{entry_id, state_commit};
+use crate::objects::{entry_id, lock_token_at, state_commit};
 use crate::plumbing::onepost;
 use crate::plumbing::pack::{write_pack, Pack};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
@@ -275,6 +275,7 @@ impl RemoteStore {
             snapshot: Snapshot {
                 lock_tip: Some(tip.to_string()),
                 lock: Some(lock),
+                lock_token: lock_token_at(&self.cache()?.repo(), tip),
                 ..Snapshot::default()
             },
             begun: Begun::Memory,
@@ -325,6 +326,7 @@ impl RemoteStore {
                 state,
                 lock_tip: Some(lock_tip.to_string()),
                 lock: Some(lock),
+                lock_token: lock_token_at(&cache.repo(), lock_tip),
             },
             begun: Begun::Memory,
             budget: None,

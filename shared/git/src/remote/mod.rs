@@ -177,6 +177,10 @@ impl RemoteStore {
                 Some(_) => Some(self.read(lock_tip, &path.lock_file())?.unwrap_or_default()),
                 None => None,
             },
+            lock_token: match lock_tip {
+                Some(tip) => crate::objects::lock_token_at(&self.cache()?.repo(), tip),
+                None => None,
+            },
         })
     }
 
