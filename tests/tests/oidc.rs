@@ -378,3 +378,43 @@ fn a_run_whose_token_expires_finishes_and_nothing_else_does() {
     let (status, _) = http("POST", &run, Some(state), Some(("x", &mine))).unwrap();
     assert_eq!(status, 401, "after UNLOCK a new token is needed");
 }
+
+/// A scope's paths may name their repository (issue 50): `default:teams/a/**` reaches team A's
+/// folder of the repository `default` only, not the same folder of `payments`; a pattern
+/// without a repository holds in each.
+#[test]
+fn a_repository_qualified_path_reaches_only_that_repository() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (default, payments) = (
+        bare_repo(dir.path(), "default"),
+        bare_repo(dir.path(), "payments"),
+    );
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        format!(
+            "repository \"default\" {{\n  url = \"{}\"\n}}\nrepository \"payments\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ sub = \"*\" }}\n      name = \"team-a\"\n      paths = [\"default:teams/a/**\", \"shared/*.tfstate\"]\n    }}\n  }}\n}}\n",
+            default.display(),
+            payments.display(),
+            issuer.jwks_file().display()
+        ),
+    )
+    .expect("gitstate.hcl");
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let token = issuer.sign("k1", &pod());
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"q","outputs":{},"resources":[]}"#;
+    let post = |repository: &str, path: &str| {
+        let url = gitstate.state_url(repository, path);
+        http("POST", &url, Some(state), Some(("x", &token))).unwrap()
+    };
+    assert_eq!(post("default", "teams/a/app.tfstate").0, 200);
+    let (status, body) = post("payments", "teams/a/app.tfstate");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("default:teams/a/**"), "{body}");
+    assert_eq!(post("payments", "shared/net.tfstate").0, 200);
+    assert_eq!(post("default", "shared/net.tfstate").0, 200);
+    assert!(
+        git_log_subjects(&payments, "main", "teams/a/app.tfstate").is_empty(),
+        "the refused write reached payments"
+    );
+}

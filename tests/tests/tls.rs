@@ -384,6 +384,27 @@ fn terraform_with_a_client_certificate_and_nobody_without_one() {
         written,
         "only the certified client wrote"
     );
+    // Each refused handshake is a WARN with the peer and the reason (issue 50), and no key
+    // material.
+    let log = server.log();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("TLS handshake failed"))
+        .collect();
+    assert!(!failed.is_empty(), "no handshake failure logged:\n{log}");
+    assert!(
+        failed
+            .iter()
+            .all(|l| l.contains("peer=127.0.0.1:") && l.contains("reason=")),
+        "{failed:#?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|l| l.to_lowercase().contains("certificate")),
+        "the reason names the certificate: {failed:#?}"
+    );
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 }
 
 /// Client certificates as team callers (`auth { certificate { … } }`, issue 35): with the

@@ -100,6 +100,7 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let (tx, rx) = mpsc::channel(64);
+        let failures = Arc::new(FailureLog::default());
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = match listener.accept().await {
@@ -115,18 +116,61 @@ impl TlsListener {
                 }
                 let acceptor = acceptor.clone();
                 let ready = tx.clone();
+                let failures = failures.clone();
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = ready.send((tls, peer)).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        Ok(Err(e)) => failures.log(peer, &e.to_string()),
+                        Err(_) => failures.log(peer, "the handshake did not finish in time"),
                     }
                 });
             }
         });
         Ok(TlsListener { local, ready: rx })
+    }
+}
+
+/// At most this many failed handshakes are logged a second; the others are counted and said
+/// with the next line logged.
+const FAILURES_LOGGED_PER_SECOND: u32 = 5;
+
+/// Failed TLS handshakes (no client certificate, one from another CA, expired, X.509 v1, the
+/// wrong key usage, a plain-HTTP client) at WARN with the peer and rustls's reason, a few lines
+/// a second at most: an operator sees why a client is refused, and a flood does not fill the log.
+#[derive(Debug, Default)]
+struct FailureLog {
+    state: std::sync::Mutex<(Option<std::time::Instant>, u32, u64)>,
+}
+
+impl FailureLog {
+    fn log(&self, peer: SocketAddr, reason: &str) {
+        let Some(also) = self.admit(std::time::Instant::now()) else {
+            return;
+        };
+        let reason = gitstate_core::text::escape_controls(reason);
+        tracing::warn!(%peer, %reason, not_logged_before = also, "TLS handshake failed");
+    }
+
+    /// Whether a failure at `now` is logged: `Some(n)` with the failures not logged since the
+    /// last line, `None` past [`FAILURES_LOGGED_PER_SECOND`] in the current second.
+    fn admit(&self, now: std::time::Instant) -> Option<u64> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (window, logged, suppressed) = &mut *state;
+        if window.is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1)) {
+            *window = Some(now);
+            *logged = 0;
+        }
+        if *logged >= FAILURES_LOGGED_PER_SECOND {
+            *suppressed += 1;
+            return None;
+        }
+        *logged += 1;
+        Some(std::mem::take(suppressed))
     }
 }
 
@@ -144,5 +188,22 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_handshakes_are_logged_a_few_a_second() {
+        let log = FailureLog::default();
+        let start = std::time::Instant::now();
+        let logged: Vec<Option<u64>> = (0..8).map(|_| log.admit(start)).collect();
+        assert_eq!(&logged[..5], &[Some(0); 5]);
+        assert_eq!(&logged[5..], &[None; 3]);
+        // The next second: logged again, saying how many were not.
+        assert_eq!(log.admit(start + Duration::from_millis(1_001)), Some(3));
+        assert_eq!(log.admit(start + Duration::from_millis(1_002)), Some(0));
     }
 }

@@ -53,8 +53,9 @@ impl std::str::FromStr for Rights {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scope {
     rights: Rights,
-    /// Empty: every path.
-    paths: Vec<(String, SegmentPattern)>,
+    /// Empty: every path. Each pattern as written, the repository it names (`None`: any), and
+    /// the path pattern.
+    paths: Vec<(String, Option<String>, SegmentPattern)>,
 }
 
 /// A request beyond the credential's scope (403): the sentence says what the credential may do.
@@ -87,13 +88,30 @@ impl Scope {
     }
 
     /// `rights` on the paths matching one of `paths` (every path when empty); `Err` names the bad
-    /// pattern and the rule.
+    /// pattern and the rule. A pattern `REPOSITORY:PATTERN` (`default:teams/a/**`) holds in that
+    /// configured repository only; one without a repository, in every repository of the
+    /// deployment. (A state path never holds `:`, which git's ref names refuse.)
     pub fn new(rights: Rights, paths: &[String]) -> Result<Scope, String> {
         let paths = paths
             .iter()
             .map(|p| {
-                SegmentPattern::parse(p)
-                    .map(|pattern| (p.clone(), pattern))
+                let (repository, pattern) = match p.split_once(':') {
+                    Some((repository, pattern)) => {
+                        if repository.is_empty()
+                            || !repository
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                        {
+                            return Err(format!(
+                                "path pattern '{p}': before ':' comes a configured repository's name (letters, digits, '-', '_', '.')"
+                            ));
+                        }
+                        (Some(repository.to_owned()), pattern)
+                    }
+                    None => (None, p.as_str()),
+                };
+                SegmentPattern::parse(pattern)
+                    .map(|parsed| (p.clone(), repository, parsed))
                     .map_err(|e| format!("path pattern '{p}': {e}"))
             })
             .collect::<Result<_, _>>()?;
@@ -110,15 +128,28 @@ impl Scope {
         self.rights != Rights::ReadWrite || !self.paths.is_empty()
     }
 
-    /// Whether `operation` on `path` is admitted, and how; a refusal (403) says what the
-    /// credential may do.
+    /// Whether `operation` on `path` is admitted in any repository, and how (see
+    /// [`Scope::admit_in`]).
     pub fn admit(&self, operation: Use, path: &StatePath) -> Result<Admitted, Refusal> {
-        if !self.paths.is_empty()
-            && !self
-                .paths
-                .iter()
-                .any(|(_, pattern)| pattern.matches_path(path.as_str()))
-        {
+        self.admit_in(operation, None, path)
+    }
+
+    /// Whether `operation` on `path` of the configured `repository` (`None`: an ad-hoc one,
+    /// which no repository-qualified pattern names) is admitted, and how; a refusal (403) says
+    /// what the credential may do.
+    pub fn admit_in(
+        &self,
+        operation: Use,
+        repository: Option<&str>,
+        path: &StatePath,
+    ) -> Result<Admitted, Refusal> {
+        let matches = |(_, named, pattern): &(String, Option<String>, SegmentPattern)| {
+            named
+                .as_deref()
+                .is_none_or(|named| Some(named) == repository)
+                && pattern.matches_path(path.as_str())
+        };
+        if !self.paths.is_empty() && !self.paths.iter().any(matches) {
             return Err(Refusal(format!(
                 "this credential may not use the state {path}: it is limited to {self}"
             )));
@@ -153,7 +184,7 @@ impl fmt::Display for Scope {
         if self.paths.is_empty() {
             return f.write_str(" on every state");
         }
-        let patterns: Vec<&str> = self.paths.iter().map(|(text, _)| text.as_str()).collect();
+        let patterns: Vec<&str> = self.paths.iter().map(|(text, ..)| text.as_str()).collect();
         write!(f, " on {}", patterns.join(", "))
     }
 }
@@ -226,5 +257,34 @@ mod tests {
         assert!("write".parse::<Rights>().unwrap_err().contains("read-only"));
         let bad = Scope::new(Rights::ReadOnly, &["a/../b".into()]).unwrap_err();
         assert!(bad.contains("'a/../b'") && bad.contains(".."), "{bad}");
+    }
+
+    /// A pattern may name its repository (issue 50): it then holds there only; one without a
+    /// repository holds in every repository, as before.
+    #[test]
+    fn a_pattern_may_name_its_repository() {
+        let scope = Scope::new(
+            Rights::ReadWrite,
+            &["default:teams/a/**".into(), "shared/*.tfstate".into()],
+        )
+        .expect("scope");
+        let a = path("teams/a/app.tfstate");
+        assert!(scope.admit_in(Use::Write, Some("default"), &a).is_ok());
+        let other = refusal(scope.admit_in(Use::Write, Some("payments"), &a));
+        assert!(other.contains("default:teams/a/**"), "{other}");
+        assert!(
+            scope.admit_in(Use::Read, None, &a).is_err(),
+            "an ad-hoc repository"
+        );
+        let shared = path("shared/net.tfstate");
+        for repository in [Some("default"), Some("payments"), None] {
+            assert!(scope.admit_in(Use::Read, repository, &shared).is_ok());
+        }
+        for bad in [":teams/**", "a b:teams/**", "re*po:x"] {
+            assert!(
+                Scope::new(Rights::ReadWrite, &[bad.into()]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -458,7 +458,11 @@ async fn dispatch(
         Operation::Get => Use::Read,
         _ => Use::Write,
     };
-    let admitted = scope.admit(used, &address.path)?;
+    let repository = match &address.repository {
+        Repository::Named(name) => Some(name.as_str()),
+        Repository::AdHoc { .. } => None,
+    };
+    let admitted = scope.admit_in(used, repository, &address.path)?;
     let store = match &address.repository {
         Repository::Named(name) => app.registry.named(name, credentials.as_ref())?,
         Repository::AdHoc { url, git_ref } => {
