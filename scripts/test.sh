@@ -20,6 +20,8 @@ bash scripts/lint-infra.sh
 # No two modules import each other (ARCHITECTURE.md, invariants).
 python3 scripts/check-imports.py
 python3 scripts/check-map.py
+# The README's workload-identity examples (PyYAML from cfn-lint's environment, made just above).
+"$GITSTATE_TOOLS/cfn-lint-1.58.0/bin/python" scripts/check-readme-examples.py
 
 # The binaries the end-to-end tests drive, `gitstate` and the Lambda bootstrap, in the dev profile
 # (overflow checks and debug assertions on; the hot crates optimized, see Cargo.toml): every

@@ -418,3 +418,43 @@ fn a_repository_qualified_path_reaches_only_that_repository() {
         "the refused write reached payments"
     );
 }
+
+/// As the README's Kubernetes example runs it: the token is a file (the projected volume), the
+/// pod's shell reads it into `TF_HTTP_PASSWORD`, and Terraform 1.15.5's backend block names only
+/// the address.
+#[test]
+fn terraform_reads_the_token_from_tf_http_password_as_the_readme_runs_it() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    config(dir.path(), &issuer);
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let url = gitstate.state_url("default", "teams/a/pod.tfstate");
+    let work = tempfile::tempdir().expect("tempdir");
+    write_main_tf(work.path(), &HttpBackend::new(&url), 1, "pod");
+    let token_file = work.path().join("token");
+    std::fs::write(&token_file, issuer.sign("k1", &pod())).expect("token");
+    let tf = Terraform::installed("1.15.5");
+    let script = format!(
+        "export TF_HTTP_PASSWORD=$(cat {}) && \"$TF\" init -input=false -no-color && \"$TF\" apply -auto-approve -input=false -no-color",
+        token_file.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(work.path())
+        .env("TF", &tf.bin)
+        .env("TF_HTTP_USERNAME", "k8s")
+        .env("TF_CLI_CONFIG_FILE", &tf.cli_config)
+        .env("CHECKPOINT_DISABLE", "1")
+        .env("TF_IN_AUTOMATION", "1")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let repo = dir.path().join(".gitstate/default.git");
+    assert!(!git_log_subjects(&repo, "main", "teams/a/pod.tfstate").is_empty());
+}
