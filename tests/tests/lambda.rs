@@ -277,6 +277,84 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
 /// `cargo_release_profile_config`). An aborting bootstrap has no panic boundary: a bug would end
 /// the container (the client gets Lambda's 502) instead of answering 500 with a sentence and a
 /// request id. The workspace must say `unwind`.
+/// Workload identity on Lambda (issue 50): the bootstrap under `cargo lambda watch`, team mode
+/// with an OIDC issuer (the configuration's text in `GITSTATE_CONFIG_TEXT`, its keys a JWKS
+/// file, a bare repository on this machine): a token is a caller, a forged one is a 401 that
+/// writes nothing.
+#[test]
+fn an_oidc_token_is_a_caller_on_lambda() {
+    use gitstate_tests::oidc::{now, Issuer, ISSUER};
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = bare_repo(dir.path(), "states");
+    let config = format!(
+        "repository \"default\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ sub = \"repo:acme/*\" }}\n      name = \"acme-ci\"\n    }}\n  }}\n}}\n",
+        repo.display(),
+        issuer.jwks_file().display()
+    );
+    // The configuration's text in the environment, as a function's configuration carries it
+    // (no file is shipped with the bootstrap): one line of the env file, quotes and newlines
+    // escaped.
+    let escaped = config
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    let env_file = dir.path().join("lambda.env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "GITSTATE_CONFIG_TEXT=\"{escaped}\"\nGITSTATE_CACHE_DIR=\"{}\"\nRUST_LOG=info\n",
+            dir.path().join("cache").display()
+        ),
+    )
+    .expect("env file");
+    let port = free_port();
+    let mut watch = start_watch(&env_file, port, dir.path().join("watch.log"));
+    let base = format!("http://127.0.0.1:{port}/lambda-url/gitstate-lambda");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !matches!(
+        http("GET", &format!("{base}/_/health"), None, None),
+        Ok((200, _))
+    ) {
+        if let Ok(Some(status)) = watch.child.try_wait() {
+            panic!(
+                "cargo lambda watch exited with {status}: {}",
+                std::fs::read_to_string(&watch.log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not serve the function"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let claims = serde_json::json!({
+        "iss": ISSUER, "aud": "gitstate", "iat": now(), "exp": now() + 600,
+        "sub": "repo:acme/infra:ref:refs/heads/main",
+    });
+    let token = issuer.sign("k1", &claims);
+    let url = format!("{base}/state/default/oidc.tfstate");
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"l","outputs":{},"resources":[]}"#;
+    let (status, body) = http(
+        "POST",
+        &url,
+        Some(state),
+        Some(("x", "eyJhbGciOiJub25lIn0.e30.")),
+    )
+    .unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("algorithm 'none'"), "{body}");
+    let (status, body) = http("POST", &url, Some(state), Some(("x", &token))).unwrap();
+    assert_eq!(
+        status,
+        200,
+        "{body}\n{}",
+        std::fs::read_to_string(&watch.log).unwrap_or_default()
+    );
+    let subjects = git_log_subjects(&repo, "main", "oidc.tfstate");
+    assert_eq!(subjects, ["Update oidc.tfstate (serial 1) by acme-ci"]);
+}
+
 #[test]
 fn the_release_profile_keeps_the_panic_boundary_under_cargo_lambda() {
     let release = profile("release");

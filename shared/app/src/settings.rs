@@ -211,6 +211,13 @@ settings! {
         file: "",
         apply: |_s, _config, _value, _what| {},
     }
+    /// The configuration file's text itself, where no file can be shipped (a Lambda function's
+    /// environment); `--config` wins.
+    #[arg(long, env = "GITSTATE_CONFIG_TEXT", hide_env_values = true)]
+    config_text: Option<String> {
+        file: "",
+        apply: |_s, _config, _value, _what| {},
+    }
     /// Directory of the embedded default repository [default: ./.gitstate].
     #[arg(long, env = "GITSTATE_DATA_DIR")]
     data_dir: Option<PathBuf> {
@@ -608,9 +615,15 @@ impl Settings {
 
     /// gitstate's own settings over its file over the defaults.
     fn resolve_own(&self) -> Result<Config, ConfigError> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
+        let mut config = match (&self.config, &self.config_text) {
+            (Some(path), _) => Config::from_file(path)?,
+            (None, Some(text)) => {
+                Config::from_hcl(text).map_err(|message| ConfigError::Invalid {
+                    path: "GITSTATE_CONFIG_TEXT".into(),
+                    message,
+                })?
+            }
+            (None, None) => Config::default(),
         };
         self.overlay(&mut config)?;
         // The legacy passphrase itself is never a flag: only a variable (or the file above).
