@@ -21,6 +21,7 @@
 //! | [`HttpBackend`], [`write_main_tf`] | a `main.tf` with an `http` backend and `null_resource`s |
 //! | [`http`], [`lock_info`] | direct requests to the backend (LOCK/UNLOCK/GET/POST) |
 //! | [`git`], [`git_log_subjects`], [`ls_remote`] | plain git, to check what is stored |
+//! | [`certs::signed_by_a_ca`] | a CA and the certificates it signs (openssl) |
 //! | [`oidc::Issuer`] | an OIDC issuer's keys (openssl), its JWKS file and the tokens it signs |
 //!
 //! The gitstate binary is found at `$GITSTATE_BIN`, else `$CARGO_TARGET_DIR/debug/gitstate`, else
@@ -29,6 +30,7 @@
 //! release one and points `GITSTATE_BIN` at it, as a user runs it.
 
 pub mod browser;
+pub mod certs;
 pub mod crypto;
 pub mod keys;
 pub mod oidc;

@@ -79,62 +79,12 @@ impl Issuer {
     pub fn served() -> Issuer {
         let mut issuer = Issuer::new();
         let dir = issuer.dir.path().to_owned();
-        let openssl = |args: &[&str]| {
-            let done = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl runs");
-            assert!(done.success(), "openssl {args:?}");
-        };
-        let key = ["req", "-newkey", "rsa:2048", "-nodes", "-keyout"];
-        openssl(
-            &[
-                &key[..],
-                &[
-                    "ca.key",
-                    "-x509",
-                    "-out",
-                    "ca.pem",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=issuer CA",
-                ],
-            ]
-            .concat(),
-        );
-        openssl(
-            &[
-                &key[..],
-                &["server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
-            ]
-            .concat(),
-        );
-        std::fs::write(
-            dir.join("ext.cnf"),
+        let (_, cert, key) = crate::certs::signed_by_a_ca(
+            &dir,
+            "127.0.0.1",
+            "server",
             "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        )
-        .expect("ext");
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
+        );
         let port = crate::free_port();
         std::fs::create_dir_all(dir.join("www/.well-known")).expect("www");
         std::fs::write(dir.join("server.py"), SERVER).expect("server.py");
@@ -142,8 +92,8 @@ impl Issuer {
             .arg(dir.join("server.py"))
             .arg(port.to_string())
             .arg(dir.join("www"))
-            .arg(dir.join("server.pem"))
-            .arg(dir.join("server.key"))
+            .arg(&cert)
+            .arg(&key)
             .arg(dir.join("requests.log"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("server.err")).expect("server.err"))
@@ -200,30 +150,7 @@ impl Issuer {
 
     /// Makes a key of `alg`'s kind under `kid` (not published until [`Issuer::publish`]).
     pub fn add_key(&mut self, kid: &str, alg: Algorithm) -> &SigningKey {
-        let file = self.dir.path().join(format!("{kid}.pem"));
-        let args: &[&str] = match alg {
-            Algorithm::RS256 => &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
-            Algorithm::ES256 => &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
-            _ => &["-algorithm", "ED25519"],
-        };
-        let made = Command::new("openssl")
-            .arg("genpkey")
-            .args(args)
-            .arg("-out")
-            .arg(&file)
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl runs");
-        assert!(made.success(), "openssl genpkey");
-        let pem = std::fs::read(&file).expect("the key");
-        let key = match alg {
-            Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem),
-            Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
-            _ => EncodingKey::from_ed_pem(&pem),
-        }
-        .expect("a private key");
-        let mut jwk = Jwk::from_encoding_key(&key, alg).expect("its JWK");
-        jwk.common.key_id = Some(kid.to_owned());
+        let (key, jwk) = make_key(self.dir.path(), alg, kid);
         self.keys.push(SigningKey {
             kid: kid.to_owned(),
             alg,
@@ -235,15 +162,13 @@ impl Issuer {
 
     /// Writes the JWKS file with the keys named `kids` (all when empty).
     pub fn publish_only(&self, kids: &[&str]) {
-        let set = JwkSet {
-            keys: self
-                .keys
-                .iter()
-                .filter(|k| kids.is_empty() || kids.contains(&k.kid.as_str()))
-                .map(|k| k.jwk.clone())
-                .collect(),
-        };
-        std::fs::write(self.jwks_file(), serde_json::to_vec(&set).expect("json")).expect("jwks");
+        let keys: Vec<&Jwk> = self
+            .keys
+            .iter()
+            .filter(|k| kids.is_empty() || kids.contains(&k.kid.as_str()))
+            .map(|k| &k.jwk)
+            .collect();
+        write_jwks(&self.jwks_file(), &keys);
     }
 
     /// Writes the JWKS file with every key.
@@ -289,4 +214,42 @@ pub fn now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
         .as_secs()
+}
+
+/// A private key of `alg`'s kind (RS256, ES256, else Ed25519) made by openssl in `dir`: its
+/// signing key, and its public JWK under `kid`.
+pub fn make_key(dir: &Path, alg: Algorithm, kid: &str) -> (EncodingKey, Jwk) {
+    let file = dir.join(format!("{kid}.pem"));
+    let args: &[&str] = match alg {
+        Algorithm::RS256 => &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+        Algorithm::ES256 => &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        _ => &["-algorithm", "ED25519"],
+    };
+    let made = Command::new("openssl")
+        .arg("genpkey")
+        .args(args)
+        .arg("-out")
+        .arg(&file)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(made.success(), "openssl genpkey");
+    let pem = std::fs::read(&file).expect("the key");
+    let key = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
+        _ => EncodingKey::from_ed_pem(&pem),
+    }
+    .expect("a private key");
+    let mut jwk = Jwk::from_encoding_key(&key, alg).expect("its JWK");
+    jwk.common.key_id = Some(kid.to_owned());
+    (key, jwk)
+}
+
+/// Writes a JWKS document holding `keys` at `path`.
+pub fn write_jwks(path: &Path, keys: &[&Jwk]) {
+    let set = JwkSet {
+        keys: keys.iter().map(|k| (*k).clone()).collect(),
+    };
+    std::fs::write(path, serde_json::to_vec(&set).expect("json")).expect("jwks");
 }

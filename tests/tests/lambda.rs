@@ -84,6 +84,49 @@ fn start_watch(env_file: &Path, port: u16, log: PathBuf) -> Watch {
     Watch { child, log }
 }
 
+/// The function under `cargo lambda watch` with the environment `env` (lines of an env file;
+/// the cache and the log level added), once it answers: the watch and the function's base URL.
+fn serve_function(dir: &Path, env: &str) -> (Watch, String) {
+    let env_file = dir.join("lambda.env");
+    let cache = dir.join("cache");
+    std::fs::write(
+        &env_file,
+        format!(
+            "{env}GITSTATE_CACHE_DIR=\"{}\"\nRUST_LOG=info\n",
+            cache.display()
+        ),
+    )
+    .expect("env file");
+    let port = free_port();
+    let mut watch = start_watch(&env_file, port, dir.join("watch.log"));
+    let base = format!("http://127.0.0.1:{port}/lambda-url/gitstate-lambda");
+    wait_until_served(&mut watch, &base);
+    (watch, base)
+}
+
+/// Waits until the function under `watch` answers `/_/health` at `base` (the first invocation
+/// starts it); panics with cargo lambda's log when it exits or takes ten minutes.
+fn wait_until_served(watch: &mut Watch, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Ok((200, _)) = http("GET", &format!("{base}/_/health"), None, None) {
+            return;
+        }
+        if let Ok(Some(status)) = watch.child.try_wait() {
+            panic!(
+                "cargo lambda watch exited with {status}; its log:\n{}",
+                std::fs::read_to_string(&watch.log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not serve the function; its log:\n{}",
+            std::fs::read_to_string(&watch.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 #[test]
 fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -103,39 +146,14 @@ fn terraform_through_cargo_lambda_watch_in_passthrough_mode() {
     };
     catalog(&["create-table"]).expect_code(0, "catalog create-table");
     let aws_lines: String = aws.iter().map(|(k, v)| format!("{k}=\"{v}\"\n")).collect();
-    let env_file = dir.path().join("lambda.env");
-    std::fs::write(
-        &env_file,
-        format!(
-            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_CACHE_DIR=\"{}\"\nGITSTATE_MAX_STATE_BYTES=200000\nGITSTATE_CATALOG_TABLE=lambda-catalog\n{aws_lines}RUST_LOG=info\n",
-            server.url("states"),
-            dir.path().join("cache").display()
-        ),
-    )
-    .expect("env file");
-    let port = free_port();
-    let mut watch = start_watch(&env_file, port, dir.path().join("watch.log"));
-    let base = format!("http://127.0.0.1:{port}/lambda-url/gitstate-lambda");
-
     // The first invocation builds and starts the function.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if let Ok((200, _)) = http("GET", &format!("{base}/_/health"), None, None) {
-            break;
-        }
-        if let Ok(Some(status)) = watch.child.try_wait() {
-            panic!(
-                "cargo lambda watch exited with {status}; its log:\n{}",
-                std::fs::read_to_string(&watch.log).unwrap_or_default()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cargo lambda watch did not serve the function; its log:\n{}",
-            std::fs::read_to_string(&watch.log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let (watch, base) = serve_function(
+        dir.path(),
+        &format!(
+            "GITSTATE_REPOSITORY=\"default={}\"\nGITSTATE_AUTH_MODE=passthrough\nGITSTATE_MAX_STATE_BYTES=200000\nGITSTATE_CATALOG_TABLE=lambda-catalog\n{aws_lines}",
+            server.url("states"),
+        ),
+    );
 
     let url = format!("{base}/state/default/lambda.tfstate");
     // A wrong password is refused by gitstate, and nothing reaches the repository.
@@ -299,35 +317,8 @@ fn an_oidc_token_is_a_caller_on_lambda() {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n");
-    let env_file = dir.path().join("lambda.env");
-    std::fs::write(
-        &env_file,
-        format!(
-            "GITSTATE_CONFIG_TEXT=\"{escaped}\"\nGITSTATE_CACHE_DIR=\"{}\"\nRUST_LOG=info\n",
-            dir.path().join("cache").display()
-        ),
-    )
-    .expect("env file");
-    let port = free_port();
-    let mut watch = start_watch(&env_file, port, dir.path().join("watch.log"));
-    let base = format!("http://127.0.0.1:{port}/lambda-url/gitstate-lambda");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !matches!(
-        http("GET", &format!("{base}/_/health"), None, None),
-        Ok((200, _))
-    ) {
-        if let Ok(Some(status)) = watch.child.try_wait() {
-            panic!(
-                "cargo lambda watch exited with {status}: {}",
-                std::fs::read_to_string(&watch.log).unwrap_or_default()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cargo lambda watch did not serve the function"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let (watch, base) =
+        serve_function(dir.path(), &format!("GITSTATE_CONFIG_TEXT=\"{escaped}\"\n"));
     let claims = serde_json::json!({
         "iss": ISSUER, "aud": "gitstate", "iat": now(), "exp": now() + 600,
         "sub": "repo:acme/infra:ref:refs/heads/main",

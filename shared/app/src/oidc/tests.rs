@@ -2,11 +2,10 @@
 //! library) with keys `openssl` makes, the issuer's keys in a JWKS file.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use jsonwebtoken::jwk::{Jwk, JwkSet};
+use gitstate_tests::oidc::{make_key as key, write_jwks};
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
@@ -14,42 +13,6 @@ use super::*;
 
 const ISSUER: &str = "https://issuer.test";
 const AUDIENCE: &str = "gitstate";
-
-/// A private key of `alg`'s kind made by openssl, its signing key, and its public JWK as `kid`.
-fn key(dir: &Path, alg: Algorithm, kid: &str) -> (EncodingKey, Jwk) {
-    let file = dir.join(format!("{kid}.pem"));
-    let args: &[&str] = match alg {
-        Algorithm::RS256 => &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
-        Algorithm::ES256 => &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
-        _ => &["-algorithm", "ED25519"],
-    };
-    let made = Command::new("openssl")
-        .arg("genpkey")
-        .args(args)
-        .arg("-out")
-        .arg(&file)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl runs");
-    assert!(made.success());
-    let pem = std::fs::read(&file).unwrap();
-    let encoding = match alg {
-        Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem),
-        Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
-        _ => EncodingKey::from_ed_pem(&pem),
-    }
-    .expect("a private key");
-    let mut jwk = Jwk::from_encoding_key(&encoding, alg).expect("its public JWK");
-    jwk.common.key_id = Some(kid.to_owned());
-    (encoding, jwk)
-}
-
-fn write_jwks(path: &Path, keys: &[&Jwk]) {
-    let set = JwkSet {
-        keys: keys.iter().map(|k| (*k).clone()).collect(),
-    };
-    std::fs::write(path, serde_json::to_vec(&set).unwrap()).unwrap();
-}
 
 fn now() -> u64 {
     SystemTime::now()
