@@ -26,8 +26,6 @@ pub struct Verified {
     pub name: String,
     /// The matching rule's scope.
     pub scope: Scope,
-    /// The token's `exp` (Unix seconds).
-    pub expires: u64,
     /// It has expired, within the issuer's `max_run`: it may only finish the run whose lock it
     /// took (the backend checks that).
     pub expired: bool,
@@ -229,7 +227,6 @@ fn check<'i>(
     Ok(Verified {
         name: rule.name.clone(),
         scope: rule.scope.clone(),
-        expires: exp,
         expired,
     })
 }
