@@ -9,6 +9,10 @@ use crate::config::{AuthConfig, AuthMode, CertificateConfig, ConfigError};
 use crate::oidc::Issuers;
 use crate::tokens::{self, SubjectPattern, Users};
 
+/// How long [`Access::admit`] takes an OIDC token [`Access::authenticate`] admitted without
+/// checking it again (the two run in the same request).
+const OIDC_ADMITTED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The deployment's caller check.
 #[derive(Debug)]
 pub struct Access {
@@ -23,6 +27,10 @@ pub struct Access {
     certificates: Vec<(SubjectPattern, Credentials)>,
     /// Team mode: OIDC issuers whose tokens are callers (`auth.oidc`).
     oidc: Issuers,
+    /// Digests of OIDC tokens [`Access::authenticate`] admitted a moment ago: the
+    /// [`Access::admit`] of the same request answers from here instead of checking the
+    /// signature again.
+    oidc_admitted: tokens::Recent,
 }
 
 impl Access {
@@ -46,6 +54,7 @@ impl Access {
                 users: Users::default(),
                 certificates: Vec::new(),
                 oidc: Issuers::default(),
+                oidc_admitted: tokens::Recent::new(OIDC_ADMITTED_FOR),
             });
         }
         let oidc = Issuers::from_config(&auth.oidc).map_err(ConfigError::BadValue)?;
@@ -73,6 +82,7 @@ impl Access {
             users,
             certificates,
             oidc,
+            oidc_admitted: tokens::Recent::new(OIDC_ADMITTED_FOR),
         })
     }
 
@@ -128,6 +138,7 @@ impl Access {
                 if let Some(verified) = self.oidc.verify_fetching(&caller.password).await {
                     let verified =
                         verified.map_err(|e| RegistryError::Unauthenticated(e.to_string()))?;
+                    self.oidc_admitted.insert(tokens::digest(&caller.password));
                     return Ok(Authenticated {
                         scope: verified.scope,
                         name: Some(verified.name),
@@ -153,7 +164,11 @@ impl Access {
             return Ok(());
         };
         let (caller, token) = checked?;
-        let oidc = || matches!(self.oidc.verify(&caller.password), Some(Ok(_)));
+        let oidc = || {
+            self.oidc_admitted
+                .contains(&tokens::digest(&caller.password))
+                || matches!(self.oidc.verify(&caller.password), Some(Ok(_)))
+        };
         if token.is_some() || oidc() || self.users.admits(&caller.username, &caller.password) {
             Ok(())
         } else {
@@ -300,6 +315,55 @@ mod tests {
         assert!(
             again.authenticate(Some(&caller)).await.is_err(),
             "another process's token"
+        );
+    }
+
+    /// An OIDC token's signature is checked once per request: `admit` after `authenticate`
+    /// answers from memory (shown by a key set that no longer holds the token's key).
+    #[tokio::test]
+    async fn admit_takes_an_oidc_token_authenticate_just_admitted() {
+        use gitstate_tests::oidc::{now, Issuer, ISSUER};
+        let issuer = Issuer::new();
+        let access = Access::from_config(&AuthConfig {
+            mode: AuthMode::Team,
+            oidc: vec![crate::oidc::OidcConfig {
+                issuer: ISSUER.into(),
+                audience: "gitstate".into(),
+                jwks_file: Some(issuer.jwks_file()),
+                rules: vec![crate::oidc::RuleConfig {
+                    claims: [("sub".to_owned(), "*".to_owned())].into(),
+                    name: "ci".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .expect("an OIDC issuer is enough for team mode");
+        let claims = serde_json::json!({
+            "iss": ISSUER, "aud": "gitstate", "sub": "x", "iat": now(), "exp": now() + 600,
+        });
+        let (token, other) = (issuer.sign("k1", &claims), {
+            let mut c = claims.clone();
+            c["sub"] = serde_json::json!("y");
+            issuer.sign("k1", &c)
+        });
+        let admitted = access
+            .authenticate(Some(&caller(&token)))
+            .await
+            .expect("admitted");
+        assert_eq!(admitted.name.as_deref(), Some("ci"));
+        std::fs::write(
+            issuer.jwks_file(),
+            br#"{"keys":[{"kty":"oct","k":"AA","kid":"z"}]}"#,
+        )
+        .unwrap();
+        access
+            .admit(Some(&caller(&token)))
+            .expect("from memory, not checked again");
+        assert!(
+            access.admit(Some(&caller(&other))).is_err(),
+            "a token authenticate did not admit is checked"
         );
     }
 

@@ -205,9 +205,57 @@ enum Secret {
 #[derive(Debug, Default)]
 pub struct Users {
     users: HashMap<String, Secret>,
-    /// SHA-256 of (name, password, hash) of recent successful bcrypt checks → when: bcrypt is
-    /// slow on purpose (tens of milliseconds), and a Terraform run sends several requests.
-    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    /// SHA-256 of (name, password, hash) of recent successful bcrypt checks: bcrypt is slow on
+    /// purpose (tens of milliseconds), and a Terraform run sends several requests.
+    verified: Recent,
+}
+
+/// Credentials checked a moment ago, by a key of their own (a digest, never the secret), for
+/// a bounded time and number: a later check of the same request answers from here.
+#[derive(Debug)]
+pub(crate) struct Recent {
+    kept_for: Duration,
+    checked: Mutex<HashMap<[u8; 32], Instant>>,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Recent::new(VERIFIED_FOR)
+    }
+}
+
+impl Recent {
+    pub(crate) fn new(kept_for: Duration) -> Recent {
+        Recent {
+            kept_for,
+            checked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `key` was checked less than the kept time ago.
+    pub(crate) fn contains(&self, key: &[u8; 32]) -> bool {
+        self.checked
+            .lock()
+            .map(|checked| {
+                checked
+                    .get(key)
+                    .is_some_and(|at| at.elapsed() < self.kept_for)
+            })
+            .unwrap_or(false)
+    }
+
+    /// Remembers `key` as checked now (at most [`VERIFIED_MAX`] keys).
+    pub(crate) fn insert(&self, key: [u8; 32]) {
+        if let Ok(mut checked) = self.checked.lock() {
+            if checked.len() >= VERIFIED_MAX {
+                checked.retain(|_, at| at.elapsed() < self.kept_for);
+                if checked.len() >= VERIFIED_MAX {
+                    checked.clear();
+                }
+            }
+            checked.insert(key, Instant::now());
+        }
+    }
 }
 
 /// How long a successful bcrypt check is remembered.
@@ -243,7 +291,7 @@ impl Users {
         }
         Ok(Users {
             users,
-            verified: Mutex::new(HashMap::new()),
+            verified: Recent::default(),
         })
     }
 
@@ -260,12 +308,12 @@ impl Users {
             Some(Secret::Sha256(hash)) => matches(hash, password),
             Some(Secret::Bcrypt(hash)) => {
                 let key = remembered_key(name, password, hash);
-                if self.remembered(&key) {
+                if self.verified.contains(&key) {
                     return true;
                 }
                 let ok = bcrypt::verify(password, hash).unwrap_or(false);
                 if ok {
-                    self.remember(key);
+                    self.verified.insert(key);
                 }
                 ok
             }
@@ -288,7 +336,7 @@ impl Users {
         };
         let known = self.users.contains_key(name);
         let key = remembered_key(name, password, &hash);
-        if known && self.remembered(&key) {
+        if known && self.verified.contains(&key) {
             return true;
         }
         let password = zeroize::Zeroizing::new(password.to_owned());
@@ -299,32 +347,9 @@ impl Users {
         .unwrap_or(false);
         let ok = known && checked;
         if ok {
-            self.remember(key);
+            self.verified.insert(key);
         }
         ok
-    }
-
-    fn remembered(&self, key: &[u8; 32]) -> bool {
-        self.verified
-            .lock()
-            .map(|verified| {
-                verified
-                    .get(key)
-                    .is_some_and(|at| at.elapsed() < VERIFIED_FOR)
-            })
-            .unwrap_or(false)
-    }
-
-    fn remember(&self, key: [u8; 32]) {
-        if let Ok(mut verified) = self.verified.lock() {
-            if verified.len() >= VERIFIED_MAX {
-                verified.retain(|_, at| at.elapsed() < VERIFIED_FOR);
-                if verified.len() >= VERIFIED_MAX {
-                    verified.clear();
-                }
-            }
-            verified.insert(key, Instant::now());
-        }
     }
 }
 
