@@ -11,7 +11,7 @@ use gitstate_core::backend::Caller;
 use gitstate_core::history::DEFAULT_HISTORY_LIMIT;
 use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::{
-    Backend, BackendError, Catalog, CatalogChange, CatalogEvent, StateFacts, StatePath, StateStore,
+    Backend, BackendError, Catalog, CatalogChange, CatalogEvent, StatePath, StateStore,
     StoreRegistry, Unlock,
 };
 
@@ -210,10 +210,12 @@ pub async fn restore(args: RestoreArgs) -> Result<String, String> {
         )
         .await
         .map_err(|e| explain(e, &path))?;
-    let mut facts = StateFacts::of(&restored.state);
-    facts.commit = restored.commit.clone();
     repositories
-        .tell_catalog(&args.repository, &path, CatalogChange::Write(facts))
+        .tell_catalog(
+            &args.repository,
+            &path,
+            CatalogChange::Write(restored.facts.clone()),
+        )
         .await;
     if args.json {
         return json(&restored);

@@ -8,7 +8,7 @@
 use clap::Args;
 use gitstate_app::Settings;
 use gitstate_core::backend::Caller;
-use gitstate_core::{BackendError, CatalogChange, ListQuery, StateFacts, StatePath};
+use gitstate_core::{BackendError, CatalogChange, ListQuery, StatePath};
 use serde::Serialize;
 
 use crate::admin::{operator, Repositories};
@@ -91,7 +91,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
             let row = match migrated {
                 Ok(migration) => {
                     if let (Some(commit), Some(state)) = (&migration.commit, &migration.state) {
-                        let mut facts = StateFacts::of(state);
+                        let mut facts = gitstate_core::statefile::catalog_facts(state);
                         facts.commit = Some(commit.clone());
                         repositories
                             .tell_catalog(&name, &path, CatalogChange::Write(facts))

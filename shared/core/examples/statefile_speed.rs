@@ -1,7 +1,8 @@
-//! How fast `gitstate_core::statefile::read` checks a state body, for `scripts/bench state-check`:
+//! How fast `gitstate_core::statefile` reads a state body, for `scripts/bench state-check`:
 //! Terraform-shaped states of N `aws_instance` resources (the arguments; default 1, 2000, 40000),
 //! each read enough times for about 200 MB; prints one line per size: bytes, repetitions, the
-//! median ms per read and MB/s.
+//! median ms per `read` (the check alone) and MB/s, and the median ms per `check` with the
+//! catalog's facts (a POST's one pass when there is a catalog).
 
 use std::time::Instant;
 
@@ -39,21 +40,33 @@ fn main() {
     for resources in sizes {
         let body = state(resources);
         let repetitions = (200_000_000 / body.len()).clamp(5, 20_000);
-        let mut times: Vec<f64> = (0..repetitions)
-            .map(|_| {
-                let started = Instant::now();
-                gitstate_core::statefile::read(&body).expect("a state");
-                started.elapsed().as_secs_f64()
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
+        let median = read_median(repetitions, || {
+            gitstate_core::statefile::read(&body).expect("a state");
+        });
+        let bytes = bytes::Bytes::from(body.clone());
+        let with_facts = read_median(repetitions, || {
+            gitstate_core::statefile::check(bytes.clone(), true).expect("a state");
+        });
         println!(
-            "{} {} {:.3} {:.0}",
+            "{} {} {:.3} {:.0} {:.3}",
             body.len(),
             repetitions,
             median * 1e3,
-            body.len() as f64 / median / 1e6
+            body.len() as f64 / median / 1e6,
+            with_facts * 1e3
         );
     }
+}
+
+/// The median seconds of `repetitions` runs of `read`.
+fn read_median(repetitions: usize, mut read: impl FnMut()) -> f64 {
+    let mut times: Vec<f64> = (0..repetitions)
+        .map(|_| {
+            let started = Instant::now();
+            read();
+            started.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }

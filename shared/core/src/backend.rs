@@ -14,7 +14,7 @@ use rand::Rng;
 use crate::lock::LockInfoError;
 use crate::path::StatePath;
 use crate::seal::{Opener, Place, SealError, Sealer};
-use crate::statefile::{StateError, StateFile};
+use crate::statefile::{CheckedState, StateError};
 use crate::store::{Revision, StateStore, StoreError};
 
 /// Default largest accepted state, in bytes.
@@ -172,11 +172,11 @@ impl Default for Backend {
     }
 }
 
-/// What a write proposes: the new state (`None`: delete it), with the header the state guard
-/// checks it by (`None`: the guard does not apply).
-struct Proposal {
-    content: Option<Bytes>,
-    guard: Option<StateFile>,
+/// What a write proposes: the new state as its one check read it (`None`: delete it), and
+/// whether the state guard applies to it.
+struct Proposal<'a> {
+    content: Option<&'a CheckedState>,
+    guarded: bool,
 }
 
 /// A write that made a commit: the commit, and the writer its message names.
@@ -322,9 +322,15 @@ impl Backend {
         }
     }
 
-    /// `POST`: stores `body` as the state unless another client holds the lock, and returns the
-    /// new commit and its writer. A body equal to what is stored is a success without a commit
-    /// (`None`), so client retries are safe.
+    /// The one check of a state body to be written: the size rule, then what the body is
+    /// ([`crate::statefile::check`], with the catalog's facts when `catalog`). The result
+    /// travels with the body: [`Backend::post_checked`] parses nothing again.
+    pub fn check(&self, body: Bytes, catalog: bool) -> Result<CheckedState, BackendError> {
+        self.check_size(body.len() as u64)?;
+        Ok(crate::statefile::check(body, catalog)?)
+    }
+
+    /// `POST`: [`Backend::check`]s `body`, then [`Backend::post_checked`].
     pub async fn post(
         &self,
         store: &dyn StateStore,
@@ -333,16 +339,30 @@ impl Backend {
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Option<Written>, BackendError> {
-        self.check_size(body.len() as u64)?;
-        let file = crate::statefile::read(&body)?;
-        let message_serial = file.serial;
-        let guarded = (self.state_guard && store.guards_states() && !caller.force).then_some(file);
+        let state = self.check(body, false)?;
+        self.post_checked(store, path, &state, lock_id, caller)
+            .await
+    }
+
+    /// `POST` of a checked body: stores it as the state unless another client holds the lock,
+    /// and returns the new commit and its writer. A body equal to what is stored is a success
+    /// without a commit (`None`), so client retries are safe.
+    pub async fn post_checked(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        state: &CheckedState,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<Option<Written>, BackendError> {
+        let message_serial = state.file.serial;
+        let guarded = self.state_guard && store.guards_states() && !caller.force;
         self.write(
             store,
             path,
             Proposal {
-                content: Some(body),
-                guard: guarded,
+                content: Some(state),
+                guarded,
             },
             lock_id,
             caller,
@@ -366,7 +386,7 @@ impl Backend {
     ) -> Result<Option<Written>, BackendError> {
         let deletion = Proposal {
             content: None,
-            guard: None,
+            guarded: false,
         };
         self.write(store, path, deletion, lock_id, caller, |who| {
             format!("Delete {path} by {who}")

@@ -66,9 +66,10 @@ pub struct StateFacts {
     pub commit: Option<String>,
     /// The identifying attributes of its managed resource instances (the resource index).
     pub identifiers: Vec<ResourceIdentifier>,
-    /// The strings it holds that may name another state's resources ([`crate::links::uses`]).
+    /// The strings it holds that may name another state's resources (the rules:
+    /// [`crate::statefile`]'s catalogued facts).
     pub uses: Vec<crate::links::Use>,
-    /// The states it reads through `terraform_remote_state` ([`crate::links::remote_states`]).
+    /// The states it reads through `terraform_remote_state`.
     pub reads: Vec<crate::links::StateRef>,
 }
 
@@ -76,144 +77,6 @@ pub struct StateFacts {
 /// attributes rebuilt): the whole document is parsed into memory for that, some 5–10 times its
 /// size. Above it a state is indexed by its identifiers only (v4), and has no uses.
 pub const LINK_SCAN_MAX_BYTES: usize = 8 << 20;
-
-/// The readable top of a state, and its v4 resources' identifying attributes only (serde skips
-/// every other value without building it).
-#[derive(Deserialize)]
-struct Header {
-    serial: Option<u64>,
-    lineage: Option<String>,
-    terraform_version: Option<String>,
-    resources: Option<Vec<ResourceHeader>>,
-    /// A v3 state's modules: only whether there are any is read here.
-    #[serde(default)]
-    modules: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ResourceHeader {
-    #[serde(default)]
-    module: Option<String>,
-    #[serde(default)]
-    mode: String,
-    #[serde(default, rename = "type")]
-    resource_type: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    instances: Vec<InstanceHeader>,
-}
-
-#[derive(Deserialize)]
-struct InstanceHeader {
-    #[serde(default)]
-    index_key: Option<serde_json::Value>,
-    #[serde(default)]
-    attributes: Option<IdentifyingAttributes>,
-}
-
-#[derive(Deserialize)]
-struct IdentifyingAttributes {
-    id: Option<serde_json::Value>,
-    arn: Option<serde_json::Value>,
-    self_link: Option<serde_json::Value>,
-    name: Option<serde_json::Value>,
-}
-
-impl StateFacts {
-    /// Reads the facts of a Terraform state: its identifiers (v4; a v3 one of Terraform 0.11,
-    /// whose flat attributes are rebuilt, up to [`LINK_SCAN_MAX_BYTES`]), and up to that size
-    /// its uses and remote states; an OpenTofu client-encrypted state has only its size (and
-    /// serial/lineage, which OpenTofu keeps readable).
-    pub fn of(state: &[u8]) -> StateFacts {
-        let header: Option<Header> = serde_json::from_slice(state).ok();
-        let mut facts = StateFacts {
-            serial: header.as_ref().and_then(|h| h.serial),
-            lineage: header.as_ref().and_then(|h| h.lineage.clone()),
-            terraform_version: header.as_ref().and_then(|h| h.terraform_version.clone()),
-            size: state.len() as u64,
-            ..StateFacts::default()
-        };
-        let Some(header) = header else {
-            return facts;
-        };
-        if let Some(resources) = &header.resources {
-            facts.resource_count = Some(resources.iter().map(|r| r.instances.len() as u64).sum());
-            for resource in resources.iter().filter(|r| r.mode == "managed") {
-                for instance in &resource.instances {
-                    let Some(a) = &instance.attributes else {
-                        continue;
-                    };
-                    let address = crate::tfstate::address(
-                        resource.module.as_deref().unwrap_or(""),
-                        &resource.mode,
-                        &resource.resource_type,
-                        &resource.name,
-                        instance.index_key.as_ref(),
-                    );
-                    let values = [&a.id, &a.arn, &a.self_link, &a.name].map(Option::as_ref);
-                    identify(
-                        &mut facts.identifiers,
-                        &resource.resource_type,
-                        &address,
-                        values,
-                    );
-                }
-            }
-        }
-        let readable = header.resources.is_some() || header.modules.is_some();
-        if readable && state.len() <= LINK_SCAN_MAX_BYTES {
-            if let Ok(document) = serde_json::from_slice::<serde_json::Value>(state) {
-                if header.resources.is_none() {
-                    facts.read_legacy(&document);
-                }
-                facts.uses = crate::links::uses(&document);
-                facts.reads = crate::links::remote_states(&document);
-            }
-        }
-        facts.identifiers.sort();
-        facts.identifiers.dedup();
-        facts
-    }
-
-    /// A v3 state's identifiers and number of instances (its attributes rebuilt).
-    fn read_legacy(&mut self, document: &serde_json::Value) {
-        let instances = crate::tfstate::instances(document);
-        self.resource_count = Some(instances.len() as u64);
-        for instance in instances.iter().filter(|i| i.mode == "managed") {
-            let attributes = instance.value.get("attributes");
-            let values = IDENTIFYING_ATTRIBUTES.map(|field| attributes.and_then(|a| a.get(field)));
-            identify(
-                &mut self.identifiers,
-                instance.resource_type,
-                &instance.address,
-                values,
-            );
-        }
-    }
-}
-
-/// Adds the string `values` of the [`IDENTIFYING_ATTRIBUTES`] (in that order) of one managed
-/// instance that are not empty nor too long.
-fn identify(
-    identifiers: &mut Vec<ResourceIdentifier>,
-    resource_type: &str,
-    address: &str,
-    values: [Option<&serde_json::Value>; 4],
-) {
-    for (field, value) in IDENTIFYING_ATTRIBUTES.iter().zip(values) {
-        if let Some(serde_json::Value::String(value)) = value {
-            if !value.is_empty() && value.len() <= MAX_IDENTIFIER_BYTES {
-                identifiers.push(ResourceIdentifier {
-                    value: value.clone(),
-                    resource_type: resource_type.to_owned(),
-                    field: (*field).to_owned(),
-                    address: address.to_owned(),
-                });
-            }
-        }
-    }
-}
 
 /// The lock as the catalog keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -445,6 +308,19 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
 mod tests {
     use super::*;
 
+    /// The facts of a stored `state`, which a write of it has from its one check too.
+    fn facts_of(state: &[u8]) -> StateFacts {
+        let stored = crate::statefile::catalog_facts(state);
+        if let Ok(checked) = crate::statefile::check(bytes::Bytes::copy_from_slice(state), true) {
+            assert_eq!(
+                checked.facts.as_ref(),
+                Some(&stored),
+                "a write reads what is stored"
+            );
+        }
+        stored
+    }
+
     #[test]
     fn identifiers_of_managed_resources_only() {
         let state = br#"{"version":4,"serial":3,"lineage":"l","resources":[
@@ -454,7 +330,7 @@ mod tests {
                 {"index_key":"logs","attributes":{"id":"acme-logs","arn":"arn:aws:s3:::acme-logs","tags":{"x":"y"},"name":null}}]},
             {"mode":"data","type":"aws_ami","name":"u","instances":[{"attributes":{"id":"ami-1"}}]}
         ]}"#;
-        let facts = StateFacts::of(state);
+        let facts = facts_of(state);
         assert_eq!(facts.resource_count, Some(3));
         let found: Vec<(String, String, String)> = facts
             .identifiers
@@ -485,14 +361,14 @@ mod tests {
         let state = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
             {"mode": "managed", "type": "t", "name": "big", "instances": [{"attributes": {
                 "id": "big-1", "other": "vpc-1", "padding": padding}}]}]});
-        let facts = StateFacts::of(&serde_json::to_vec(&state).unwrap());
+        let facts = facts_of(&serde_json::to_vec(&state).unwrap());
         assert_eq!(facts.identifiers.len(), 1);
         assert_eq!(facts.identifiers[0].value, "big-1");
         assert!(facts.uses.is_empty());
         let small = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
             {"mode": "managed", "type": "t", "name": "s", "instances": [{"attributes": {
                 "id": "s-1", "other": "vpc-1"}}]}]});
-        let facts = StateFacts::of(&serde_json::to_vec(&small).unwrap());
+        let facts = facts_of(&serde_json::to_vec(&small).unwrap());
         assert_eq!(facts.uses.len(), 1, "{:?}", facts.uses);
         assert_eq!(facts.uses[0].value, "vpc-1");
     }
@@ -507,7 +383,11 @@ mod tests {
             {"path":["root","web"],"resources":{
                 "aws_instance.web.1":{"type":"aws_instance","primary":{"id":"i-1","attributes":{"id":"i-1","name":""}}}}}
         ]}"#;
-        let facts = StateFacts::of(state);
+        assert!(
+            crate::statefile::read(state).is_ok(),
+            "a state a write checks"
+        );
+        let facts = facts_of(state);
         assert_eq!(facts.resource_count, Some(3));
         assert_eq!(facts.serial, Some(2));
         let found: Vec<(&str, &str, &str)> = facts
@@ -524,7 +404,7 @@ mod tests {
             ]
         );
         let encrypted = br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"abc","encryption_version":"v0"}"#;
-        assert_eq!(StateFacts::of(encrypted).resource_count, None);
+        assert_eq!(facts_of(encrypted).resource_count, None);
     }
 }
 

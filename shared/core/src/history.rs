@@ -134,9 +134,10 @@ pub struct Restored {
     pub serial: u64,
     /// The new commit (`None`: the state already held exactly that content).
     pub commit: Option<Revision>,
-    /// The state as written back.
+    /// The catalog's facts of the state written back (its commit included), from the one check
+    /// of it.
     #[serde(skip)]
-    pub state: Bytes,
+    pub facts: crate::catalog::StateFacts,
 }
 
 /// Whether a version asked for could be a commit id: 4 to 40 hex digits (a prefix is enough).
@@ -279,16 +280,18 @@ impl Backend {
             None => None,
         };
         let serial = current.unwrap_or(0).max(from.serial.unwrap_or(0)) + 1;
-        let body = with_serial(&state, serial)?;
+        let state = self.check(with_serial(&state, serial)?, true)?;
         let commit = self
-            .post(store, path, body.clone(), lock_id, caller)
+            .post_checked(store, path, &state, lock_id, caller)
             .await?
             .map(|written| written.commit);
+        let mut facts = state.facts.unwrap_or_default();
+        facts.commit = commit.clone();
         Ok(Restored {
             from,
             serial,
             commit,
-            state: body,
+            facts,
         })
     }
 

@@ -3,9 +3,8 @@
 //! the links they make, and an order of states for applies.
 //!
 //! The rules, shared by every catalog adapter:
-//! - a *use* is a string value of a resource instance's attributes (managed or data, at any
-//!   depth) or of an output, with where it sits; a managed instance's own identifying
-//!   attributes are what it provides, not uses;
+//! - a state's identifiers, *uses* and the states it reads are read in the one pass that checks
+//!   it (`crate::statefile`'s catalogued facts, which state those rules);
 //! - a *link* is a use whose value another state holds as an indexed identifier
 //!   ([`crate::identifiers::IDENTIFYING_ATTRIBUTES`]); it is `declared` when the consumer reads
 //!   that state through a `terraform_remote_state` data source (its http backend `address`
@@ -16,10 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use crate::identifiers::{ManagedBy, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES};
-use crate::tfstate;
+use crate::identifiers::ManagedBy;
 
 /// One string a state holds, and where.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -153,115 +150,6 @@ impl Link {
             },
         }
     }
-}
-
-/// The uses of a state (v4, or v3 rebuilt), sorted and without repeats.
-pub fn uses(state: &Value) -> Vec<Use> {
-    let mut found = BTreeSet::new();
-    for instance in tfstate::instances(state) {
-        let Some(attributes) = instance.value.get("attributes").and_then(Value::as_object) else {
-            continue;
-        };
-        for (name, value) in attributes {
-            if instance.mode == "managed" && IDENTIFYING_ATTRIBUTES.contains(&name.as_str()) {
-                continue;
-            }
-            let mut path = String::new();
-            step(&mut path, name);
-            strings(value, &mut path, &mut |value, attribute| {
-                found.insert(Use {
-                    value: value.to_owned(),
-                    address: instance.address.clone(),
-                    attribute: attribute.to_owned(),
-                });
-            });
-        }
-    }
-    for (name, output) in tfstate::outputs(state) {
-        let Some(value) = output.get("value") else {
-            continue;
-        };
-        let address = format!("output.{name}");
-        strings(value, &mut String::new(), &mut |value, attribute| {
-            found.insert(Use {
-                value: value.to_owned(),
-                address: address.clone(),
-                attribute: attribute.to_owned(),
-            });
-        });
-    }
-    found.into_iter().collect()
-}
-
-/// Calls `each` with every string in `value` that could be an identifier, and its path.
-fn strings(value: &Value, path: &mut String, each: &mut dyn FnMut(&str, &str)) {
-    match value {
-        Value::String(text) if !text.is_empty() && text.len() <= MAX_IDENTIFIER_BYTES => {
-            each(text, path)
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                let at = path.len();
-                path.push_str(&format!("[{i}]"));
-                strings(item, path, each);
-                path.truncate(at);
-            }
-        }
-        Value::Object(fields) => {
-            for (name, field) in fields {
-                let at = path.len();
-                step(path, name);
-                strings(field, path, each);
-                path.truncate(at);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Appends the field `name` to an attribute path: `.name` when it is a plain name, else
-/// `["name"]` (JSON-quoted).
-fn step(path: &mut String, name: &str) {
-    let plain = name.chars().enumerate().all(|(i, c)| {
-        c == '_' || c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || c == '-'))
-    });
-    if plain && !name.is_empty() {
-        if !path.is_empty() {
-            path.push('.');
-        }
-        path.push_str(name);
-    } else {
-        path.push('[');
-        path.push_str(&Value::String(name.to_owned()).to_string());
-        path.push(']');
-    }
-}
-
-/// The states a state reads through `terraform_remote_state` data sources of the `http`
-/// backend whose `address` is a gitstate state address (`…/state/{repository}/{path}`).
-pub fn remote_states(state: &Value) -> Vec<StateRef> {
-    let mut found = BTreeSet::new();
-    for instance in tfstate::instances(state) {
-        if instance.mode != "data" || instance.resource_type != "terraform_remote_state" {
-            continue;
-        }
-        let Some(attributes) = instance.value.get("attributes") else {
-            continue;
-        };
-        if attributes.get("backend").and_then(Value::as_str) != Some("http") {
-            continue;
-        }
-        // v4 keeps the dynamic `config` as {"value": …, "type": …}; v3 as the object itself.
-        let config = attributes.get("config");
-        let config = config.and_then(|c| c.get("value")).or(config);
-        if let Some(address) = config
-            .and_then(|c| c.get("address"))
-            .and_then(Value::as_str)
-        {
-            found.extend(state_of_address(address));
-        }
-    }
-    found.into_iter().collect()
 }
 
 /// The state a gitstate state address names: `{scheme}://{host}[/prefix]/state/{repo}/{path}`
@@ -497,7 +385,17 @@ fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// The uses of `state`, as the catalog reads them.
+    fn uses(state: &Value) -> Vec<Use> {
+        crate::statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).uses
+    }
+
+    /// The states `state` reads, as the catalog reads them.
+    fn remote_states(state: &Value) -> Vec<StateRef> {
+        crate::statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).reads
+    }
 
     fn state_ref(path: &str) -> StateRef {
         StateRef {

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::path::StatePath;
+use crate::statefile::CheckedState;
 
 /// Where a state lives: the repository (its configured name, or the address of an ad-hoc
 /// repository without credentials) and the path. Sealed documents are bound to it.
@@ -77,10 +78,10 @@ pub enum SealError {
 #[async_trait]
 pub trait Sealer: Send + Sync + fmt::Debug + 'static {
     /// The bytes to store for the state `plain` at `at`, sealed under fresh key material and
-    /// bound to `at`. `plain` was read by [`crate::statefile::read`]; one it reads as
-    /// [`crate::statefile::Form::ClientEncrypted`] (OpenTofu's own encryption) may be returned
-    /// unchanged.
-    async fn seal(&self, at: &Place, plain: Bytes) -> Result<Bytes, SealError>;
+    /// bound to `at`. `plain` was read by [`crate::statefile::check`], whose reading the sealer
+    /// takes as it is; a state of [`crate::statefile::Form::ClientEncrypted`] (OpenTofu's own
+    /// encryption) may be returned unchanged.
+    async fn seal(&self, at: &Place, plain: &CheckedState) -> Result<Bytes, SealError>;
 
     /// The state held in `stored` at `at`: a sealed document (refused when it is bound to
     /// another place), or plaintext written before sealing was configured (returned as it is,
@@ -104,18 +105,7 @@ pub async fn holds_by_opening<S: Sealer + ?Sized>(
     plain: &Bytes,
 ) -> Result<bool, SealError> {
     let opened = sealer.open(at, stored).await?;
-    Ok(opened == *plain || same_json(&opened, plain))
-}
-
-/// Whether two JSON documents hold the same value.
-pub fn same_json(a: &[u8], b: &[u8]) -> bool {
-    match (
-        serde_json::from_slice::<serde_json::Value>(a),
-        serde_json::from_slice::<serde_json::Value>(b),
-    ) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
+    Ok(opened == *plain || crate::statefile::same_json(&opened, plain))
 }
 
 /// Opens a format gitstate reads but never writes: terraform-backend-git's legacy `aes` output

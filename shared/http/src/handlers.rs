@@ -15,7 +15,7 @@ use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
 use gitstate_core::{Authenticated, Credentials, StateStore, Written};
-use gitstate_core::{BackendError, CatalogChange, LockFacts, StateFacts, Unlocked};
+use gitstate_core::{BackendError, CatalogChange, LockFacts, Unlocked};
 use md5::{Digest, Md5};
 use tracing::Instrument;
 
@@ -579,7 +579,8 @@ async fn get(
     Ok(response)
 }
 
-/// POST (or PUT): the body checked, written, and told to the catalog off the answer's path.
+/// POST (or PUT): the body checked once (with the catalog's facts when there is a catalog),
+/// written, and told to the catalog off the answer's path.
 async fn write(
     app: &AppState,
     store: &dyn StateStore,
@@ -594,8 +595,9 @@ async fn write(
     let body = read_body(headers, body, backend.max_state_bytes, refuse).await?;
     check_content_md5(headers, &body)?;
     let lock_id = address.lock_id.as_deref();
+    let state = backend.check(body, app.recorder.is_some())?;
     let written = backend
-        .post(store, &address.path, body.clone(), lock_id, caller)
+        .post_checked(store, &address.path, &state, lock_id, caller)
         .await?;
     let (commit, who) = written_by(written, caller);
     if address.amend {
@@ -604,9 +606,9 @@ async fn write(
             "?amend=true: written as a normal commit (gitstate never amends or force-pushes)"
         );
     }
-    // The facts are read in the background, off the answer's path.
+    // The facts were read by the one check of the body; they are recorded in the background.
     tell_catalog(app, address, who, move || {
-        let mut facts = StateFacts::of(&body);
+        let mut facts = state.facts.unwrap_or_default();
         facts.commit = commit;
         CatalogChange::Write(facts)
     });

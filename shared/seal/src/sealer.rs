@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use gitstate_core::statefile::{Form, StateError};
+use gitstate_core::statefile::{CheckedState, Form, StateFile};
 use gitstate_core::{Place, SealError, Sealer};
 use gitstate_sops::{
     encrypt_groups, key_fingerprint, key_groups, reusable_data_key, AgeKey, DataKeyCache, Document,
@@ -187,20 +187,16 @@ impl SopsSealer {
     }
 
     /// Seals synchronously (KMS calls block; use from a blocking thread): a fresh data key,
-    /// wrapped for the current key set with KMS contexts bound to `at`.
-    pub fn seal_blocking(&self, at: &Place, plain: &[u8]) -> Result<Bytes, SealError> {
+    /// wrapped for the current key set with KMS contexts bound to `at`. `file` is what the one
+    /// check of `plain` read ([`gitstate_core::statefile::check`]): an envelope OpenTofu
+    /// encrypted itself is already ciphertext, stored byte for byte.
+    pub fn seal_blocking(
+        &self,
+        at: &Place,
+        plain: &[u8],
+        file: &StateFile,
+    ) -> Result<Bytes, SealError> {
         let inner = &self.inner;
-        // The one reading of what the body is (gitstate_core::statefile): an envelope OpenTofu
-        // encrypted itself is already ciphertext, stored byte for byte.
-        let file = gitstate_core::statefile::read(plain).map_err(|e| match e {
-            // serde_json stops at 128 levels, beyond the codec's own limit: say the codec's.
-            StateError::NotJson(m) if m.contains("recursion limit exceeded") => {
-                seal_error(SopsError::TooDeep {
-                    limit: gitstate_sops::MAX_DEPTH,
-                })
-            }
-            e => SealError::BadInput(format!("the state cannot be sealed: {e}")),
-        })?;
         if file.form == Form::ClientEncrypted && !inner.enforced {
             return Ok(Bytes::copy_from_slice(plain));
         }
@@ -403,14 +399,15 @@ impl SopsSealer {
 
 #[async_trait]
 impl Sealer for SopsSealer {
-    async fn seal(&self, at: &Place, plain: Bytes) -> Result<Bytes, SealError> {
+    async fn seal(&self, at: &Place, plain: &CheckedState) -> Result<Bytes, SealError> {
         let this = self.clone();
         let at = at.clone();
+        let (file, plain) = (plain.file.clone(), plain.body.clone());
         let span = tracing::info_span!("seal", %at);
         let started = std::time::Instant::now();
         let sealed = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
-            let sealed = this.seal_blocking(&at, &plain)?;
+            let sealed = this.seal_blocking(&at, &plain, &file)?;
             // (An OpenTofu-encrypted state is stored as it came: nothing to remember.)
             if sealed != plain {
                 this.inner.recent.remember(&at, &sealed, &plain);

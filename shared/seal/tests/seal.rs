@@ -2,6 +2,8 @@
 //! crate): a fresh data key for every write, documents bound to their place, and under
 //! `enforced` only what this server sealed is opened.
 
+use bytes::Bytes;
+use gitstate_core::statefile::{self, CheckedState};
 use gitstate_core::{Place, SealError, StatePath};
 use gitstate_seal::{SealerConfig, SopsSealer, Zeroizing};
 use gitstate_sops::{encrypt, AgeKey, Document, EncryptOptions, KeySource, MasterKey};
@@ -78,8 +80,8 @@ impl Server {
 fn every_write_gets_a_fresh_data_key() {
     let s = server(false);
     let at = place("default", "prod.tfstate");
-    let one = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
-    let two = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let one = seal_state(&s.sealer, &at, STATE.as_bytes()).unwrap();
+    let two = seal_state(&s.sealer, &at, STATE.as_bytes()).unwrap();
     let (a, b) = (
         Document::decrypt(&one, &s.keys()).unwrap(),
         Document::decrypt(&two, &s.keys()).unwrap(),
@@ -102,7 +104,7 @@ fn every_write_gets_a_fresh_data_key() {
 fn a_document_sealed_for_one_place_is_refused_at_another() {
     let s = server(false);
     let here = place("default", "a.tfstate");
-    let sealed = s.sealer.seal_blocking(&here, STATE.as_bytes()).unwrap();
+    let sealed = seal_state(&s.sealer, &here, STATE.as_bytes()).unwrap();
     assert!(s.sealer.open_blocking(&here, &sealed).unwrap().is_some());
     for elsewhere in [place("default", "b.tfstate"), place("other", "a.tfstate")] {
         let e = s.sealer.open_blocking(&elsewhere, &sealed).unwrap_err();
@@ -125,7 +127,7 @@ fn a_document_sealed_for_one_place_is_refused_at_another() {
 fn enforced_opens_only_what_this_server_sealed() {
     let s = server(true);
     let at = place("default", "prod.tfstate");
-    let own = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let own = seal_state(&s.sealer, &at, STATE.as_bytes()).unwrap();
     let opened = s.sealer.open_blocking(&at, &own).unwrap().unwrap();
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&opened).unwrap(),
@@ -243,7 +245,7 @@ fn a_stored_document_nested_too_deep_is_refused_with_the_reason() {
     let s = server(false);
     let at = place("default", "deep.tfstate");
     // a real version with a 10,000-deep member slipped in: the key opens, the tree does not
-    let sealed = s.sealer.seal_blocking(&at, STATE.as_bytes()).unwrap();
+    let sealed = seal_state(&s.sealer, &at, STATE.as_bytes()).unwrap();
     let planted = format!(
         "{{\"deep\":{}1{},{}",
         "[".repeat(10_000),
@@ -253,18 +255,18 @@ fn a_stored_document_nested_too_deep_is_refused_with_the_reason() {
     let e = s.sealer.open_blocking(&at, planted.as_bytes()).unwrap_err();
     assert!(matches!(e, SealError::Tampered(_)), "{e}");
     assert!(e.to_string().contains("more than 100 levels deep"), "{e}");
-    let e = s
-        .sealer
-        .seal_blocking(
-            &at,
-            format!(
-                "{{\"version\":4,\"x\":{}1{}}}",
-                "[".repeat(200),
-                "]".repeat(200)
-            )
-            .as_bytes(),
+    // Deeper than the codec goes, not as deep as the check of a state stops (128 levels).
+    let e = seal_state(
+        &s.sealer,
+        &at,
+        format!(
+            "{{\"version\":4,\"x\":{}1{}}}",
+            "[".repeat(110),
+            "]".repeat(110)
         )
-        .unwrap_err();
+        .as_bytes(),
+    )
+    .unwrap_err();
     assert!(matches!(e, SealError::BadInput(_)), "{e}");
     assert!(e.to_string().contains("more than 100 levels deep"), "{e}");
 }
@@ -288,7 +290,7 @@ fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sea
         let s = server_keeping(enforced, std::time::Duration::from_secs(60));
         let here = place("default", "a.tfstate");
         let sealed = runtime
-            .block_on(s.sealer.seal(&here, pretty.clone()))
+            .block_on(s.sealer.seal(&here, &checked(pretty.clone())))
             .unwrap();
         let full = s.sealer.open_blocking(&here, &sealed).unwrap().unwrap();
         assert_ne!(full, pretty, "the premise: a full open re-serializes");
@@ -322,7 +324,7 @@ fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sea
     let s = server_keeping(false, std::time::Duration::ZERO);
     let here = place("default", "a.tfstate");
     let sealed = runtime
-        .block_on(s.sealer.seal(&here, pretty.clone()))
+        .block_on(s.sealer.seal(&here, &checked(pretty.clone())))
         .unwrap();
     let opened = runtime.block_on(s.sealer.open(&here, sealed)).unwrap();
     assert_ne!(opened, pretty);
@@ -337,10 +339,21 @@ fn only_opentofus_envelope_is_stored_unsealed() {
     let s = server(false);
     let at = place("default", "prod.tfstate");
     let decoy = STATE.replacen('{', r#"{"encrypted_data":"AAAA","#, 1);
-    let sealed = s.sealer.seal_blocking(&at, decoy.as_bytes()).unwrap();
+    let sealed = seal_state(&s.sealer, &at, decoy.as_bytes()).unwrap();
     assert!(!String::from_utf8_lossy(&sealed).contains("s3cret"));
     assert!(gitstate_core::seal::is_sops_document(&sealed), "sealed");
     let envelope = r#"{"serial":7,"lineage":"t","meta":{},"encrypted_data":"q83vEjRWeJA=","encryption_version":"v0"}"#;
-    let stored = s.sealer.seal_blocking(&at, envelope.as_bytes()).unwrap();
+    let stored = seal_state(&s.sealer, &at, envelope.as_bytes()).unwrap();
     assert_eq!(&stored[..], envelope.as_bytes());
+}
+
+/// `plain` as a write has it: after its one check.
+fn checked(plain: Bytes) -> CheckedState {
+    statefile::check(plain, false).expect("a state")
+}
+
+/// Seals `plain` as a write does, after its one check.
+fn seal_state(sealer: &SopsSealer, at: &Place, plain: &[u8]) -> Result<Bytes, SealError> {
+    let file = statefile::read(plain).expect("a state");
+    sealer.seal_blocking(at, plain, &file)
 }

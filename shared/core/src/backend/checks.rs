@@ -6,35 +6,47 @@ use bytes::Bytes;
 
 use super::{Backend, BackendError};
 use crate::seal::{Place, SealError};
-use crate::statefile::StateFile;
+use crate::statefile::{CheckedState, StateFile};
 
 impl Backend {
     /// The checks a write's read must pass before it is written, on one opening of the stored
     /// state: `Ok(true)` when it is a replay (the stored state already holds `content`: no
     /// commit), `Ok(false)` when it may be written, the guard's [`BackendError::Conflict`] when
-    /// it must not replace what is stored (`guard`: the incoming body's summary, when the state
-    /// guard applies).
+    /// it must not replace what is stored (when `guarded`: the state guard applies).
     pub(super) async fn check_stored(
         &self,
         at: &Place,
         stored: &Option<Bytes>,
-        content: &Option<Bytes>,
-        guard: &Option<StateFile>,
+        content: Option<&CheckedState>,
+        guarded: bool,
     ) -> Result<bool, BackendError> {
-        let (Some(stored), Some(body)) = (stored, content) else {
-            return Ok(stored == content);
+        let (Some(stored), Some(incoming)) = (stored, content) else {
+            return Ok(stored.is_none() && content.is_none());
         };
-        let Some(incoming) = guard else {
+        let body = &incoming.body;
+        if !guarded {
             return self.is_replay(at, stored, body).await;
-        };
-        // The guard reads the stored state: opened once, and the replay decided on it too.
-        let opened = self.open_for_checks(at, stored).await?;
-        if let Opened::Plain(plain) = &opened {
-            if plain == body || crate::seal::same_json(plain, body) {
-                return Ok(true);
-            }
         }
-        self.check_guard(at, &opened, body, incoming)?;
+        // The guard reads the stored state: opened once, read once, and the replay decided on
+        // it too.
+        let (plain, legacy) = match self.open_for_checks(at, stored).await? {
+            Opened::Plain(plain) => (plain, false),
+            Opened::Legacy(plain) => (plain, true),
+            Opened::Unreadable => return Ok(false),
+        };
+        let current = crate::statefile::read(&plain).ok();
+        // Equal JSON values have equal serials: only states of one serial are compared value by
+        // value (a retry with other formatting), never every write.
+        let same = plain == *body
+            || (current
+                .as_ref()
+                .is_none_or(|c| c.serial == incoming.file.serial)
+                && crate::statefile::same_json(&plain, body));
+        // A legacy file is never a replay: the write stores it in today's format.
+        if same && !legacy {
+            return Ok(true);
+        }
+        self.check_guard(at, current.as_ref(), same, incoming)?;
         Ok(false)
     }
 
@@ -86,21 +98,20 @@ impl Backend {
         })
     }
 
-    /// The state guard: `incoming` (the summary of `body`) may replace the state stored at `at`
-    /// only when it continues it: the same lineage, and a higher serial (or the same serial with
-    /// the same content, a replay). A stored state that cannot be read (no serial or lineage, or
-    /// not openable here) does not guard anything: the write replaces it as before.
+    /// The state guard: `incoming` may replace the state stored at `at` (`current`, as read;
+    /// `same`: it holds the same JSON value) only when it continues it: the same lineage, and a
+    /// higher serial (or the same serial with the same content, a replay). A stored state that
+    /// cannot be read (no serial or lineage, or not openable here) does not guard anything: the
+    /// write replaces it as before.
     fn check_guard(
         &self,
         at: &Place,
-        stored: &Opened,
-        body: &Bytes,
-        incoming: &StateFile,
+        current: Option<&StateFile>,
+        same: bool,
+        incoming: &CheckedState,
     ) -> Result<(), BackendError> {
-        let (Opened::Plain(stored) | Opened::Legacy(stored)) = stored else {
-            return Ok(());
-        };
-        let Ok(current) = crate::statefile::read(stored) else {
+        let incoming = &incoming.file;
+        let Some(current) = current else {
             return Ok(());
         };
         let force = "; if this is intended (terraform state push -force), send it to the address with ?force=true";
@@ -117,12 +128,10 @@ impl Backend {
                 "{} is at serial {was}, and this write has the older serial {now}: nothing was written{force}",
                 at.path
             ))),
-            (Some(was), Some(now)) if now == was && !crate::seal::same_json(stored, body) => {
-                Err(BackendError::Conflict(format!(
-                    "{} is at serial {was} already, with other content than this write of the same serial: nothing was written{force}",
-                    at.path
-                )))
-            }
+            (Some(was), Some(now)) if now == was && !same => Err(BackendError::Conflict(format!(
+                "{} is at serial {was} already, with other content than this write of the same serial: nothing was written{force}",
+                at.path
+            ))),
             _ => Ok(()),
         }
     }

@@ -13,7 +13,7 @@ use super::{Backend, BackendError, Caller};
 use crate::commit::Message;
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
-use crate::statefile;
+use crate::statefile::{self, CheckedState};
 use crate::store::{Intent, Revision, StateChange, StateStore};
 use crate::text::escape_controls;
 
@@ -109,7 +109,7 @@ impl Backend {
             let Some(plain) = plain else {
                 return Ok(Migration::left(from, None));
             };
-            let serial = statefile::read(&plain).ok().and_then(|s| s.serial);
+            let serial = plain.file.serial;
             let to = if self.sealer.is_some() {
                 StoredForm::Sealed
             } else {
@@ -128,8 +128,8 @@ impl Backend {
                 });
             }
             let content = match &self.sealer {
-                Some(sealer) => sealer.seal(&at, plain.clone()).await?,
-                None => plain.clone(),
+                Some(sealer) => sealer.seal(&at, &plain).await?,
+                None => plain.body.clone(),
             };
             if content == stored {
                 // A state the sealer stores as it is (an OpenTofu client-encrypted one).
@@ -156,7 +156,7 @@ impl Backend {
                     to: Some(to),
                     serial,
                     commit: Some(revision),
-                    state: Some(plain),
+                    state: Some(plain.body),
                 });
             }
         }
@@ -169,22 +169,22 @@ impl Backend {
         &self,
         at: &Place,
         stored: &Bytes,
-    ) -> Result<(StoredForm, Option<Bytes>), BackendError> {
+    ) -> Result<(StoredForm, Option<CheckedState>), BackendError> {
         let (opened, legacy) = self.open_legacy(stored.clone()).await;
         if legacy {
-            statefile::read(&opened).map_err(|e| {
+            let state = statefile::check(opened, false).map_err(|e| {
                 BackendError::BadRequest(format!(
                     "the stored file at {at} opens as legacy aes but is not a Terraform state ({e}); it is left as it is"
                 ))
             })?;
-            return Ok((StoredForm::LegacyAes, Some(opened)));
+            return Ok((StoredForm::LegacyAes, Some(state)));
         }
         if is_sops_document(stored) {
             return Ok((StoredForm::Sealed, None));
         }
         if is_json(stored) && stored.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-            return Ok(match statefile::read(stored) {
-                Ok(_) => (StoredForm::Plaintext, Some(stored.clone())),
+            return Ok(match statefile::check(stored.clone(), false) {
+                Ok(state) => (StoredForm::Plaintext, Some(state)),
                 Err(_) => (StoredForm::NotAState, None),
             });
         }

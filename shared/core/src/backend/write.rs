@@ -4,14 +4,12 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::{Backend, BackendError, Caller, Proposal, Written, ANONYMOUS};
 use crate::commit::Message;
 use crate::lock::{LockInfo, LockToken};
 use crate::path::StatePath;
 use crate::seal::Place;
-use crate::statefile::StateFile;
+use crate::statefile::CheckedState;
 use crate::store::{Intent, Revision, StateChange, StateStore, StoreError, WriteBudget};
 use crate::text::escape_controls;
 
@@ -30,12 +28,12 @@ impl Backend {
         &self,
         store: &dyn StateStore,
         path: &StatePath,
-        proposal: Proposal,
+        proposal: Proposal<'_>,
         lock_id: Option<&str>,
         caller: &Caller,
         message: impl Fn(&str) -> String,
     ) -> Result<Option<Written>, BackendError> {
-        let Proposal { content, guard } = proposal;
+        let Proposal { content, guarded } = proposal;
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
         let _serialized = serialized(store).await;
@@ -61,7 +59,7 @@ impl Backend {
             }
             let at = Place::new(store.repository(), path);
             let writer = match self
-                .decide(&at, session.snapshot(), &content, &guard, lock_id, caller)
+                .decide(&at, session.snapshot(), content, guarded, lock_id, caller)
                 .await
             {
                 Ok(Decision::Write { writer }) => writer,
@@ -79,11 +77,9 @@ impl Backend {
                 Ok(Decision::Replay) => return Ok(None),
                 Err(e) => return Err(e),
             };
-            let change = match (&content, &self.sealer) {
-                (Some(bytes), Some(sealer)) => {
-                    StateChange::Write(sealer.seal(&at, bytes.clone()).await?)
-                }
-                (Some(bytes), None) => StateChange::Write(bytes.clone()),
+            let change = match (content, &self.sealer) {
+                (Some(state), Some(sealer)) => StateChange::Write(sealer.seal(&at, state).await?),
+                (Some(state), None) => StateChange::Write(state.body.clone()),
                 (None, _) => StateChange::Delete,
             };
             let timing = (&mut attempt, started, deadline);
@@ -112,8 +108,8 @@ impl Backend {
         &self,
         at: &Place,
         snapshot: &crate::store::Snapshot,
-        content: &Option<Bytes>,
-        guard: &Option<StateFile>,
+        content: Option<&CheckedState>,
+        guarded: bool,
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Decision, BackendError> {
@@ -137,7 +133,7 @@ impl Backend {
             }
         }
         if self
-            .check_stored(at, &snapshot.state, content, guard)
+            .check_stored(at, &snapshot.state, content, guarded)
             .await?
         {
             return Ok(Decision::Replay);

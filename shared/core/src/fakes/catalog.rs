@@ -400,14 +400,15 @@ mod tests {
 
     #[tokio::test]
     async fn links_follow_writes_and_dangle_once_the_provider_goes() {
-        use crate::catalog::StateFacts;
         let catalog = MemoryCatalog::new();
         let write = |path: &str, state: serde_json::Value| CatalogEvent {
             repository: "r".into(),
             path: path.into(),
             who: "alice".into(),
             at: std::time::SystemTime::now(),
-            change: CatalogChange::Write(StateFacts::of(&serde_json::to_vec(&state).unwrap())),
+            change: CatalogChange::Write(crate::statefile::catalog_facts(
+                &serde_json::to_vec(&state).unwrap(),
+            )),
         };
         let data = |name: &str, input: serde_json::Value| {
             serde_json::json!({"mode": "managed", "type": "terraform_data", "name": name,

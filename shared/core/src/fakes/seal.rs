@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::seal::{Opener, Place, SealError, Sealer};
+use crate::statefile::CheckedState;
 
 /// The prefix of every document [`MemorySealer`] seals; anything else it reads is plaintext.
 pub const FAKE_SEAL_PREFIX: &str = "fake-sealed ";
@@ -66,9 +67,9 @@ impl MemorySealer {
 
 #[async_trait]
 impl Sealer for MemorySealer {
-    async fn seal(&self, at: &Place, plain: Bytes) -> Result<Bytes, SealError> {
+    async fn seal(&self, at: &Place, plain: &CheckedState) -> Result<Bytes, SealError> {
         self.available()?;
-        let text = std::str::from_utf8(&plain)
+        let text = std::str::from_utf8(&plain.body)
             .map_err(|_| SealError::BadInput("the state is not UTF-8".into()))?;
         self.seals.fetch_add(1, Ordering::SeqCst);
         let nonce = self.nonce.fetch_add(1, Ordering::SeqCst);
@@ -161,10 +162,14 @@ mod tests {
         let sealer = MemorySealer::new();
         let here = Place::new("repo", &path("a.tfstate"));
         let there = Place::new("repo", &path("b.tfstate"));
-        let one = sealer.seal(&here, Bytes::from("{}")).await.expect("seal");
-        let two = sealer.seal(&here, Bytes::from("{}")).await.expect("seal");
+        let state = crate::statefile::check(Bytes::from(r#"{"version":4}"#), false).unwrap();
+        let one = sealer.seal(&here, &state).await.expect("seal");
+        let two = sealer.seal(&here, &state).await.expect("seal");
         assert_ne!(one, two, "every seal uses fresh key material");
-        assert_eq!(sealer.open(&here, one.clone()).await, Ok(Bytes::from("{}")));
+        assert_eq!(
+            sealer.open(&here, one.clone()).await,
+            Ok(state.body.clone())
+        );
         assert!(matches!(
             sealer.open(&there, one).await,
             Err(SealError::Misplaced(_))
@@ -181,7 +186,7 @@ mod tests {
         ));
         sealer.set_outage(true);
         assert!(matches!(
-            sealer.seal(&here, Bytes::from("{}")).await,
+            sealer.seal(&here, &state).await,
             Err(SealError::Unavailable(_))
         ));
     }

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::shape::{Fact, Scope};
+use super::strings::{Found, Wanted};
 
 /// A kept value: a string's text, or any other JSON value (for fields Terraform keeps raw).
 #[derive(Debug, Clone, PartialEq)]
@@ -15,7 +16,7 @@ pub(crate) enum Kept {
 
 impl Kept {
     /// The text of a string field (`""` when it was absent or `null`, as Go reads it).
-    fn text(kept: &Option<Kept>) -> &str {
+    pub(crate) fn text(kept: &Option<Kept>) -> &str {
         match kept {
             Some(Kept::Text(text)) => text,
             _ => "",
@@ -62,6 +63,8 @@ pub(crate) struct Instance {
     pub dependencies: Vec<String>,
     pub depends_on: Vec<String>,
     pub sensitive_attributes: Option<Value>,
+    /// The strings of its `attributes` the catalog reads ([`Facts::wanted`]).
+    pub strings: Vec<Found>,
 }
 
 impl Instance {
@@ -122,9 +125,27 @@ pub(crate) struct Facts {
     pub checks: Vec<Check>,
     /// The key of the map value being walked (an output's name).
     pending_key: Option<String>,
+    /// Which strings of the instances' attributes are kept.
+    pub wanted: Wanted,
+    /// A v3 state's `modules` as JSON, when all strings are wanted.
+    pub legacy_modules: Option<Value>,
 }
 
 impl Facts {
+    /// Facts that keep the strings `wanted`.
+    pub fn wanting(wanted: Wanted) -> Facts {
+        Facts {
+            wanted,
+            ..Facts::default()
+        }
+    }
+
+    /// Where the strings of the current instance's attributes go.
+    pub fn instance_strings(&mut self) -> Option<&mut Vec<Found>> {
+        let resource = self.resources.last_mut()?;
+        Some(&mut resource.instances.last_mut()?.strings)
+    }
+
     /// The next value walked is the map value under `key`.
     pub fn under_key(&mut self, key: &str) {
         self.pending_key = Some(key.to_owned());

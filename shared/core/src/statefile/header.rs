@@ -4,15 +4,17 @@
 
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use super::checked::Checked;
 use super::facts::Facts;
 use super::keys::{go_key_matches, KeySeed, Keys};
 use super::mismatch::{Mismatch, Seen};
 use super::shape::{
     Scope, Shape, BACKEND_V3, CHECK_RESULTS_V4, MODULE_V3, OUTPUT_V4, REMOTE_V3, RESOURCE_V4,
 };
-use super::walk::{Checked, Walk};
+use super::strings::Wanted;
+use super::walk::Walk;
 
 /// A top-level field the rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,13 +132,33 @@ impl Header {
     }
 }
 
-impl<'de> Deserialize<'de> for Header {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(HeaderVisitor)
+impl Header {
+    /// Reads `body` (one JSON object, nothing after it), keeping the strings of its instances'
+    /// attributes that are `wanted`.
+    pub(crate) fn parse(body: &[u8], wanted: Wanted) -> Result<Header, serde_json::Error> {
+        let mut reader = serde_json::Deserializer::from_slice(body);
+        let header = HeaderVisitor(wanted).deserialize(&mut reader)?;
+        reader.end()?;
+        Ok(header)
     }
 }
 
-struct HeaderVisitor;
+impl<'de> Deserialize<'de> for Header {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        HeaderVisitor(Wanted::Nothing).deserialize(deserializer)
+    }
+}
+
+/// Reads the top level, keeping the strings [`Wanted`].
+struct HeaderVisitor(Wanted);
+
+impl<'de> DeserializeSeed<'de> for HeaderVisitor {
+    type Value = Header;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Header, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
 
 impl<'de> Visitor<'de> for HeaderVisitor {
     type Value = Header;
@@ -146,16 +168,26 @@ impl<'de> Visitor<'de> for HeaderVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Header, A::Error> {
-        let mut header = Header::default();
+        let mut header = Header {
+            facts: Facts::wanting(self.0),
+            ..Header::default()
+        };
         while let Some(key) = map.next_key_seed(KeySeed(TopKeys))? {
             match key {
                 TopKey::Field(top) => {
-                    let value = map.next_value_seed(Walk {
+                    // A v3 state's instances are read from its modules as JSON, built as they
+                    // are checked.
+                    let builds = top == Top::Modules && self.0 == Wanted::All;
+                    let mut value = map.next_value_seed(Walk {
                         shape: top.shape(),
                         keep_text: top.keeps_text(),
                         within: Scope::Plain,
                         facts: &mut header.facts,
+                        builds,
                     })?;
+                    if builds {
+                        header.facts.legacy_modules = value.value.take();
+                    }
                     let slot = &mut header.fields[top as usize];
                     if slot.is_some() {
                         header.duplicate.get_or_insert(top);

@@ -97,7 +97,7 @@ impl Mismatch {
 /// How a message names what a shape takes.
 fn expected(shape: &Shape) -> &'static str {
     match shape {
-        Shape::Any => "any JSON value",
+        Shape::Any | Shape::Attributes => "any JSON value",
         Shape::Kept(_, inner) => expected(inner),
         Shape::Str => "a string",
         Shape::U64 => "a whole number from 0 to 18446744073709551615",

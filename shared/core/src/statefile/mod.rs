@@ -19,6 +19,8 @@
 //! absent (Go leaves the field as it was), and keys are matched as Go matches them.
 
 mod addrs;
+mod catalogued;
+mod checked;
 mod cty;
 mod facts;
 mod goversion;
@@ -29,12 +31,20 @@ mod mismatch;
 mod outputs;
 mod prepare;
 mod shape;
+mod strings;
 mod walk;
 
 pub use outputs::{outputs_only, OutputsError};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
 use header::{Header, Top, TopValue};
 use mismatch::Seen;
+use strings::Wanted;
+
+use crate::catalog::StateFacts;
 
 /// A state body that Terraform and OpenTofu read back: its form and the header the protocol
 /// uses.
@@ -50,6 +60,18 @@ pub struct StateFile {
     pub terraform_version: Option<String>,
     /// The body has a top-level `"sops"` key (a sealer refuses to seal such a document).
     pub sops_key: bool,
+}
+
+/// A state body that [`check`] accepted, and what that one pass read of it: it travels with the
+/// body to the state guard, the seal, the push and the catalog, none of which parses it again.
+#[derive(Debug, Clone)]
+pub struct CheckedState {
+    /// The body as sent.
+    pub body: Bytes,
+    /// Its form and header.
+    pub file: StateFile,
+    /// What the catalog records of it, when it was read for a catalog.
+    pub facts: Option<StateFacts>,
 }
 
 /// Which of the two shapes a body is.
@@ -123,22 +145,79 @@ pub enum StateError {
 /// The largest serial of a v3 state (Go `int64`) and of OpenTofu's envelope (Go `int`).
 const MAX_SIGNED: u64 = i64::MAX as u64;
 
+/// Bodies parsed by this process ([`read`], [`check`], [`catalog_facts`], both of
+/// [`same_json`]): what a test counts to prove that a request parses its body once.
+static PARSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many state bodies this process has parsed.
+pub fn parses() -> u64 {
+    PARSES.load(Ordering::Relaxed)
+}
+
 /// Reads `body` as a state: its form and header when Terraform and OpenTofu read it back, else
 /// what is wrong with it. One pass over the body, nothing of it kept but the header.
 pub fn read(body: &[u8]) -> Result<StateFile, StateError> {
+    parse(body, Wanted::Nothing).map(|(file, _)| file)
+}
+
+/// [`read`] for a body that is to be written: the body with its header and, for a `catalog`,
+/// its [`StateFacts`] (identifiers, uses and remote states), all from the same one pass.
+pub fn check(body: Bytes, catalog: bool) -> Result<CheckedState, StateError> {
+    let wanted = if catalog {
+        catalogued::wanted(body.len())
+    } else {
+        Wanted::Nothing
+    };
+    let (file, header) = parse(&body, wanted)?;
+    let facts = catalog.then(|| catalogued::state_facts(header, body.len()));
+    Ok(CheckedState { body, file, facts })
+}
+
+/// The catalog's facts of a stored state, whether or not it passes [`read`]'s checks (one
+/// written before gitstate checked states still has its identifiers); a body that is not a JSON
+/// object has only its size.
+pub fn catalog_facts(body: &[u8]) -> StateFacts {
+    PARSES.fetch_add(1, Ordering::Relaxed);
+    match Header::parse(body, catalogued::wanted(body.len())) {
+        Ok(header) => catalogued::state_facts(header, body.len()),
+        Err(_) => StateFacts {
+            size: body.len() as u64,
+            ..StateFacts::default()
+        },
+    }
+}
+
+/// Whether two bodies hold the same JSON value (a replay sent with other formatting). Both are
+/// parsed into values, so a write asks only when nothing cheaper tells them apart (their serials
+/// agree).
+pub fn same_json(a: &[u8], b: &[u8]) -> bool {
+    PARSES.fetch_add(2, Ordering::Relaxed);
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// One pass over `body`: the state it is, and what the walk kept of it (the strings `wanted`).
+fn parse(body: &[u8], wanted: Wanted) -> Result<(StateFile, Header), StateError> {
+    PARSES.fetch_add(1, Ordering::Relaxed);
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return Err(StateError::NotAnObject);
     }
-    let header: Header =
-        serde_json::from_slice(body).map_err(|e| StateError::NotJson(e.to_string()))?;
+    let header = Header::parse(body, wanted).map_err(|e| StateError::NotJson(e.to_string()))?;
     if let Some(top) = header.duplicate {
         return Err(StateError::Duplicate(top.name()));
     }
-    if header.given(Top::EncryptionVersion).is_some() {
-        return envelope(&header);
-    }
-    state(&header)
+    let file = if header.given(Top::EncryptionVersion).is_some() {
+        envelope(&header)?
+    } else {
+        state(&header)?
+    };
+    Ok((file, header))
 }
 
 /// A Terraform state (v4, or a legacy v3).

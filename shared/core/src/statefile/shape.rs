@@ -12,6 +12,9 @@ pub(crate) enum Shape {
     Kept(Fact, &'static Shape),
     /// `json.RawMessage`, `interface{}`, or a type with its own no-op decoder: any JSON value.
     Any,
+    /// A resource instance's `attributes` (`json.RawMessage`): any JSON value, whose strings the
+    /// catalog reads while it is walked ([`super::strings`]).
+    Attributes,
     /// `string`.
     Str,
     /// `uint64`: an integer literal from 0 to 2^64−1 (no fraction, no exponent, no minus sign).
@@ -108,7 +111,7 @@ const INSTANCE_V4: Shape = Shape::Struct(
         field("deposed", Shape::Kept(Fact::Deposed, &Shape::Str)),
         field("provider", Shape::Kept(Fact::Provider, &Shape::Str)),
         field("schema_version", Shape::U64),
-        field("attributes", Shape::Any),
+        field("attributes", Shape::Attributes),
         field("attributes_flat", Shape::Map(&Shape::Str)),
         field(
             "sensitive_attributes",

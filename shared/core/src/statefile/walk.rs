@@ -3,21 +3,27 @@
 //! and dropped, never kept (a `#[serde(flatten)]` catch-all would buffer the whole state as a
 //! tree first) and never skipped unchecked (serde's `IgnoredAny` lets invalid UTF-8 inside a
 //! string through and has no nesting limit; walking with `deserialize_any` keeps serde_json's
-//! checks, its recursion limit included).
+//! checks, its recursion limit included). A walk that `builds` also returns the value it walked
+//! as JSON (a v3 state's `modules`, which the catalog reads), checked all the same.
 
 use std::fmt;
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 
+use super::checked::Checked;
 use super::facts::{Facts, Kept};
 use super::keys::{KeySeed, MapKeys, StructKeys};
 use super::mismatch::{Mismatch, Seen, Step};
 use super::shape::{Fact, Scope, Shape};
+use super::strings::{AttributeStrings, Wanted};
 
 /// What a walked value was, and the first place it did not meet its shape.
 pub(crate) struct Walked {
     pub seen: Seen,
     pub mismatch: Option<Box<Mismatch>>,
+    /// The value as JSON, when the walk builds it.
+    pub value: Option<Value>,
 }
 
 /// Walks one value against `shape`, keeping facts of the records in `facts`.
@@ -28,13 +34,29 @@ pub(crate) struct Walk<'f> {
     /// The record the value's fields belong to (the innermost struct of a [`Scope`]).
     pub within: Scope,
     pub facts: &'f mut Facts,
+    /// Return the value as JSON too (struct fields under their Go names, unknown ones left out).
+    pub builds: bool,
 }
 
 impl Walk<'_> {
-    fn scalar(&self, seen: Seen, fits: bool) -> Walked {
+    fn scalar(&self, seen: Seen, fits: bool, value: impl FnOnce() -> Value) -> Walked {
         let mismatch =
             (!fits && !matches!(self.shape, Shape::Any)).then(|| Mismatch::new(self.shape, &seen));
-        Walked { seen, mismatch }
+        Walked {
+            seen,
+            mismatch,
+            value: self.builds.then(value),
+        }
+    }
+
+    /// The walk of a value inside this one, as `shape`.
+    fn nested(&mut self, shape: &'static Shape, within: Scope) -> Nested<'_> {
+        Nested {
+            shape,
+            within,
+            facts: &mut *self.facts,
+            builds: self.builds,
+        }
     }
 }
 
@@ -59,11 +81,15 @@ impl<'de> Visitor<'de> for Walk<'_> {
         if let Shape::Struct(scope, _) = self.shape {
             self.facts.open(*scope);
         }
-        Ok(self.scalar(Seen::Null, true))
+        Ok(self.scalar(Seen::Null, true, || Value::Null))
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Walked, E> {
-        Ok(self.scalar(Seen::Bool, matches!(self.shape, Shape::Bool)))
+    fn visit_bool<E>(self, b: bool) -> Result<Walked, E> {
+        Ok(
+            self.scalar(Seen::Bool, matches!(self.shape, Shape::Bool), || {
+                Value::Bool(b)
+            }),
+        )
     }
 
     fn visit_u64<E>(self, n: u64) -> Result<Walked, E> {
@@ -72,7 +98,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
             Shape::U8 => n <= 255,
             _ => false,
         };
-        Ok(self.scalar(Seen::Whole(n), fits))
+        Ok(self.scalar(Seen::Whole(n), fits, || Value::from(n)))
     }
 
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<Walked, E> {
@@ -80,12 +106,12 @@ impl<'de> Visitor<'de> for Walk<'_> {
         if n >= 0 {
             return self.visit_u64(n.unsigned_abs());
         }
-        Ok(self.scalar(Seen::Negative, false))
+        Ok(self.scalar(Seen::Negative, false, || Value::from(n)))
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Walked, E> {
+    fn visit_f64<E>(self, n: f64) -> Result<Walked, E> {
         // A fraction, an exponent, `-0`, or an integer beyond 64 bits: none fits Go's integers.
-        Ok(self.scalar(Seen::OtherNumber, false))
+        Ok(self.scalar(Seen::OtherNumber, false, || Value::from(n)))
     }
 
     fn visit_str<E>(self, text: &str) -> Result<Walked, E> {
@@ -98,10 +124,10 @@ impl<'de> Visitor<'de> for Walk<'_> {
             text: self.keep_text.then(|| text.to_owned()),
             empty: text.is_empty(),
         };
-        Ok(self.scalar(seen, fits))
+        Ok(self.scalar(seen, fits, || Value::String(text.to_owned())))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Walked, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Walked, A::Error> {
         let element = match self.shape {
             Shape::List(element) => Some(*element),
             // Go decodes a JSON array into a []byte element by element.
@@ -110,23 +136,25 @@ impl<'de> Visitor<'de> for Walk<'_> {
         };
         let mut mismatch = None;
         let mut index = 0;
-        while let Some(walked) = seq.next_element_seed(Nested {
-            shape: element.unwrap_or(&Shape::Any),
-            within: self.within,
-            facts: &mut *self.facts,
-        })? {
+        let mut built = Vec::new();
+        let within = self.within;
+        while let Some((found, value)) =
+            seq.next_element_seed(self.nested(element.unwrap_or(&Shape::Any), within))?
+        {
             if mismatch.is_none() {
-                mismatch = walked.map(|m| m.within(Step::Index(index)));
+                mismatch = found.map(|m| m.within(Step::Index(index)));
             }
             index += 1;
+            built.extend(value);
         }
-        let mut walked = self.scalar(Seen::Array, element.is_some());
+        let mut walked = self.scalar(Seen::Array, element.is_some(), || Value::Array(built));
         walked.mismatch = walked.mismatch.or(mismatch);
         Ok(walked)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Walked, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Walked, A::Error> {
         let mut mismatch = None;
+        let mut built = serde_json::Map::new();
         match self.shape {
             Shape::Struct(scope, fields) => {
                 self.facts.open(*scope);
@@ -140,33 +168,37 @@ impl<'de> Visitor<'de> for Walk<'_> {
                         map.next_value::<Checked>()?;
                         continue;
                     };
-                    let walked = map.next_value_seed(Nested {
-                        shape: &field.shape,
-                        within,
-                        facts: &mut *self.facts,
-                    })?;
+                    let (found, value) = map.next_value_seed(self.nested(&field.shape, within))?;
                     if mismatch.is_none() {
-                        mismatch = walked.map(|m| m.within(Step::Field(field.name)));
+                        mismatch = found.map(|m| m.within(Step::Field(field.name)));
+                    }
+                    if let Some(value) = value {
+                        built.insert(field.name.to_owned(), value);
                     }
                 }
             }
             Shape::Map(values) => {
+                let within = self.within;
                 while let Some(key) = map.next_key_seed(KeySeed(MapKeys))? {
                     self.facts.under_key(&key);
-                    let walked = map.next_value_seed(Nested {
-                        shape: values,
-                        within: self.within,
-                        facts: &mut *self.facts,
-                    })?;
-                    if mismatch.is_none() {
-                        mismatch = walked.map(|m| m.within(Step::Key(key)));
+                    let (found, value) = map.next_value_seed(self.nested(values, within))?;
+                    if let Some(value) = value {
+                        built.insert(key.clone(), value);
                     }
+                    if mismatch.is_none() {
+                        mismatch = found.map(|m| m.within(Step::Key(key)));
+                    }
+                }
+            }
+            _ if self.builds => {
+                while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                    built.insert(key, value);
                 }
             }
             _ => while map.next_entry::<Checked, Checked>()?.is_some() {},
         }
         let fits = matches!(self.shape, Shape::Struct(..) | Shape::Map(_));
-        let mut walked = self.scalar(Seen::Object, fits);
+        let mut walked = self.scalar(Seen::Object, fits, || Value::Object(built));
         walked.mismatch = walked.mismatch.or(mismatch);
         Ok(walked)
     }
@@ -174,23 +206,38 @@ impl<'de> Visitor<'de> for Walk<'_> {
 
 /// Walks a value inside a top-level one against its shape: where it is not met, if anywhere.
 /// A value of any shape is only checked as JSON (most of a state: attributes, output values),
-/// unless the checks after decoding keep it.
+/// unless the checks after decoding keep it. Returns where the shape is not met, if anywhere,
+/// and the value when the walk builds it.
 struct Nested<'f> {
     shape: &'static Shape,
     within: Scope,
     facts: &'f mut Facts,
+    builds: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for Nested<'_> {
-    type Value = Option<Box<Mismatch>>;
+    type Value = (Option<Box<Mismatch>>, Option<Value>);
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         match self.shape {
-            Shape::Any => Checked::deserialize(d).map(|_| None),
+            Shape::Any | Shape::Attributes if self.builds => {
+                Ok((None, Some(Value::deserialize(d)?)))
+            }
+            Shape::Attributes if self.facts.wanted != Wanted::Nothing => {
+                let wanted = self.facts.wanted;
+                if let Some(found) = self.facts.instance_strings() {
+                    d.deserialize_any(AttributeStrings { found, wanted })?;
+                } else {
+                    Checked::deserialize(d)?;
+                }
+                Ok((None, None))
+            }
+            Shape::Any | Shape::Attributes => Checked::deserialize(d).map(|_| (None, None)),
             Shape::Kept(fact, Shape::Any) => {
-                let value = serde_json::Value::deserialize(d)?;
+                let value = Value::deserialize(d)?;
+                let built = self.builds.then(|| value.clone());
                 self.facts.keep(self.within, *fact, Kept::Json(value));
-                Ok(None)
+                Ok((None, built))
             }
             Shape::Kept(fact, inner) => {
                 let walked = d.deserialize_any(Walk {
@@ -198,6 +245,7 @@ impl<'de> DeserializeSeed<'de> for Nested<'_> {
                     keep_text: true,
                     within: self.within,
                     facts: &mut *self.facts,
+                    builds: self.builds,
                 })?;
                 match walked.seen {
                     Seen::Str {
@@ -212,70 +260,19 @@ impl<'de> DeserializeSeed<'de> for Nested<'_> {
                     }
                     _ => {}
                 }
-                Ok(walked.mismatch)
+                Ok((walked.mismatch, walked.value))
             }
-            shape => Ok(d
-                .deserialize_any(Walk {
+            shape => {
+                let walked = d.deserialize_any(Walk {
                     shape,
                     keep_text: false,
                     within: self.within,
                     facts: self.facts,
-                })?
-                .mismatch),
+                    builds: self.builds,
+                })?;
+                Ok((walked.mismatch, walked.value))
+            }
         }
-    }
-}
-
-/// Any JSON value, checked as it is parsed and dropped.
-pub(crate) struct Checked;
-
-impl<'de> Deserialize<'de> for Checked {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(CheckedVisitor)
-    }
-}
-
-struct CheckedVisitor;
-
-impl<'de> Visitor<'de> for CheckedVisitor {
-    type Value = Checked;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
-        while map.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked)
     }
 }
 

@@ -58,6 +58,16 @@ pub fn instances(state: &Value) -> Vec<Instance<'_>> {
     found
 }
 
+/// A v3 state's resource instances, from its `modules` (see [`instances`]).
+pub(crate) fn legacy_instances(modules: &[Value]) -> Vec<Instance<'_>> {
+    legacy::instances(modules)
+}
+
+/// A v3 state's root outputs by name, from its `modules`.
+pub(crate) fn legacy_outputs(modules: &[Value]) -> Option<&serde_json::Map<String, Value>> {
+    legacy::root_outputs(modules)
+}
+
 /// A resource instance's address as Terraform prints it: `[module.…]` + `[data.]` +
 /// `type.name` + `[index]` (a number, or a quoted string key).
 pub fn address(
