@@ -47,87 +47,57 @@ impl<'de> DeserializeSeed<'de> for AttributeStrings<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+        d.deserialize_any(Strings {
+            path: &mut String::new(),
+            found: self.found,
+            wanted: self.wanted,
+            at: Level::Attributes,
+        })
     }
 }
 
-impl<'de> Visitor<'de> for AttributeStrings<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut path = String::new();
-        while let Some(name) = map.next_key::<String>()? {
-            let identifying = IDENTIFYING_ATTRIBUTES.contains(&name.as_str());
-            if self.wanted == Wanted::Identifying && !identifying {
-                map.next_value::<Checked>()?;
-                continue;
-            }
-            path.clear();
-            step(&mut path, &name);
-            map.next_value_seed(Strings {
-                path: &mut path,
-                found: &mut *self.found,
-                identifying,
-                top: true,
-                all: self.wanted == Wanted::All,
-            })?;
-        }
-        Ok(())
-    }
+/// Where a walked value sits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// The `attributes` object itself.
+    Attributes,
+    /// The value of a top-level attribute (`identifying`: one of [`IDENTIFYING_ATTRIBUTES`]).
+    Top { identifying: bool },
+    /// A value inside one.
+    Inner { identifying: bool },
 }
 
-/// The strings of one value under an attribute, at `path`.
+/// The strings of one value at `path`.
 struct Strings<'p> {
     path: &'p mut String,
     found: &'p mut Vec<Found>,
-    identifying: bool,
-    top: bool,
-    /// Nested strings too (else only a top-level string).
-    all: bool,
+    wanted: Wanted,
+    at: Level,
 }
 
 impl Strings<'_> {
     /// The walk of a value inside this one, `path` being already extended to it.
-    fn inner(&mut self) -> Strings<'_> {
+    fn inner(&mut self, at: Level) -> Strings<'_> {
         Strings {
             path: &mut *self.path,
             found: &mut *self.found,
-            identifying: self.identifying,
-            top: false,
-            all: self.all,
+            wanted: self.wanted,
+            at,
+        }
+    }
+
+    /// Whether the values inside this one are walked for their strings (else only checked).
+    fn descends(&self) -> bool {
+        self.wanted == Wanted::All && self.at != Level::Attributes
+    }
+
+    /// The level of the values inside this one.
+    fn below(&self) -> Level {
+        match self.at {
+            Level::Top { identifying } | Level::Inner { identifying } => {
+                Level::Inner { identifying }
+            }
+            Level::Attributes => Level::Attributes,
         }
     }
 }
@@ -168,26 +138,31 @@ impl<'de> Visitor<'de> for Strings<'_> {
     }
 
     fn visit_str<E>(self, text: &str) -> Result<(), E> {
+        let (identifying, top) = match self.at {
+            Level::Attributes => return Ok(()),
+            Level::Top { identifying } => (identifying, true),
+            Level::Inner { identifying } => (identifying, false),
+        };
         if !text.is_empty() && text.len() <= MAX_IDENTIFIER_BYTES {
             self.found.push(Found {
                 attribute: self.path.clone(),
                 value: text.to_owned(),
-                identifying: self.identifying,
-                top: self.top,
+                identifying,
+                top,
             });
         }
         Ok(())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-        if !self.all {
+        if !self.descends() {
             while seq.next_element::<Checked>()?.is_some() {}
             return Ok(());
         }
-        let at = self.path.len();
+        let (at, below) = (self.path.len(), self.below());
         for index in 0usize.. {
             let _ = write!(self.path, "[{index}]");
-            let more = seq.next_element_seed(self.inner())?.is_some();
+            let more = seq.next_element_seed(self.inner(below))?.is_some();
             self.path.truncate(at);
             if !more {
                 break;
@@ -197,14 +172,25 @@ impl<'de> Visitor<'de> for Strings<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        if !self.all {
+        if self.at != Level::Attributes && self.wanted != Wanted::All {
             while map.next_entry::<Checked, Checked>()?.is_some() {}
             return Ok(());
         }
         let at = self.path.len();
         while let Some(name) = map.next_key::<String>()? {
+            let below = match self.at {
+                Level::Attributes => {
+                    let identifying = IDENTIFYING_ATTRIBUTES.contains(&name.as_str());
+                    if self.wanted == Wanted::Identifying && !identifying {
+                        map.next_value::<Checked>()?;
+                        continue;
+                    }
+                    Level::Top { identifying }
+                }
+                _ => self.below(),
+            };
             step(self.path, &name);
-            map.next_value_seed(self.inner())?;
+            map.next_value_seed(self.inner(below))?;
             self.path.truncate(at);
         }
         Ok(())

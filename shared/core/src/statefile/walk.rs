@@ -226,7 +226,7 @@ impl<'de> DeserializeSeed<'de> for Nested<'_> {
             Shape::Attributes if self.facts.wanted != Wanted::Nothing => {
                 let wanted = self.facts.wanted;
                 if let Some(found) = self.facts.instance_strings() {
-                    d.deserialize_any(AttributeStrings { found, wanted })?;
+                    AttributeStrings { found, wanted }.deserialize(d)?;
                 } else {
                     Checked::deserialize(d)?;
                 }
