@@ -11,6 +11,16 @@ proptest! {
     ))]
 
     #[test]
+    fn a_state_body_read_for_the_catalog_never_panics_and_is_decided_as_read(
+        bytes in proptest::collection::vec(any::<u8>(), 0..512)
+    ) {
+        let read = gitstate_core::statefile::read(&bytes);
+        let checked = gitstate_core::statefile::check(bytes::Bytes::from(bytes.clone()), true);
+        prop_assert_eq!(checked.map(|c| c.file), read);
+        let _ = gitstate_core::statefile::catalog_facts(&bytes);
+    }
+
+    #[test]
     fn lockinfo_parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = LockInfo::parse(&bytes);
         let _ = LockInfo::holder_id(&bytes);

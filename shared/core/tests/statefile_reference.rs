@@ -464,6 +464,14 @@ fn reference(body: &Body) -> Result<(Option<u64>, String), ()> {
 fn check(body: &Body) -> Result<(), TestCaseError> {
     let json = text(body);
     let expected = reference(body);
+    // A body being written is read with the catalog's facts too: the same decision.
+    let checked = statefile::check(bytes::Bytes::from(json.clone()), true);
+    prop_assert_eq!(
+        checked.map(|c| c.file),
+        statefile::read(json.as_bytes()),
+        "read with the catalog's facts: {}",
+        json
+    );
     match (statefile::read(json.as_bytes()), expected) {
         (Ok(file), Ok((serial, lineage))) => {
             prop_assert_eq!(file.serial, serial, "serial of {}", json);
