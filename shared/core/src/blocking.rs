@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::commit::Message;
-use crate::store::begin_with_separate_calls;
+use crate::store::{begin_with_separate_calls, LockRead};
 use crate::{
     HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StateChange, StatePage, StatePath,
     StateStore, StoreError, Version, WriteAttempt,
@@ -57,8 +57,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     ) -> Result<LockCreate, StoreError>;
 
     /// See [`StateStore::read_lock`].
-    fn read_lock_blocking(&self, path: &StatePath)
-        -> Result<Option<(Revision, Bytes)>, StoreError>;
+    fn read_lock_blocking(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError>;
 
     /// See [`StateStore::delete_lock`].
     fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError>;
@@ -139,7 +138,7 @@ impl<S: BlockingStore> StateStore for S {
             .await
     }
 
-    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let path = path.clone();
         self.run(move |store| store.read_lock_blocking(&path)).await
     }

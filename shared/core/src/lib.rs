@@ -41,7 +41,8 @@ pub use path::{BranchName, PathError, RefError, StatePath};
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
-    Authenticated, Credentials, HeldLock, Intent, LockCreate, NamedStore, RegistryError, Revision,
-    Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
+    Authenticated, Credentials, HeldLock, Intent, LockCreate, LockRead, NamedStore, RegistryError,
+    Revision, Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt,
+    WriteBudget,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

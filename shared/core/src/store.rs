@@ -60,6 +60,17 @@ pub struct Snapshot {
     pub lock_token: Option<String>,
 }
 
+/// A lock branch as read: its tip, its lock file, and the token its commit records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRead {
+    /// Tip of `refs/heads/locks/{path}`.
+    pub tip: Revision,
+    /// Content of `{path}.lock` at `tip`.
+    pub content: Bytes,
+    /// The OIDC token hash the lock commit records ([`crate::LockToken`]).
+    pub token: Option<String>,
+}
+
 /// A change to one state file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateChange {
@@ -149,13 +160,16 @@ pub trait StateStore: Send + Sync + 'static {
         message: &Message,
     ) -> Result<LockCreate, StoreError>;
 
-    /// Reads only the lock branch: its tip and lock file, or `None` when unlocked. The default
-    /// takes a full snapshot; stores override it to skip reading the state.
-    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+    /// Reads only the lock branch: its tip, lock file and token, or `None` when unlocked. The
+    /// default takes a full snapshot; stores override it to skip reading the state (an UNLOCK
+    /// of a store without attempts of its own reads through it).
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let snapshot = self.snapshot(path).await?;
-        Ok(snapshot
-            .lock_tip
-            .map(|tip| (tip, snapshot.lock.unwrap_or_default())))
+        Ok(snapshot.lock_tip.map(|tip| LockRead {
+            tip,
+            content: snapshot.lock.unwrap_or_default(),
+            token: snapshot.lock_token,
+        }))
     }
 
     /// The repository's name as the deployment knows it (the configured name, or the address of
@@ -268,11 +282,15 @@ pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
 ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
     let snapshot = match intent {
         Intent::Write | Intent::HeldWrite => store.snapshot(path).await?,
-        // The lock as a snapshot reads it (with what its commit records), without the state.
-        Intent::Unlock | Intent::Release => Snapshot {
-            state_tip: None,
-            state: None,
-            ..store.snapshot(path).await?
+        // The lock as its branch holds it (with what its commit records), without the state.
+        Intent::Unlock | Intent::Release => match store.read_lock(path).await? {
+            Some(held) => Snapshot {
+                lock_tip: Some(held.tip),
+                lock: Some(held.content),
+                lock_token: held.token,
+                ..Snapshot::default()
+            },
+            None => Snapshot::default(),
         },
     };
     Ok(Box::new(SeparateCalls {
@@ -342,7 +360,7 @@ impl StateStore for NamedStore {
         self.inner.create_lock(path, content, message).await
     }
 
-    async fn read_lock(&self, path: &StatePath) -> Result<Option<(Revision, Bytes)>, StoreError> {
+    async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         self.inner.read_lock(path).await
     }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, LockCreate, Revision, Snapshot, StateChange, StatePath, StoreError,
+    BlockingStore, LockCreate, LockRead, Revision, Snapshot, StateChange, StatePath, StoreError,
 };
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
@@ -252,16 +252,14 @@ impl BlockingStore for LocalStore {
             .await
             .map_err(|e| StoreError::Internal(format!("a git task failed: {e}")))?
     }
-    fn read_lock_blocking(
-        &self,
-        path: &StatePath,
-    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+    fn read_lock_blocking(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let repo = self.repo.to_thread_local();
         match self.tip(&path.lock_ref())? {
-            Some(tip) => Ok(Some((
-                tip.to_string(),
-                read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
-            ))),
+            Some(tip) => Ok(Some(LockRead {
+                tip: tip.to_string(),
+                content: read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
+                token: crate::objects::lock_token_at(&repo, tip),
+            })),
             None => Ok(None),
         }
     }

@@ -556,7 +556,7 @@ async fn latency() {
                 .unwrap(),
                 LockCreate::Created
             );
-            let (tip, _) = s.read_lock(&path).await.unwrap().unwrap();
+            let gitstate_core::LockRead { tip, .. } = s.read_lock(&path).await.unwrap().unwrap();
             s.delete_lock(&path, &tip).await.unwrap();
             locks.push(t.elapsed());
         }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Credentials, Intent, LockCreate, Revision, Snapshot, StatePath, StoreError,
-    WriteAttempt,
+    BlockingStore, Credentials, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath,
+    StoreError, WriteAttempt,
 };
 use gix::ObjectId;
 
@@ -249,7 +249,7 @@ impl RemoteStore {
     /// The lock that beat us, read fresh from the remote.
     fn held(&self, path: &StatePath) -> Result<LockCreate, StoreError> {
         match self.read_lock_blocking(path)? {
-            Some((tip, content)) => Ok(LockCreate::Held { tip, content }),
+            Some(LockRead { tip, content, .. }) => Ok(LockCreate::Held { tip, content }),
             // Released meanwhile: the caller retries from a fresh read.
             None => Err(StoreError::Stale),
         }
@@ -373,10 +373,7 @@ impl BlockingStore for RemoteStore {
         }
     }
 
-    fn read_lock_blocking(
-        &self,
-        path: &StatePath,
-    ) -> Result<Option<(Revision, Bytes)>, StoreError> {
+    fn read_lock_blocking(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let lock_ref = path.lock_ref();
         let lock_file = path.lock_file();
         let tips = self
@@ -385,11 +382,13 @@ impl BlockingStore for RemoteStore {
                 Some(lock_file.clone())
             })?;
         match tips.get(&lock_ref) {
-            Some(tip) => Ok(Some((
-                tip.to_string(),
-                self.read(Some(*tip), &path.lock_file())?
+            Some(tip) => Ok(Some(LockRead {
+                tip: tip.to_string(),
+                content: self
+                    .read(Some(*tip), &path.lock_file())?
                     .unwrap_or_default(),
-            ))),
+                token: crate::objects::lock_token_at(&self.cache()?.repo(), *tip),
+            })),
             None => Ok(None),
         }
     }

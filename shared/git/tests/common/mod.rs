@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use gitstate_core::StatePath;
+use gitstate_core::{LockRead, StatePath};
 
 /// Runs `git args…` in `dir` and returns its stdout; panics with its output when git fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -155,24 +155,38 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     // Locks.
     let info = Bytes::from_static(b"{\"ID\":\"one\"}");
     assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
+    // Taken by an OIDC token: its commit records the token's hash, which both reads give.
+    let token = gitstate_core::LockToken {
+        hash: format!("sha256:{}", "ab".repeat(32)),
+        expired: false,
+    };
     let created = store
         .create_lock(
             &path,
             info.clone(),
-            &gitstate_core::Message::from("Lock prod: apply by test (one)"),
+            &gitstate_core::Message::from(format!(
+                "Lock prod: apply by test (one)\n\n{}",
+                token.trailer()
+            )),
         )
         .await
         .expect("create lock");
     assert_eq!(created, LockCreate::Created);
-    let (tip, content) = store
+    let LockRead {
+        tip,
+        content,
+        token: recorded,
+    } = store
         .read_lock(&path)
         .await
         .expect("read_lock")
         .expect("locked");
     assert_eq!(content, info);
+    assert_eq!(recorded.as_deref(), Some(token.hash.as_str()));
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.lock_tip.as_deref(), Some(tip.as_str()));
     assert_eq!(snap.lock, Some(info.clone()));
+    assert_eq!(snap.lock_token, recorded);
     let second = store
         .create_lock(
             &path,
@@ -275,7 +289,7 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let session = store.begin(&path, Intent::Write).await.expect("begin");
     assert_eq!(session.snapshot().lock, Some(info));
     drop(session);
-    let (tip, _) = store.read_lock(&path).await.expect("read").expect("locked");
+    let LockRead { tip, .. } = store.read_lock(&path).await.expect("read").expect("locked");
     store.delete_lock(&path, &tip).await.expect("unlock");
 }
 
@@ -308,7 +322,8 @@ pub async fn concurrent_lockers(store: std::sync::Arc<dyn gitstate_core::StateSt
         }
     }
     assert_eq!(winners.len(), 1, "exactly one creator wins");
-    let (tip, content) = store.read_lock(&path).await.expect("read").expect("locked");
+    let LockRead { tip, content, .. } =
+        store.read_lock(&path).await.expect("read").expect("locked");
     assert_eq!(content, winners[0]);
     for (t, c) in held {
         assert_eq!(t, tip);
