@@ -90,9 +90,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
                 .await;
             let row = match migrated {
                 Ok(migration) => {
-                    if let (Some(commit), Some(state)) = (&migration.commit, &migration.state) {
-                        let mut facts = gitstate_core::statefile::catalog_facts(state);
-                        facts.commit = Some(commit.clone());
+                    if let Some(facts) = migration.facts.clone() {
                         repositories
                             .tell_catalog(&name, &path, CatalogChange::Write(facts))
                             .await;

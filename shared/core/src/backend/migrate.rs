@@ -57,9 +57,10 @@ pub struct Migration {
     pub serial: Option<u64>,
     /// The commit that re-sealed it; `None` in a dry run or when nothing changed.
     pub commit: Option<Revision>,
-    /// The state as it now reads (for the catalog); `None` when nothing was written.
+    /// The catalog's facts of the state written (from its one check; its commit included);
+    /// `None` when nothing was written.
     #[serde(skip)]
-    pub state: Option<Bytes>,
+    pub facts: Option<crate::catalog::StateFacts>,
 }
 
 impl Migration {
@@ -69,7 +70,7 @@ impl Migration {
             to: None,
             serial,
             commit: None,
-            state: None,
+            facts: None,
         }
     }
 }
@@ -155,8 +156,11 @@ impl Backend {
                     from,
                     to: Some(to),
                     serial,
-                    commit: Some(revision),
-                    state: Some(plain.body),
+                    commit: Some(revision.clone()),
+                    facts: plain.facts.map(|facts| crate::catalog::StateFacts {
+                        commit: Some(revision.clone()),
+                        ..facts
+                    }),
                 });
             }
         }
@@ -172,7 +176,7 @@ impl Backend {
     ) -> Result<(StoredForm, Option<CheckedState>), BackendError> {
         let (opened, legacy) = self.open_legacy(stored.clone()).await;
         if legacy {
-            let state = statefile::check(opened, false).map_err(|e| {
+            let state = statefile::check(opened, true).map_err(|e| {
                 BackendError::BadRequest(format!(
                     "the stored file at {at} opens as legacy aes but is not a Terraform state ({e}); it is left as it is"
                 ))
@@ -183,7 +187,7 @@ impl Backend {
             return Ok((StoredForm::Sealed, None));
         }
         if is_json(stored) && stored.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-            return Ok(match statefile::check(stored.clone(), false) {
+            return Ok(match statefile::check(stored.clone(), true) {
                 Ok(state) => (StoredForm::Plaintext, Some(state)),
                 Err(_) => (StoredForm::NotAState, None),
             });

@@ -999,7 +999,11 @@ async fn migrate_reseals_legacy_and_plaintext_states_in_one_commit_each() {
         .await
         .expect("migrate");
     assert!(done.commit.is_some());
-    assert_eq!(done.state, Some(state(3)));
+    let facts = done
+        .facts
+        .clone()
+        .expect("the catalog's facts of the state written");
+    assert_eq!((facts.serial, &facts.commit), (Some(3), &done.commit));
     let messages: Vec<String> = store
         .commits_of(paths[0])
         .into_iter()
