@@ -13,6 +13,7 @@ BENCHES = {
     "wire-bytes": "wire_bytes",
     "freeze": "freeze",
     "large-state": "large_state",
+    "embedded-lock": "embedded_lock",
     "cache-budget": "cache_budget",
     "encryption": "encryption",
     "seal-kms": "seal_kms",
