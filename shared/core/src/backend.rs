@@ -324,30 +324,16 @@ impl Backend {
 
     /// The one check of a state body to be written: the size rule, then what the body is
     /// ([`crate::statefile::check`], with the catalog's facts when `catalog`). The result
-    /// travels with the body: [`Backend::post_checked`] parses nothing again.
+    /// travels with the body: [`Backend::post`] parses nothing again.
     pub fn check(&self, body: Bytes, catalog: bool) -> Result<CheckedState, BackendError> {
         self.check_size(body.len() as u64)?;
         Ok(crate::statefile::check(body, catalog)?)
     }
 
-    /// `POST`: [`Backend::check`]s `body`, then [`Backend::post_checked`].
+    /// `POST` of a body [`Backend::check`]ed: stores it as the state unless another client holds
+    /// the lock, and returns the new commit and its writer. A body equal to what is stored is a
+    /// success without a commit (`None`), so client retries are safe.
     pub async fn post(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        body: Bytes,
-        lock_id: Option<&str>,
-        caller: &Caller,
-    ) -> Result<Option<Written>, BackendError> {
-        let state = self.check(body, false)?;
-        self.post_checked(store, path, &state, lock_id, caller)
-            .await
-    }
-
-    /// `POST` of a checked body: stores it as the state unless another client holds the lock,
-    /// and returns the new commit and its writer. A body equal to what is stored is a success
-    /// without a commit (`None`), so client retries are safe.
-    pub async fn post_checked(
         &self,
         store: &dyn StateStore,
         path: &StatePath,

@@ -282,7 +282,7 @@ impl Backend {
         let serial = current.unwrap_or(0).max(from.serial.unwrap_or(0)) + 1;
         let state = self.check(with_serial(&state, serial)?, true)?;
         let commit = self
-            .post_checked(store, path, &state, lock_id, caller)
+            .post(store, path, &state, lock_id, caller)
             .await?
             .map(|written| written.commit);
         let mut facts = state.facts.unwrap_or_default();

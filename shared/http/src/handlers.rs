@@ -597,7 +597,7 @@ async fn write(
     let lock_id = address.lock_id.as_deref();
     let state = backend.check(body, app.recorder.is_some())?;
     let written = backend
-        .post_checked(store, &address.path, &state, lock_id, caller)
+        .post(store, &address.path, &state, lock_id, caller)
         .await?;
     let (commit, who) = written_by(written, caller);
     if address.amend {

@@ -10,6 +10,32 @@ use crate::lock::{LockToken, Unlock, Unlocked};
 
 const P: &str = "team/app.tfstate";
 
+/// A POST as the HTTP layer makes it: the body's one check, then the write.
+trait PostBody {
+    async fn post_body(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<Option<Written>, BackendError>;
+}
+
+impl PostBody for Backend {
+    async fn post_body(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        body: Bytes,
+        lock_id: Option<&str>,
+        caller: &Caller,
+    ) -> Result<Option<Written>, BackendError> {
+        let state = self.check(body, false)?;
+        self.post(store, path, &state, lock_id, caller).await
+    }
+}
+
 fn path() -> StatePath {
     StatePath::parse(P).expect("a valid path")
 }
@@ -81,7 +107,7 @@ async fn get_answers_what_was_posted_and_nothing_before() {
     let store = MemoryStore::named("r");
     let b = backend();
     assert_eq!(b.get(&*store, &path()).await, Ok(None));
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
@@ -91,7 +117,7 @@ async fn get_answers_what_was_posted_and_nothing_before() {
 async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
     let store = MemoryStore::named("r");
     let written = backend()
-        .post(&*store, &path(), state(7), None, &alice())
+        .post_body(&*store, &path(), state(7), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -109,7 +135,7 @@ async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
         "the author is the caller"
     );
     let anonymous = backend()
-        .post(&*store, &path(), state(8), None, &Caller::default())
+        .post_body(&*store, &path(), state(8), None, &Caller::default())
         .await
         .expect("post")
         .expect("a commit");
@@ -125,11 +151,12 @@ async fn a_post_is_one_commit_naming_the_serial_and_the_caller() {
 async fn a_replayed_post_or_delete_makes_no_commit() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
     assert_eq!(
-        b.post(&*store, &path(), state(1), None, &alice()).await,
+        b.post_body(&*store, &path(), state(1), None, &alice())
+            .await,
         Ok(None),
         "the same body again (a client retry) is a success without a commit"
     );
@@ -157,7 +184,10 @@ async fn bad_bodies_are_refused_and_write_nothing() {
         size_advice: Some("use the standalone server".into()),
         ..backend()
     };
-    match small.post(&*store, &path(), state(1), None, &alice()).await {
+    match small
+        .post_body(&*store, &path(), state(1), None, &alice())
+        .await
+    {
         Err(e @ BackendError::TooLarge { .. }) => {
             assert!(
                 e.to_string().ends_with("; use the standalone server"),
@@ -170,7 +200,7 @@ async fn bad_bodies_are_refused_and_write_nothing() {
         assert!(
             matches!(
                 backend()
-                    .post(&*store, &path(), Bytes::from(body), None, &alice())
+                    .post_body(&*store, &path(), Bytes::from(body), None, &alice())
                     .await,
                 Err(BackendError::BadRequest(_))
             ),
@@ -190,7 +220,8 @@ async fn a_locked_state_is_written_only_with_the_holders_id() {
     let (store, b) = locked_by_bob().await;
     for wrong in [None, Some("id-2"), Some("")] {
         assert_eq!(
-            b.post(&*store, &path(), state(1), wrong, &alice()).await,
+            b.post_body(&*store, &path(), state(1), wrong, &alice())
+                .await,
             Err(BackendError::Locked(lock_info("id-1", "bob@ci"))),
             "lock id {wrong:?}: 423 with the holder's LockInfo as stored"
         );
@@ -201,7 +232,7 @@ async fn a_locked_state_is_written_only_with_the_holders_id() {
     }
     assert!(store.commits().is_empty());
     let written = b
-        .post(&*store, &path(), state(1), Some("id-1"), &alice())
+        .post_body(&*store, &path(), state(1), Some("id-1"), &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -223,7 +254,7 @@ async fn a_lock_file_that_is_not_lockinfo_blocks_every_writer() {
     store.plant_lock(P, b"locked by hand");
     assert_eq!(
         backend()
-            .post(&*store, &path(), state(1), Some("anything"), &alice())
+            .post_body(&*store, &path(), state(1), Some("anything"), &alice())
             .await,
         Err(BackendError::Locked(Bytes::from("locked by hand")))
     );
@@ -334,7 +365,7 @@ async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
     assert!(!message.contains('\n'), "{message:?}");
     assert!(message.starts_with(&format!("Lock {P}: OperationTypeApply by bob")));
     let written = b
-        .post(&*store, &path(), state(1), Some("id\n1"), &alice())
+        .post_body(&*store, &path(), state(1), Some("id\n1"), &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -439,9 +470,9 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     let (at, caller) = (path(), alice());
     let held_post = |memory, n| {
         store.remember_write(P, memory);
-        b.post(&*store, &at, state(n), Some("id-1"), &caller)
+        b.post_body(&*store, &at, state(n), Some("id-1"), &caller)
     };
-    b.post(&*store, &path(), state(1), Some("id-1"), &alice())
+    b.post_body(&*store, &path(), state(1), Some("id-1"), &alice())
         .await
         .expect("bob writes")
         .expect("a commit");
@@ -503,7 +534,7 @@ async fn a_write_that_loses_the_compare_and_swap_reads_again_and_commits_once() 
     let store = MemoryStore::named("r");
     store.lose_next(5);
     let written = backend()
-        .post(&*store, &path(), state(1), None, &alice())
+        .post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("the write retries past the lost compare-and-swaps")
         .expect("a commit");
@@ -529,7 +560,7 @@ async fn a_write_rereads_the_lock_after_losing_the_compare_and_swap() {
     store.lose_next_to_a_locker(1, &lock_info("id-2", "eve@laptop"));
     assert_eq!(
         backend()
-            .post(&*store, &path(), state(1), None, &alice())
+            .post_body(&*store, &path(), state(1), None, &alice())
             .await,
         Err(BackendError::Locked(lock_info("id-2", "eve@laptop")))
     );
@@ -547,7 +578,10 @@ async fn a_write_that_keeps_losing_is_a_busy_answer_and_writes_nothing() {
         },
         ..backend()
     };
-    match b.post(&*store, &path(), state(1), None, &alice()).await {
+    match b
+        .post_body(&*store, &path(), state(1), None, &alice())
+        .await
+    {
         Err(e @ BackendError::Busy { .. }) => {
             let text = e.to_string();
             assert!(text.contains("nothing was written"), "{text}");
@@ -570,7 +604,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
     };
     assert!(matches!(
         backend()
-            .post(&*store, &path(), state(1), None, &late)
+            .post_body(&*store, &path(), state(1), None, &late)
             .await,
         Err(BackendError::Busy { .. })
     ));
@@ -592,19 +626,20 @@ async fn unlock_retries_when_the_lock_branch_moves_under_it() {
 #[tokio::test]
 async fn sealed_states_are_stored_sealed_and_served_open() {
     let (store, sealer, b) = sealing_store();
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
     let stored = store.file(P).expect("stored");
     assert!(stored.starts_with(FAKE_SEAL_PREFIX.as_bytes()));
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
     assert_eq!(
-        b.post(&*store, &path(), state(1), None, &alice()).await,
+        b.post_body(&*store, &path(), state(1), None, &alice())
+            .await,
         Ok(None),
         "a replay under sealing makes no commit"
     );
     assert_eq!(sealer.seals(), 1, "and seals nothing");
-    b.post(&*store, &path(), state(2), None, &alice())
+    b.post_body(&*store, &path(), state(2), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -626,7 +661,7 @@ async fn a_state_sealed_for_another_place_is_never_served_and_is_replaced_by_a_w
         b.get(&*store, &path()).await,
         Err(BackendError::Seal(SealError::Misplaced(_)))
     ));
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post")
         .expect("the copied document is replaced, not taken as a replay");
@@ -642,7 +677,7 @@ async fn enforced_sealing_replaces_plaintext_and_never_serves_it() {
         b.get(&*store, &path()).await,
         Err(BackendError::Seal(SealError::NotSealedHere(_)))
     ));
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post")
         .expect("plaintext equal to the body is not a replay: it gets sealed");
@@ -655,13 +690,15 @@ async fn enforced_sealing_replaces_plaintext_and_never_serves_it() {
 #[tokio::test]
 async fn a_key_service_outage_is_an_error_and_writes_nothing() {
     let (store, sealer, b) = sealing_store();
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
     sealer.set_outage(true);
     for result in [
-        b.post(&*store, &path(), state(2), None, &alice()).await,
-        b.post(&*store, &path(), state(1), None, &alice()).await,
+        b.post_body(&*store, &path(), state(2), None, &alice())
+            .await,
+        b.post_body(&*store, &path(), state(1), None, &alice())
+            .await,
     ] {
         assert!(
             matches!(result, Err(BackendError::Seal(SealError::Unavailable(_)))),
@@ -692,7 +729,7 @@ fn forcing() -> Caller {
 async fn the_state_guard_refuses_another_lineage_or_an_older_serial_unless_forced() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
         .await
         .expect("post");
     for (body, names) in [
@@ -700,7 +737,10 @@ async fn the_state_guard_refuses_another_lineage_or_an_older_serial_unless_force
         (state_of("l-1", 4, "b"), ["5", "4"]),
         (state_of("l-1", 5, "b"), ["5", "other content"]),
     ] {
-        match b.post(&*store, &path(), body.clone(), None, &alice()).await {
+        match b
+            .post_body(&*store, &path(), body.clone(), None, &alice())
+            .await
+        {
             Err(BackendError::Conflict(sentence)) => {
                 for name in names {
                     assert!(sentence.contains(name), "{sentence}");
@@ -711,11 +751,11 @@ async fn the_state_guard_refuses_another_lineage_or_an_older_serial_unless_force
         }
     }
     assert_eq!(store.commits_of(P).len(), 1, "nothing was written");
-    b.post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
         .await
         .expect("the next serial continues the state")
         .expect("a commit");
-    b.post(&*store, &path(), state_of("l-2", 1, "c"), None, &forcing())
+    b.post_body(&*store, &path(), state_of("l-2", 1, "c"), None, &forcing())
         .await
         .expect("forced")
         .expect("a commit");
@@ -726,7 +766,7 @@ async fn the_state_guard_refuses_another_lineage_or_an_older_serial_unless_force
 async fn the_same_serial_with_the_same_value_is_not_a_conflict() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
         .await
         .expect("post");
     let reformatted = Bytes::from(
@@ -735,7 +775,7 @@ async fn the_same_serial_with_the_same_value_is_not_a_conflict() {
         )
         .expect("json"),
     );
-    b.post(&*store, &path(), reformatted, None, &alice())
+    b.post_body(&*store, &path(), reformatted, None, &alice())
         .await
         .expect("the same state, formatted otherwise, is accepted");
 }
@@ -745,26 +785,26 @@ async fn the_same_serial_with_the_same_value_is_not_a_conflict() {
 #[tokio::test]
 async fn a_write_opens_the_stored_state_once() {
     let (store, sealer, b) = sealing_store();
-    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
         .await
         .expect("post");
     let opens = |before: u32| sealer.opens() - before;
     let before = sealer.opens();
-    b.post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
     assert_eq!(opens(before), 1, "a write");
     let before = sealer.opens();
     let replay = b
-        .post(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
+        .post_body(&*store, &path(), state_of("l-1", 6, "b"), None, &alice())
         .await
         .expect("post");
     assert!(replay.is_none(), "a replay makes no commit");
     assert_eq!(opens(before), 1, "a replay");
     let before = sealer.opens();
     assert!(matches!(
-        b.post(&*store, &path(), state_of("l-1", 2, "c"), None, &alice())
+        b.post_body(&*store, &path(), state_of("l-1", 2, "c"), None, &alice())
             .await,
         Err(BackendError::Conflict(_))
     ));
@@ -774,17 +814,17 @@ async fn a_write_opens_the_stored_state_once() {
 #[tokio::test]
 async fn the_guard_reads_sealed_states_and_stays_out_of_what_it_cannot_read() {
     let (store, _sealer, b) = sealing_store();
-    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
         .await
         .expect("post");
     assert!(matches!(
-        b.post(&*store, &path(), state_of("l-1", 3, "b"), None, &alice())
+        b.post_body(&*store, &path(), state_of("l-1", 3, "b"), None, &alice())
             .await,
         Err(BackendError::Conflict(_))
     ));
     // A stored file that is not a state (written by hand) guards nothing: it is replaced.
     store.plant(P, b"not a state");
-    b.post(&*store, &path(), state_of("l-9", 1, "c"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-9", 1, "c"), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -794,19 +834,19 @@ async fn the_guard_reads_sealed_states_and_stays_out_of_what_it_cannot_read() {
 async fn the_guard_can_be_turned_off_for_a_deployment_or_a_repository() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.post(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
+    b.post_body(&*store, &path(), state_of("l-1", 5, "a"), None, &alice())
         .await
         .expect("post");
     let off = Backend {
         state_guard: false,
         ..backend()
     };
-    off.post(&*store, &path(), state_of("l-2", 1, "b"), None, &alice())
+    off.post_body(&*store, &path(), state_of("l-2", 1, "b"), None, &alice())
         .await
         .expect("the deployment turned the guard off")
         .expect("a commit");
     let unguarded = crate::NamedStore::new("r", store.clone()).with_state_guard(false);
-    b.post(&unguarded, &path(), state_of("l-3", 1, "c"), None, &alice())
+    b.post_body(&unguarded, &path(), state_of("l-3", 1, "c"), None, &alice())
         .await
         .expect("the repository turned the guard off")
         .expect("a commit");
@@ -859,7 +899,7 @@ async fn ciphertext_is_never_served_as_a_state() {
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(mentions)));
     // The next full write replaces what could not be served.
     store.plant(P, SOPS_DOCUMENT.as_bytes());
-    b.post(&*store, &path(), state(1), None, &alice())
+    b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -884,11 +924,12 @@ async fn a_legacy_aes_state_is_served_open_and_resealed_by_the_next_write() {
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
     // The guard reads the opened state: an older serial is refused.
     assert!(matches!(
-        b.post(&*store, &path(), state(2), None, &alice()).await,
+        b.post_body(&*store, &path(), state(2), None, &alice())
+            .await,
         Err(BackendError::Conflict(_))
     ));
     // Even the same state is written once more: sealed with the configured keys.
-    b.post(&*store, &path(), state(3), None, &alice())
+    b.post_body(&*store, &path(), state(3), None, &alice())
         .await
         .expect("post")
         .expect("a commit re-sealing the legacy state");
@@ -902,7 +943,7 @@ async fn a_legacy_aes_state_is_served_open_and_resealed_by_the_next_write() {
     let plain = MemoryStore::named("r");
     plain.plant(P, &MemoryOpener::seal("pass", &state(3)));
     let b = legacy("pass", None);
-    b.post(&*plain, &path(), state(4), None, &alice())
+    b.post_body(&*plain, &path(), state(4), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
@@ -1173,17 +1214,17 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     )
     .await
     .expect("lock");
-    b.post(&*store, &path(), state(1), Some("id-1"), &with(&expired))
+    b.post_body(&*store, &path(), state(1), Some("id-1"), &with(&expired))
         .await
         .expect("the same token, expired, under its lock")
         .expect("a commit");
     let commits = store.commits().len();
     assert!(unauthenticated(
-        b.post(&*store, &path(), state(2), Some("id-1"), &with(&stranger))
+        b.post_body(&*store, &path(), state(2), Some("id-1"), &with(&stranger))
             .await
     ));
     assert!(unauthenticated(
-        b.post(&*store, &path(), state(2), None, &with(&expired))
+        b.post_body(&*store, &path(), state(2), None, &with(&expired))
             .await
     ));
     assert_eq!(store.commits().len(), commits, "a refused write wrote");
@@ -1215,7 +1256,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     .expect("the token releases the lock it took");
     assert!(
         unauthenticated(
-            b.post(&*store, &path(), state(2), Some("id-1"), &with(&expired))
+            b.post_body(&*store, &path(), state(2), Some("id-1"), &with(&expired))
                 .await
         ),
         "without its lock an expired token is refused"
@@ -1238,7 +1279,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         .await
         .expect("lock");
     assert!(unauthenticated(
-        b.post(&*store, &path(), state(3), Some("id-2"), &with(&expired))
+        b.post_body(&*store, &path(), state(3), Some("id-2"), &with(&expired))
             .await
     ));
 }

@@ -178,9 +178,7 @@ fn output_uses(outputs: &[(&str, &Value)]) -> Vec<Use> {
     let mut uses = Vec::new();
     for (name, value) in outputs {
         let address = format!("output.{name}");
-        let mut strings = Vec::new();
-        value_strings(value, &mut String::new(), false, true, &mut strings);
-        uses.extend(strings.into_iter().map(|s| Use {
+        uses.extend(value_strings(value).into_iter().map(|s| Use {
             value: s.value,
             address: address.clone(),
             attribute: s.attribute,

@@ -199,7 +199,7 @@ impl<'de> Visitor<'de> for Strings<'_> {
 
 /// Appends the field `name` to an attribute path: `.name` when it is a plain name, else
 /// `["name"]` (JSON-quoted).
-pub(crate) fn step(path: &mut String, name: &str) {
+fn step(path: &mut String, name: &str) {
     let plain = name.chars().enumerate().all(|(i, c)| {
         c == '_' || c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || c == '-'))
     });
@@ -216,54 +216,27 @@ pub(crate) fn step(path: &mut String, name: &str) {
 }
 
 /// The strings of attributes already held as JSON (a v3 state's, rebuilt from its flat map),
-/// as [`AttributeStrings`] keeps them with [`Wanted::All`].
+/// as [`AttributeStrings`] keeps them with [`Wanted::All`]: the same walk, over the value.
 pub(crate) fn attribute_strings(attributes: &serde_json::Value) -> Vec<Found> {
     let mut found = Vec::new();
-    let Some(fields) = attributes.as_object() else {
-        return found;
+    let seed = AttributeStrings {
+        found: &mut found,
+        wanted: Wanted::All,
     };
-    let mut path = String::new();
-    for (name, value) in fields {
-        path.clear();
-        step(&mut path, name);
-        let identifying = IDENTIFYING_ATTRIBUTES.contains(&name.as_str());
-        value_strings(value, &mut path, identifying, true, &mut found);
-    }
+    // A value in memory has nothing left to refuse: the walk cannot fail.
+    let _ = seed.deserialize(attributes);
     found
 }
 
-/// The strings of `value` at `path`, and of every value inside it.
-pub(crate) fn value_strings(
-    value: &serde_json::Value,
-    path: &mut String,
-    identifying: bool,
-    top: bool,
-    found: &mut Vec<Found>,
-) {
-    use serde_json::Value;
-    let at = path.len();
-    match value {
-        Value::String(text) if !text.is_empty() && text.len() <= MAX_IDENTIFIER_BYTES => found
-            .push(Found {
-                attribute: path.clone(),
-                value: text.clone(),
-                identifying,
-                top,
-            }),
-        Value::Array(items) => {
-            for (index, item) in items.iter().enumerate() {
-                let _ = write!(path, "[{index}]");
-                value_strings(item, path, identifying, false, found);
-                path.truncate(at);
-            }
-        }
-        Value::Object(fields) => {
-            for (name, field) in fields {
-                step(path, name);
-                value_strings(field, path, identifying, false, found);
-                path.truncate(at);
-            }
-        }
-        _ => {}
-    }
+/// The strings of a value already held as JSON (an output's), its own text at the empty place.
+pub(crate) fn value_strings(value: &serde_json::Value) -> Vec<Found> {
+    let mut found = Vec::new();
+    let seed = Strings {
+        path: &mut String::new(),
+        found: &mut found,
+        wanted: Wanted::All,
+        at: Level::Top { identifying: false },
+    };
+    let _ = seed.deserialize(value);
+    found
 }
