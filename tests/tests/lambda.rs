@@ -306,7 +306,7 @@ fn an_oidc_token_is_a_caller_on_lambda() {
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = bare_repo(dir.path(), "states");
     let config = format!(
-        "repository \"default\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ sub = \"repo:acme/*\" }}\n      name = \"acme-ci\"\n    }}\n  }}\n}}\n",
+        "repository \"default\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ sub = \"repo:acme/*:**\" }}\n      name = \"acme-ci\"\n    }}\n  }}\n}}\n",
         repo.display(),
         issuer.jwks_file().display()
     );

@@ -27,7 +27,7 @@ fn config(dir: &Path, issuer: &Issuer) {
       paths = ["teams/a/**"]
     }}
     rule {{
-      claims = {{ sub = "repo:acme/*" }}
+      claims = {{ sub = "repo:acme/*:**" }}
       name = "acme-ci"
       access = "read-only"
     }}
@@ -135,12 +135,16 @@ fn terraform_applies_with_a_workload_token_and_wrong_tokens_write_nothing() {
     };
     let refused = [
         ("expired", issuer.sign("k1", &expired), "expired"),
-        ("audience", issuer.sign("k1", &other_audience), "audience"),
-        ("life", issuer.sign("k1", &long_lived), "max_token_life"),
+        ("audience", issuer.sign("k1", &other_audience), "(aud)"),
+        ("life", issuer.sign("k1", &long_lived), "life (exp - iat)"),
         ("nbf", issuer.sign("k1", &early), "not valid yet"),
-        ("unknown kid", issuer.sign("stranger", &pod()), "key set"),
+        (
+            "unknown kid",
+            issuer.sign("stranger", &pod()),
+            "signature cannot be verified",
+        ),
         ("alg none", none, "algorithm 'none'"),
-        ("tampered", tampered, "signature"),
+        ("tampered", tampered, "signature cannot be verified"),
     ];
     let state = r#"{"version":4,"terraform_version":"1.15.5","serial":99,"lineage":"x","outputs":{},"resources":[]}"#;
     for (what, bad, says) in &refused {
@@ -182,7 +186,7 @@ fn terraform_applies_with_a_workload_token_and_wrong_tokens_write_nothing() {
 }
 
 /// Keys rotate in the JWKS file while the server runs: the new key works once published, the
-/// old one until it leaves the file.
+/// old one until it leaves the file (the file is looked at again within a second or so).
 #[test]
 fn keys_rotate_without_a_restart() {
     let mut issuer = Issuer::new();
@@ -197,11 +201,25 @@ fn keys_rotate_without_a_restart() {
     assert_eq!(get(&old), 204);
     assert_eq!(get(&new), 401);
     issuer.publish();
+    assert_eq!(within_seconds(|| get(&new)), 204);
     assert_eq!(get(&old), 204);
-    assert_eq!(get(&new), 204);
     issuer.publish_only(&["k2"]);
-    assert_eq!(get(&old), 401);
+    assert_eq!(within_seconds(|| get(&old)), 401);
     assert_eq!(get(&new), 204);
+}
+
+/// What `request` answers once it stops answering what it answered first, or after ten
+/// seconds (what a change of the key file must take at most).
+fn within_seconds(request: impl Fn() -> u16) -> u16 {
+    let first = request();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = request();
+        if now != first || std::time::Instant::now() >= until {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Without `jwks_file` the keys come from the issuer: its discovery document over HTTPS names
@@ -254,7 +272,7 @@ fn keys_come_from_the_issuer_and_a_flood_of_unknown_kids_fetches_little() {
     for _ in 0..20 {
         let (status, body) = get(&by_k2);
         assert_eq!(status, 401, "{body}");
-        assert!(body.contains("key set"), "{body}");
+        assert!(body.contains("signature cannot be verified"), "{body}");
     }
     assert!(fetches(&issuer) <= 2, "{:?}", issuer.requests());
 
@@ -281,7 +299,7 @@ fn a_run_whose_token_expires_finishes_and_nothing_else_does() {
     std::fs::write(
         dir.path().join("gitstate.hcl"),
         format!(
-            "auth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    clock_skew = \"1s\"\n    max_run = \"1h\"\n    rule {{\n      claims = {{ sub = \"repo:acme/infra:*\" }}\n      name = \"infra-ci\"\n    }}\n  }}\n}}\n",
+            "auth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    clock_skew = \"1s\"\n    max_run = \"1h\"\n    rule {{\n      claims = {{ sub = \"repo:acme/infra:ref:refs/heads/*\" }}\n      name = \"infra-ci\"\n    }}\n  }}\n}}\n",
             issuer.jwks_file().display()
         ),
     )
@@ -393,7 +411,7 @@ fn a_repository_qualified_path_reaches_only_that_repository() {
     std::fs::write(
         dir.path().join("gitstate.hcl"),
         format!(
-            "repository \"default\" {{\n  url = \"{}\"\n}}\nrepository \"payments\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ sub = \"*\" }}\n      name = \"team-a\"\n      paths = [\"default:teams/a/**\", \"shared/*.tfstate\"]\n    }}\n  }}\n}}\n",
+            "repository \"default\" {{\n  url = \"{}\"\n}}\nrepository \"payments\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ \"kubernetes.io.namespace\" = \"team-a\" }}\n      name = \"team-a\"\n      paths = [\"default:teams/a/**\", \"shared/*.tfstate\"]\n    }}\n  }}\n}}\n",
             default.display(),
             payments.display(),
             issuer.jwks_file().display()
@@ -457,4 +475,418 @@ fn terraform_reads_the_token_from_tf_http_password_as_the_readme_runs_it() {
     );
     let repo = dir.path().join(".gitstate/default.git");
     assert!(!git_log_subjects(&repo, "main", "teams/a/pod.tfstate").is_empty());
+}
+
+/// GitHub's issuer: anyone can have it sign a token for any audience.
+const GITHUB: &str = "https://token.actions.githubusercontent.com";
+/// GitLab.com's issuer, shared the same way.
+const GITLAB: &str = "https://gitlab.com";
+
+/// Runs `gitstate serve` on `hcl`, which must stop the start: its standard error. (A start that
+/// goes on is stopped after a minute and fails the test.)
+fn start_refused(hcl: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("gitstate.hcl"), hcl).expect("gitstate.hcl");
+    let mut command = std::process::Command::new(gitstate_bin());
+    command
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "gitstate.hcl",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    without_gitstate_env(&mut command);
+    let mut child = command.spawn().expect("gitstate runs");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gitstate started with:\n{hcl}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("its output");
+    assert!(!out.status.success(), "gitstate started with:\n{hcl}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An `auth` block of one issuer with one rule of these claims.
+fn one_rule(issuer: &str, jwks: &Path, claims: &str) -> String {
+    format!(
+        "auth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{issuer}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    rule {{\n      claims = {{ {claims} }}\n      name = \"infra\"\n    }}\n  }}\n}}\n",
+        jwks.display()
+    )
+}
+
+/// Rules a stranger could match stop the start with a sentence (issue 55): a rule whose every
+/// pattern is `*`, and a rule under GitHub's or GitLab.com's issuer that pins no owner id.
+#[test]
+fn a_rule_for_anyone_stops_the_start() {
+    let issuer = Issuer::new();
+    let jwks = issuer.jwks_file();
+    for everyone in ["sub = \"*\"", "sub = \"**\""] {
+        let err = start_refused(&one_rule(ISSUER, &jwks, everyone));
+        assert!(
+            err.contains(&format!(
+                "auth.oidc '{ISSUER}': rule 1 ('infra'): it matches every token of the issuer"
+            )),
+            "{err}"
+        );
+    }
+    for (issuer, names, service, add) in [
+        (
+            GITHUB,
+            "sub = \"repo:acme/infra:ref:refs/heads/main\", repository_owner_id = \"13*\"",
+            "GitHub Actions",
+            "repository_owner_id or repository_id",
+        ),
+        (
+            GITLAB,
+            "project_path = \"acme/infra\", ref = \"main\"",
+            "GitLab.com",
+            "namespace_id or project_id",
+        ),
+    ] {
+        let err = start_refused(&one_rule(issuer, &jwks, names));
+        let says = format!("auth.oidc '{issuer}': rule 1 ('infra'): {service}");
+        assert!(err.contains(&says), "{err}");
+        assert!(err.contains(&format!("add {add} to its claims")), "{err}");
+    }
+    let err = start_refused(&one_rule(ISSUER, &jwks, ""));
+    assert!(err.contains("rule 1 ('infra'): it names no claim"), "{err}");
+    assert!(
+        !err.contains("\"*\""),
+        "the sentence suggests a rule for everyone: {err}"
+    );
+}
+
+/// Under the shared issuers a rule with the owner's id starts, and admits that owner's tokens
+/// only: a token of another owner with the same names (one that registered them again) is a
+/// 401; `*` does not cross `:`, so a rule for every branch admits no environment or tag, and
+/// `repo:acme/infra:*` only what has one part after the repository (a pull request); GitLab's
+/// `ref_type = "branch"` keeps a tag named `main` out.
+#[test]
+fn a_shared_issuer_admits_the_pinned_owner_and_nothing_else() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jwks = issuer.jwks_file();
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        format!(
+            r#"auth {{
+  mode = "team"
+  oidc {{
+    issuer    = "{GITHUB}"
+    audience  = "gitstate"
+    jwks_file = "{jwks}"
+    rule {{
+      claims = {{ repository_owner_id = "1342004", sub = "repo:acme/infra:ref:refs/heads/*" }}
+      name   = "infra-ci"
+    }}
+    rule {{
+      claims = {{ repository_owner_id = "1342004", sub = "repo:acme/infra:*" }}
+      name   = "infra-review"
+      access = "read-only"
+    }}
+  }}
+  oidc {{
+    issuer    = "{GITLAB}"
+    audience  = "gitstate"
+    jwks_file = "{jwks}"
+    rule {{
+      claims = {{ namespace_id = "72", project_path = "acme/infra", ref_type = "branch", ref = "main" }}
+      name   = "infra-gitlab"
+    }}
+  }}
+}}
+"#,
+            jwks = jwks.display()
+        ),
+    )
+    .expect("gitstate.hcl");
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let url = gitstate.state_url("default", "infra.tfstate");
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"s","outputs":{},"resources":[]}"#;
+    let post = |claims: Value| {
+        let mut claims = claims;
+        claims["aud"] = json!("gitstate");
+        claims["iat"] = json!(now());
+        claims["exp"] = json!(now() + 600);
+        let token = issuer.sign("k1", &claims);
+        http("POST", &url, Some(state), Some(("x", &token))).unwrap()
+    };
+    let github = |owner_id: &str, sub: &str| json!({"iss": GITHUB, "sub": sub, "repository": "acme/infra", "repository_owner": "acme", "repository_owner_id": owner_id});
+    let main = "repo:acme/infra:ref:refs/heads/main";
+    for (what, claims) in [
+        ("another owner", github("99999999", main)),
+        ("no owner id", {
+            let mut c = github("", main);
+            c.as_object_mut()
+                .expect("claims")
+                .remove("repository_owner_id");
+            c
+        }),
+        (
+            "an environment",
+            github("1342004", "repo:acme/infra:environment:prod"),
+        ),
+        (
+            "a tag",
+            github("1342004", "repo:acme/infra:ref:refs/tags/v1"),
+        ),
+    ] {
+        let (status, body) = post(claims);
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(body.contains("no rule"), "{what}: {body}");
+    }
+    // `repo:acme/infra:*` is one part after the repository: a pull request, read-only.
+    let (status, body) = post(github("1342004", "repo:acme/infra:pull_request"));
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = post(github("1342004", main));
+    assert_eq!(status, 200, "{body}");
+    // One commit: the refused tokens wrote nothing.
+    let repo = dir.path().join(".gitstate/default.git");
+    assert_eq!(
+        git_log_subjects(&repo, "main", "infra.tfstate"),
+        ["Update infra.tfstate (serial 1) by infra-ci"]
+    );
+
+    let gitlab = |namespace_id: &str, ref_type: &str| json!({"iss": GITLAB, "sub": "project_path:acme/infra:ref_type:branch:ref:main", "namespace_id": namespace_id, "namespace_path": "acme", "project_path": "acme/infra", "ref_type": ref_type, "ref": "main"});
+    assert_eq!(post(gitlab("73", "branch")).0, 401, "another namespace");
+    assert_eq!(post(gitlab("72", "tag")).0, 401, "a tag named main");
+    let (status, body) = http("GET", &url, None, None).unwrap();
+    assert_eq!(status, 401, "{body}");
+    let next = state.replace("\"serial\":1", "\"serial\":2");
+    let mut claims = gitlab("72", "branch");
+    claims["aud"] = json!("gitstate");
+    claims["iat"] = json!(now());
+    claims["exp"] = json!(now() + 600);
+    let token = issuer.sign("k1", &claims);
+    let (status, body) = http("POST", &url, Some(&next), Some(("x", &token))).unwrap();
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Revocation without a restart (issue 55): the `jwks_file` removed, or emptied to
+/// `{"keys":[]}`, refuses every token of its issuer within seconds (200 before, 401 after); the
+/// removal is one ERROR line naming the file, however many tokens it refuses; the file back, the
+/// tokens work again.
+#[test]
+fn a_removed_or_emptied_key_file_refuses_every_token_within_seconds() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    config(dir.path(), &issuer);
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let url = gitstate.state_url("default", "teams/a/revoked.tfstate");
+    let token = issuer.sign("k1", &pod());
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"r","outputs":{},"resources":[]}"#;
+    let (status, body) = http("POST", &url, Some(state), Some(("x", &token))).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let get = || http("GET", &url, None, Some(("x", &token))).unwrap().0;
+    assert_eq!(get(), 200);
+    let file = issuer.jwks_file();
+    let errors = |gitstate: &Gitstate| {
+        gitstate
+            .log()
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains(&*file.to_string_lossy()))
+            .count()
+    };
+    assert_eq!(errors(&gitstate), 0, "{}", gitstate.log());
+
+    std::fs::remove_file(&file).expect("removed");
+    assert_eq!(within_seconds(get), 401, "{}", gitstate.log());
+    // More tokens, more than a second apart: still one line.
+    for _ in 0..3 {
+        assert_eq!(get(), 401);
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    let (status, body) = http("POST", &url, Some(state), Some(("x", &token))).unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(errors(&gitstate), 1, "{}", gitstate.log());
+    assert!(
+        gitstate
+            .log()
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains("cannot be read")),
+        "{}",
+        gitstate.log()
+    );
+
+    issuer.publish();
+    assert_eq!(within_seconds(get), 200, "{}", gitstate.log());
+    std::fs::write(&file, br#"{"keys":[]}"#).expect("emptied");
+    assert_eq!(within_seconds(get), 401, "{}", gitstate.log());
+    let repo = dir.path().join(".gitstate/default.git");
+    assert_eq!(
+        git_log_subjects(&repo, "main", "teams/a/revoked.tfstate").len(),
+        1
+    );
+}
+
+/// A 401 says what failed in the token, never what would pass (issue 55): for a token of
+/// another audience, of an issuer not configured, unsigned, forged, of an unknown key, matching
+/// no rule, or living too long, the answer holds neither the configured audience nor the
+/// issuer's URL nor a rule's claims nor the token's `sub`; an unconfigured issuer, an unknown
+/// key and a forged signature get the same sentence. The server's log holds each reason.
+#[test]
+fn a_401_says_what_failed_and_not_what_would_pass() {
+    let mut issuer = Issuer::new();
+    issuer.add_key("unpublished", jsonwebtoken::Algorithm::ES256);
+    issuer.add_key("forger", jsonwebtoken::Algorithm::RS256);
+    issuer.publish_only(&["k1"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audience = "gitstate-prod-7f3a";
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        format!(
+            r#"auth {{
+  mode = "team"
+  oidc {{
+    issuer = "{ISSUER}"
+    audience = "{audience}"
+    jwks_file = "{}"
+    max_token_life = "1h"
+    rule {{
+      claims = {{ "kubernetes.io.namespace" = "team-secret-ns", sub = "system:serviceaccount:team-secret-ns:*" }}
+      name = "secret-team"
+    }}
+  }}
+}}
+"#,
+            issuer.jwks_file().display()
+        ),
+    )
+    .expect("gitstate.hcl");
+    let gitstate = Gitstate::start(&["--config", "gitstate.hcl"], &[], dir.path());
+    let url = gitstate.state_url("default", "swept.tfstate");
+    let claims = |sub: &str| {
+        json!({
+            "iss": ISSUER, "aud": audience, "sub": sub, "iat": now(), "exp": now() + 600,
+            "kubernetes.io": {"namespace": "team-b"},
+        })
+    };
+    let stranger = "system:serviceaccount:team-b:stranger-runner";
+    let with = |name: &str, value: Value| {
+        let mut c = claims(stranger);
+        c[name] = value;
+        c
+    };
+    let forged = {
+        // Signed by another key under the published key's kid.
+        let token = issuer.sign("forger", &claims(stranger));
+        let parts: Vec<&str> = token.split('.').collect();
+        let k1 = issuer.sign("k1", &claims(stranger));
+        format!(
+            "{}.{}.{}",
+            k1.split('.').next().expect("header"),
+            parts[1],
+            parts[2]
+        )
+    };
+    let b64 = |json: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    };
+    let unsigned = format!(
+        "{}.{}.",
+        b64(r#"{"alg":"none","typ":"JWT"}"#),
+        b64(&claims(stranger).to_string())
+    );
+    let mut long = claims(stranger);
+    long["exp"] = json!(now() + 5 * 3600);
+    let swept = [
+        (
+            "another audience",
+            issuer.sign("k1", &with("aud", json!("another-service"))),
+            format!("its aud \"another-service\" is not the configured audience '{audience}'"),
+        ),
+        (
+            "an unconfigured issuer",
+            issuer.sign("k1", &with("iss", json!("https://unconfigured.example"))),
+            "its issuer is not configured".to_owned(),
+        ),
+        (
+            "unsigned",
+            unsigned,
+            "its algorithm 'none' is not accepted".to_owned(),
+        ),
+        ("forged", forged, "InvalidSignature".to_owned()),
+        (
+            "an unknown kid",
+            issuer.sign("unpublished", &claims(stranger)),
+            "its key 'unpublished' is not in the issuer's key set".to_owned(),
+        ),
+        (
+            "no matching rule",
+            issuer.sign("k1", &claims(stranger)),
+            "no rule of its issuer admits its claims".to_owned(),
+        ),
+        (
+            "too long a life",
+            issuer.sign("k1", &long),
+            "longer than this issuer's max_token_life of 3600 s".to_owned(),
+        ),
+    ];
+    let mut unverified = Vec::new();
+    for (what, token, reason) in &swept {
+        for (status, body) in [
+            http("GET", &url, None, Some(("x", token))).unwrap(),
+            bearer(&url, "POST", token, Some("{}")),
+        ] {
+            assert_eq!(status, 401, "{what}: {body}");
+            assert!(body.contains("the OIDC token is refused"), "{what}: {body}");
+            for told in [
+                audience,
+                ISSUER,
+                "issuer.gitstate.test",
+                "unconfigured.example",
+                "team-secret-ns",
+                "secret-team",
+                stranger,
+                "team-b",
+                "3600",
+                "1h",
+            ] {
+                assert!(!body.contains(told), "{what}: '{told}' is in {body}");
+            }
+            if body.contains("signature cannot be verified") {
+                unverified.push((*what, body));
+            }
+        }
+        let log = gitstate.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("an OIDC token is refused") && l.contains(reason.as_str())),
+            "{what}: the reason is not in the log:\n{log}"
+        );
+    }
+    let whats: Vec<&str> = unverified.iter().map(|(what, _)| *what).collect();
+    assert_eq!(
+        whats,
+        [
+            "an unconfigured issuer",
+            "an unconfigured issuer",
+            "forged",
+            "forged",
+            "an unknown kid",
+            "an unknown kid"
+        ]
+    );
+    assert!(
+        unverified.windows(2).all(|w| w[0].1 == w[1].1),
+        "{unverified:?}"
+    );
+    // The log names the issuer and the sub of each refusal, never a part of a token.
+    let log = gitstate.log();
+    assert!(log.contains(stranger) && log.contains("https://unconfigured.example"));
+    for (_, token, _) in &swept {
+        for part in token.split('.').filter(|p| p.len() > 8) {
+            assert!(!log.contains(part), "a token's part reached the log");
+        }
+    }
 }

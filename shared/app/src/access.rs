@@ -331,7 +331,7 @@ mod tests {
                 audience: "gitstate".into(),
                 jwks_file: Some(issuer.jwks_file()),
                 rules: vec![crate::oidc::RuleConfig {
-                    claims: [("sub".to_owned(), "*".to_owned())].into(),
+                    claims: [("repository".to_owned(), "acme/infra".to_owned())].into(),
                     name: "ci".into(),
                     ..Default::default()
                 }],
@@ -342,6 +342,7 @@ mod tests {
         .expect("an OIDC issuer is enough for team mode");
         let claims = serde_json::json!({
             "iss": ISSUER, "aud": "gitstate", "sub": "x", "iat": now(), "exp": now() + 600,
+            "repository": "acme/infra",
         });
         let (token, other) = (issuer.sign("k1", &claims), {
             let mut c = claims.clone();
@@ -358,6 +359,7 @@ mod tests {
             br#"{"keys":[{"kty":"oct","k":"AA","kid":"z"}]}"#,
         )
         .unwrap();
+        std::thread::sleep(crate::oidc::FILE_RECHECK);
         access
             .admit(Some(&caller(&token)))
             .expect("from memory, not checked again");

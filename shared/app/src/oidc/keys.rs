@@ -1,19 +1,24 @@
 //! An issuer's signing keys, from one of two places:
-//! - a JWKS document on disk (`jwks_file`): read at start (an unreadable or empty document stops
-//!   it), and read again when the file changes (its size or modification time), as credential
-//!   files are; no outbound call is ever made;
+//! - a JWKS document on disk (`jwks_file`): read at start (an unreadable document, or one that is
+//!   no JWKS, stops it), and read again when the file changes (its identity, size or times,
+//!   looked at most once every [`FILE_RECHECK`] on use), as credential files are; no outbound
+//!   call is ever made. The file is the truth: removed, unreadable or no JWKS, it admits no token
+//!   until it is fixed (an ERROR line, once per change of the file), and an empty set
+//!   (`{"keys": []}`) admits none either: deleting or emptying the file revokes the issuer's
+//!   keys within seconds, without a restart;
 //! - the issuer itself: its discovery document (`{issuer}/.well-known/openid-configuration`,
 //!   whose `issuer` must be the configured one) names its `jwks_uri` (https), fetched on first
 //!   use and kept per process (on Lambda, per container). A token whose `kid` the keys lack
 //!   fetches them again, and so do keys older than [`KEYS_MAX_AGE`], at most once every
 //!   [`MIN_REFETCH`]: keys rotate without a restart, and a flood of tokens with unknown kids
 //!   cannot become a flood of fetches. Answers are bounded ([`MAX_DOCUMENT_BYTES`], timeouts).
-//!
-//! A document that turns unusable keeps the last keys, with a WARN.
+//!   An answer with an empty set admits no token; a fetch that fails (network, HTTP status, too
+//!   large, no JWKS) keeps the last keys, with a WARN: an issuer that cannot be reached for a
+//!   moment does not stop its callers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 
@@ -69,75 +74,127 @@ fn pick(keys: &JwkSet, kid: Option<&str>) -> Option<Jwk> {
     }
 }
 
+/// A `jwks_file` is looked at (its metadata) at most this often, on use.
+pub(crate) const FILE_RECHECK: Duration = Duration::from_secs(1);
+
 /// The keys of one `jwks_file`.
 #[derive(Debug)]
 pub(crate) struct KeyFile {
+    issuer: String,
     path: PathBuf,
     state: Mutex<Loaded>,
 }
 
+/// What the file held when it was last read.
 #[derive(Debug)]
 struct Loaded {
-    seen: Option<(SystemTime, u64)>,
-    keys: JwkSet,
+    /// When its metadata was last looked at.
+    checked: Instant,
+    /// Its size and modification time then (`None`: it could not be read).
+    seen: Option<Stamp>,
+    /// Its keys, or why it is unusable (then no token is admitted).
+    keys: Result<JwkSet, String>,
 }
 
+/// A file's identity, size and times: a file replaced (a new inode, as Kubernetes' volumes and
+/// `mv` make), rewritten (its mtime or size) or made unreadable (its ctime) differs.
+type Stamp = (u64, u64, i64, i64, i64, i64, u64);
+
 impl KeyFile {
-    /// Reads `path`; a sentence naming the file when it holds no usable key.
-    pub(crate) fn open(path: &Path) -> Result<KeyFile, String> {
-        let (seen, keys) = read(path)?;
-        Ok(KeyFile {
+    /// Reads `path`, the keys of `issuer`; a sentence naming the file when it cannot be read
+    /// or holds no JWKS. An empty set starts (it admits no token), with a WARN.
+    pub(crate) fn open(issuer: &str, path: &Path) -> Result<KeyFile, String> {
+        let (seen, keys) = read(path);
+        let keys = keys?;
+        let file = KeyFile {
+            issuer: issuer.to_owned(),
             path: path.to_owned(),
             state: Mutex::new(Loaded {
-                seen: Some(seen),
-                keys,
+                checked: Instant::now(),
+                seen,
+                keys: Ok(keys),
             }),
-        })
+        };
+        let state = file.lock();
+        file.report(&state.keys, None);
+        drop(state);
+        Ok(file)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn find(&self, kid: Option<&str>) -> Option<Jwk> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = stamp(&self.path);
-        if now.is_some() && now != state.seen {
-            match read(&self.path) {
-                Ok((seen, keys)) => {
-                    state.seen = Some(seen);
-                    state.keys = keys;
+        let mut state = self.lock();
+        if state.checked.elapsed() >= FILE_RECHECK {
+            state.checked = Instant::now();
+            let now = stamp(&self.path).ok();
+            if now.is_none() || now != state.seen {
+                let (seen, keys) = read(&self.path);
+                if seen != state.seen || keys.as_ref().err() != state.keys.as_ref().err() {
+                    self.report(&keys, Some(&state.keys));
                 }
-                Err(e) => {
-                    state.seen = now;
-                    tracing::warn!(error = %e, "an OIDC key file changed and cannot be used: the last keys are kept until it changes again");
-                }
+                state.seen = seen;
+                state.keys = keys;
             }
         }
-        pick(&state.keys, kid)
+        pick(state.keys.as_ref().ok()?, kid)
+    }
+
+    /// Logs what the file now holds, when it is worth a line: unusable (ERROR), empty (WARN),
+    /// usable again (INFO).
+    fn report(&self, keys: &Result<JwkSet, String>, before: Option<&Result<JwkSet, String>>) {
+        let (issuer, file) = (&self.issuer, self.path.display());
+        match keys {
+            Err(e) => {
+                tracing::error!(%issuer, %file, error = %e, "the OIDC key file cannot be used: every token of its issuer is refused until it is fixed")
+            }
+            Ok(set) if set.keys.is_empty() => {
+                tracing::warn!(%issuer, %file, "the OIDC key file holds no key: every token of its issuer is refused")
+            }
+            Ok(_) if before.is_some_and(Result::is_err) => {
+                tracing::info!(%issuer, %file, "the OIDC key file can be used again")
+            }
+            Ok(_) => {}
+        }
     }
 }
 
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+fn stamp(path: &Path) -> std::io::Result<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((
+        m.dev(),
+        m.ino(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.len(),
+    ))
 }
 
-fn read(path: &Path) -> Result<((SystemTime, u64), JwkSet), String> {
-    let seen = stamp(path).ok_or_else(|| format!("jwks_file {} cannot be read", path.display()))?;
-    let text = std::fs::read(path)
-        .map_err(|e| format!("jwks_file {} cannot be read: {e}", path.display()))?;
-    let keys = key_set(&text).map_err(|e| format!("jwks_file {}: {e}", path.display()))?;
-    Ok((seen, keys))
+/// The file's stamp before it was read, and its keys or why it is unusable (naming the file).
+fn read(path: &Path) -> (Option<Stamp>, Result<JwkSet, String>) {
+    let unreadable =
+        |e: std::io::Error| format!("jwks_file {} cannot be read: {e}", path.display());
+    let seen = match stamp(path) {
+        Ok(seen) => seen,
+        Err(e) => return (None, Err(unreadable(e))),
+    };
+    let keys = std::fs::read(path)
+        .map_err(unreadable)
+        .and_then(|text| key_set(&text).map_err(|e| format!("jwks_file {}: {e}", path.display())));
+    (Some(seen), keys)
 }
 
-/// A JWKS document with at least one key.
+/// A JWKS document (`{"keys": [...]}`; an empty set is one).
 fn key_set(text: &[u8]) -> Result<JwkSet, String> {
-    let keys: JwkSet = serde_json::from_slice(text)
-        .map_err(|e| format!("not a JWKS document ({{\"keys\": [...]}}): {e}"))?;
-    if keys.keys.is_empty() {
-        return Err("it holds no key".into());
-    }
-    Ok(keys)
+    serde_json::from_slice(text)
+        .map_err(|e| format!("not a JWKS document ({{\"keys\": [...]}}): {e}"))
 }
 
 /// The keys of an issuer, fetched through its discovery document.
@@ -201,6 +258,9 @@ impl Fetched {
         }
         match self.fetch().await {
             Ok(keys) => {
+                if keys.keys.is_empty() {
+                    tracing::warn!(issuer = %self.issuer, "the OIDC issuer publishes no key: every token of it is refused");
+                }
                 let mut state = self.state();
                 state.keys = Some(keys);
                 state.fetched = Some(Instant::now());

@@ -4,10 +4,12 @@
 //! to create, store or rotate.
 //!
 //! One `auth { oidc { … } }` block per issuer: its `issuer` and `audience` (both matched
-//! exactly), its keys (`jwks_file`, read again when it changes), the longest life a token may
-//! have, and rules that map a token's claims to a caller (`name`, `access`, `paths`, exactly as a
-//! scoped token's). `verify.rs` checks a token (the one parser: a standard JOSE library, only
-//! RS256, ES256 and EdDSA), `keys.rs` holds an issuer's keys, `rules.rs` matches claims.
+//! exactly), its keys (`jwks_file`, read again when it changes; removed or unusable, it admits
+//! nothing), the longest life a token may have, and rules that map a token's claims to a caller
+//! (`name`, `access`, `paths`, exactly as a scoped token's). `verify.rs` checks a token (the one
+//! parser: a standard JOSE library, only RS256, ES256 and EdDSA; a refusal tells what failed in
+//! the token, the log tells why), `keys.rs` holds an issuer's keys, `rules.rs` matches claims
+//! and refuses, at start, rules a stranger could match.
 
 mod keys;
 mod rules;
@@ -21,6 +23,9 @@ use gitstate_core::{Rights, Scope};
 use serde::Deserialize;
 
 use crate::blocks::one_or_more;
+/// How often a `jwks_file` is looked at, at most (tests wait this long after changing one).
+#[cfg(test)]
+pub(crate) use keys::FILE_RECHECK;
 pub use verify::{Refused, Verified};
 
 /// A token may claim a life (`exp` − `iat`) this long at most, unless `max_token_life` says
@@ -41,8 +46,9 @@ pub struct OidcConfig {
     /// The audience tokens must name in `aud` (e.g. `gitstate`).
     pub audience: String,
     /// The issuer's keys as a JWKS document on disk (a cluster whose issuer cannot be reached
-    /// from here): read again when it changes; no outbound call is made. Without it the keys
-    /// are fetched from the issuer's discovery document.
+    /// from here): read again when it changes (removed, unreadable or emptied: no token of the
+    /// issuer is admitted); no outbound call is made. Without it the keys are fetched from the
+    /// issuer's discovery document.
     #[serde(default)]
     pub jwks_file: Option<PathBuf>,
     /// The longest life a token may have (`exp` − `iat`), e.g. `"1h"`; default 24 h.
@@ -65,8 +71,10 @@ pub struct OidcConfig {
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// String claims and the pattern each must match: exact, or with `*` for any run of
-    /// characters (`system:serviceaccount:team-a:*`). A dotted name reaches into objects
-    /// (`kubernetes.io.namespace`).
+    /// characters except `:` (`system:serviceaccount:team-a:*`) and `**` for any run
+    /// (`repo:acme/infra:**`). A dotted name reaches into objects (`kubernetes.io.namespace`).
+    /// Not every pattern may be only `*`; under GitHub's and GitLab.com's issuers one claim
+    /// must be an owner's id, exactly (`rules.rs`).
     pub claims: BTreeMap<String, String>,
     /// The caller's name: the writer in commit messages and the commits' author.
     pub name: String,
@@ -86,7 +94,8 @@ pub struct Issuers {
 
 impl Issuers {
     /// The issuers `configs` describe; a sentence naming the issuer and the key when one is
-    /// wrong (no keys, an unreadable JWKS, a rule without claims or name, a bad scope).
+    /// wrong (no keys, an unreadable JWKS, a rule without claims or name, a rule that matches
+    /// every token or leaves a shared issuer's owner unpinned, a bad scope).
     pub fn from_config(configs: &[OidcConfig]) -> Result<Issuers, String> {
         let mut issuers = Vec::new();
         for config in configs {
@@ -111,20 +120,15 @@ impl Issuers {
     }
 
     /// Checks `token`: `None` when it is not a JWT at all (a team token, a password), else the
-    /// caller it is or why it is refused.
+    /// caller it is or why it is refused. A JWT is refused with the same sentence whether or
+    /// not any issuer is configured: an answer never tells which issuers are.
     pub fn verify(&self, token: &str) -> Option<Result<Verified, Refused>> {
-        if self.issuers.is_empty() {
-            return None;
-        }
         verify::verify(&self.issuers, token)
     }
 
     /// [`Issuers::verify`], fetching an issuer's keys when they are old or lack the token's key
     /// (bounded: `keys.rs`).
     pub async fn verify_fetching(&self, token: &str) -> Option<Result<Verified, Refused>> {
-        if self.issuers.is_empty() {
-            return None;
-        }
         verify::verify_fetching(&self.issuers, token).await
     }
 }
@@ -162,12 +166,12 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
                 None => Rights::ReadWrite,
             };
             let scope = Scope::new(rights, &rule.paths)?;
-            rules::Rule::new(&rule.claims, &rule.name, scope)
-                .map_err(|e| format!("rule {}: {e}", i + 1))
+            rules::Rule::new(&config.issuer, &rule.claims, &rule.name, scope)
+                .map_err(|e| format!("rule {} ('{}'): {e}", i + 1, rule.name))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let keys = match &config.jwks_file {
-        Some(file) => keys::Keys::File(keys::KeyFile::open(file)?),
+        Some(file) => keys::Keys::File(keys::KeyFile::open(&config.issuer, file)?),
         None => keys::Keys::Issuer(keys::Fetched::new(&config.issuer)?),
     };
     Ok(verify::Issuer::new(

@@ -3,7 +3,11 @@
 //! key is no secret), its key is in the issuer's JWKS by `kid`, its signature holds, `iss` and
 //! `aud` are exactly the configured ones, `exp` is present and not past, `nbf` and `iat` are not
 //! in the future (a minute of leeway for clocks), its life is within the issuer's maximum, and a
-//! rule maps its claims to a caller. Every refusal says what failed, never the token.
+//! rule maps its claims to a caller. Every refusal says what failed in the token, never the
+//! token, nor anything of the configuration (the audience, which issuers and keys are
+//! configured, a rule's claims, an issuer's limits): a token whose signature is not established
+//! (an unknown issuer or key, a forged signature) gets one sentence whatever the reason. The
+//! whole reason goes to the log (INFO, inside the request's span), never a part of the token.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -84,7 +88,7 @@ impl Issuer {
 /// caller may be a team token or a user.
 pub(crate) fn verify(issuers: &[Issuer], token: &str) -> Option<Result<Verified, Refused>> {
     let alg = jwt_alg(token)?;
-    Some(check(issuers, token, &alg).map_err(|(refused, _)| refused))
+    Some(check(issuers, token, &alg).map_err(|(failure, _)| failure.refuse()))
 }
 
 /// [`verify`], fetching the issuer's keys first when they are old, and again when the token's
@@ -99,12 +103,13 @@ pub(crate) async fn verify_fetching(
             issuer.keys.refresh().await;
         }
     }
-    Some(match check(issuers, token, &alg) {
-        Err((_, Some(issuer))) if issuer.keys.refresh().await => {
-            check(issuers, token, &alg).map_err(|(refused, _)| refused)
+    Some(
+        match check(issuers, token, &alg) {
+            Err((_, Some(issuer))) if issuer.keys.refresh().await => check(issuers, token, &alg),
+            other => other,
         }
-        other => other.map_err(|(refused, _)| refused),
-    })
+        .map_err(|(failure, _)| failure.refuse()),
+    )
 }
 
 /// The issuer `token` names in `iss`, read unverified, only to choose (the verification
@@ -136,55 +141,96 @@ fn jwt_alg(token: &str) -> Option<String> {
     Some(header.get("alg")?.as_str()?.to_owned())
 }
 
+/// The one sentence of every token whose signature is not established: an unknown issuer, an
+/// unknown key, a key of another kind, a signature that does not hold. Telling them apart
+/// would tell a stranger which issuers and keys are configured.
+const UNVERIFIED: &str = "its signature cannot be verified (its issuer and its key must be known here, and the signature must hold)";
+
+/// Why a token was refused: what its caller is told (what failed in the token, nothing of the
+/// configuration), and what the log says (the issuer, `sub`, the check, the configured value).
+struct Failure {
+    told: String,
+    logged: String,
+    /// The issuer the token names (configured or not) and its `sub`, for the log.
+    iss: String,
+    sub: String,
+}
+
+impl Failure {
+    /// Logs the refusal (inside the request's span) and gives the caller's sentence.
+    fn refuse(self) -> Refused {
+        tracing::info!(
+            issuer = %self.iss,
+            sub = %self.sub,
+            reason = %self.logged,
+            "an OIDC token is refused"
+        );
+        Refused(format!("the OIDC token is refused: {}", self.told))
+    }
+}
+
 /// The check; a refusal comes with the issuer whose keys lacked the token's key (fetching them
 /// again may help).
 fn check<'i>(
     issuers: &'i [Issuer],
     token: &str,
     alg: &str,
-) -> Result<Verified, (Refused, Option<&'i Issuer>)> {
-    let refuse = |why: String| Err((Refused(format!("the OIDC token is refused: {why}")), None));
+) -> Result<Verified, (Failure, Option<&'i Issuer>)> {
+    let unverified = jsonwebtoken::dangerous::insecure_decode::<Value>(token)
+        .ok()
+        .map(|data| data.claims);
+    let text = |name: &str| {
+        let claim = unverified.as_ref().and_then(|c| c.get(name));
+        printable(claim.and_then(Value::as_str).unwrap_or(""))
+    };
+    let (iss, sub) = (text("iss"), text("sub"));
+    let failure = |told: &str, logged: String| Failure {
+        told: told.to_owned(),
+        logged,
+        iss: iss.clone(),
+        sub: sub.clone(),
+    };
     let header = match jsonwebtoken::decode_header(token) {
         Ok(header) if ACCEPTED.contains(&header.alg) => header,
         _ => {
-            return refuse(format!(
-                "algorithm '{}' is not accepted (RS256, ES256 or EdDSA)",
+            let told = format!(
+                "its algorithm '{}' is not accepted (RS256, ES256 or EdDSA)",
                 printable(alg)
-            ))
+            );
+            return Err((failure(&told, told.clone()), None));
         }
     };
-    let Ok(unverified) = jsonwebtoken::dangerous::insecure_decode::<Value>(token) else {
-        return refuse("its claims are not a JSON object".into());
+    let Some(unverified) = unverified.as_ref() else {
+        let told = "its claims are not a JSON object";
+        return Err((failure(told, told.into()), None));
     };
-    let unverified = unverified.claims;
-    let iss = unverified.get("iss").and_then(Value::as_str).unwrap_or("");
-    let Some(issuer) = named(issuers, iss) else {
-        return refuse(format!(
-            "its issuer '{}' is not configured here",
-            printable(iss)
+    let Some(issuer) = named(
+        issuers,
+        unverified.get("iss").and_then(Value::as_str).unwrap_or(""),
+    ) else {
+        return Err((
+            failure(UNVERIFIED, "its issuer is not configured".into()),
+            None,
         ));
     };
-    let sub = unverified.get("sub").and_then(Value::as_str).unwrap_or("");
-    let sentence = |why: String| {
-        Refused(format!(
-            "the OIDC token of issuer {} (sub '{}') is refused: {why}",
-            issuer.issuer,
-            printable(sub)
-        ))
-    };
-    let refused = |why: String| Err((sentence(why), None));
     let Some(jwk) = issuer.keys.find(header.kid.as_deref()) else {
-        let why = match &header.kid {
+        let logged = match &header.kid {
             Some(kid) => format!(
                 "its key '{}' is not in the issuer's key set",
                 printable(kid)
             ),
-            None => "it names no key (kid) and the issuer has several".into(),
+            None => {
+                "it names no key (kid) and the issuer's key set does not hold exactly one".into()
+            }
         };
-        return Err((sentence(why), Some(issuer)));
+        return Err((failure(UNVERIFIED, logged), Some(issuer)));
     };
+    let refused = |told: &str, logged: String| Err((failure(told, logged), None));
     let Ok(key) = DecodingKey::from_jwk(&jwk) else {
-        return refused("its key in the issuer's key set is not usable".into());
+        return refused(
+            UNVERIFIED,
+            "its key in the issuer's key set is not usable".into(),
+        );
     };
     let mut validation = Validation::new(header.alg);
     validation.set_issuer(&[&issuer.issuer]);
@@ -196,7 +242,10 @@ fn check<'i>(
     validation.validate_exp = false;
     let claims = match jsonwebtoken::decode::<Value>(token, &key, &validation) {
         Ok(data) => data.claims,
-        Err(e) => return refused(reason(e.kind(), &issuer.audience)),
+        Err(e) => {
+            let (told, logged) = reason(e.kind(), &issuer.audience, unverified);
+            return refused(told, logged);
+        }
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -207,26 +256,35 @@ fn check<'i>(
         leeway,
     } = issuer.limits;
     let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
-        return refused("its 'exp' is not a number of seconds".into());
+        let told = "its 'exp' is not a number of seconds";
+        return refused(told, told.into());
     };
     let iat = claims.get("iat").and_then(Value::as_u64);
     if iat.is_some_and(|iat| iat > now + leeway.as_secs()) {
-        return refused("it was issued in the future (iat)".into());
+        let told = "it was issued in the future (iat)";
+        return refused(told, told.into());
     }
     let life = exp.saturating_sub(iat.unwrap_or(now));
     if life > max_life.as_secs() + leeway.as_secs() {
-        return refused(format!(
-            "it lives {} s, longer than this issuer's max_token_life of {} s",
-            life,
-            max_life.as_secs()
-        ));
+        return refused(
+            "its life (exp - iat) is longer than this deployment admits",
+            format!(
+                "it lives {life} s, longer than this issuer's max_token_life of {} s",
+                max_life.as_secs()
+            ),
+        );
     }
     let expired = exp + leeway.as_secs() < now;
     if expired && exp + max_run.as_secs() < now {
-        return refused("it has expired (exp)".into());
+        let told = "it has expired (exp)";
+        return refused(
+            told,
+            format!("it expired {} s ago, beyond max_run", now - exp),
+        );
     }
     let Some(rule) = issuer.rules.iter().find(|rule| rule.matches(&claims)) else {
-        return refused("no rule of this issuer matches its claims".into());
+        let told = "no rule of its issuer admits its claims";
+        return refused(told, told.into());
     };
     Ok(Verified {
         name: rule.name.clone(),
@@ -235,18 +293,34 @@ fn check<'i>(
     })
 }
 
-/// What a failed verification means, in the words of the refusal.
-fn reason(kind: &ErrorKind, audience: &str) -> String {
-    match kind {
-        ErrorKind::ExpiredSignature => "it has expired (exp)".into(),
-        ErrorKind::ImmatureSignature => "it is not valid yet (nbf)".into(),
-        ErrorKind::InvalidAudience => format!("it is not for this audience ('{audience}')"),
-        ErrorKind::InvalidIssuer => "its issuer does not match".into(),
-        ErrorKind::MissingRequiredClaim(claim) => format!("it has no '{claim}' claim"),
-        ErrorKind::InvalidAlgorithm => "its algorithm does not match its key".into(),
-        ErrorKind::InvalidSignature => "its signature does not hold".into(),
-        _ => "it is malformed".into(),
-    }
+/// What a failed verification means: what the caller is told, and what the log says. Every
+/// failure before the signature held is [`UNVERIFIED`] to the caller.
+fn reason(kind: &ErrorKind, audience: &str, unverified: &Value) -> (&'static str, String) {
+    let told = match kind {
+        ErrorKind::ExpiredSignature => "it has expired (exp)",
+        ErrorKind::ImmatureSignature => "it is not valid yet (nbf)",
+        ErrorKind::InvalidAudience => "it is not made for this deployment (aud)",
+        ErrorKind::InvalidIssuer => "its issuer does not match (iss)",
+        ErrorKind::MissingRequiredClaim(claim) => match claim.as_str() {
+            "aud" => "it has no 'aud' claim",
+            "iss" => "it has no 'iss' claim",
+            _ => "it has no 'exp' claim",
+        },
+        _ => UNVERIFIED,
+    };
+    let logged = match kind {
+        ErrorKind::InvalidAudience => format!(
+            "its aud {} is not the configured audience '{audience}'",
+            printable(
+                &unverified
+                    .get("aud")
+                    .map(Value::to_string)
+                    .unwrap_or_default()
+            )
+        ),
+        other => format!("{told} ({other:?})"),
+    };
+    (told, logged)
 }
 
 /// Caller-chosen text in a sentence: at most 200 characters, control characters replaced.
