@@ -33,7 +33,7 @@ pub use verify::{Refused, Verified};
 pub const DEFAULT_MAX_TOKEN_LIFE: Duration = Duration::from_secs(24 * 3600);
 /// How long after its `exp` a token may still finish the run whose lock it took, unless
 /// `max_run` says otherwise.
-pub const DEFAULT_MAX_RUN: Duration = Duration::from_secs(12 * 3600);
+pub const DEFAULT_MAX_RUN: Duration = Duration::from_secs(3600);
 /// Clock skew allowed on `exp`, `nbf` and `iat`, unless `clock_skew` says otherwise.
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(60);
 
@@ -55,7 +55,7 @@ pub struct OidcConfig {
     #[serde(default)]
     pub max_token_life: Option<String>,
     /// How long after its `exp` a token may still finish the run whose lock it took (its
-    /// writes under that lock's ID, and its UNLOCK), e.g. `"2h"`; default 12 h.
+    /// writes under that lock's ID, and its UNLOCK), e.g. `"2h"`; default 1 h.
     #[serde(default)]
     pub max_run: Option<String>,
     /// Clock skew allowed on `exp`, `nbf` and `iat`; default 60 s.
