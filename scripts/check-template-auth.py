@@ -9,7 +9,10 @@ CloudFormation would create are checked with their Conditions and Fn::If resolve
 - with AuthMode=server, every Function URL uses AuthType AWS_IAM, every HTTP API route uses
   AuthorizationType AWS_IAM, and no Lambda permission is granted to the principal "*";
 - with AuthMode=team, a Rule refuses the deployment when neither TeamTokenHashes nor TeamUsers
-  is given (evaluated on the template's defaults).
+  is given (evaluated on the template's defaults);
+- with ConfigText given (OIDC issuers), a generated Secrets Manager secret of at least 32
+  characters is created and the function's GITSTATE_RUN_KEY resolves it, so every container
+  shares one run key (DESIGN §6, §7); without ConfigText, neither.
 
 Usage: check-template-auth.py [TEMPLATE]   (default: infra/template.yaml). Exit 1 on a finding.
 """
@@ -88,6 +91,37 @@ def deployed(template, params):
     return out
 
 
+def run_key_findings(template, params):
+    """What is wrong with the run key the stack gives the function for `params`."""
+    resources = deployed(template, params)
+    secrets = {
+        name: r for name, r in resources.items() if r.get("Type") == "AWS::SecretsManager::Secret"
+    }
+    functions = [r for r in resources.values() if r.get("Type") == "AWS::Lambda::Function"]
+    keys = [
+        f.get("Properties", {}).get("Environment", {}).get("Variables", {}).get("GITSTATE_RUN_KEY")
+        for f in functions
+    ]
+    with_config = bool(params.get("ConfigText"))
+    findings = []
+    if not with_config:
+        if secrets or any(k is not None and k != {"Ref": "AWS::NoValue"} for k in keys):
+            findings.append("without ConfigText the stack still makes or passes a run key")
+        return findings
+    generated = [
+        name
+        for name, r in secrets.items()
+        if r.get("Properties", {}).get("GenerateSecretString", {}).get("PasswordLength", 0) >= 32
+    ]
+    if len(generated) != 1:
+        findings.append(f"with ConfigText, {len(generated)} generated secrets of 32+ characters, not one")
+        return findings
+    expected = {"Fn::Sub": "{{resolve:secretsmanager:${" + generated[0] + "}:SecretString}}"}
+    if not functions or any(k != expected for k in keys):
+        findings.append(f"with ConfigText, GITSTATE_RUN_KEY is {keys!r}, not {expected!r}")
+    return findings
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "infra/template.yaml"
     with open(path) as f:
@@ -137,13 +171,18 @@ def main():
                 findings.append(f"AuthMode=server: Lambda permission {name} grants {props.get('Action')} to everyone")
             if kind == "AWS::Serverless::Api" or kind == "AWS::ApiGateway::RestApi":
                 findings.append(f"AuthMode=server: unchecked API {name} ({kind})")
+    for config_text in ("", 'auth { mode = "team" }'):
+        findings += run_key_findings(
+            template,
+            dict(params, TeamTokenHashes="sha256:" + "0" * 64, ConfigText=config_text),
+        )
     if "server" not in modes:
         print("check-template-auth: AuthMode=server is not allowed at all")
     if findings:
         for finding in findings:
             print(f"check-template-auth: {path}: {finding}", file=sys.stderr)
         sys.exit(1)
-    print(f"check-template-auth: {path}: no default opens the endpoint; AuthMode=server is IAM-only; team needs a token")
+    print(f"check-template-auth: {path}: no default opens the endpoint; AuthMode=server is IAM-only; team needs a token; with ConfigText every container shares one generated run key")
 
 
 if __name__ == "__main__":

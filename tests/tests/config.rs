@@ -143,6 +143,58 @@ fn config_show_never_prints_a_secret() {
     assert!(out.contains("token_hashes = 1 configured"), "{out}");
 }
 
+/// The run key (issue 55): `config show` prints it hidden with its source, and a file setting
+/// with the source of that setting; `--run-key-file` wins over `GITSTATE_RUN_KEY`, which wins
+/// over the file's `auth.run_key_file`; a short key stops with a sentence naming the variable.
+#[test]
+fn config_show_hides_the_run_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("gitstate.hcl"),
+        "auth {\n  mode = \"team\"\n  token_hashes = [\"sha256:0000000000000000000000000000000000000000000000000000000000000000\"]\n  run_key_file = \"from-file.key\"\n}\n",
+    )
+    .unwrap();
+    let key = "run-key-secret-0123456789abcdef0123456789";
+    let show = |args: &[&str], env: &[(&str, &str)]| {
+        let all = [&["config", "show", "--config", "gitstate.hcl"][..], args].concat();
+        let (ok, out, err) = gitstate(dir.path(), &all, env);
+        assert!(ok, "{all:?}: {err}");
+        assert!(
+            !out.contains(key) && !err.contains(key),
+            "the key printed:\n{out}"
+        );
+        out
+    };
+    let out = show(&[], &[]);
+    assert!(
+        shown(&out, "auth.run_key_file = \"from-file.key\"").ends_with("# file gitstate.hcl"),
+        "{out}"
+    );
+    let out = show(&[], &[("GITSTATE_RUN_KEY", key)]);
+    assert!(
+        shown(&out, "auth.run_key = (hidden)").ends_with("# environment GITSTATE_RUN_KEY"),
+        "{out}"
+    );
+    let out = show(
+        &["--run-key-file", "flag.key"],
+        &[("GITSTATE_RUN_KEY", key)],
+    );
+    assert!(
+        shown(&out, "auth.run_key_file = \"flag.key\"").ends_with("# flag --run-key-file"),
+        "{out}"
+    );
+    let (ok, _, err) = gitstate(
+        dir.path(),
+        &["config", "show", "--config", "gitstate.hcl"],
+        &[("GITSTATE_RUN_KEY", "short-key")],
+    );
+    assert!(
+        !ok && err.contains("GITSTATE_RUN_KEY") && err.contains("32 bytes"),
+        "{err}"
+    );
+    assert!(!err.contains("short-key"), "{err}");
+}
+
 #[test]
 fn bad_configuration_files_name_the_key_and_the_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -890,3 +890,252 @@ fn a_401_says_what_failed_and_not_what_would_pass() {
         }
     }
 }
+
+/// A run key every process of these tests shares (`GITSTATE_RUN_KEY`).
+const RUN_KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978";
+
+/// A `gitstate.hcl` serving the bare repository `remote` as `default`, to GitHub-shaped tokens
+/// of `acme/infra` (a second of clock skew, so that a token expires quickly).
+fn remote_config(dir: &Path, remote: &Path, issuer: &Issuer) {
+    std::fs::write(
+        dir.join("gitstate.hcl"),
+        format!(
+            "repository \"default\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  oidc {{\n    issuer = \"{ISSUER}\"\n    audience = \"gitstate\"\n    jwks_file = \"{}\"\n    clock_skew = \"1s\"\n    rule {{\n      claims = {{ sub = \"repo:acme/infra:ref:refs/heads/*\" }}\n      name = \"infra-ci\"\n    }}\n  }}\n}}\n",
+            remote.display(),
+            issuer.jwks_file().display()
+        ),
+    )
+    .expect("gitstate.hcl");
+}
+
+/// A token of `acme/infra`'s CI that expires at `exp`.
+fn ci_token(issuer: &Issuer, exp: u64) -> String {
+    issuer.sign(
+        "k1",
+        &json!({
+            "iss": ISSUER, "aud": "gitstate", "iat": now(), "exp": exp,
+            "sub": "repo:acme/infra:ref:refs/heads/main",
+        }),
+    )
+}
+
+/// Terraform's LockInfo for the lock ID `id`.
+fn lock_info(id: &str) -> String {
+    format!(
+        r#"{{"ID":"{id}","Operation":"OperationTypeApply","Info":"","Who":"ci@runner","Version":"1.11.4","Created":"2026-11-28T10:00:00Z","Path":""}}"#
+    )
+}
+
+/// Waits until a token whose `exp` is `exp` has expired past the second of clock skew.
+fn wait_past(exp: u64) {
+    while now() < exp + 2 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// The tip of `branch` in the bare repository `remote` (empty when there is none).
+fn tip(remote: &Path, branch: &str) -> String {
+    let out = git_output(
+        Some(remote),
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ],
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+const FIRST_STATE: &str = r#"{"version":4,"terraform_version":"1.11.4","serial":1,"lineage":"run","outputs":{},"resources":[]}"#;
+
+/// A lock trailer counts only when gitstate made it (issue 55): someone with push access who
+/// stole a CI token rewrites the commit of a lock that token holds with plain git, once with
+/// the token's SHA-256 (the trailer earlier versions wrote, which anyone holding the token can
+/// compute), once with the seal of the same token's lock on another path. Each time, once the
+/// token has expired, its POST, DELETE and GET with the lock ID are 401s and nothing is
+/// written; the genuine lock commit put back, the run finishes.
+#[test]
+fn a_forged_lock_trailer_gives_a_stolen_expired_token_nothing() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = bare_repo(dir.path(), "states");
+    remote_config(dir.path(), &remote, &issuer);
+    let gitstate = Gitstate::start(
+        &["--config", "gitstate.hcl"],
+        &[("GITSTATE_RUN_KEY", RUN_KEY)],
+        dir.path(),
+    );
+    let exp = now() + 5;
+    let stolen = ci_token(&issuer, exp);
+    let url = |path: &str| gitstate.state_url("default", path);
+    for (path, id) in [("a.tfstate", "run-a"), ("b.tfstate", "run-b")] {
+        let (status, body) = http(
+            "LOCK",
+            &url(path),
+            Some(&lock_info(id)),
+            Some(("x", &stolen)),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let lock_a = tip(&remote, "locks/a.tfstate");
+    let message = |commit: &str| git(Some(&remote), &["log", "-1", "--format=%B", commit]);
+    let trailer = |message: &str| {
+        message
+            .lines()
+            .find(|l| l.starts_with("Gitstate-Lock-Token: "))
+            .expect("a lock trailer")
+            .to_owned()
+    };
+    let sealed_b = trailer(&message(&tip(&remote, "locks/b.tfstate")));
+    wait_past(exp);
+
+    // Plain git, as a pusher would: a clone of the lock branches; the same lock file with
+    // another trailer, force-pushed.
+    let work = tempfile::tempdir().expect("tempdir");
+    let remote_url = remote.to_str().expect("utf-8");
+    git(Some(work.path()), &["init", "--quiet"]);
+    git(
+        Some(work.path()),
+        &[
+            "fetch",
+            "--quiet",
+            remote_url,
+            "refs/heads/locks/*:refs/heads/locks/*",
+        ],
+    );
+    let push = |commit: &str| {
+        let to = format!("{commit}:refs/heads/locks/a.tfstate");
+        git(
+            Some(work.path()),
+            &["push", "--quiet", "--force", remote_url, &to],
+        );
+    };
+    let rewrite = |trailer: &str| {
+        let subject = "Lock a.tfstate: OperationTypeApply by ci@runner (run-a)";
+        let tree = format!("{lock_a}^{{tree}}");
+        let message = format!("{subject}\n\n{trailer}");
+        let commit = git(Some(work.path()), &["commit-tree", &tree, "-m", &message]);
+        push(commit.trim());
+    };
+    let run = format!("{}?ID=run-a", url("a.tfstate"));
+    for (what, forged) in [
+        (
+            "the stolen token's sha256",
+            format!(
+                "Gitstate-Lock-Token: sha256:{}",
+                crypto::sha256_hex(&stolen)
+            ),
+        ),
+        ("the seal of the same token's lock on b.tfstate", sealed_b),
+    ] {
+        rewrite(&forged);
+        let before = (
+            tip(&remote, "main"),
+            git_output(Some(&remote), &["log", "--all", "--format=%H"]).stdout,
+        );
+        for (method, target, body) in [
+            ("POST", run.clone(), Some(FIRST_STATE)),
+            ("DELETE", run.clone(), None),
+            ("GET", url("a.tfstate"), None),
+        ] {
+            let (status, answer) = http(method, &target, body, Some(("x", &stolen))).unwrap();
+            assert_eq!(status, 401, "{what}: {method} answered {answer}");
+            assert!(answer.contains("expired"), "{what}: {answer}");
+        }
+        assert_eq!(
+            before,
+            (
+                tip(&remote, "main"),
+                git_output(Some(&remote), &["log", "--all", "--format=%H"]).stdout
+            ),
+            "{what}: a refused request wrote"
+        );
+    }
+
+    // The genuine lock commit put back: the expired token finishes its run.
+    push(&lock_a);
+    let (status, body) = http("POST", &run, Some(FIRST_STATE), Some(("x", &stolen))).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        git_log_subjects(&remote, "main", "a.tfstate"),
+        ["Update a.tfstate (serial 1) by ci@runner"]
+    );
+    let (status, body) = http(
+        "UNLOCK",
+        &url("a.tfstate"),
+        Some(&lock_info("run-a")),
+        Some(("x", &stolen)),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(!gitstate.log().contains(RUN_KEY), "the run key in the log");
+}
+
+/// Every process that shares the run key seals and checks alike (issue 55): the lock taken
+/// through one `gitstate serve`, the expired token finishes the run through another on the same
+/// repository. Without a run key each process makes its own: the run finishes only through the
+/// process that took the lock (the documented limit), and each such process says so at start.
+#[test]
+fn a_run_finishes_through_any_process_that_shares_the_run_key() {
+    let issuer = Issuer::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = bare_repo(dir.path(), "states");
+    remote_config(dir.path(), &remote, &issuer);
+    let start =
+        |env: &[(&str, &str)]| Gitstate::start(&["--config", "gitstate.hcl"], env, dir.path());
+    let shared = [("GITSTATE_RUN_KEY", RUN_KEY)];
+    let (one, two) = (start(&shared), start(&shared));
+    let (alone, other) = (start(&[]), start(&[]));
+    let exp = now() + 5;
+    let token = ci_token(&issuer, exp);
+    let url = |server: &Gitstate, path: &str| server.state_url("default", path);
+    for (server, path, id) in [
+        (&one, "shared.tfstate", "run-1"),
+        (&alone, "alone.tfstate", "run-2"),
+    ] {
+        let (status, body) = http(
+            "LOCK",
+            &url(server, path),
+            Some(&lock_info(id)),
+            Some(("x", &token)),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    wait_past(exp);
+
+    let through = |server: &Gitstate, path: &str, id: &str| {
+        http(
+            "POST",
+            &format!("{}?ID={id}", url(server, path)),
+            Some(FIRST_STATE),
+            Some(("x", &token)),
+        )
+        .unwrap()
+    };
+    let (status, body) = through(&two, "shared.tfstate", "run-1");
+    assert_eq!(
+        status, 200,
+        "through the other process with the same key: {body}"
+    );
+    let (status, body) = http(
+        "UNLOCK",
+        &url(&two, "shared.tfstate"),
+        Some(&lock_info("run-1")),
+        Some(("x", &token)),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    let (status, body) = through(&other, "alone.tfstate", "run-2");
+    assert_eq!(status, 401, "another process with its own key: {body}");
+    assert!(git_log_subjects(&remote, "main", "alone.tfstate").is_empty());
+    let (status, body) = through(&alone, "alone.tfstate", "run-2");
+    assert_eq!(status, 200, "the process that took the lock: {body}");
+
+    let said = "no run key is configured";
+    assert!(alone.log().contains(said) && other.log().contains(said));
+    assert!(!one.log().contains(said) && !one.log().contains(RUN_KEY));
+}

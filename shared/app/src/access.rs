@@ -27,6 +27,8 @@ pub struct Access {
     certificates: Vec<(SubjectPattern, Credentials)>,
     /// Team mode: OIDC issuers whose tokens are callers (`auth.oidc`).
     oidc: Issuers,
+    /// The deployment's run key: it marks the OIDC tokens admitted ([`crate::run_key`]).
+    run_key: crate::run_key::RunKey,
     /// Digests of OIDC tokens [`Access::authenticate`] admitted a moment ago: the
     /// [`Access::admit`] of the same request answers from here instead of checking the
     /// signature again.
@@ -54,6 +56,7 @@ impl Access {
                 users: Users::default(),
                 certificates: Vec::new(),
                 oidc: Issuers::default(),
+                run_key: crate::run_key::RunKey::random(),
                 oidc_admitted: tokens::Recent::new(OIDC_ADMITTED_FOR),
             });
         }
@@ -76,12 +79,19 @@ impl Access {
                 "auth mode \"team\" needs at least one token hash (auth.token_hashes, --token-hash or GITSTATE_TOKEN_HASHES), user (auth.users, --user or GITSTATE_USERS) or OIDC issuer (auth.oidc)".into(),
             ));
         }
+        let run_key = crate::run_key::load(
+            auth.run_key.as_ref(),
+            auth.run_key_file.as_deref(),
+            !oidc.is_empty(),
+        )
+        .map_err(ConfigError::BadValue)?;
         Ok(Access {
             mode: auth.mode,
             tokens,
             users,
             certificates,
             oidc,
+            run_key,
             oidc_admitted: tokens::Recent::new(OIDC_ADMITTED_FOR),
         })
     }
@@ -143,7 +153,7 @@ impl Access {
                         scope: verified.scope,
                         name: Some(verified.name),
                         token: Some(gitstate_core::LockToken {
-                            hash: tokens::hash_of(&caller.password),
+                            mark: self.run_key.mark(&caller.password),
                             expired: verified.expired,
                         }),
                     });
@@ -237,6 +247,7 @@ mod tests {
             tokens: Vec::new(),
             certificates: Vec::new(),
             oidc: Vec::new(),
+            ..AuthConfig::default()
         })
         .expect("a team configuration")
     }
@@ -287,6 +298,7 @@ mod tests {
                 access: Some("read-only".into()),
                 paths: vec!["team-a/**".into()],
             }],
+            ..AuthConfig::default()
         })
         .expect("a certificate is enough for team mode");
         let subject = |cn: &str| {
@@ -310,6 +322,7 @@ mod tests {
             tokens: Vec::new(),
             certificates: Vec::new(),
             oidc: Vec::new(),
+            ..AuthConfig::default()
         })
         .unwrap();
         assert!(
@@ -378,6 +391,7 @@ mod tests {
             tokens: Vec::new(),
             certificates: Vec::new(),
             oidc: Vec::new(),
+            ..AuthConfig::default()
         });
         assert!(matches!(empty, Err(ConfigError::BadValue(m)) if m.contains("token hash")));
     }
@@ -391,6 +405,7 @@ mod tests {
             tokens: Vec::new(),
             certificates: Vec::new(),
             oidc: Vec::new(),
+            ..AuthConfig::default()
         })
         .expect("pass-through");
         assert!(matches!(

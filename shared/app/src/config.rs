@@ -201,6 +201,13 @@ pub struct AuthConfig {
     /// issuers (`oidc { issuer = "…" audience = "…" rule { … } }`, one block per issuer).
     #[serde(default, rename = "oidc", deserialize_with = "one_or_more")]
     pub oidc: Vec<crate::oidc::OidcConfig>,
+    /// A file holding the run key (`--run-key-file`, `GITSTATE_RUN_KEY_FILE`): the secret that
+    /// seals the locks OIDC tokens take, the same in every process (DESIGN §6; read at start).
+    #[serde(default)]
+    pub run_key_file: Option<PathBuf>,
+    /// The run key itself, from the environment only (`GITSTATE_RUN_KEY`); never a file key.
+    #[serde(skip)]
+    pub run_key: Option<crate::run_key::RunKey>,
 }
 
 /// One `auth { certificate { … } }` block: a client certificate's subject as a team caller.

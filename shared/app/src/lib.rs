@@ -13,6 +13,7 @@ mod identity;
 pub mod metrics;
 pub mod oidc;
 pub mod registry;
+pub mod run_key;
 pub mod sealing;
 pub mod settings;
 pub mod setup;

@@ -317,6 +317,15 @@ settings! {
         file: "auth",
         apply: |_s, config, value, _what| { config.auth.users = value; },
     }
+    /// Team mode with OIDC: a file holding the run key (at least 32 bytes; a trailing newline is
+    /// trimmed), the secret that seals the locks OIDC tokens take; give every process that
+    /// serves these repositories the same. The key itself can be given in GITSTATE_RUN_KEY,
+    /// never as a flag [default: a random key per process].
+    #[arg(long, value_name = "PATH", env = "GITSTATE_RUN_KEY_FILE")]
+    run_key_file: Option<PathBuf> {
+        file: "auth",
+        apply: |_s, config, value, _what| { config.auth.run_key_file = Some(value); },
+    }
     /// Largest accepted state, in bytes [default: 536870912].
     #[arg(long, env = "GITSTATE_MAX_STATE_BYTES")]
     max_state_bytes: Option<usize> {
@@ -615,6 +624,14 @@ impl Settings {
 
     /// gitstate's own settings over its file over the defaults.
     fn resolve_own(&self) -> Result<Config, ConfigError> {
+        self.resolve_own_in(&|name| std::env::var_os(name))
+    }
+
+    /// [`Settings::resolve_own`], with the secrets that only variables hold read from `env`.
+    fn resolve_own_in(
+        &self,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Config, ConfigError> {
         let mut config = match (&self.config, &self.config_text) {
             (Some(path), _) => Config::from_file(path)?,
             (None, Some(text)) => {
@@ -631,6 +648,16 @@ impl Settings {
             if let Some(passphrase) = legacy_aes_passphrase_from_env()? {
                 config.encryption.legacy_aes_passphrase = Some(passphrase);
                 config.encryption.legacy_aes_passphrase_file = None;
+            }
+        }
+        // So is the run key: GITSTATE_RUN_KEY, below --run-key-file and its variable, above the
+        // file's auth.run_key_file.
+        if !self.given("run_key_file") {
+            if let Some(key) =
+                crate::run_key::RunKey::from_env(env).map_err(ConfigError::BadValue)?
+            {
+                config.auth.run_key = Some(key);
+                config.auth.run_key_file = None;
             }
         }
         Ok(config)
@@ -684,4 +711,79 @@ fn legacy_aes_passphrase_from_env() -> Result<Option<gitstate_seal::Passphrase>,
         )));
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    const FLAG_KEY: &str = "flag-key-0123456789abcdef0123456789";
+    const VARIABLE_KEY: &str = "variable-key-0123456789abcdef012345";
+    const FILE_KEY: &str = "file-key-0123456789abcdef0123456789";
+
+    /// The run key: `--run-key-file` (or its variable) > `GITSTATE_RUN_KEY` > the file's
+    /// `auth.run_key_file`, as every setting (flags > environment > file); the key never shows
+    /// in the configuration's `Debug`, and a short one stops the start with a sentence naming
+    /// the variable, not the value.
+    #[test]
+    fn the_run_key_comes_from_the_flag_then_the_variable_then_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flag_file, file_file) = (dir.path().join("flag.key"), dir.path().join("file.key"));
+        std::fs::write(&flag_file, format!("{FLAG_KEY}\n")).unwrap();
+        std::fs::write(&file_file, format!("{FILE_KEY}\n")).unwrap();
+        let hcl = dir.path().join("gitstate.hcl");
+        std::fs::write(
+            &hcl,
+            format!("auth {{\n  run_key_file = {:?}\n}}\n", file_file.display()),
+        )
+        .unwrap();
+        let no_variable = |_: &str| None;
+        let variable = |value: &'static str| {
+            move |name: &str| (name == "GITSTATE_RUN_KEY").then(|| OsString::from(value))
+        };
+        let from_file = Settings {
+            config: Some(hcl.clone()),
+            ..Settings::default()
+        };
+        let with_flag = Settings {
+            run_key_file: Some(flag_file.clone()),
+            ..from_file.clone()
+        };
+
+        let config = from_file.resolve_own_in(&no_variable).unwrap();
+        assert_eq!(config.auth.run_key_file.as_ref(), Some(&file_file));
+        assert_eq!(config.auth.run_key, None);
+
+        let config = from_file.resolve_own_in(&variable(VARIABLE_KEY)).unwrap();
+        assert_eq!(
+            config.auth.run_key_file, None,
+            "the variable wins over the file"
+        );
+        let key = config.auth.run_key.as_ref().expect("the variable's key");
+        assert_eq!(key.source, "environment GITSTATE_RUN_KEY");
+        assert_eq!(
+            key.mark("t"),
+            crate::run_key::RunKey::new(VARIABLE_KEY.as_bytes(), "")
+                .unwrap()
+                .mark("t")
+        );
+        let shown = format!("{config:?}");
+        assert!(!shown.contains(VARIABLE_KEY), "{shown}");
+
+        let config = with_flag.resolve_own_in(&variable(VARIABLE_KEY)).unwrap();
+        assert_eq!(config.auth.run_key, None, "the flag wins over the variable");
+        assert_eq!(config.auth.run_key_file.as_ref(), Some(&flag_file));
+
+        let refused = from_file
+            .resolve_own_in(&variable("too-short"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("GITSTATE_RUN_KEY") && refused.contains("32 bytes"),
+            "{refused}"
+        );
+        assert!(!refused.contains("too-short"), "{refused}");
+    }
 }

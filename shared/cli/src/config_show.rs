@@ -238,6 +238,7 @@ pub fn render(
         ),
         tbg_source(tbg, &["auth"]).unwrap_or_else(|| sources.of("auth_mode")),
     ));
+    lines.extend(run_key_line(config, &sources));
     let e = &config.encryption;
     lines.push((
         format!(
@@ -298,6 +299,27 @@ pub fn render(
         }
     }
     out
+}
+
+/// The run key (never its value), with its source; without one, what a process does when OIDC
+/// issuers are configured.
+fn run_key_line(config: &Config, sources: &Sources) -> Option<(String, String)> {
+    let auth = &config.auth;
+    match (&auth.run_key, &auth.run_key_file) {
+        (Some(key), _) => Some(("auth.run_key = (hidden)".into(), key.source.clone())),
+        (None, Some(file)) => Some((
+            format!(
+                "auth.run_key_file = {}",
+                quoted(&file.display().to_string())
+            ),
+            sources.of("run_key_file"),
+        )),
+        (None, None) if !auth.oidc.is_empty() => Some((
+            "# auth.run_key: none, each process makes its own (a run whose OIDC token expires finishes only through the process that took its lock)".into(),
+            String::new(),
+        )),
+        (None, None) => None,
+    }
 }
 
 /// terraform-backend-git's encryption settings: the provider and the legacy aes passphrase

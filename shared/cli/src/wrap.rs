@@ -350,6 +350,7 @@ pub async fn run(mut args: WrapArgs, umask: libc::mode_t) -> Result<u8, WrapErro
         tokens: Vec::new(),
         certificates: Vec::new(),
         oidc: Vec::new(),
+        ..AuthConfig::default()
     };
 
     // The address first: a busy port must stop everything before any file is written.

@@ -199,9 +199,9 @@ pub struct Caller {
     /// `?force=true`: this write skips the state guard (`terraform state push -force` through
     /// a forcing address).
     pub force: bool,
-    /// The caller's OIDC token, when it presented one: recorded with a lock it takes; once
-    /// expired, admitted only under that lock ([`crate::LockToken`]).
-    pub token: Option<crate::lock::LockToken>,
+    /// The caller's OIDC token (its mark), when it presented one: a lock it takes is sealed with
+    /// it; once expired, it is admitted only under that lock ([`crate::LockToken`]).
+    pub token: Option<crate::lock_token::LockToken>,
 }
 
 /// How messages name a writer without a name (the commit is then the committer's).
@@ -233,20 +233,20 @@ impl Backend {
         &self,
         store: &dyn StateStore,
         path: &StatePath,
-        token: Option<&crate::lock::LockToken>,
+        token: Option<&crate::lock_token::LockToken>,
     ) -> Result<Option<Bytes>, BackendError> {
         let snapshot = store.snapshot(path).await?;
-        if token.is_some_and(|t| t.expired)
-            && (snapshot.lock.is_none()
-                || !crate::lock::LockToken::admits(token, snapshot.lock_token.as_deref()))
-        {
+        let at = Place::new(store.repository(), path);
+        if !crate::lock_token::LockToken::admits(
+            token,
+            &at,
+            snapshot.lock.as_deref(),
+            snapshot.lock_token.as_deref(),
+        ) {
             return Err(BackendError::from_expired_token());
         }
         match snapshot.state {
-            Some(stored) => {
-                let at = Place::new(store.repository(), path);
-                Ok(Some(self.open_stored(&at, stored).await?))
-            }
+            Some(stored) => Ok(Some(self.open_stored(&at, stored).await?)),
             None => Ok(None),
         }
     }

@@ -16,6 +16,7 @@ pub mod identifiers;
 pub mod links;
 pub mod listing;
 pub mod lock;
+pub mod lock_token;
 pub mod metrics;
 pub mod path;
 pub mod process;
@@ -36,7 +37,8 @@ pub use catalog::{
 };
 pub use commit::{Author, Message};
 pub use listing::{ListQuery, StateListing, StatePage, Version};
-pub use lock::{LockInfo, LockToken, TakenOver, Unlock, Unlocked};
+pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
+pub use lock_token::{LockToken, Mark};
 pub use path::{BranchName, PathError, RefError, StatePath};
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};

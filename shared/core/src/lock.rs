@@ -1,7 +1,7 @@
 //! What a lock is (DESIGN §2, §3): where lock branches live, LockInfo (the JSON body of LOCK and
 //! UNLOCK, stored exactly as received; this type is only the parsed view the rules need), who may
 //! write a state while it is locked, and what an UNLOCK asks for, a checked release by the holder
-//! or a force-unlock. The protocol ([`crate::Backend`]), the HTTP layer and the catalog's audit
+//! or a force-unlock (which OIDC token took a lock is [`crate::lock_token`]). The protocol ([`crate::Backend`]), the HTTP layer and the catalog's audit
 //! trail take these answers from here and decide none of them again.
 
 use serde::Deserialize;
@@ -201,46 +201,6 @@ pub struct Unlocked {
     pub force: bool,
     /// Who released it, as the request says (the holder's `Who`); `None`: the caller.
     pub who: Option<String>,
-}
-
-/// The trailer of a lock commit whose lock an OIDC token took: the token's hash.
-pub const LOCK_TOKEN_TRAILER: &str = "Gitstate-Lock-Token";
-
-/// What a caller's OIDC token says about locks (DESIGN §6, "A run outlives its token"): a lock
-/// it takes records its hash, and once it has expired it may still finish the run whose lock it
-/// took (writes under that lock's ID, the holder's UNLOCK), and nothing else.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockToken {
-    /// `sha256:<hex>` of the token.
-    pub hash: String,
-    /// The token has expired (within the issuer's `max_run`).
-    pub expired: bool,
-}
-
-impl LockToken {
-    /// The trailer line that records this token with a lock commit.
-    pub fn trailer(&self) -> String {
-        format!("{LOCK_TOKEN_TRAILER}: {}", self.hash)
-    }
-
-    /// The token hash a lock commit's `message` records, if any. The subject is one line of
-    /// escaped caller text, so a trailer line can only be gitstate's own.
-    pub fn recorded(message: &str) -> Option<String> {
-        message.lines().rev().find_map(|line| {
-            let hash = line.strip_prefix(LOCK_TOKEN_TRAILER)?.strip_prefix(": ")?;
-            let hex = hash.strip_prefix("sha256:")?;
-            (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash.to_owned())
-        })
-    }
-
-    /// Whether this caller may act on a lock whose commit recorded `recorded`: always for a
-    /// token that has not expired; an expired one only on the lock it took itself.
-    pub fn admits(token: Option<&LockToken>, recorded: Option<&str>) -> bool {
-        match token {
-            Some(token) if token.expired => recorded == Some(token.hash.as_str()),
-            _ => true,
-        }
-    }
 }
 
 #[cfg(test)]

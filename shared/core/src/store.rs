@@ -56,7 +56,8 @@ pub struct Snapshot {
     pub lock_tip: Option<Revision>,
     /// Content of `{path}.lock` at `lock_tip`.
     pub lock: Option<Bytes>,
-    /// The OIDC token hash the lock commit at `lock_tip` records ([`crate::LockToken`]).
+    /// The seal the lock commit at `lock_tip` records, as written: verified, never trusted
+    /// ([`crate::LockToken`]).
     pub lock_token: Option<String>,
 }
 
@@ -67,7 +68,7 @@ pub struct LockRead {
     pub tip: Revision,
     /// Content of `{path}.lock` at `tip`.
     pub content: Bytes,
-    /// The OIDC token hash the lock commit records ([`crate::LockToken`]).
+    /// The seal the lock commit records, as written ([`crate::LockToken`]).
     pub token: Option<String>,
 }
 
@@ -563,7 +564,7 @@ pub struct Authenticated {
     /// The caller's name when the credential names it (an OIDC rule's `name`); otherwise the
     /// basic-auth user name is the caller's name.
     pub name: Option<String>,
-    /// An OIDC token's hash, and whether it has expired (then it is admitted only to finish the
+    /// An OIDC token's mark, and whether it has expired (then it is admitted only to finish the
     /// run whose lock it took: [`crate::LockToken`]).
     pub token: Option<crate::LockToken>,
 }

@@ -277,7 +277,7 @@ pub fn file_id(
         .map(|e| e.id))
 }
 
-/// The OIDC token hash the lock commit `commit` records ([`gitstate_core::LockToken`]); `None`
+/// The seal the lock commit `commit` records, as written ([`gitstate_core::LockToken`]); `None`
 /// when it records none or the commit is not at hand.
 pub fn lock_token_at(repo: &gix::Repository, commit: ObjectId) -> Option<String> {
     let commit = repo.find_commit(commit).ok()?;

@@ -7,8 +7,10 @@ use bytes::Bytes;
 
 use super::{Backend, BackendError};
 use crate::commit::Message;
-use crate::lock::{LockInfo, LockToken, TakenOver, Unlock, Unlocked};
+use crate::lock::{LockInfo, TakenOver, Unlock, Unlocked};
+use crate::lock_token::LockToken;
 use crate::path::StatePath;
+use crate::seal::Place;
 use crate::store::{Intent, LockCreate, StateStore, StoreError};
 use crate::text::escape_controls;
 
@@ -28,9 +30,9 @@ impl Backend {
         self.lock_with_token(store, path, body, None).await
     }
 
-    /// [`Backend::lock`] by a caller with an OIDC `token`: recorded with the lock (a trailer of
-    /// its commit), so that the same token may finish the run after it expires; an expired
-    /// token takes no lock.
+    /// [`Backend::lock`] by a caller with an OIDC `token`: the lock is sealed with the token's
+    /// mark (a trailer of its commit, bound to this repository, path and lock ID), so that the
+    /// same token may finish the run after it expires; an expired token takes no lock.
     pub async fn lock_with_token(
         &self,
         store: &dyn StateStore,
@@ -55,7 +57,10 @@ impl Backend {
             escape_controls(&info.id)
         );
         let message = match token {
-            Some(token) => format!("{message}\n\n{}", token.trailer()),
+            Some(token) => {
+                let at = Place::new(store.repository(), path);
+                format!("{message}\n\n{}", token.trailer(&at, &info.id))
+            }
             None => message,
         };
         let message = Message::by(message, &info.who);
@@ -184,7 +189,13 @@ impl Backend {
                     return Err(BackendError::Locked(content.clone()));
                 }
             }
-            if !LockToken::admits(token, session.snapshot().lock_token.as_deref()) {
+            let at = Place::new(store.repository(), path);
+            if !LockToken::admits(
+                token,
+                &at,
+                Some(content),
+                session.snapshot().lock_token.as_deref(),
+            ) {
                 if recalled {
                     intent = Intent::Unlock;
                     continue;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::fakes::{MemoryOpener, MemorySealer, MemoryStore, FAKE_SEAL_PREFIX};
-use crate::lock::{LockToken, Unlock, Unlocked};
+use crate::lock::{Unlock, Unlocked};
+use crate::lock_token::LockToken;
 
 const P: &str = "team/app.tfstate";
 
@@ -1167,31 +1168,25 @@ async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_
     assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
 }
 
-/// A run outlives its OIDC token (issue 50): the token's hash is recorded with the lock it takes;
-/// once expired, the same token may still write under that lock's ID and release it, and nothing
-/// else. Another expired token with the lock's ID, or the expired token without the lock, is a
-/// 401 that writes nothing.
+/// An OIDC token as the app hands it over: its mark (here made up) and whether it has expired.
+fn oidc_token(mark: u8, expired: bool) -> LockToken {
+    LockToken {
+        mark: crate::lock_token::Mark::new([mark; 32]),
+        expired,
+    }
+}
+
+/// A run outlives its OIDC token (issue 50): the lock it takes is sealed with the token's mark;
+/// once expired, the same token may still write under that lock's ID, read, and release it, and
+/// nothing else. Another expired token with the lock's ID, or the expired token without the
+/// lock, is a 401 that writes nothing.
 #[tokio::test]
 async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     let store = MemoryStore::named("r");
     let b = backend();
-    let hash = |c: char| format!("sha256:{}", c.to_string().repeat(64));
-    let valid = LockToken {
-        hash: hash('a'),
-        expired: false,
-    };
-    let expired = LockToken {
-        expired: true,
-        ..valid.clone()
-    };
-    let stranger = LockToken {
-        hash: hash('b'),
-        expired: true,
-    };
-    let with = |token: &LockToken| Caller {
-        token: Some(token.clone()),
-        ..alice()
-    };
+    let valid = oidc_token(1, false);
+    let expired = oidc_token(1, true);
+    let stranger = oidc_token(2, true);
     let unauthenticated = |r: Result<Option<Written>, BackendError>| matches!(r, Err(BackendError::Unauthenticated(ref m)) if m.contains("expired"));
     assert!(
         matches!(
@@ -1214,17 +1209,38 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     )
     .await
     .expect("lock");
-    b.post_body(&*store, &path(), state(1), Some("id-1"), &with(&expired))
-        .await
-        .expect("the same token, expired, under its lock")
-        .expect("a commit");
+    b.post_body(
+        &*store,
+        &path(),
+        state(1),
+        Some("id-1"),
+        &with_token(&expired),
+    )
+    .await
+    .expect("the same token, expired, under its lock")
+    .expect("a commit");
+    assert_eq!(
+        b.get_with_token(&*store, &path(), Some(&expired)).await,
+        Ok(Some(state(1))),
+        "and it reads the state back while its lock is held"
+    );
+    assert!(matches!(
+        b.get_with_token(&*store, &path(), Some(&stranger)).await,
+        Err(BackendError::Unauthenticated(_))
+    ));
     let commits = store.commits().len();
     assert!(unauthenticated(
-        b.post_body(&*store, &path(), state(2), Some("id-1"), &with(&stranger))
-            .await
+        b.post_body(
+            &*store,
+            &path(),
+            state(2),
+            Some("id-1"),
+            &with_token(&stranger)
+        )
+        .await
     ));
     assert!(unauthenticated(
-        b.post_body(&*store, &path(), state(2), None, &with(&expired))
+        b.post_body(&*store, &path(), state(2), None, &with_token(&expired))
             .await
     ));
     assert_eq!(store.commits().len(), commits, "a refused write wrote");
@@ -1256,8 +1272,14 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     .expect("the token releases the lock it took");
     assert!(
         unauthenticated(
-            b.post_body(&*store, &path(), state(2), Some("id-1"), &with(&expired))
-                .await
+            b.post_body(
+                &*store,
+                &path(),
+                state(2),
+                Some("id-1"),
+                &with_token(&expired)
+            )
+            .await
         ),
         "without its lock an expired token is refused"
     );
@@ -1279,7 +1301,167 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         .await
         .expect("lock");
     assert!(unauthenticated(
-        b.post_body(&*store, &path(), state(3), Some("id-2"), &with(&expired))
-            .await
+        b.post_body(
+            &*store,
+            &path(),
+            state(3),
+            Some("id-2"),
+            &with_token(&expired)
+        )
+        .await
     ));
+}
+
+/// The seal of a lock taken by an OIDC token (issue 55): the lock commit's trailer is an HMAC
+/// keyed by the token's mark, over the lock's repository, path and ID, so it counts only where
+/// gitstate wrote it. Someone with push access who holds the stolen token can rewrite a held
+/// lock's commit; with the token's old `sha256:` trailer, a seal copied from the same token's
+/// lock of another path or another lock ID, or another token's seal, the expired token's POST,
+/// DELETE, GET and UNLOCK are 401s that write nothing. Put back, the genuine seal still admits it.
+#[tokio::test]
+async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    let (valid, expired) = (oidc_token(1, false), oidc_token(1, true));
+    let other = StatePath::parse("team/other.tfstate").unwrap();
+    for (at, id) in [(&path(), "id-1"), (&other, "id-2")] {
+        b.lock_with_token(&*store, at, lock_info(id, "ci@runner"), Some(&valid))
+            .await
+            .expect("lock");
+    }
+    let genuine = store.lock_message(P).expect("the lock commit");
+    let sealed = |message: &str| {
+        LockToken::recorded(message)
+            .map(|seal| format!("{}: {seal}", crate::lock_token::LOCK_TOKEN_TRAILER))
+            .expect("a trailer")
+    };
+    assert!(sealed(&genuine).contains(": hmac-sha256:"), "{genuine}");
+    let in_other_repository = MemoryStore::named("s");
+    b.lock_with_token(
+        &*in_other_repository,
+        &path(),
+        lock_info("id-1", "ci@runner"),
+        Some(&valid),
+    )
+    .await
+    .expect("lock");
+    let forged = [
+        (
+            "the token's sha256, as earlier versions wrote it",
+            format!(
+                "{}: sha256:{}",
+                crate::lock_token::LOCK_TOKEN_TRAILER,
+                "ab".repeat(32)
+            ),
+        ),
+        (
+            "the same token's seal of another path",
+            sealed(&store.lock_message(other.as_str()).expect("the other lock")),
+        ),
+        (
+            "the same token's seal of the same path and ID in another repository",
+            sealed(&in_other_repository.lock_message(P).expect("its lock")),
+        ),
+        (
+            "another token's seal of this very lock",
+            oidc_token(2, false).trailer(&Place::new("r", &path()), "id-1"),
+        ),
+        ("no seal at all", "Lock by hand".to_owned()),
+    ];
+    let held = store.lock_file(P).expect("held");
+    for (what, trailer) in forged {
+        store.plant_lock_commit(P, &held, &format!("Lock {P}: rewritten\n\n{trailer}"));
+        let commits = store.commits().len();
+        for written in [
+            b.post_body(
+                &*store,
+                &path(),
+                state(1),
+                Some("id-1"),
+                &with_token(&expired),
+            )
+            .await,
+            b.delete(&*store, &path(), Some("id-1"), &with_token(&expired))
+                .await,
+        ] {
+            assert!(
+                matches!(written, Err(BackendError::Unauthenticated(_))),
+                "{what}: {written:?}"
+            );
+        }
+        assert!(
+            matches!(
+                b.get_with_token(&*store, &path(), Some(&expired)).await,
+                Err(BackendError::Unauthenticated(_))
+            ),
+            "{what}"
+        );
+        assert!(
+            matches!(
+                b.unlock_with_token(
+                    &*store,
+                    &path(),
+                    &unlock(lock_info("id-1", "x")),
+                    Some(&expired)
+                )
+                .await,
+                Err(BackendError::Unauthenticated(_))
+            ),
+            "{what}"
+        );
+        assert_eq!(
+            store.commits().len(),
+            commits,
+            "{what}: a refused write wrote"
+        );
+        assert!(
+            store.lock_file(P).is_some(),
+            "{what}: the lock was released"
+        );
+    }
+    // The same seal on a lock file naming another ID (the lock rewritten to another run's).
+    store.plant_lock_commit(
+        P,
+        &lock_info("id-3", "ci@runner"),
+        &format!("Lock {P}: rewritten\n\n{}", sealed(&genuine)),
+    );
+    assert!(matches!(
+        b.post_body(
+            &*store,
+            &path(),
+            state(1),
+            Some("id-3"),
+            &with_token(&expired)
+        )
+        .await,
+        Err(BackendError::Unauthenticated(_))
+    ));
+    // The genuine lock commit put back: the run finishes.
+    store.plant_lock_commit(P, &held, &genuine);
+    b.post_body(
+        &*store,
+        &path(),
+        state(1),
+        Some("id-1"),
+        &with_token(&expired),
+    )
+    .await
+    .expect("the genuine seal admits the expired token")
+    .expect("a commit");
+    b.unlock_with_token(
+        &*store,
+        &path(),
+        &unlock(lock_info("id-1", "x")),
+        Some(&expired),
+    )
+    .await
+    .expect("and it releases its lock");
+}
+
+/// A caller with `token`.
+fn with_token(token: &LockToken) -> Caller {
+    Caller {
+        token: Some(token.clone()),
+        ..alice()
+    }
 }

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use super::{Backend, BackendError, Caller, Proposal, Written, ANONYMOUS};
 use crate::commit::Message;
-use crate::lock::{LockInfo, LockToken};
+use crate::lock::LockInfo;
+use crate::lock_token::LockToken;
 use crate::path::StatePath;
 use crate::seal::Place;
 use crate::statefile::CheckedState;
@@ -116,10 +117,14 @@ impl Backend {
         // The writer's name goes into the commit message: escaped, so it stays one line.
         let mut writer =
             (!caller.name.is_empty()).then(|| escape_controls(&caller.name).into_owned());
-        if caller.token.as_ref().is_some_and(|t| t.expired)
-            && (snapshot.lock.is_none()
-                || lock_id.is_none()
-                || !LockToken::admits(caller.token.as_ref(), snapshot.lock_token.as_deref()))
+        let token = caller.token.as_ref();
+        if (token.is_some_and(|t| t.expired) && lock_id.is_none())
+            || !LockToken::admits(
+                token,
+                at,
+                snapshot.lock.as_deref(),
+                snapshot.lock_token.as_deref(),
+            )
         {
             return Err(super::locks::expired_token());
         }

@@ -180,13 +180,19 @@ impl MemoryStore {
 
     /// Takes `path`'s lock branch directly with `content` as its lock file.
     pub fn plant_lock(&self, path: &str, content: &[u8]) -> Revision {
+        self.plant_lock_commit(path, content, "planted")
+    }
+
+    /// Sets `path`'s lock branch directly to a commit with `content` as its lock file and
+    /// `message` as its message, as anyone with push access could (a rewritten lock commit).
+    pub fn plant_lock_commit(&self, path: &str, content: &[u8], message: &str) -> Revision {
         let id = self.new_id();
         self.repo().locks.insert(
             path.to_owned(),
             (
                 id.clone(),
                 Bytes::copy_from_slice(content),
-                "planted".into(),
+                message.to_owned(),
             ),
         );
         id
@@ -231,7 +237,8 @@ impl StateStore for MemoryStore {
             state: repo.files.get(path.as_str()).cloned(),
             lock_tip: lock.map(|(tip, _, _)| tip.clone()),
             lock: lock.map(|(_, content, _)| content.clone()),
-            lock_token: lock.and_then(|(_, _, message)| crate::lock::LockToken::recorded(message)),
+            lock_token: lock
+                .and_then(|(_, _, message)| crate::lock_token::LockToken::recorded(message)),
         })
     }
 

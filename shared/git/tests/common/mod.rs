@@ -155,19 +155,17 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     // Locks.
     let info = Bytes::from_static(b"{\"ID\":\"one\"}");
     assert_eq!(store.read_lock(&path).await.expect("read_lock"), None);
-    // Taken by an OIDC token: its commit records the token's hash, which both reads give.
+    // Taken by an OIDC token: its commit records the token's seal, which both reads give.
     let token = gitstate_core::LockToken {
-        hash: format!("sha256:{}", "ab".repeat(32)),
+        mark: gitstate_core::Mark::new([0xab; 32]),
         expired: false,
     };
+    let trailer = token.trailer(&gitstate_core::Place::new("", &path), "one");
     let created = store
         .create_lock(
             &path,
             info.clone(),
-            &gitstate_core::Message::from(format!(
-                "Lock prod: apply by test (one)\n\n{}",
-                token.trailer()
-            )),
+            &gitstate_core::Message::from(format!("Lock prod: apply by test (one)\n\n{trailer}")),
         )
         .await
         .expect("create lock");
@@ -182,7 +180,12 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
         .expect("read_lock")
         .expect("locked");
     assert_eq!(content, info);
-    assert_eq!(recorded.as_deref(), Some(token.hash.as_str()));
+    assert_eq!(
+        recorded
+            .as_deref()
+            .map(|seal| format!("{}: {seal}", gitstate_core::lock_token::LOCK_TOKEN_TRAILER)),
+        Some(trailer)
+    );
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.lock_tip.as_deref(), Some(tip.as_str()));
     assert_eq!(snap.lock, Some(info.clone()));
