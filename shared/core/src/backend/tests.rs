@@ -1187,7 +1187,6 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     let valid = oidc_token(1, false);
     let expired = oidc_token(1, true);
     let stranger = oidc_token(2, true);
-    let unauthenticated = |r: Result<Option<Written>, BackendError>| matches!(r, Err(BackendError::Unauthenticated(ref m)) if m.contains("expired"));
     assert!(
         matches!(
             b.lock_with_token(
@@ -1209,51 +1208,27 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     )
     .await
     .expect("lock");
-    b.post_body(
-        &*store,
-        &path(),
-        state(1),
-        Some("id-1"),
-        &with_token(&expired),
-    )
-    .await
-    .expect("the same token, expired, under its lock")
-    .expect("a commit");
+    post_as(&b, &store, Some("id-1"), 1, &expired)
+        .await
+        .expect("the same token, expired, under its lock")
+        .expect("a commit");
     assert_eq!(
         b.get_with_token(&*store, &path(), Some(&expired)).await,
         Ok(Some(state(1))),
         "and it reads the state back while its lock is held"
     );
-    assert!(matches!(
-        b.get_with_token(&*store, &path(), Some(&stranger)).await,
-        Err(BackendError::Unauthenticated(_))
+    assert!(unauthenticated(
+        &b.get_with_token(&*store, &path(), Some(&stranger)).await
     ));
     let commits = store.commits().len();
     assert!(unauthenticated(
-        b.post_body(
-            &*store,
-            &path(),
-            state(2),
-            Some("id-1"),
-            &with_token(&stranger)
-        )
-        .await
+        &post_as(&b, &store, Some("id-1"), 2, &stranger).await
     ));
     assert!(unauthenticated(
-        b.post_body(&*store, &path(), state(2), None, &with_token(&expired))
-            .await
+        &post_as(&b, &store, None, 2, &expired).await
     ));
     assert_eq!(store.commits().len(), commits, "a refused write wrote");
-    assert!(matches!(
-        b.unlock_with_token(
-            &*store,
-            &path(),
-            &unlock(lock_info("id-1", "x")),
-            Some(&stranger)
-        )
-        .await,
-        Err(BackendError::Unauthenticated(_))
-    ));
+    assert!(unauthenticated(&release(&b, &store, &stranger).await));
     assert!(
         matches!(
             b.unlock_with_token(&*store, &path(), &Unlock::Force, Some(&expired))
@@ -1262,38 +1237,15 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         ),
         "an expired token does not force-unlock"
     );
-    b.unlock_with_token(
-        &*store,
-        &path(),
-        &unlock(lock_info("id-1", "x")),
-        Some(&expired),
-    )
-    .await
-    .expect("the token releases the lock it took");
+    release(&b, &store, &expired)
+        .await
+        .expect("the token releases the lock it took");
     assert!(
-        unauthenticated(
-            b.post_body(
-                &*store,
-                &path(),
-                state(2),
-                Some("id-1"),
-                &with_token(&expired)
-            )
-            .await
-        ),
+        unauthenticated(&post_as(&b, &store, Some("id-1"), 2, &expired).await),
         "without its lock an expired token is refused"
     );
     assert!(
-        matches!(
-            b.unlock_with_token(
-                &*store,
-                &path(),
-                &unlock(lock_info("id-1", "x")),
-                Some(&expired)
-            )
-            .await,
-            Err(BackendError::Unauthenticated(_))
-        ),
+        unauthenticated(&release(&b, &store, &expired).await),
         "nor may it unlock what is not locked"
     );
     // A lock taken without a token records none: an expired token never acts on it.
@@ -1301,14 +1253,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         .await
         .expect("lock");
     assert!(unauthenticated(
-        b.post_body(
-            &*store,
-            &path(),
-            state(3),
-            Some("id-2"),
-            &with_token(&expired)
-        )
-        .await
+        &post_as(&b, &store, Some("id-2"), 3, &expired).await
     ));
 }
 
@@ -1373,14 +1318,7 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
         store.plant_lock_commit(P, &held, &format!("Lock {P}: rewritten\n\n{trailer}"));
         let commits = store.commits().len();
         for written in [
-            b.post_body(
-                &*store,
-                &path(),
-                state(1),
-                Some("id-1"),
-                &with_token(&expired),
-            )
-            .await,
+            post_as(&b, &store, Some("id-1"), 1, &expired).await,
             b.delete(&*store, &path(), Some("id-1"), &with_token(&expired))
                 .await,
         ] {
@@ -1390,23 +1328,11 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
             );
         }
         assert!(
-            matches!(
-                b.get_with_token(&*store, &path(), Some(&expired)).await,
-                Err(BackendError::Unauthenticated(_))
-            ),
+            unauthenticated(&b.get_with_token(&*store, &path(), Some(&expired)).await),
             "{what}"
         );
         assert!(
-            matches!(
-                b.unlock_with_token(
-                    &*store,
-                    &path(),
-                    &unlock(lock_info("id-1", "x")),
-                    Some(&expired)
-                )
-                .await,
-                Err(BackendError::Unauthenticated(_))
-            ),
+            unauthenticated(&release(&b, &store, &expired).await),
             "{what}"
         );
         assert_eq!(
@@ -1426,36 +1352,18 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
         &format!("Lock {P}: rewritten\n\n{}", sealed(&genuine)),
     );
     assert!(matches!(
-        b.post_body(
-            &*store,
-            &path(),
-            state(1),
-            Some("id-3"),
-            &with_token(&expired)
-        )
-        .await,
+        post_as(&b, &store, Some("id-3"), 1, &expired).await,
         Err(BackendError::Unauthenticated(_))
     ));
     // The genuine lock commit put back: the run finishes.
     store.plant_lock_commit(P, &held, &genuine);
-    b.post_body(
-        &*store,
-        &path(),
-        state(1),
-        Some("id-1"),
-        &with_token(&expired),
-    )
-    .await
-    .expect("the genuine seal admits the expired token")
-    .expect("a commit");
-    b.unlock_with_token(
-        &*store,
-        &path(),
-        &unlock(lock_info("id-1", "x")),
-        Some(&expired),
-    )
-    .await
-    .expect("and it releases its lock");
+    post_as(&b, &store, Some("id-1"), 1, &expired)
+        .await
+        .expect("the genuine seal admits the expired token")
+        .expect("a commit");
+    release(&b, &store, &expired)
+        .await
+        .expect("and it releases its lock");
 }
 
 /// A caller with `token`.
@@ -1464,4 +1372,32 @@ fn with_token(token: &LockToken) -> Caller {
         token: Some(token.clone()),
         ..alice()
     }
+}
+
+/// Whether `answer` is the 401 of an expired token.
+fn unauthenticated<T>(answer: &Result<T, BackendError>) -> bool {
+    matches!(answer, Err(BackendError::Unauthenticated(m)) if m.contains("expired"))
+}
+
+/// The holder's UNLOCK of the lock `id-1` at [`P`] by a caller with `token`.
+async fn release(
+    b: &Backend,
+    store: &MemoryStore,
+    token: &LockToken,
+) -> Result<Unlocked, BackendError> {
+    let request = unlock(lock_info("id-1", "x"));
+    b.unlock_with_token(store, &path(), &request, Some(token))
+        .await
+}
+
+/// A POST of `state(serial)` at [`P`] naming `lock_id`, by a caller with `token`.
+async fn post_as(
+    b: &Backend,
+    store: &MemoryStore,
+    lock_id: Option<&str>,
+    serial: u64,
+    token: &LockToken,
+) -> Result<Option<Written>, BackendError> {
+    b.post_body(store, &path(), state(serial), lock_id, &with_token(token))
+        .await
 }
