@@ -149,6 +149,12 @@ def main():
                 findings.append("AuthMode=team without TeamTokenHashes/TeamUsers is not refused by a Rule")
             params_for_mode["TeamTokenHashes"] = "sha256:" + "0" * 64
         resources = deployed(template, params_for_mode)
+        # A flood's cost is bounded by the function's concurrency: capped unless asked otherwise.
+        for name, resource in resources.items():
+            if resource.get("Type") == "AWS::Lambda::Function":
+                cap = resource.get("Properties", {}).get("ReservedConcurrentExecutions")
+                if not str(cap).isdigit() or int(cap) <= 0:
+                    findings.append(f"AuthMode={mode}: function {name} has no concurrency cap by default ({cap!r})")
         if mode != "server":
             continue
         for name, resource in resources.items():
@@ -182,7 +188,7 @@ def main():
         for finding in findings:
             print(f"check-template-auth: {path}: {finding}", file=sys.stderr)
         sys.exit(1)
-    print(f"check-template-auth: {path}: no default opens the endpoint; AuthMode=server is IAM-only; team needs a token; with ConfigText every container shares one generated run key")
+    print(f"check-template-auth: {path}: no default opens the endpoint; AuthMode=server is IAM-only; team needs a token; with ConfigText every container shares one generated run key; the function's concurrency is capped")
 
 
 if __name__ == "__main__":

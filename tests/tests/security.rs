@@ -180,6 +180,15 @@ fn sam_template_never_deploys_an_open_endpoint() {
                 "AuthorizationType: NONE",
             ),
         ),
+        // Issue 55: a flood's cost is bounded by the function's concurrency, capped by default.
+        (
+            "no concurrency cap by default",
+            template.replacen(
+                "    Default: 25\n    MinValue: 0\n",
+                "    Default: 0\n    MinValue: 0\n",
+                1,
+            ),
+        ),
     ] {
         assert_ne!(
             open, template,
@@ -1411,4 +1420,147 @@ fn a_silent_ssh_server_gets_a_503_and_leaves_no_ssh_behind() {
     assert!(left.is_empty(), "gitstate still runs {left:?}");
     // The server still serves.
     still_serves(&mut gitstate, "plain");
+}
+
+/// One GET of `target` with `Authorization: authorization` over a fresh connection: the status,
+/// and whether the answer has a `Retry-After` header.
+fn get_authorized(port: u16, target: &str, authorization: &str) -> (u16, bool) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nAuthorization: {authorization}\r\n\r\n"
+    )
+    .expect("send");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let (head, _) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let retry_after = head
+        .lines()
+        .any(|line| line.to_ascii_lowercase().starts_with("retry-after:"));
+    (status, retry_after)
+}
+
+/// `gitstate_password_checks_total` by result, from a scrape of `/_/metrics` with `token`.
+fn password_checks(port: u16, token: &str) -> std::collections::BTreeMap<String, u64> {
+    let (status, body) = raw(
+        port,
+        "GET",
+        "/_/metrics",
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+    );
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter_map(|line| line.strip_prefix("gitstate_password_checks_total{result=\""))
+        .filter_map(|rest| {
+            let (result, value) = rest.split_once("\"} ")?;
+            Some((result.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A flood of junk credentials costs no password hash (issue 55, docs/SECURITY.md "Refused
+/// credentials at volume"): without bcrypt users, 64 concurrent junk Basic pairs and Bearer
+/// strings are each a 401 and the server counts no password check; the team token still reads.
+/// With a bcrypt user, named junk costs a hash each in a bounded pool: a concurrent flood gets
+/// 503 with `Retry-After` past the pool, never more hashes at once than the pool holds, Bearer
+/// junk still costs none, and the user's own password works once the flood is over.
+#[test]
+fn a_flood_of_junk_is_refused_without_hashing() {
+    use base64::Engine;
+    let basic = |name: &str, password: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"))
+        )
+    };
+    let token = "flood-team-token";
+    let hash = format!("sha256:{}", gitstate_tests::crypto::sha256_hex(token));
+    let line = Command::new("htpasswd")
+        .args(["-nbB", "-C", "10", "alice", "alice-password"])
+        .output()
+        .expect("htpasswd (apt-get install apache2-utils)");
+    assert!(line.status.success());
+    let alice = String::from_utf8(line.stdout).unwrap().trim().to_owned();
+    let target = "/state/default/flood.tfstate";
+
+    for with_user in [false, true] {
+        let cwd = tempfile::tempdir().unwrap();
+        let env: Vec<(&str, &str)> = if with_user {
+            vec![("GITSTATE_USERS", alice.as_str())]
+        } else {
+            Vec::new()
+        };
+        let gitstate = Gitstate::start(
+            &["--auth-mode", "team", "--token-hash", &hash],
+            &env,
+            cwd.path(),
+        );
+        let port = gitstate.port();
+        let flood = |authorizations: Vec<String>| -> Vec<(u16, bool)> {
+            std::thread::scope(|scope| {
+                let sent: Vec<_> = authorizations
+                    .iter()
+                    .map(|a| scope.spawn(move || get_authorized(port, target, a)))
+                    .collect();
+                sent.into_iter().map(|t| t.join().unwrap()).collect()
+            })
+        };
+        let bearer_junk: Vec<String> = (0..32).map(|i| format!("Bearer junk-{i}")).collect();
+        let named_junk: Vec<String> = (0..64)
+            .map(|i| basic(&format!("name-{i}"), &format!("junk-{i}")))
+            .collect();
+
+        let answers = flood(bearer_junk);
+        assert!(answers.iter().all(|(s, _)| *s == 401), "{answers:?}");
+        assert_eq!(
+            password_checks(port, token),
+            Default::default(),
+            "Bearer junk never costs a password hash"
+        );
+        let answers = flood(named_junk);
+        let checks = password_checks(port, token);
+        if !with_user {
+            assert!(answers.iter().all(|(s, _)| *s == 401), "{answers:?}");
+            assert_eq!(
+                checks,
+                Default::default(),
+                "no user has a bcrypt hash: junk costs none"
+            );
+        } else {
+            let busy = answers.iter().filter(|(s, _)| *s == 503).count();
+            assert!(
+                answers.iter().all(|(s, _)| *s == 401 || *s == 503),
+                "{answers:?}"
+            );
+            assert!(
+                busy > 0,
+                "64 concurrent hashes at cost 10 found the pool never full: {answers:?}"
+            );
+            assert!(
+                answers.iter().all(|(s, retry)| *s != 503 || *retry),
+                "a 503 without Retry-After: {answers:?}"
+            );
+            let hashed = checks.get("refused").copied().unwrap_or(0);
+            assert_eq!(checks.get("busy").copied().unwrap_or(0), busy as u64);
+            assert_eq!(hashed + busy as u64, 64, "{checks:?}");
+            assert!(
+                hashed < 64,
+                "every junk request was hashed: the pool bounds nothing"
+            );
+            let (status, _) = get_authorized(port, target, &basic("alice", "alice-password"));
+            assert_eq!(status, 204, "the user's own password after the flood");
+        }
+        let (status, _) = get_authorized(port, target, &format!("Bearer {token}"));
+        assert_eq!(status, 204, "the team token during and after the flood");
+    }
 }

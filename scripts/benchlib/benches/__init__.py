@@ -14,6 +14,7 @@ BENCHES = {
     "freeze": "freeze",
     "large-state": "large_state",
     "embedded-lock": "embedded_lock",
+    "junk-flood": "junk_flood",
     "cache-budget": "cache_budget",
     "encryption": "encryption",
     "seal-kms": "seal_kms",

@@ -7,7 +7,8 @@ use gitstate_core::{Authenticated, Credentials, RegistryError, Rights, Scope};
 
 use crate::config::{AuthConfig, AuthMode, CertificateConfig, ConfigError};
 use crate::oidc::Issuers;
-use crate::tokens::{self, SubjectPattern, Users};
+use crate::tokens::{self, SubjectPattern};
+use crate::users::Users;
 
 /// How long [`Access::admit`] takes an OIDC token [`Access::authenticate`] admitted without
 /// checking it again (the two run in the same request).
@@ -121,13 +122,13 @@ impl Access {
         }
         Some(match caller {
             None => Err(refusal("this deployment requires credentials")),
-            Some(caller) => Ok((
-                caller,
+            Some(caller) => Ok((caller, {
+                let digest = tokens::digest(&caller.password);
                 self.tokens
                     .iter()
-                    .find(|(hash, _)| tokens::matches(hash, &caller.password))
-                    .map(|(_, scope)| scope.clone()),
-            )),
+                    .find(|(hash, _)| tokens::same_digest(hash, &digest))
+                    .map(|(_, scope)| scope.clone())
+            })),
         })
     }
 
@@ -158,17 +159,17 @@ impl Access {
                         }),
                     });
                 }
-                if self.users.verify(&caller.username, &caller.password).await {
-                    Ok(Authenticated::default())
-                } else {
-                    Err(refusal("the credentials are not valid"))
+                match self.users.verify(&caller.username, &caller.password).await {
+                    Ok(true) => Ok(Authenticated::default()),
+                    Ok(false) => Err(refusal("the credentials are not valid")),
+                    Err(saturated) => Err(RegistryError::Busy(saturated.to_string())),
                 }
             }
         }
     }
 
     /// The same check, synchronous: what [`Access::authenticate`] admitted is remembered, so
-    /// this answers from memory; an unremembered user's bcrypt runs on this thread.
+    /// this answers from memory (it never hashes a password: a request is authenticated first).
     pub fn admit(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {
         let Some(checked) = self.team_caller(caller) else {
             return Ok(());
@@ -279,6 +280,40 @@ mod tests {
             };
             assert!(sentence.contains("team token"), "{sentence}");
             assert!(!sentence.contains("git server"), "{sentence}");
+        }
+    }
+
+    /// Junk costs no password hash (issue 55): any Basic pair and any Bearer string that is
+    /// not a configured token is refused without one when no user has a bcrypt hash, and a
+    /// Bearer string never costs one; with a bcrypt user, a named pair costs exactly one.
+    #[tokio::test]
+    async fn junk_costs_no_password_hash() {
+        let bcrypt_user = format!("alice:{}", bcrypt::hash("pw", 4).unwrap());
+        for (users, named_cost) in [(Vec::new(), 0), (vec![bcrypt_user], 1)] {
+            let access = Access::from_config(&AuthConfig {
+                mode: AuthMode::Team,
+                token_hashes: vec![tokens::hash_of("team-token")],
+                users,
+                ..Default::default()
+            })
+            .expect("a team configuration");
+            for i in 0..20 {
+                let bearer = Credentials {
+                    username: crate::users::BEARER.into(),
+                    password: format!("junk-{i}"),
+                };
+                let basic = Credentials {
+                    username: format!("name-{i}"),
+                    password: format!("junk-{i}"),
+                };
+                for junk in [bearer, basic] {
+                    assert!(matches!(
+                        access.authenticate(Some(&junk)).await,
+                        Err(RegistryError::Unauthenticated(_))
+                    ));
+                }
+            }
+            assert_eq!(access.users.hashes_run(), 20 * named_cost);
         }
     }
 

@@ -20,6 +20,7 @@ pub mod setup;
 pub mod stores;
 pub mod tokens;
 pub mod url_policy;
+pub mod users;
 
 pub use catalog::{catalog_from_config, catalog_index_kms_arn};
 pub use config::{AuthMode, Config, ConfigError, EncryptionConfig, RepositoryConfig, TlsConfig};

@@ -1,6 +1,6 @@
 //! Team-mode callers: tokens whose SHA-256 hashes (`sha256:<hex>`) are configured, checked in
-//! constant time; and named users with a password hash, as `htpasswd` writes them
-//! (`NAME:$2y$…` bcrypt, for passwords people choose) or `NAME:sha256:<hex>` (for random tokens).
+//! constant time; client certificate subjects; and the memory of credentials checked a moment
+//! ago ([`Recent`]). Named users with a password are `users.rs`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -187,27 +187,12 @@ pub fn digest(token: &str) -> [u8; 32] {
 
 /// True when `token` hashes to `hash`, compared in constant time.
 pub fn matches(hash: &[u8; 32], token: &str) -> bool {
-    let digest = Sha256::digest(token.as_bytes());
-    bool::from(digest.as_slice().ct_eq(hash))
+    same_digest(hash, &digest(token))
 }
 
-/// How a user's password is kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Secret {
-    /// `sha256:<hex>`: for random tokens, where a fast hash is enough.
-    Sha256([u8; 32]),
-    /// `$2a$`, `$2b$` or `$2y$` bcrypt (`htpasswd -nB NAME`, which asks for the password): for passwords people
-    /// choose.
-    Bcrypt(String),
-}
-
-/// The configured team users (`NAME:HASH`), and the verifications that succeeded recently.
-#[derive(Debug, Default)]
-pub struct Users {
-    users: HashMap<String, Secret>,
-    /// SHA-256 of (name, password, hash) of recent successful bcrypt checks: bcrypt is slow on
-    /// purpose (tens of milliseconds), and a Terraform run sends several requests.
-    verified: Recent,
+/// True when two digests are equal, compared in constant time.
+pub fn same_digest(hash: &[u8; 32], digest: &[u8; 32]) -> bool {
+    bool::from(digest.ct_eq(hash))
 }
 
 /// Credentials checked a moment ago, by a key of their own (a digest, never the secret), for
@@ -262,111 +247,6 @@ impl Recent {
 const VERIFIED_FOR: Duration = Duration::from_secs(300);
 /// Most remembered checks.
 const VERIFIED_MAX: usize = 1024;
-
-impl Users {
-    /// Parses `NAME:HASH` entries; errors name the entry by its user name, never the hash.
-    pub fn parse(entries: &[String]) -> Result<Users, String> {
-        let mut users = HashMap::new();
-        for entry in entries {
-            let (name, hash) = entry.split_once(':').ok_or_else(|| {
-                "a team user must look like NAME:HASH, e.g. the output of `htpasswd -nB NAME` (it asks for the password)".to_owned()
-            })?;
-            if name.is_empty() {
-                return Err("a team user has an empty name".into());
-            }
-            let secret = if hash.starts_with("sha256:") {
-                Secret::Sha256(parse_hash(hash).map_err(|e| format!("user {name}: {e}"))?)
-            } else if ["$2a$", "$2b$", "$2y$"].iter().any(|p| hash.starts_with(p))
-                && hash.len() == 60
-            {
-                Secret::Bcrypt(hash.to_owned())
-            } else {
-                return Err(format!(
-                    "user {name}: the password hash must be bcrypt ($2y$…, from `htpasswd -nB`) or sha256:<64 hex digits>"
-                ));
-            };
-            if users.insert(name.to_owned(), secret).is_some() {
-                return Err(format!("user {name} is configured twice"));
-            }
-        }
-        Ok(Users {
-            users,
-            verified: Recent::default(),
-        })
-    }
-
-    /// Whether no user is configured.
-    pub fn is_empty(&self) -> bool {
-        self.users.is_empty()
-    }
-
-    /// Whether `name` is a configured user whose password is `password`. A bcrypt check runs on
-    /// this thread: async code calls [`Users::verify`] instead, which runs it on a blocking
-    /// thread; once that succeeded, this answers from memory.
-    pub fn admits(&self, name: &str, password: &str) -> bool {
-        match self.users.get(name) {
-            Some(Secret::Sha256(hash)) => matches(hash, password),
-            Some(Secret::Bcrypt(hash)) => {
-                let key = remembered_key(name, password, hash);
-                if self.verified.contains(&key) {
-                    return true;
-                }
-                let ok = bcrypt::verify(password, hash).unwrap_or(false);
-                if ok {
-                    self.verified.insert(key);
-                }
-                ok
-            }
-            None => {
-                // The same work for an unknown name, so timing does not tell which names exist.
-                let _ = bcrypt::verify(password, UNKNOWN_USER_HASH);
-                false
-            }
-        }
-    }
-
-    /// [`Users::admits`] for async code: bcrypt (slow on purpose, tens of milliseconds) runs
-    /// with `tokio::task::spawn_blocking`, never on the async worker threads, so a flood of
-    /// wrong passwords cannot stall the requests of everyone else.
-    pub async fn verify(&self, name: &str, password: &str) -> bool {
-        let hash = match self.users.get(name) {
-            Some(Secret::Sha256(hash)) => return matches(hash, password),
-            Some(Secret::Bcrypt(hash)) => hash.clone(),
-            None => UNKNOWN_USER_HASH.to_owned(),
-        };
-        let known = self.users.contains_key(name);
-        let key = remembered_key(name, password, &hash);
-        if known && self.verified.contains(&key) {
-            return true;
-        }
-        let password = zeroize::Zeroizing::new(password.to_owned());
-        let checked = tokio::task::spawn_blocking(move || {
-            bcrypt::verify(password.as_str(), &hash).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false);
-        let ok = known && checked;
-        if ok {
-            self.verified.insert(key);
-        }
-        ok
-    }
-}
-
-/// The memory key of a successful bcrypt check: SHA-256 of name, password and hash.
-fn remembered_key(name: &str, password: &str, hash: &str) -> [u8; 32] {
-    Sha256::new()
-        .chain_update(name.as_bytes())
-        .chain_update([0])
-        .chain_update(password.as_bytes())
-        .chain_update([0])
-        .chain_update(hash.as_bytes())
-        .finalize()
-        .into()
-}
-
-/// A bcrypt hash (cost 10) no password matches in practice; verified for unknown names.
-const UNKNOWN_USER_HASH: &str = "$2b$10$aaaaaaaaaaaaaaaaaaaaaOzQyCqQ7VxHXzG1bq8mEC1nmQ9lzKwAa";
 
 #[cfg(test)]
 mod tests {
@@ -467,83 +347,6 @@ mod tests {
         for bad in ["team-a", "CN=", "=x", "CN=a,,O=b"] {
             assert!(SubjectPattern::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn users_with_bcrypt_and_sha256() {
-        let bcrypt_hash = bcrypt::hash("correct horse", 4).unwrap();
-        let users = Users::parse(&[
-            format!("alice:{bcrypt_hash}"),
-            format!("ci:{}", hash_of("tok-123")),
-        ])
-        .unwrap();
-        assert!(users.admits("alice", "correct horse"));
-        assert!(users.admits("alice", "correct horse"), "remembered");
-        assert!(!users.admits("alice", "wrong"));
-        assert!(!users.admits("bob", "correct horse"));
-        assert!(users.admits("ci", "tok-123"));
-        assert!(!users.admits("alice", "tok-123"));
-        for bad in ["alice", ":$2y$", "alice:md5:x", "alice:$2y$10$short"] {
-            let e = Users::parse(&[bad.to_owned()]).unwrap_err();
-            assert!(!e.contains("$2y$10$short"), "{e}");
-        }
-        assert!(Users::parse(&[format!("a:{bcrypt_hash}"), format!("a:{bcrypt_hash}")]).is_err());
-        // Unknown names cost a real bcrypt check too.
-        assert!(matches!(bcrypt::verify("x", UNKNOWN_USER_HASH), Ok(false)));
-    }
-
-    /// bcrypt runs on a blocking thread: on a runtime with a single worker thread, a ticker keeps
-    /// ticking while a slow check (cost 10: tens of milliseconds optimised, about a second in a debug build) is under way. Run on the
-    /// worker, the check would hold it and the ticker would not tick at all.
-    #[test]
-    fn bcrypt_runs_off_the_async_workers() {
-        let slow = bcrypt::hash("correct horse", 10).unwrap();
-        let users = std::sync::Arc::new(Users::parse(&[format!("alice:{slow}")]).unwrap());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let (ticks, ok, wrong) = runtime.block_on(async {
-            let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let counter = ticks.clone();
-            let ticker = tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-            tokio::task::yield_now().await;
-            let wrong = users.verify("alice", "wrong").await;
-            let during = ticks.load(std::sync::atomic::Ordering::Relaxed);
-            let ok = users.verify("alice", "correct horse").await;
-            ticker.abort();
-            (during, ok, wrong)
-        });
-        assert!(ok, "the right password was refused");
-        assert!(!wrong, "a wrong password was admitted");
-        assert!(
-            ticks >= 3,
-            "the async worker was blocked during bcrypt (the ticker ticked {ticks} times)"
-        );
-        // Remembered now: the synchronous check answers from memory.
-        assert!(users.admits("alice", "correct horse"));
-    }
-
-    #[test]
-    fn verify_refuses_unknown_names_after_a_real_check() {
-        let hash = bcrypt::hash("pw", 4).unwrap();
-        let users =
-            Users::parse(&[format!("alice:{hash}"), format!("ci:{}", hash_of("tok"))]).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            assert!(users.verify("alice", "pw").await);
-            assert!(!users.verify("bob", "pw").await);
-            assert!(!users.verify("alice", "nope").await);
-            assert!(users.verify("ci", "tok").await);
-            assert!(!users.verify("ci", "nope").await);
-        });
     }
 
     fn hex(bytes: &[u8]) -> String {

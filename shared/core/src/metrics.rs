@@ -69,6 +69,11 @@ pub const KMS_REQUESTS: &str = "gitstate_kms_requests_total";
 /// Seconds an AWS KMS request took, by `call`.
 pub const KMS_SECONDS: &str = "gitstate_kms_request_duration_seconds";
 
+/// Password checks of team users, by `result`: `admitted` and `refused` (a bcrypt hash ran),
+/// `busy` (too many were under way: answered 503 without a hash). A flood of named junk shows
+/// here; junk that no configured user could match never hashes and is not counted.
+pub const PASSWORD_CHECKS: &str = "gitstate_password_checks_total";
+
 /// Registers the description of every series with the installed recorder (the `# HELP` lines).
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -157,5 +162,9 @@ pub fn describe() {
         KMS_SECONDS,
         Unit::Seconds,
         "Seconds an AWS KMS request took, by call"
+    );
+    describe_counter!(
+        PASSWORD_CHECKS,
+        "Password hashes of team users, by result (admitted, refused; busy: refused without one)"
     );
 }

@@ -554,6 +554,10 @@ pub enum RegistryError {
     /// The store could not be set up (e.g. the cache directory is unusable).
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The caller could not be checked now (too many password checks under way): nothing was
+    /// checked or opened; worth retrying in a moment (503).
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// Who a checked caller is, and what its credential lets it do.

@@ -108,6 +108,7 @@ impl From<RegistryError> for ApiError {
             RegistryError::Unauthenticated(m) => ApiError::Message(StatusCode::UNAUTHORIZED, m),
             RegistryError::NotAllowed(m) => ApiError::Message(StatusCode::FORBIDDEN, m),
             RegistryError::BadAddress(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
+            RegistryError::Busy(m) => ApiError::Message(StatusCode::SERVICE_UNAVAILABLE, m),
             RegistryError::Store(e) => e.into(),
         }
     }
