@@ -124,7 +124,7 @@ def measure(args, setup):
     if setup == "bcrypt":
         cmd += ["--user", "alice:" + bcrypt_hash("alice-password", args.cost)]
     env = s.clean_env()
-    env["RUST_LOG"] = "warn"
+    env.pop("RUST_LOG", None)  # the default (info): one access line per request, as deployed
     server = s.spawn(cmd, cwd=root, env=env, stdout=s.log_file(root, "serve.log"),
                      stderr=s.log_file(root, "serve.log"))
     bearer = f"Bearer {TOKEN}"
