@@ -144,6 +144,16 @@ impl Gitstate {
         self.guard.log_text()
     }
 
+    /// Whether a line the server logged for the request `id` (its span carries the id) holds
+    /// `needle`: where the cause of an error answer is (the answer holds one sentence and the id).
+    pub fn logged(&self, id: &str, needle: &str) -> bool {
+        !id.is_empty()
+            && self
+                .log()
+                .lines()
+                .any(|line| line.contains(id) && line.contains(needle))
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.guard.id()

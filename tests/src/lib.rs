@@ -20,6 +20,7 @@
 //! | [`Terraform`] | the installed Terraform versions, run against a directory |
 //! | [`HttpBackend`], [`write_main_tf`] | a `main.tf` with an `http` backend and `null_resource`s |
 //! | [`http`], [`lock_info`] | direct requests to the backend (LOCK/UNLOCK/GET/POST) |
+//! | [`not_one_sentence`], [`request_id_of`] | what an error answer must be (DESIGN §2) |
 //! | [`git`], [`git_log_subjects`], [`ls_remote`] | plain git, to check what is stored |
 //! | [`certs::signed_by_a_ca`] | a CA and the certificates it signs (openssl) |
 //! | [`oidc::Issuer`] | an OIDC issuer's keys (openssl), its JWKS file and the tokens it signs |

@@ -539,15 +539,18 @@ fn tampered_and_foreign_files_are_refused_with_the_reason() {
         "prod.tfstate",
         serde_json::to_string_pretty(&doc).unwrap().as_bytes(),
     );
-    let (status, body) = http(
+    let (status, headers, body) = request_with_headers(
         "GET",
         &server.state_url("default", "prod.tfstate"),
         None,
-        None,
-    )
-    .unwrap();
+        &["x-request-id"],
+    );
+    let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 500, "{body}");
-    assert!(body.contains("MAC mismatch"), "{body}");
+    assert!(body.contains("fails its integrity check"), "{body}");
+    // What the check found is the server's to read, under the answer's request id.
+    let id = headers[0].clone().expect("x-request-id");
+    assert!(server.logged(&id, "MAC mismatch"), "{}", server.log());
     // a full new state from Terraform replaces the unreadable one
     post(&server, "prod.tfstate", &state(2, SECRET).to_string());
     assert_eq!(get_json(&server, "prod.tfstate"), state(2, SECRET));

@@ -73,9 +73,23 @@ fn not_ready_with_a_refused_credential_and_the_reason_names_no_secret() {
     );
     let (status, json) = get_ready(&server, None);
     assert_eq!(status, 503, "{json}");
-    assert_eq!(json["status"], "not ready");
-    let why = json["repositories"]["default"].as_str().unwrap_or_default();
-    assert!(!why.is_empty() && why != "ok", "{json}");
+    // One sentence naming the repository (server mode: whoever reached the server is an
+    // operator); the reason is logged under the answer's request id.
+    let sentence = json["error"].as_str().unwrap_or_default();
+    assert!(
+        sentence
+            .starts_with("gitstate is not ready, because the repository default did not answer"),
+        "{json}"
+    );
+    let id = json["request_id"].as_str().unwrap_or_default();
+    assert!(
+        server.logged(
+            id,
+            "repository default: the git server asked for credentials"
+        ),
+        "the reason is not logged under {id}:\n{}",
+        server.log()
+    );
     let text = format!("{json}{}", server.log());
     assert!(!text.contains(wrong), "the credential shows: {text}");
 }
@@ -126,10 +140,8 @@ fn pass_through_is_ready_while_the_git_server_answers_and_not_once_it_is_gone() 
     drop(git);
     let server = Gitstate::start(&args, &[], cwd.path());
     let (status, json) = get_ready(&server, None);
-    assert_eq!(
-        (status, json["status"].as_str()),
-        (503, Some("not ready")),
-        "{json}"
-    );
+    assert_eq!(status, 503, "{json}");
+    let sentence = json["error"].as_str().unwrap_or_default();
+    assert!(sentence.starts_with("gitstate is not ready"), "{json}");
     drop(repos);
 }

@@ -217,12 +217,18 @@ fn gitstate_writes_to_an_https_git_server() {
     )
     .unwrap();
     assert!([502, 503].contains(&status), "{status}: {body}");
+    // The answer is one sentence and the request id; the log names the server it failed on.
     let error: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(
-        error["error"].as_str().unwrap().contains("127.0.0.1"),
+        error["error"].as_str().unwrap().contains("git server"),
         "{body}"
     );
-    assert!(!body.contains(password));
+    assert!(
+        untrusting.logged(&request_id_of(&body), "127.0.0.1"),
+        "{body}\n{}",
+        untrusting.log()
+    );
+    assert!(!body.contains(password) && !untrusting.log().contains(password));
     assert!(git_log_subjects(&bare, "main", "refused.tfstate").is_empty());
 }
 

@@ -108,7 +108,7 @@ pub enum BackendError {
     NotFound(String),
     /// The write's time ran out (its retry budget, or the request's deadline) before it could be
     /// made; nothing was written (503 with `Retry-After`).
-    #[error("the repository is busy: {why}; nothing was written (after {attempts} attempt(s) in {:.1} s), and Terraform retries this 503 by itself (retry_max of the http backend), or run the command again", *waited_ms as f64 / 1000.0)]
+    #[error("the repository is busy ({why}), and nothing was written after {attempts} attempt(s) in {:.1} s; Terraform retries this 503 by itself (retry_max of the http backend), or run the command again", *waited_ms as f64 / 1000.0)]
     Busy {
         /// What ran out.
         why: String,
@@ -272,12 +272,15 @@ impl Backend {
     /// is configured and did not open the file.
     pub(crate) fn refuse_sealed(&self, at: &Place, state: &[u8]) -> Result<(), SealError> {
         crate::seal::refuse_sealed(at, state).map_err(|refused| match &self.legacy {
-            Some(opener) if !crate::seal::is_sops_document(state) => SealError::NoKey(format!(
-                "the stored file at {at} is not JSON ({} bytes) and does not open as {} with {}, so it is not served as a state; it needs the passphrase it was written with",
-                state.len(),
-                opener.format(),
-                opener.key_source()
-            )),
+            Some(opener) if !crate::seal::is_sops_document(state) => SealError::NoKey {
+                sentence: format!(
+                    "the stored file at {at} is not JSON ({} bytes) and does not open as {} with {}, so it is not served as a state; it needs the passphrase it was written with",
+                    state.len(),
+                    opener.format(),
+                    opener.key_source()
+                ),
+                why: None,
+            },
             _ => refused,
         })
     }

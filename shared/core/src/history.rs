@@ -163,7 +163,9 @@ impl Backend {
                 // document without its key) is listed without a serial; reading it is refused.
                 let state = match self.read_version(store, path, &info.commit).await {
                     Ok(state) => state,
-                    Err(BackendError::Seal(e)) if !matches!(e, SealError::Unavailable(_)) => None,
+                    Err(BackendError::Seal(e)) if !matches!(e, SealError::Unavailable { .. }) => {
+                        None
+                    }
                     Err(e) => return Err(e),
                 };
                 info.serial = state

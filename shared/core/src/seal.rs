@@ -45,20 +45,35 @@ impl fmt::Display for Place {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
     /// A key service (KMS) could not be reached or throttled; worth retrying (503).
-    #[error("encryption is unavailable: {0}")]
-    Unavailable(String),
-    /// No configured key opens the stored file; names the key ids tried, never key material (500).
-    #[error("cannot decrypt the stored state: {0}")]
-    NoKey(String),
-    /// The stored file was modified outside gitstate or is corrupt; it is not served (500).
+    #[error("encryption is unavailable: {why}")]
+    Unavailable {
+        /// The key whose service failed: its kind and public id (`kms key ARN`), a caller may
+        /// read it.
+        key: String,
+        /// What failed (the service's own text: for the log).
+        why: String,
+    },
+    /// No configured key opens the stored file (500).
+    #[error("{sentence}{}", why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default())]
+    NoKey {
+        /// One sentence a caller may read: the keys the file needs (ids, never key material) or
+        /// the setting that gives them, and that it is not served.
+        sentence: String,
+        /// What the keys that were tried answered, when one failed rather than just not
+        /// matching (a key service's own text: for the log).
+        why: Option<String>,
+    },
+    /// The stored file was modified outside gitstate or is corrupt; it is not served (500). The
+    /// text says what the check found (for the log).
     #[error("the stored state fails its integrity check: {0}")]
     Tampered(String),
     /// The stored file was sealed for another place (repository or path) and was copied here;
-    /// it is not served (500). The message names both places.
+    /// it is not served (500). The message, one sentence a caller may read, names both places.
     #[error("{0}")]
     Misplaced(String),
     /// Encryption is enforced and the stored file is not a document this server sealed with its
-    /// own keys (plaintext, or written by someone else); it is not served (500).
+    /// own keys (plaintext, or written by someone else); it is not served (500). The message is
+    /// one sentence a caller may read.
     #[error("{0}")]
     NotSealedHere(String),
     /// The state cannot be sealed as sent (400).
@@ -147,10 +162,13 @@ pub fn refuse_sealed(at: &Place, state: &[u8]) -> Result<(), SealError> {
     let first = state.iter().find(|b| !b.is_ascii_whitespace());
     // A legacy aes file starts with a random byte: `{` one time in 256, so JSON is checked whole.
     if first.is_some() && (first != Some(&b'{') || !is_json(state)) {
-        return Err(SealError::NoKey(format!(
-            "the stored file at {at} is not JSON ({} bytes), so it is not served as a state; if terraform-backend-git wrote it with TF_BACKEND_HTTP_ENCRYPTION_PROVIDER=aes, it needs that passphrase (TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE)",
-            state.len()
-        )));
+        return Err(SealError::NoKey {
+            sentence: format!(
+                "the stored file at {at} is not JSON ({} bytes), so it is not served as a state; if terraform-backend-git wrote it with TF_BACKEND_HTTP_ENCRYPTION_PROVIDER=aes, it needs that passphrase (TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE)",
+                state.len()
+            ),
+            why: None,
+        });
     }
     // Cheap first: a sops document holds both of these; a plain state almost never does.
     if memchr::memmem::find(state, b"\"sops\"").is_none()
@@ -161,14 +179,17 @@ pub fn refuse_sealed(at: &Place, state: &[u8]) -> Result<(), SealError> {
     let Some(keys) = sops_keys(state) else {
         return Ok(());
     };
-    Err(SealError::NoKey(format!(
-        "the stored state at {at} is encrypted (a sops document) and this server has no key to open it, so it is not served; it needs one of: {}",
-        if keys.is_empty() {
-            "(the document names no key)".to_owned()
-        } else {
-            keys.join(", ")
-        }
-    )))
+    Err(SealError::NoKey {
+        sentence: format!(
+            "the stored state at {at} is encrypted (a sops document) and this server has no key to open it, so it is not served; {}",
+            if keys.is_empty() {
+                "the document names no key it needs".to_owned()
+            } else {
+                format!("it needs one of the keys {}", keys.join(", "))
+            }
+        ),
+        why: None,
+    })
 }
 
 /// The master keys a sops document's metadata names (`kms:ARN`, `age:RECIPIENT`, `pgp:FP`, …),

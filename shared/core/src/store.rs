@@ -95,7 +95,10 @@ pub enum LockCreate {
     },
 }
 
-/// Why a store operation failed. The HTTP layer maps each kind to one status code.
+/// Why a store operation failed. The HTTP layer maps each kind to one status code and one
+/// sentence of its own: the text a variant carries is its cause, for the server's log (it may hold
+/// the git server's words and a library's error chain), except where a variant says it is a
+/// sentence a caller may read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// Compare-and-swap lost: the ref is no longer at the id that was read. Retry from a snapshot.
@@ -108,7 +111,8 @@ pub enum StoreError {
     #[error("the git server refused access: {0}")]
     Forbidden(String),
     /// The deployment's policy refused the repository's address when connecting (e.g. its name
-    /// resolved to an internal address). Not worth retrying.
+    /// resolved to an internal address). Not worth retrying. The text, the address and the
+    /// rule it broke, is a sentence a caller may read.
     #[error("the repository's address is refused: {0}")]
     Refused(String),
     /// Could not reach the git server, or it timed out. Worth retrying.
@@ -118,13 +122,15 @@ pub enum StoreError {
     #[error("the git server answered with an error: {0}")]
     Remote(String),
     /// The change conflicts with what is in the repository (e.g. the path is a directory there).
+    /// The text is one sentence a caller may read (no cause chain).
     #[error("{0}")]
     Conflict(String),
     /// A bug or a broken local cache.
     #[error("internal error in the state store: {0}")]
     Internal(String),
     /// The write's deadline passed before it could be pushed; nothing was written. Worth
-    /// retrying.
+    /// retrying. The text is one sentence a caller may read: what ran out (the answer adds that
+    /// it is worth retrying).
     #[error("{0}")]
     Busy(String),
 }

@@ -1,5 +1,6 @@
 //! Request handlers: parse, call the backend, answer.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -20,7 +21,7 @@ use md5::{Digest, Md5};
 use tracing::Instrument;
 
 use crate::address::{Address, Repository};
-use crate::error::ApiError;
+use crate::error::{chain, with_request_id, Advice, ApiError, REQUEST_ID_HEADER};
 use crate::AppState;
 
 /// Largest LOCK/UNLOCK body accepted; LockInfo is a few hundred bytes.
@@ -141,7 +142,8 @@ pub async fn request_context(request: Request, next: Next) -> Response {
         path = %request.uri().path(),
     );
     let started = Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let answer = next.run(request).instrument(span.clone());
+    let mut response = with_request_id(Arc::from(request_id.as_str()), answer).await;
     span.in_scope(|| {
         tracing::info!(
             status = response.status().as_u16(),
@@ -150,24 +152,23 @@ pub async fn request_context(request: Request, next: Next) -> Response {
         );
     });
     if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("x-request-id", value);
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
     response
 }
 
 /// The answer to a request whose handler panicked (a bug: the backstop, not the fix). The panic
-/// is logged inside the request's span, so the log line carries its request id; the caller gets
-/// a 500 with one sentence and nothing of the panic's text.
+/// is logged at ERROR inside the request's span, so the log line carries its request id; the
+/// caller gets a 500 with one sentence and nothing of the panic's text.
 pub fn panic_answer(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| panic.downcast_ref::<&str>().copied())
         .unwrap_or("(no message)");
-    tracing::error!(panic = %message, "a request handler panicked");
-    ApiError::Message(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "gitstate hit a bug while answering this request (it is logged under the x-request-id of this answer); the request is safe to retry".into(),
+    ApiError::bug(
+        "gitstate hit a bug while answering this request, which is safe to retry",
+        format!("a request handler panicked: {message}"),
     )
     .into_response()
 }
@@ -353,9 +354,12 @@ async fn read_body(
                 }
                 source = err.source();
             }
-            Err(ApiError::bad_request(format!(
-                "the request body could not be read: {e}"
-            )))
+            Err(ApiError::failed(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read to its end (the connection broke, or its framing was malformed); send the request again",
+                Advice::Nothing,
+                format!("reading the request body failed: {}", chain(&e)),
+            ))
         }
     }
 }
@@ -553,11 +557,11 @@ async fn get(
                 OutputsError::ClientEncrypted => {
                     ApiError::Message(StatusCode::FORBIDDEN, e.to_string())
                 }
-                OutputsError::NotAState(why) => ApiError::Message(
+                OutputsError::NotAState(why) => ApiError::failed(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    format!(
-                        "the stored state of {path} could not be reduced to its outputs: {why}"
-                    ),
+                    format!("the stored state of {path} could not be reduced to its outputs, because it is not a state Terraform could read"),
+                    Advice::TellOperator,
+                    format!("reducing the stored state of {path} to its outputs: {why}"),
                 ),
             })?;
             let mut response = state_response(Bytes::from(reduced));

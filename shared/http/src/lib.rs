@@ -252,13 +252,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(response.headers().contains_key("x-request-id"));
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
             .unwrap();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["request_id"], id.as_str(), "{json}");
         let sentence = json["error"].as_str().unwrap();
         assert!(sentence.contains("bug"), "{sentence}");
+        assert!(sentence.contains(&id), "{sentence}");
         assert!(!sentence.contains("a bug in the registry"), "{sentence}");
     }
 
@@ -302,9 +307,10 @@ mod tests {
         }
     }
 
-    /// `/_/ready` is 503 while a repository does not answer, names it to an operator (server
-    /// mode: anyone who reached the server), and asks the repositories once however many
-    /// probes arrive within the cache time.
+    /// `/_/ready` is 503 while a repository does not answer, an error answer like any other
+    /// (one sentence and the request id) naming it to an operator (server mode: anyone who
+    /// reached the server), its reason left to the log; the repositories are asked once however
+    /// many probes arrive within the cache time.
     #[tokio::test]
     async fn ready_is_503_while_a_repository_does_not_answer_and_checks_are_cached() {
         let registry = Arc::new(HalfDown::default());
@@ -316,15 +322,24 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-            assert!(response.headers().contains_key("retry-after"));
+            assert_eq!(response.headers()["retry-after"], "10");
+            let id = response.headers()["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_owned();
             let body = axum::body::to_bytes(response.into_body(), 1 << 16)
                 .await
                 .unwrap();
             let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(json["status"], "not ready");
-            assert_eq!(json["repositories"]["a"], "ok");
-            let why = json["repositories"]["b"].as_str().unwrap_or_default();
-            assert!(why.contains("git.example did not answer"), "{json}");
+            assert_eq!(json["request_id"], id.as_str(), "{json}");
+            assert_eq!(json.as_object().map(|o| o.len()), Some(2), "{json}");
+            let sentence = json["error"].as_str().unwrap_or_default();
+            assert!(
+                sentence
+                    .starts_with("gitstate is not ready, because the repository b did not answer"),
+                "{sentence}"
+            );
+            assert!(!sentence.contains("git.example"), "{sentence}");
         }
         assert_eq!(registry.checks.load(std::sync::atomic::Ordering::SeqCst), 1);
     }

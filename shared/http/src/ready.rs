@@ -12,6 +12,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::StoreRegistry;
 
+use crate::error::{Advice, ApiError};
 use crate::handlers::caller_credentials;
 use crate::AppState;
 
@@ -44,51 +45,80 @@ impl Readiness {
                 .map(|(name, checked)| (name, checked.err().map(|e| e.to_string())))
                 .collect(),
         );
-        for (name, failed) in report.iter() {
-            if let Some(why) = failed {
-                tracing::warn!(repository = %name, error = %why, "not ready");
-            }
-        }
         *last = Some((Instant::now(), report.clone()));
         (report, Duration::ZERO)
     }
 }
 
-/// `GET /_/ready`: 200 when every configured repository answered, else 503 with `Retry-After`.
-/// Whoever may read what spans repositories (as for `/_/metrics`: a team token or user in team
-/// mode, anyone in server mode) also gets each repository's result; other callers, such as an
-/// anonymous load balancer probe, get the status only.
+/// `GET /_/ready`: 200 when every configured repository answered, else 503 with `Retry-After`,
+/// an error answer like any other (one sentence and the request id; each repository's reason is
+/// logged under that id). Whoever may read what spans repositories (as for `/_/metrics`: a team
+/// token or user in team mode, anyone in server mode) also gets each repository's name (with
+/// 200: `"ok"`, with 503: in the sentence); other callers, such as an anonymous load balancer
+/// probe, get the status only.
 pub async fn ready(State(app): State<AppState>, headers: HeaderMap) -> Response {
     let (report, age) = app.readiness.report(app.registry.as_ref()).await;
-    let ready = report.iter().all(|(_, failed)| failed.is_none());
-    let mut body = serde_json::json!({
-        "status": if ready { "ready" } else { "not ready" },
-        "checked_seconds_ago": age.as_secs(),
-    });
-    if operator(&app, &headers).await {
-        body["repositories"] = report
-            .iter()
-            .map(|(name, failed)| {
-                let result = failed.clone().unwrap_or_else(|| "ok".to_owned());
-                (name.clone(), serde_json::Value::String(result))
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into();
-    }
-    let status = match ready {
-        true => StatusCode::OK,
-        false => StatusCode::SERVICE_UNAVAILABLE,
+    let failed: Vec<(&str, &str)> = report
+        .iter()
+        .filter_map(|(name, failed)| Some((name.as_str(), failed.as_deref()?)))
+        .collect();
+    let operator = operator(&app, &headers).await;
+    let mut response = if failed.is_empty() {
+        let mut body = serde_json::json!({
+            "status": "ready",
+            "checked_seconds_ago": age.as_secs(),
+        });
+        if operator {
+            body["repositories"] = report
+                .iter()
+                .map(|(name, _)| (name.clone(), serde_json::Value::from("ok")))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        (StatusCode::OK, axum::Json(body)).into_response()
+    } else {
+        not_ready(&failed, age, operator).into_response()
     };
-    let mut response = (status, axum::Json(body)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if !ready {
+    if !failed.is_empty() {
         let retry = READY_TTL.as_secs().to_string();
         if let Ok(value) = HeaderValue::from_str(&retry) {
             headers.insert(header::RETRY_AFTER, value);
         }
     }
     response
+}
+
+/// The 503 of a check some repositories (`failed`: name and why) did not pass `age` ago; their
+/// names in the sentence for an `operator`.
+fn not_ready(failed: &[(&str, &str)], age: Duration, operator: bool) -> ApiError {
+    let which = match (operator, failed) {
+        (false, _) => "a configured repository did not answer its check".to_owned(),
+        (true, [(name, _)]) => format!("the repository {name} did not answer its check"),
+        (true, _) => format!(
+            "the repositories {} did not answer their check",
+            failed
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let cause = failed
+        .iter()
+        .map(|(name, why)| format!("repository {name}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    ApiError::failed(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "gitstate is not ready, because {which} (checked {} s ago)",
+            age.as_secs()
+        ),
+        Advice::SeeLog,
+        format!("not ready: {cause}"),
+    )
 }
 
 /// Whether the caller may see each repository's result.

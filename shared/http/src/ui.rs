@@ -140,7 +140,8 @@ pub async fn index(
             Ok(states) => body.push_str(&states_page(&name, &query, &states)),
             Err(e) if needs_credentials(&e) => return Err(e.into()),
             Err(e) => {
-                let _ = write!(body, "<p class=\"error\">{}</p>", escape(&e.to_string()));
+                let sentence = ApiError::from(e).into_sentence();
+                let _ = write!(body, "<p class=\"error\">{}</p>", escape(&sentence));
             }
         }
     }
@@ -357,10 +358,7 @@ async fn links_section(
     let links = match links {
         Ok(links) => links,
         Err(e) => {
-            let sentence = match e {
-                ApiError::Message(_, text) => text,
-                other => format!("the catalog answered {}", other.status()),
-            };
+            let sentence = e.into_sentence();
             return format!(
                 "<p class=\"error\">Links across states: {}</p>",
                 escape(&sentence)

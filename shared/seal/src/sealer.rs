@@ -266,7 +266,7 @@ impl SopsSealer {
         }
         let not_ours = |why: &str| {
             SealError::NotSealedHere(format!(
-                "the stored state at {at} was not sealed by this server ({why}); encryption is enforced, so it is not served. Someone wrote it outside gitstate: check the repository's history, and write the state again from a trusted copy (terraform state push) to replace it"
+                "the stored state at {at} was not sealed by this server ({why}), and encryption is enforced, so it is not served; someone wrote it outside gitstate, so check the repository's history and write the state again from a trusted copy (terraform state push) to replace it"
             ))
         };
         if groups.len() != 1 {
@@ -386,7 +386,7 @@ impl SopsSealer {
             }
             _ if self.inner.enforced => {
                 return Err(SealError::NotSealedHere(format!(
-                    "the stored state at {at} is not encrypted, and encryption is enforced: gitstate serves only what it sealed itself. It was written before encryption was enforced or outside gitstate; write it again (terraform state push) to have it sealed"
+                    "the stored state at {at} is not encrypted, and encryption is enforced, so it is not served (gitstate serves only what it sealed itself); it was written before encryption was enforced or outside gitstate, so write it again (terraform state push) to have it sealed"
                 )))
             }
             _ => return Ok(None),
@@ -498,7 +498,7 @@ fn check_place(at: &Place, meta: &Node, groups: &[Vec<KeyEntry>]) -> Result<(), 
         let there = (repository.unwrap_or(here.0), path.unwrap_or(here.1));
         (there != here).then(|| {
             SealError::Misplaced(format!(
-                "the stored state at {at} was sealed for {}/{} ({source}); it was copied here from another place, and gitstate never serves one place's state at another. Restore this path's own version (gitstate history / restore) or write it again",
+                "the stored state at {at} was sealed for {}/{} ({source}); it was copied here from another place, and gitstate never serves one place's state at another, so restore this path's own version (gitstate history, gitstate restore) or write it again",
                 there.0, there.1
             ))
         })
@@ -564,8 +564,16 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A key service that failed: the key it serves named for the caller, its own text for the log.
 fn unavailable_error(e: SopsError) -> SealError {
-    SealError::Unavailable(e.to_string())
+    let key = match &e {
+        SopsError::Unavailable { kind, id, .. } => format!("{kind} key {id}"),
+        _ => "a configured key".to_owned(),
+    };
+    SealError::Unavailable {
+        key,
+        why: e.to_string(),
+    }
 }
 
 /// `hmac-sha256:<hex>` of the state bytes as POSTed, keyed with the document's data key: lets a
@@ -588,7 +596,7 @@ fn new_data_key() -> Zeroizing<[u8; 32]> {
 
 fn seal_error(e: SopsError) -> SealError {
     match e {
-        e @ SopsError::Unavailable { .. } => SealError::Unavailable(e.to_string()),
+        e @ SopsError::Unavailable { .. } => unavailable_error(e),
         SopsError::Json(m) => SealError::BadInput(format!("the state is not valid JSON: {m}")),
         e @ SopsError::TooDeep { .. } => {
             SealError::BadInput(format!("the state cannot be sealed: {e}"))
@@ -599,15 +607,31 @@ fn seal_error(e: SopsError) -> SealError {
 
 fn open_error(e: SopsError) -> SealError {
     match e {
-        e @ SopsError::Unavailable { .. } => SealError::Unavailable(e.to_string()),
-        e @ SopsError::NoKey { .. } => SealError::NoKey(e.to_string()),
+        e @ SopsError::Unavailable { .. } => unavailable_error(e),
+        SopsError::NoKey {
+            in_file,
+            tried,
+            failed,
+        } => SealError::NoKey {
+            sentence: format!(
+                "cannot decrypt the stored state, sealed for {in_file}, with this deployment's keys ({tried}), so it is not served{}",
+                match failed.is_empty() {
+                    true => "; it needs one of the keys it is sealed for",
+                    false => "",
+                }
+            ),
+            why: (!failed.is_empty()).then(|| format!("keys that failed: {failed}")),
+        },
         e @ (SopsError::MacMismatch
         | SopsError::Decrypt { .. }
         | SopsError::Value { .. }
         | SopsError::Metadata(_)
         | SopsError::Json(_)
         | SopsError::NotSops(_)) => SealError::Tampered(e.to_string()),
-        e @ SopsError::Key { .. } => SealError::NoKey(e.to_string()),
+        SopsError::Key { kind, id, reason } => SealError::NoKey {
+            sentence: format!("cannot decrypt the stored state with {kind} key {id}, so it is not served"),
+            why: Some(reason),
+        },
         e @ SopsError::TooDeep { .. } => SealError::Tampered(e.to_string()),
         e => SealError::Internal(e.to_string()),
     }

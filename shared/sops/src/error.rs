@@ -42,12 +42,15 @@ pub enum SopsError {
     #[error("MAC mismatch: the document's values do not match its MAC (the file was modified or is corrupt); refusing it")]
     MacMismatch,
     /// None of the configured keys could unwrap the data key.
-    #[error("no configured key could open the data key; keys in the file: [{in_file}]; keys tried: [{tried}]")]
+    #[error("no configured key could open the data key; keys in the file: [{in_file}]; keys tried: [{tried}]{}", if failed.is_empty() { String::new() } else { format!("; keys that failed: [{failed}]") })]
     NoKey {
         /// `kind:id` of every master key entry in the document.
         in_file: String,
-        /// `kind:id` of every configured key that was tried, with the reason it failed when one is known.
+        /// `kind:id` of every configured key that was tried.
         tried: String,
+        /// `kind:id (reason)` of every key that failed rather than just not matching (a key
+        /// service's refusal); empty when none did.
+        failed: String,
     },
     /// A master key operation failed (wrap/unwrap/parse), for the named key.
     #[error("{kind} key {id}: {reason}")]

@@ -66,7 +66,7 @@ impl Backend {
         // (or a document it did not seal) as holding anything, so the write replaces it.
         match sealer.holds(at, stored.clone(), content).await {
             Ok(held) => Ok(held),
-            Err(e @ SealError::Unavailable(_)) => Err(e.into()),
+            Err(e @ SealError::Unavailable { .. }) => Err(e.into()),
             Err(e) => {
                 unreadable(at, &e);
                 Ok(false)
@@ -82,7 +82,7 @@ impl Backend {
         let plain = match &self.sealer {
             Some(sealer) => match sealer.open(at, plain).await {
                 Ok(opened) => opened,
-                Err(e @ SealError::Unavailable(_)) => return Err(e.into()),
+                Err(e @ SealError::Unavailable { .. }) => return Err(e.into()),
                 Err(e) => {
                     unreadable(at, &e);
                     return Ok(Opened::Unreadable);

@@ -195,7 +195,7 @@ impl Backend {
         if let Some(sealer) = &self.sealer {
             match sealer.open(at, stored.clone()).await {
                 Ok(opened) if opened != *stored => return Ok((StoredForm::Sealed, None)),
-                Err(e @ SealError::Unavailable(_)) => return Err(e.into()),
+                Err(e @ SealError::Unavailable { .. }) => return Err(e.into()),
                 _ => {}
             }
         }

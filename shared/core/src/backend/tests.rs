@@ -702,13 +702,16 @@ async fn a_key_service_outage_is_an_error_and_writes_nothing() {
             .await,
     ] {
         assert!(
-            matches!(result, Err(BackendError::Seal(SealError::Unavailable(_)))),
+            matches!(
+                result,
+                Err(BackendError::Seal(SealError::Unavailable { .. }))
+            ),
             "{result:?}"
         );
     }
     assert!(matches!(
         b.get(&*store, &path()).await,
-        Err(BackendError::Seal(SealError::Unavailable(_)))
+        Err(BackendError::Seal(SealError::Unavailable { .. }))
     ));
     assert_eq!(store.commits_of(P).len(), 1);
 }
@@ -873,7 +876,7 @@ async fn ciphertext_is_never_served_as_a_state() {
     let b = backend();
     store.plant(P, SOPS_DOCUMENT.as_bytes());
     match b.get(&*store, &path()).await {
-        Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+        Err(BackendError::Seal(SealError::NoKey { sentence, .. })) => {
             assert!(
                 sentence.contains("kms:arn:aws:kms:eu-west-1:111122223333:key/team-a")
                     && sentence.contains("age:age1qqqqteam"),
@@ -886,7 +889,7 @@ async fn ciphertext_is_never_served_as_a_state() {
     store.plant(P, &[0x9c, 0x01, 0xfe, 0x7b, 0x00, 0x42]);
     assert!(matches!(
         b.get(&*store, &path()).await,
-        Err(BackendError::Seal(SealError::NoKey(_)))
+        Err(BackendError::Seal(SealError::NoKey { .. }))
     ));
     // A sealer that passes plaintext through does not pass these through either.
     let (sealed_store, _sealer, sealing_backend) = sealing_store();
@@ -962,7 +965,7 @@ async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
         sealing(MemorySealer::new()),
     ] {
         match b.get(&*store, &path()).await {
-            Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+            Err(BackendError::Seal(SealError::NoKey { sentence, .. })) => {
                 assert!(sentence.contains("passphrase"), "{sentence}");
                 assert!(!sentence.contains("fake-aes"), "{sentence}");
             }
@@ -987,7 +990,7 @@ async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
     store.plant(P, b"{\x9c\x01\xfe\x7b\x00\x42");
     assert!(matches!(
         backend().get(&*store, &path()).await,
-        Err(BackendError::Seal(SealError::NoKey(_)))
+        Err(BackendError::Seal(SealError::NoKey { .. }))
     ));
 }
 
@@ -1133,7 +1136,7 @@ async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
         .await
         .expect("unlock");
     match other.migrate(&*store, &path(), false, &operator()).await {
-        Err(BackendError::Seal(SealError::NoKey(sentence))) => {
+        Err(BackendError::Seal(SealError::NoKey { sentence, .. })) => {
             assert!(sentence.contains("passphrase"), "{sentence}")
         }
         other => panic!("{other:?}"),

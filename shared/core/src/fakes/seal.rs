@@ -56,9 +56,10 @@ impl MemorySealer {
 
     fn available(&self) -> Result<(), SealError> {
         if self.outage.load(Ordering::SeqCst) {
-            Err(SealError::Unavailable(
-                "the fake key service is unreachable".into(),
-            ))
+            Err(SealError::Unavailable {
+                key: "the fake key".into(),
+                why: "the fake key service is unreachable".into(),
+            })
         } else {
             Ok(())
         }
@@ -187,7 +188,7 @@ mod tests {
         sealer.set_outage(true);
         assert!(matches!(
             sealer.seal(&here, &state).await,
-            Err(SealError::Unavailable(_))
+            Err(SealError::Unavailable { .. })
         ));
     }
 }

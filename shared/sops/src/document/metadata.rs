@@ -137,6 +137,7 @@ impl Metadata {
 
     fn unwrap_data_key(&self, keys: &KeySource) -> Result<Zeroizing<Vec<u8>>, SopsError> {
         let mut tried = Vec::new();
+        let mut failed = Vec::new();
         let mut parts = Vec::new();
         let mut unavailable = None;
         for group in &self.groups {
@@ -151,11 +152,13 @@ impl Metadata {
                             break 'group;
                         }
                         Ok(None) => tried.push(format!("{}:{}", key.kind(), key.id())),
-                        Err(e @ SopsError::Unavailable { .. }) => {
-                            tried.push(format!("{}:{} ({e})", key.kind(), key.id()));
-                            unavailable.get_or_insert(e);
+                        Err(e) => {
+                            tried.push(format!("{}:{}", key.kind(), key.id()));
+                            failed.push(format!("{}:{} ({e})", key.kind(), key.id()));
+                            if matches!(e, SopsError::Unavailable { .. }) {
+                                unavailable.get_or_insert(e);
+                            }
                         }
-                        Err(e) => tried.push(format!("{}:{} ({e})", key.kind(), key.id())),
                     }
                 }
             }
@@ -171,12 +174,14 @@ impl Metadata {
                 .map(|e| format!("{}:{}", e.kind, e.id()))
                 .collect();
             if keys.keys().is_empty() {
-                tried.push("(no keys configured)".into());
+                tried.push("no keys configured".into());
             }
             tried.dedup();
+            failed.dedup();
             return Err(SopsError::NoKey {
                 in_file: in_file.join(", "),
                 tried: tried.join(", "),
+                failed: failed.join(", "),
             });
         }
         if self.groups.len() > 1 {
