@@ -53,7 +53,8 @@ pub enum SealError {
         /// What failed (the service's own text: for the log).
         why: String,
     },
-    /// No configured key opens the stored file (500).
+    /// No configured key opens the stored file, or a key cannot be used for want of its
+    /// credential (500).
     #[error("{sentence}{}", why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default())]
     NoKey {
         /// One sentence a caller may read: the keys the file needs (ids, never key material) or

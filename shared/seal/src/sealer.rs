@@ -601,6 +601,12 @@ fn seal_error(e: SopsError) -> SealError {
         e @ SopsError::TooDeep { .. } => {
             SealError::BadInput(format!("the state cannot be sealed: {e}"))
         }
+        SopsError::Unconfigured { kind, id, needs } => SealError::NoKey {
+            sentence: format!(
+                "cannot encrypt the state with {kind} key {id}, which needs {needs}, so nothing was written"
+            ),
+            why: None,
+        },
         e => SealError::Internal(e.to_string()),
     }
 }
@@ -612,15 +618,24 @@ fn open_error(e: SopsError) -> SealError {
             in_file,
             tried,
             failed,
+            needs,
         } => SealError::NoKey {
             sentence: format!(
                 "cannot decrypt the stored state, sealed for {in_file}, with this deployment's keys ({tried}), so it is not served{}",
-                match failed.is_empty() {
-                    true => "; it needs one of the keys it is sealed for",
-                    false => "",
+                match (needs.is_empty(), failed.is_empty()) {
+                    (false, _) => format!("; {needs}"),
+                    (true, true) => "; it needs one of the keys it is sealed for".to_owned(),
+                    // The keys' answers are in the log (`why`).
+                    (true, false) => String::new(),
                 }
             ),
             why: (!failed.is_empty()).then(|| format!("keys that failed: {failed}")),
+        },
+        SopsError::Unconfigured { kind, id, needs } => SealError::NoKey {
+            sentence: format!(
+                "cannot decrypt the stored state with {kind} key {id}, which needs {needs}, so it is not served"
+            ),
+            why: None,
         },
         e @ (SopsError::MacMismatch
         | SopsError::Decrypt { .. }

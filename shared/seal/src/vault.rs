@@ -205,10 +205,12 @@ impl VaultKey {
             Some(t) => Some(Zeroizing::new(t.as_str().to_owned())),
             None => token(),
         };
-        let token = token.ok_or_else(|| {
-            self.err(format!(
-                "{operation}: no Vault token: set VAULT_TOKEN or write one to ~/.vault-token"
-            ))
+        let token = token.ok_or_else(|| SopsError::Unconfigured {
+            kind: "hc_vault".into(),
+            id: self.uri.uri(),
+            needs: format!(
+                "a Vault token to {operation} (set VAULT_TOKEN or write one to ~/.vault-token)"
+            ),
         })?;
         let mut request = self
             .client

@@ -42,7 +42,7 @@ pub enum SopsError {
     #[error("MAC mismatch: the document's values do not match its MAC (the file was modified or is corrupt); refusing it")]
     MacMismatch,
     /// None of the configured keys could unwrap the data key.
-    #[error("no configured key could open the data key; keys in the file: [{in_file}]; keys tried: [{tried}]{}", if failed.is_empty() { String::new() } else { format!("; keys that failed: [{failed}]") })]
+    #[error("no configured key could open the data key; keys in the file: [{in_file}]; keys tried: [{tried}]{}{}", if needs.is_empty() { String::new() } else { format!("; {needs}") }, if failed.is_empty() { String::new() } else { format!("; keys that failed: [{failed}]") })]
     NoKey {
         /// `kind:id` of every master key entry in the document.
         in_file: String,
@@ -51,6 +51,9 @@ pub enum SopsError {
         /// `kind:id (reason)` of every key that failed rather than just not matching (a key
         /// service's refusal); empty when none did.
         failed: String,
+        /// What the keys that could not be used for want of a credential need
+        /// ([`SopsError::Unconfigured`]: `kind key id needs …`, `; `-separated); empty when none.
+        needs: String,
     },
     /// A master key operation failed (wrap/unwrap/parse), for the named key.
     #[error("{kind} key {id}: {reason}")]
@@ -61,6 +64,17 @@ pub enum SopsError {
         id: String,
         /// What failed.
         reason: String,
+    },
+    /// A master key cannot be used because its credential is not configured here (say, no
+    /// Vault token); `needs` says what gives it, naming the setting, never a secret.
+    #[error("{kind} key {id} cannot be used: it needs {needs}")]
+    Unconfigured {
+        /// `hc_vault`, ...
+        kind: String,
+        /// Public identifier of the key.
+        id: String,
+        /// What would give the credential (a setting or a file), in a few words.
+        needs: String,
     },
     /// A master key's service could not be reached (a transient failure: retry later). Master
     /// keys return it from `unwrap`/`wrap`; `decrypt` returns it when no key could open the data

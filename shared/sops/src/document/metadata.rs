@@ -138,6 +138,7 @@ impl Metadata {
     fn unwrap_data_key(&self, keys: &KeySource) -> Result<Zeroizing<Vec<u8>>, SopsError> {
         let mut tried = Vec::new();
         let mut failed = Vec::new();
+        let mut needs = Vec::new();
         let mut parts = Vec::new();
         let mut unavailable = None;
         for group in &self.groups {
@@ -155,8 +156,16 @@ impl Metadata {
                         Err(e) => {
                             tried.push(format!("{}:{}", key.kind(), key.id()));
                             failed.push(format!("{}:{} ({e})", key.kind(), key.id()));
-                            if matches!(e, SopsError::Unavailable { .. }) {
-                                unavailable.get_or_insert(e);
+                            match e {
+                                SopsError::Unavailable { .. } => {
+                                    unavailable.get_or_insert(e);
+                                }
+                                SopsError::Unconfigured {
+                                    kind,
+                                    id,
+                                    needs: what,
+                                } => needs.push(format!("{kind} key {id} needs {what}")),
+                                _ => {}
                             }
                         }
                     }
@@ -178,10 +187,12 @@ impl Metadata {
             }
             tried.dedup();
             failed.dedup();
+            needs.dedup();
             return Err(SopsError::NoKey {
                 in_file: in_file.join(", "),
                 tried: tried.join(", "),
                 failed: failed.join(", "),
+                needs: needs.join("; "),
             });
         }
         if self.groups.len() > 1 {
