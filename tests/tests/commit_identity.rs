@@ -79,8 +79,9 @@ fn apply_through(tf: &Terraform, server: &Gitstate, what: &str) {
     );
 }
 
-/// A LOCK through `server` is answered 502 with the hook's sentence `quote`, and nothing is
-/// written to `git_dir`.
+/// A LOCK through `server` is answered 502, the server's log quoting the hook's sentence `quote`
+/// under the answer's request id (the answer itself holds no word of the git server), and nothing
+/// is written to `git_dir`.
 fn a_lock_is_refused_quoting_the_hook(server: &Gitstate, git_dir: &Path, quote: &str) {
     let (status, body) = http(
         "LOCK",
@@ -91,8 +92,12 @@ fn a_lock_is_refused_quoting_the_hook(server: &Gitstate, git_dir: &Path, quote: 
     .unwrap();
     assert_eq!(status, 502, "{body}");
     assert!(
-        body.contains(quote),
-        "the answer quotes the hook: {body}\n--- gitstate log\n{}",
+        !body.contains(quote),
+        "the answer quotes the git server: {body}"
+    );
+    assert!(
+        server.logged(&request_id_of(&body), quote),
+        "the log quotes the hook under the request id: {body}\n--- gitstate log\n{}",
         server.log()
     );
     assert!(
