@@ -324,7 +324,12 @@ impl From<RegistryError> for ApiError {
             RegistryError::Unauthenticated(m) => ApiError::Message(StatusCode::UNAUTHORIZED, m),
             RegistryError::NotAllowed(m) => ApiError::Message(StatusCode::FORBIDDEN, m),
             RegistryError::BadAddress(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
-            RegistryError::Busy(m) => ApiError::Message(StatusCode::SERVICE_UNAVAILABLE, m),
+            RegistryError::Busy(cause) => ApiError::failed(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many password checks are under way on this server",
+                Advice::Retry,
+                cause,
+            ),
             RegistryError::Store(e) => e.into(),
         }
     }
@@ -487,6 +492,7 @@ mod tests {
             .into(),
         ));
         errors.push(("CatalogError", CatalogError(CHAIN.into()).into()));
+        errors.push(("RegistryError::Busy", RegistryError::Busy(CHAIN.into()).into()));
         errors.push(("ApiError::bug", ApiError::bug("gitstate hit a bug", CHAIN)));
         errors
     }
