@@ -39,7 +39,7 @@ pub use commit::{Author, Message};
 pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
 pub use lock_token::{LockToken, Mark};
-pub use path::{BranchName, PathError, RefError, StatePath};
+pub use path::{BranchName, PathConflict, PathError, RefError, StatePath, TreeEntry};
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{

@@ -89,6 +89,115 @@ impl StatePath {
     pub fn lock_file(&self) -> String {
         format!("{}.lock", self.0)
     }
+
+    /// The folders this path is in, outermost first: `a` and `a/b` for `a/b/c`.
+    pub fn ancestors(&self) -> impl Iterator<Item = &str> {
+        self.0.match_indices('/').map(|(end, _)| &self.0[..end])
+    }
+}
+
+/// What the state branch holds at a path, for [`PathConflict::in_tree`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeEntry {
+    /// A file (a state).
+    File,
+    /// A folder (of states).
+    Folder,
+}
+
+/// Why a state could never be written at a path (DESIGN §3): git's trees cannot hold a file and
+/// a folder of one name, nor its refs a lock branch and a folder of lock branches. The POST of
+/// such a path and its LOCK are both answered 409 with this sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathConflict {
+    /// A folder of the path is a state file on the state branch.
+    #[error("the state path {path} cannot be created: {above} is a state file in the repository")]
+    StateAbove {
+        /// The path asked for.
+        path: String,
+        /// The state file where the path needs a folder.
+        above: String,
+    },
+    /// The path is a folder of other states on the state branch.
+    #[error("the state path {path} is a directory of other states in the repository")]
+    StatesBelow {
+        /// The path asked for.
+        path: String,
+    },
+    /// A folder of the path is locked: a state is about to be written there.
+    #[error("the state path {path} cannot be created: {above} is locked, and its state would be a file where {path} needs a directory")]
+    LockAbove {
+        /// The path asked for.
+        path: String,
+        /// The locked path where the path needs a folder.
+        above: String,
+    },
+    /// A path under the path is locked: a state is about to be written there.
+    #[error("the state path {path} cannot be created: {below} is locked, and its state would make {path} a directory")]
+    LockBelow {
+        /// The path asked for.
+        path: String,
+        /// The locked path under it.
+        below: String,
+    },
+}
+
+impl PathConflict {
+    /// What keeps a state out of `path` on the state branch: a folder of it that is a file, or
+    /// the path itself a folder. `at(p)` tells what the branch holds at `p` (`None`: nothing),
+    /// for the path's folders outermost first, then the path; the walk stops where nothing is.
+    pub fn in_tree<E>(
+        path: &StatePath,
+        mut at: impl FnMut(&str) -> Result<Option<TreeEntry>, E>,
+    ) -> Result<Option<PathConflict>, E> {
+        for above in path.ancestors() {
+            match at(above)? {
+                None => return Ok(None),
+                Some(TreeEntry::File) => {
+                    return Ok(Some(PathConflict::StateAbove {
+                        path: path.to_string(),
+                        above: above.to_owned(),
+                    }))
+                }
+                Some(TreeEntry::Folder) => {}
+            }
+        }
+        Ok(match at(path.as_str())? {
+            Some(TreeEntry::Folder) => Some(PathConflict::StatesBelow {
+                path: path.to_string(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// What keeps a lock off `path` among the held locks `locked` (their paths; any others may
+    /// be among them): a lock on a folder of the path (the outermost), else one under it (the
+    /// first in path order).
+    pub fn among_locks<'a>(
+        path: &StatePath,
+        locked: impl IntoIterator<Item = &'a str>,
+    ) -> Option<PathConflict> {
+        let inside = format!("{path}/");
+        let (mut above, mut below): (Option<&str>, Option<&str>) = (None, None);
+        for held in locked {
+            if path.as_str().starts_with(held) && path.as_str()[held.len()..].starts_with('/') {
+                above = Some(above.map_or(held, |a| a.min(held)));
+            } else if held.starts_with(&inside) {
+                below = Some(below.map_or(held, |b| b.min(held)));
+            }
+        }
+        match (above, below) {
+            (Some(above), _) => Some(PathConflict::LockAbove {
+                path: path.to_string(),
+                above: above.to_owned(),
+            }),
+            (None, Some(below)) => Some(PathConflict::LockBelow {
+                path: path.to_string(),
+                below: below.to_owned(),
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 impl fmt::Display for StatePath {
@@ -350,6 +459,74 @@ mod tests {
                 message.starts_with("the ref") || message.starts_with("a component"),
                 "{message}"
             );
+        }
+    }
+
+    #[test]
+    fn a_state_cannot_nest_in_a_state_or_a_lock_nor_hold_one() {
+        let p = |raw: &str| StatePath::parse(raw).unwrap();
+        let nested = p("a/b/c.tfstate");
+        let ancestors: Vec<&str> = nested.ancestors().collect();
+        assert_eq!(ancestors, ["a", "a/b"]);
+        assert_eq!(p("prod").ancestors().count(), 0);
+
+        // The branch holds `prod` (a file) and `other/x` (a file in a folder).
+        let tree = |at: &str| -> Result<Option<TreeEntry>, ()> {
+            Ok(match at {
+                "prod" | "other/x" => Some(TreeEntry::File),
+                "other" => Some(TreeEntry::Folder),
+                _ => None,
+            })
+        };
+        let conflict = |raw: &str| PathConflict::in_tree(&p(raw), tree).unwrap();
+        assert_eq!(
+            conflict("prod/net").map(|c| c.to_string()).as_deref(),
+            Some(
+                "the state path prod/net cannot be created: prod is a state file in the repository"
+            )
+        );
+        assert_eq!(
+            conflict("other/x/y"),
+            Some(PathConflict::StateAbove {
+                path: "other/x/y".into(),
+                above: "other/x".into()
+            })
+        );
+        assert_eq!(
+            conflict("other").map(|c| c.to_string()).as_deref(),
+            Some("the state path other is a directory of other states in the repository")
+        );
+        for free in ["prod", "prod-a", "other/y", "new/a/b", "other/x"] {
+            assert_eq!(conflict(free), None, "{free}");
+        }
+
+        let locked = ["prod", "other/x/y", "team/a", "team/a/b"];
+        let conflict = |raw: &str| PathConflict::among_locks(&p(raw), locked);
+        assert_eq!(
+            conflict("prod/net").map(|c| c.to_string()).as_deref(),
+            Some("the state path prod/net cannot be created: prod is locked, and its state would be a file where prod/net needs a directory")
+        );
+        assert_eq!(
+            conflict("other").map(|c| c.to_string()).as_deref(),
+            Some("the state path other cannot be created: other/x/y is locked, and its state would make other a directory")
+        );
+        // The outermost lock above wins over a lock below.
+        assert_eq!(
+            conflict("team/a/b/c"),
+            Some(PathConflict::LockAbove {
+                path: "team/a/b/c".into(),
+                above: "team/a".into()
+            })
+        );
+        assert_eq!(
+            conflict("other/x"),
+            Some(PathConflict::LockBelow {
+                path: "other/x".into(),
+                below: "other/x/y".into()
+            })
+        );
+        for free in ["prod", "prod-a", "pro", "other/xy", "team/b"] {
+            assert_eq!(conflict(free), None, "{free}");
         }
     }
 }

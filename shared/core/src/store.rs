@@ -93,6 +93,9 @@ pub enum LockCreate {
         /// Its `{path}.lock` content.
         content: Bytes,
     },
+    /// No state could ever be written at the path, so no lock was taken and nothing written:
+    /// a folder of it is a state file or is locked, or it is a folder of states or of locks.
+    Unwritable(crate::path::PathConflict),
 }
 
 /// Why a store operation failed. The HTTP layer maps each kind to one status code and one
@@ -149,7 +152,8 @@ pub trait StateStore: Send + Sync + 'static {
     /// Builds one commit on top of `base` (the state tip the caller read; `None` when the branch
     /// does not exist) whose only change is `change` to `path`, and moves the state branch from
     /// `base` to it. Returns the new commit id, or [`StoreError::Stale`] when the branch is no
-    /// longer at `base`.
+    /// longer at `base`. A write of a file where `base` holds a folder, or under a file, is
+    /// [`StoreError::Conflict`] with the [`crate::PathConflict`] sentence, and writes nothing.
     async fn update_state(
         &self,
         path: &StatePath,
@@ -160,6 +164,16 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Creates `refs/heads/locks/{path}` with a commit holding `{path}.lock` = `content`, only if
     /// the branch does not exist. When it does, reports its tip and lock file instead.
+    ///
+    /// A path where no state could ever be written is [`LockCreate::Unwritable`], and nothing is
+    /// written ([`crate::PathConflict`], DESIGN §3): a folder of the path is a state file at the
+    /// state branch's tip ([`crate::PathConflict::in_tree`]) or has a lock branch, or the path is
+    /// a folder there or has lock branches under it ([`crate::PathConflict::among_locks`]). The
+    /// tree is read at the tip as the store reads it for this call (for a remote: its fresh
+    /// check); a state written at a folder of the path afterwards is still refused by
+    /// [`StateStore::update_state`]. A lock branch that git refuses to create because of another
+    /// one (a ref named like a folder of it, or a folder of refs named like it) is that answer
+    /// too, never an error nor [`StoreError::Stale`].
     async fn create_lock(
         &self,
         path: &StatePath,

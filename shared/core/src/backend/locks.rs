@@ -15,7 +15,10 @@ use crate::store::{Intent, LockCreate, StateStore, StoreError};
 use crate::text::escape_controls;
 
 impl Backend {
-    /// `LOCK`: creates the lock branch. The same ID locking again succeeds (retries are safe);
+    /// `LOCK`: creates the lock branch. A path where no state could ever be written (a folder of
+    /// it is a state or locked; it is a folder of states or of locks) is
+    /// [`BackendError::Conflict`] with the [`crate::PathConflict`] sentence, and nothing is
+    /// written. The same ID locking again succeeds (retries are safe);
     /// another holder gets [`BackendError::Locked`] with its LockInfo, unless the repository has
     /// a `lock_ttl` ([`StateStore::lock_ttl`]) and that lock has outlived it: then the old lock
     /// branch is deleted by compare-and-swap (only if it is still that lock) and the lock taken,
@@ -76,6 +79,10 @@ impl Backend {
                     metrics::gauge!(crate::metrics::LOCKS_HELD).increment(1.0);
                     tracing::info!(%path, lock_id = %escape_controls(&info.id), "lock acquired");
                     return Ok(Acquired { info, took_over });
+                }
+                LockCreate::Unwritable(conflict) => {
+                    tracing::info!(%path, %conflict, "lock refused: no state can be written at this path");
+                    return Err(BackendError::Conflict(conflict.to_string()));
                 }
                 LockCreate::Held { tip, content } => {
                     let held = LockInfo::stored(&content);

@@ -281,6 +281,71 @@ async fn locking_is_idempotent_for_the_holder_and_reports_it_to_others() {
     ));
 }
 
+/// A LOCK of a path where no state could ever be written is a 409 with the sentence naming what
+/// is in the way, and takes no lock: a folder of the path is a state or locked, the path is a
+/// folder of states or has locks under it. A path beside them (`prod-a` next to `prod`) locks.
+/// A state written at a folder of a locked path after its LOCK is still refused at its POST.
+#[tokio::test]
+async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing() {
+    let store = MemoryStore::named("r");
+    let b = backend();
+    let at = |p: &str| StatePath::parse(p).expect("a valid path");
+    store.plant("prod", &state(1));
+    store.plant("other/x", &state(1));
+    b.lock(&*store, &at("held"), lock_info("h", "bob@ci"))
+        .await
+        .expect("lock");
+    let commits = store.commits().len();
+    let cases = [
+        ("prod/net", "prod is a state file"),
+        ("other/x/y", "other/x is a state file"),
+        ("other", "other is a directory of other states"),
+        ("held/net", "held is locked"),
+    ];
+    for (path, why) in cases {
+        match b.lock(&*store, &at(path), lock_info("id-2", "eve")).await {
+            Err(BackendError::Conflict(sentence)) => {
+                assert!(sentence.contains(why), "{path}: {sentence}");
+                assert!(
+                    sentence.starts_with(&format!("the state path {path} ")),
+                    "{sentence}"
+                );
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+        assert_eq!(store.lock_file(path), None, "{path}: no lock taken");
+    }
+    // The mirror image: a lock under the path.
+    b.lock(&*store, &at("team/a/net"), lock_info("n", "bob@ci"))
+        .await
+        .expect("lock");
+    assert_eq!(
+        b.lock(&*store, &at("team/a"), lock_info("id-2", "eve")).await,
+        Err(BackendError::Conflict(
+            "the state path team/a cannot be created: team/a/net is locked, and its state would make team/a a directory".into()
+        ))
+    );
+    assert_eq!(store.commits().len(), commits, "nothing written");
+    for beside in ["prod-a", "other/y", "heldx"] {
+        b.lock(&*store, &at(beside), lock_info("id-3", "eve"))
+            .await
+            .unwrap_or_else(|e| panic!("{beside}: {e}"));
+    }
+
+    // A state written at a folder of a held lock after it was taken: the POST is refused.
+    b.lock(&*store, &at("late/net"), lock_info("id-4", "eve"))
+        .await
+        .expect("lock");
+    store.plant("late", &state(1));
+    let posted = b
+        .post_body(&*store, &at("late/net"), state(1), Some("id-4"), &alice())
+        .await;
+    assert!(
+        matches!(&posted, Err(BackendError::Store(StoreError::Conflict(s))) if s.contains("late is a state file")),
+        "{posted:?}"
+    );
+}
+
 /// `lock_ttl`: a lock older than the TTL (by its `Created`) is taken over by the next LOCK, which
 /// says whose it was; a younger one, one whose `Created` cannot be read, or any lock on a
 /// repository without a TTL, is a 423 as always.

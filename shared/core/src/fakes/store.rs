@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::commit::Message;
 use crate::listing::{ListQuery, StateListing, StatePage};
-use crate::path::StatePath;
+use crate::path::{PathConflict, StatePath, TreeEntry};
 use crate::store::{
     HeldLock, Intent, LockCreate, Revision, Snapshot, StateChange, StateStore, StoreError,
     WriteAttempt,
@@ -227,6 +227,28 @@ fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, m
     });
 }
 
+/// What keeps a state out of `path` among the state files `files` ([`PathConflict::in_tree`]).
+fn nesting_in_files(files: &BTreeMap<String, Bytes>, path: &StatePath) -> Option<PathConflict> {
+    let at = |p: &str| -> Result<Option<TreeEntry>, std::convert::Infallible> {
+        let inside = format!("{p}/");
+        Ok(if files.contains_key(p) {
+            Some(TreeEntry::File)
+        } else if files
+            .range(inside.clone()..)
+            .next()
+            .is_some_and(|(f, _)| f.starts_with(&inside))
+        {
+            Some(TreeEntry::Folder)
+        } else {
+            None
+        })
+    };
+    match PathConflict::in_tree(path, at) {
+        Ok(conflict) => conflict,
+        Err(never) => match never {},
+    }
+}
+
 #[async_trait]
 impl StateStore for MemoryStore {
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
@@ -265,6 +287,11 @@ impl StateStore for MemoryStore {
         if repo.tip.as_ref() != base {
             return Err(StoreError::Stale);
         }
+        if matches!(change, StateChange::Write(_)) {
+            if let Some(conflict) = nesting_in_files(&repo.files, path) {
+                return Err(StoreError::Conflict(conflict.to_string()));
+            }
+        }
         let content = match change {
             StateChange::Write(bytes) => Some(bytes),
             StateChange::Delete => None,
@@ -286,6 +313,12 @@ impl StateStore for MemoryStore {
                 tip: tip.clone(),
                 content: held.clone(),
             });
+        }
+        let locked = repo.locks.keys().map(String::as_str);
+        if let Some(conflict) =
+            PathConflict::among_locks(path, locked).or_else(|| nesting_in_files(&repo.files, path))
+        {
+            return Ok(LockCreate::Unwritable(conflict));
         }
         repo.locks.insert(
             path.as_str().to_owned(),
