@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, LockCreate, LockRead, Revision, Snapshot, StateChange, StatePath, StoreError,
+    BlockingStore, LockCreate, LockRead, PathConflict, Revision, Snapshot, StateChange, StatePath,
+    StoreError,
 };
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 use gix::ObjectId;
 
-use crate::objects::{internal, lock_commit, parse_id, read_file, state_commit};
+use crate::objects::{internal, lock_commit, parse_id, path_conflict, read_file, state_commit};
 
 /// How long a ref update waits for another writer's `.lock` file before giving up (as stale).
 const REF_LOCK_TIMEOUT_MS: u32 = 3000;
@@ -173,6 +174,58 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// What keeps a lock off `path` ([`gitstate_core::StateStore::create_lock`]): a lock branch
+    /// above or below it, or the state branch's tree.
+    fn unwritable(
+        &self,
+        repo: &gix::Repository,
+        path: &StatePath,
+    ) -> Result<Option<PathConflict>, StoreError> {
+        if let Some(conflict) = self.locks_in_the_way(repo, path)? {
+            return Ok(Some(conflict));
+        }
+        match self.tip(&self.state_ref)? {
+            Some(tip) => path_conflict(repo, tip, path),
+            None => Ok(None),
+        }
+    }
+
+    /// The lock branches on a folder of `path` or under it ([`PathConflict::among_locks`]).
+    fn locks_in_the_way(
+        &self,
+        repo: &gix::Repository,
+        path: &StatePath,
+    ) -> Result<Option<PathConflict>, StoreError> {
+        let mut locked = Vec::new();
+        for above in path.ancestors() {
+            if self
+                .tip(&format!("{}{above}", crate::LOCK_REF_PREFIX))?
+                .is_some()
+            {
+                locked.push(above.to_owned());
+            }
+        }
+        let below = format!("{}/", path.lock_ref());
+        let platform = repo.references().map_err(internal("listing refs"))?;
+        for reference in platform
+            .prefixed(below.as_str())
+            .map_err(internal("listing refs"))?
+        {
+            let reference =
+                reference.map_err(|e| StoreError::Internal(format!("listing refs: {e}")))?;
+            let name = reference.name().as_bstr().to_string();
+            if let Some(held) = name.strip_prefix(crate::LOCK_REF_PREFIX) {
+                locked.push(held.to_owned());
+            }
+        }
+        Ok(PathConflict::among_locks(
+            path,
+            locked.iter().map(String::as_str),
+        ))
+    }
+}
+
 impl BlockingStore for LocalStore {
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let repo = self.repo.to_thread_local();
@@ -221,6 +274,18 @@ impl BlockingStore for LocalStore {
     ) -> Result<LockCreate, StoreError> {
         let repo = self.repo.to_thread_local();
         let lock_ref = path.lock_ref();
+        let held = |tip: ObjectId| -> Result<LockCreate, StoreError> {
+            Ok(LockCreate::Held {
+                tip: tip.to_string(),
+                content: read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
+            })
+        };
+        if let Some(tip) = self.tip(&lock_ref)? {
+            return held(tip);
+        }
+        if let Some(conflict) = self.unwritable(&repo, path)? {
+            return Ok(LockCreate::Unwritable(conflict));
+        }
         let commit = lock_commit(&repo, &path.lock_file(), content, message, &self.committer)?;
         match self.move_ref(
             &lock_ref,
@@ -230,15 +295,16 @@ impl BlockingStore for LocalStore {
         ) {
             Ok(()) => Ok(LockCreate::Created),
             Err(StoreError::Stale) => match self.tip(&lock_ref)? {
-                Some(tip) => Ok(LockCreate::Held {
-                    tip: tip.to_string(),
-                    content: read_file(&repo, tip, &path.lock_file())?.unwrap_or_default(),
-                }),
+                Some(tip) => held(tip),
                 // Released between our attempt and this read: report it as held by nobody
                 // known; the client retries its LOCK.
                 None => Err(StoreError::Stale),
             },
-            Err(e) => Err(e),
+            // A lock branch above or below taken since the check: git's refs cannot hold both.
+            Err(e) => match self.locks_in_the_way(&repo, path)? {
+                Some(conflict) => Ok(LockCreate::Unwritable(conflict)),
+                None => Err(e),
+            },
         }
     }
 

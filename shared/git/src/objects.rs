@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use gitstate_core::Message;
-use gitstate_core::{StateChange, StoreError};
+use gitstate_core::{PathConflict, StateChange, StatePath, StoreError, TreeEntry};
 use gix::bstr::BString;
 use gix::objs::tree::EntryKind;
 use gix::ObjectId;
@@ -117,36 +117,38 @@ fn tree_of(repo: &gix::Repository, commit: Option<ObjectId>) -> Result<ObjectId,
     }
 }
 
+/// What keeps a state out of `path` at `commit` ([`PathConflict::in_tree`]: a folder of it is a
+/// file, or it is a folder). Reads the trees on the path, which must be in `repo`; never a blob.
+pub fn path_conflict(
+    repo: &gix::Repository,
+    commit: ObjectId,
+    path: &StatePath,
+) -> Result<Option<PathConflict>, StoreError> {
+    PathConflict::in_tree(path, |at| {
+        Ok(crate::lookup::entry_at(repo, commit, at)?.map(|entry| {
+            if entry.kind == EntryKind::Tree {
+                TreeEntry::Folder
+            } else {
+                TreeEntry::File
+            }
+        }))
+    })
+}
+
 /// Refuses a write that git would turn into a file/directory swap: `a/b` when `a` is a state
 /// file, or `a` when `a/…` holds states. Tree editing would silently replace the other side.
 fn check_no_directory_conflict(
     repo: &gix::Repository,
-    tree: ObjectId,
+    base: Option<ObjectId>,
     path: &str,
 ) -> Result<(), StoreError> {
-    let tree = repo
-        .find_tree(tree)
-        .map_err(internal("reading the base tree"))?;
-    let segments: Vec<&str> = path.split('/').collect();
-    for end in 1..=segments.len() {
-        let prefix = segments[..end].join("/");
-        let entry = tree
-            .lookup_entry_by_path(&prefix)
-            .map_err(internal("looking up a path"))?;
-        let Some(entry) = entry else { return Ok(()) };
-        let is_last = end == segments.len();
-        if !is_last && !entry.mode().is_tree() {
-            return Err(StoreError::Conflict(format!(
-                "the state path {path} cannot be created: {prefix} is a state file in the repository"
-            )));
-        }
-        if is_last && entry.mode().is_tree() {
-            return Err(StoreError::Conflict(format!(
-                "the state path {path} is a directory of other states in the repository"
-            )));
-        }
+    let Some(base) = base else { return Ok(()) };
+    let path = StatePath::parse(path)
+        .map_err(|e| StoreError::Internal(format!("writing the path {path}: {e}")))?;
+    match path_conflict(repo, base, &path)? {
+        Some(conflict) => Err(StoreError::Conflict(conflict.to_string())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// What a commit does to its one path.
@@ -207,7 +209,7 @@ pub fn file_commit(
     let components = path.split('/');
     // A path that would swap a file and a directory is refused before anything is written.
     if !matches!(change, FileChange::Remove) {
-        check_no_directory_conflict(repo, base_tree, path)?;
+        check_no_directory_conflict(repo, base, path)?;
     }
     let blob = match change {
         FileChange::Content(content) => Some(

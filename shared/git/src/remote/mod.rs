@@ -13,8 +13,8 @@
 //!
 //! Over smart HTTP, a lock is created and a lock this process wrote is released in one request
 //! ([`crate::plumbing::onepost`]): the push alone, with the old id it must replace (none for a new
-//! lock, the recorded one for a release) checked by the server. Any doubt takes the two-request
-//! way.
+//! lock, the recorded one for a release) checked by the server; a new lock also asserts the state
+//! branch at the tip whose trees admit it (`lock.rs`). Any doubt takes the two-request way.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,15 +29,15 @@ use gitstate_core::{
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
-use crate::objects::{lock_commit, parse_id, read_file};
-use crate::plumbing::onepost;
+use crate::objects::{parse_id, read_file};
 use crate::plumbing::pack::Pack;
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::plumbing::transport::Endpoint;
-use crate::push::{pack_objects, push_in_one_request, push_updates, Pushed};
+use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
 
 mod attempt;
+mod lock;
 
 pub use attempt::RemoteAttempt;
 
@@ -333,44 +333,7 @@ impl BlockingStore for RemoteStore {
         content: &[u8],
         message: &Message,
     ) -> Result<LockCreate, StoreError> {
-        let lock_ref = path.lock_ref();
-        let lock_file = path.lock_file();
-        let outgoing = self.build(None, &lock_file, |repo| {
-            lock_commit(repo, &lock_file, content, message, &self.target.committer)
-        })?;
-        let update = RefUpdate {
-            name: lock_ref.clone(),
-            old: ObjectId::null(gix::hash::Kind::Sha1),
-            new: outgoing.commit,
-        };
-        let created = || -> Result<LockCreate, StoreError> {
-            self.cache()?.record_pushed(
-                &outgoing.pack.objects,
-                &lock_ref,
-                Some(outgoing.commit),
-            )?;
-            Ok(LockCreate::Created)
-        };
-        // The lock must not exist, which the push itself checks: no advertisement needed. Not
-        // when the cache last saw the state locked: a held lock (Terraform polling with
-        // -lock-timeout) is then found without pushing anything.
-        if onepost::possible(&self.target.endpoint) && self.cache()?.tracked(&lock_ref).is_none() {
-            match push_in_one_request(&self.target.endpoint, &update, &outgoing.pack) {
-                Some(Ok(Pushed::Accepted)) => return created(),
-                Some(Ok(Pushed::Lost)) => return self.held(path),
-                _ => {}
-            }
-        }
-        let session = ReceivePack::connect(&self.target.endpoint)?;
-        if session.tip(&lock_ref).is_some() {
-            drop(session);
-            return self.held(path);
-        }
-        if self.push_one(session, update, Some(&outgoing))? {
-            created()
-        } else {
-            self.held(path)
-        }
+        self.create_lock_on_remote(path, content, message)
     }
 
     fn read_lock_blocking(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {

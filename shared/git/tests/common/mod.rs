@@ -221,6 +221,104 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.state_tip.as_deref(), Some(v4.as_str()));
 
     sessions(store, prefix).await;
+    nesting(store, prefix).await;
+}
+
+/// [`StateStore::create_lock`](gitstate_core::StateStore::create_lock) where no state could ever
+/// be written: a state file or a lock on a folder of the path, states or locks under it. Each is
+/// [`LockCreate::Unwritable`](gitstate_core::LockCreate::Unwritable) naming what is in the way,
+/// never an error, and writes nothing; a path beside them locks. Uses paths under `{prefix}nest/`.
+pub async fn nesting(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    use bytes::Bytes;
+    use gitstate_core::{LockCreate, PathConflict};
+
+    let at = |p: &str| sp(&format!("{prefix}nest/{p}"));
+    let name = |p: &str| format!("{prefix}nest/{p}");
+    let message = gitstate_core::Message::from("Lock");
+    let info = || Bytes::from_static(b"{\"ID\":\"n\"}");
+    write_retrying(store, &at("prod"), b"{}", "Update prod").await;
+    write_retrying(store, &at("other/x"), b"{}", "Update other/x").await;
+    for held in ["held", "team/a/net"] {
+        let created = store.create_lock(&at(held), info(), &message).await;
+        assert_eq!(created, Ok(LockCreate::Created), "{held}");
+    }
+    let tip = store
+        .snapshot(&at("prod"))
+        .await
+        .expect("snapshot")
+        .state_tip;
+    let cases = [
+        (
+            "prod/net",
+            PathConflict::StateAbove {
+                path: name("prod/net"),
+                above: name("prod"),
+            },
+        ),
+        (
+            "other/x/y",
+            PathConflict::StateAbove {
+                path: name("other/x/y"),
+                above: name("other/x"),
+            },
+        ),
+        (
+            "other",
+            PathConflict::StatesBelow {
+                path: name("other"),
+            },
+        ),
+        (
+            "held/net/x",
+            PathConflict::LockAbove {
+                path: name("held/net/x"),
+                above: name("held"),
+            },
+        ),
+        (
+            "team/a",
+            PathConflict::LockBelow {
+                path: name("team/a"),
+                below: name("team/a/net"),
+            },
+        ),
+        (
+            "team",
+            PathConflict::LockBelow {
+                path: name("team"),
+                below: name("team/a/net"),
+            },
+        ),
+    ];
+    // Twice: a store that remembers what it read or wrote answers the same the second time.
+    for round in 0..2 {
+        for (path, conflict) in &cases {
+            let created = store.create_lock(&at(path), info(), &message).await;
+            assert_eq!(
+                created,
+                Ok(LockCreate::Unwritable(conflict.clone())),
+                "{path}"
+            );
+            if round == 0 {
+                assert_eq!(store.read_lock(&at(path)).await.expect("read_lock"), None);
+            }
+        }
+    }
+    let snap = store.snapshot(&at("prod")).await.expect("snapshot");
+    assert_eq!(snap.state_tip, tip, "no state written");
+    // Beside them: a lock, then its release.
+    for beside in ["prod-a", "other/y", "team/a-b"] {
+        let created = store.create_lock(&at(beside), info(), &message).await;
+        assert_eq!(created, Ok(LockCreate::Created), "{beside}");
+    }
+    for held in ["held", "team/a/net", "prod-a", "other/y", "team/a-b"] {
+        let LockRead { tip, .. } = store
+            .read_lock(&at(held))
+            .await
+            .expect("read_lock")
+            .expect("locked");
+        store.delete_lock(&at(held), &tip).await.expect("unlock");
+    }
 }
 
 /// [`StateStore::begin`](gitstate_core::StateStore::begin) sessions: a read followed by one
@@ -322,6 +420,7 @@ pub async fn concurrent_lockers(store: std::sync::Arc<dyn gitstate_core::StateSt
         match result {
             LockCreate::Created => winners.push(info),
             LockCreate::Held { tip, content } => held.push((tip, content)),
+            LockCreate::Unwritable(conflict) => panic!("{conflict}"),
         }
     }
     assert_eq!(winners.len(), 1, "exactly one creator wins");
