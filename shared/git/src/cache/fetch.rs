@@ -133,7 +133,7 @@ impl Cache {
 /// every cache of it fetches. The session when the server offers partial fetch (`filter` and
 /// `shallow`); otherwise `None`, and the remote is fetched whole from now on (logged once, with
 /// the reason).
-fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>, StoreError> {
+pub(super) fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>, StoreError> {
     let why = match UploadPack::connect(endpoint)? {
         Ok(session) if session.offers("filter") && session.offers("shallow") => {
             set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);

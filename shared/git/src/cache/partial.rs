@@ -195,8 +195,9 @@ impl Cache {
 
     /// Fetches the tips `tips` (name → id, as receive-pack advertised them) the cache lacks, as
     /// [`Cache::refresh`] would but without listing the refs again: one request on a kept
-    /// protocol-v2 session. `false` when it cannot (a cache that fetches whole trees, a tip
-    /// gone meanwhile, a busy cache): the caller then refreshes.
+    /// protocol-v2 session (or on the first one of this process, which also decides how the
+    /// remote is fetched). `false` when it cannot (a cache that fetches whole trees, a tip gone
+    /// meanwhile, a busy cache): the caller then refreshes.
     pub fn fetch_advertised(
         &self,
         endpoint: &Endpoint,
@@ -221,10 +222,16 @@ impl Cache {
         if tips.values().chain(roots).all(|id| repo.has_object(id)) {
             return Ok(true);
         }
+        // The first contact with the remote in this process decides how it is fetched, and
+        // the session it opened fetches the advertised tips: no ref listing is needed.
+        let first = match fetch_mode(&endpoint.display) {
+            None if self.shallow => super::fetch::partial_session(endpoint)?,
+            _ => None,
+        };
         if !self.fetches_by_id(endpoint) {
             return Ok(false);
         }
-        let mut session = match sessions::take(endpoint) {
+        let mut session = match first.or_else(|| sessions::take(endpoint)) {
             Some(session) => session,
             None => match UploadPack::connect(endpoint)? {
                 Ok(session) => session,

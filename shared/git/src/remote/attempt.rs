@@ -221,8 +221,8 @@ impl RemoteStore {
         if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
         }
-        // The cache is new, or cannot fetch by id: fetch over upload-pack (shallow), keeping
-        // the session open for the push.
+        // The cache cannot fetch by id (or that fetch failed): fetch over upload-pack
+        // (shallow), keeping the session open for the push.
         let names: Vec<&str> = if intent == Intent::Write {
             vec![&self.target.state_ref, &lock_ref]
         } else {
