@@ -501,9 +501,14 @@ async fn dispatch(
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
-            let acquired = backend
+            let acquired = match backend
                 .lock_with_token(store, path, body, caller.token.as_ref())
-                .await?;
+                .await
+            {
+                Ok(acquired) => acquired,
+                Err(BackendError::Conflict(sentence)) => return Ok(lock_refused(sentence)),
+                Err(e) => return Err(e.into()),
+            };
             Ok(locked(app, &address, acquired))
         }
         Operation::Unlock => {
@@ -637,6 +642,14 @@ fn locked(app: &AppState, address: &Address, acquired: gitstate_core::Acquired) 
     }
     tell_catalog(app, address, who, move || CatalogChange::Lock(facts));
     response
+}
+
+/// The 409 of a LOCK where no state could ever be written: the sentence, also as `Info`.
+/// Terraform and OpenTofu read a LOCK's 409 body as the holder's LockInfo and show its fields
+/// (`Info:` in "Error acquiring the state lock"), never an `error`.
+fn lock_refused(sentence: String) -> Response {
+    let body = serde_json::json!({ "error": sentence, "Info": sentence });
+    (StatusCode::CONFLICT, axum::Json(body)).into_response()
 }
 
 /// The commit of a write and the writer its message names (the caller for a replay, which made
