@@ -204,10 +204,12 @@ def with_credentials(url):
     return url.replace("http://", f"http://{USER}:{PASSWORD}@")
 
 
-def start_lighttpd(root, repos, port, access_log=None):
+def start_lighttpd(root, repos, port, access_log=None, request_log=None):
     """lighttpd + `git http-backend` serving the bare repositories under `repos` at /git/, basic
     auth (USER, PASSWORD); returns the process once it listens on `port`. `access_log`: a file
-    that gets one line per request (method and URL first)."""
+    that gets one line per request (method and URL first), written about once a second.
+    `request_log`: a file that gets a line (method and URL) for each request that reaches `git
+    http-backend`, before its answer (a CGI wrapper writes it)."""
     htpasswd = os.path.join(root, "htpasswd")
     # The password through stdin, never argv.
     hashed = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"], check=True,
@@ -224,7 +226,7 @@ server.bind = "127.0.0.1"
 server.port = {port}
 server.errorlog = "{root}/lighttpd.err"
 {access_log_conf(access_log)}
-alias.url = ("/git/" => "{http_backend_path()}/")
+alias.url = ("/git/" => "{backend_cgi(root, request_log)}/")
 $HTTP["url"] =~ "^/git/" {{
   cgi.assign = ("" => "")
   setenv.add-environment = ("GIT_PROJECT_ROOT" => "{repos}", "GIT_HTTP_EXPORT_ALL" => "1")
@@ -238,6 +240,19 @@ $HTTP["url"] =~ "^/git/" {{
     return proc
 
 
+def backend_cgi(root, request_log):
+    """The CGI program serving /git/: `git http-backend`, or with `request_log` a wrapper that
+    appends the request's method and URL to it first."""
+    if not request_log:
+        return http_backend_path()
+    wrapper = os.path.join(root, "git-http-backend-logged")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\nprintf '%s %s\\n' \"$REQUEST_METHOD\" \"$REQUEST_URI\" >> '{request_log}'\n"
+                f"exec '{http_backend_path()}'\n")
+    os.chmod(wrapper, 0o755)
+    return wrapper
+
+
 def access_log_conf(path):
     """lighttpd configuration lines logging each request's method and URL to `path` (none
     without a path)."""
@@ -248,14 +263,15 @@ def access_log_conf(path):
 
 
 class GitHttp:
-    """lighttpd + `git http-backend` on a free port, serving root/repos (created)."""
+    """lighttpd + `git http-backend` on a free port, serving root/repos (created); `request_log`:
+    see start_lighttpd."""
 
-    def __init__(self, root):
+    def __init__(self, root, request_log=None):
         require_lighttpd()
         self.repos = os.path.join(root, "repos")
         os.makedirs(self.repos, exist_ok=True)
         self.port = free_port()
-        self.proc = start_lighttpd(root, self.repos, self.port)
+        self.proc = start_lighttpd(root, self.repos, self.port, request_log=request_log)
         self.base = f"http://127.0.0.1:{self.port}/git"
 
     def url(self, name):

@@ -15,6 +15,7 @@ BENCHES = {
     "large-state": "large_state",
     "embedded-lock": "embedded_lock",
     "junk-flood": "junk_flood",
+    "lock-requests": "lock_requests",
     "cache-budget": "cache_budget",
     "encryption": "encryption",
     "seal-kms": "seal_kms",
