@@ -616,3 +616,67 @@ async fn many_states_on_every_transport() {
     }
     git(&bare, &["fsck", "--strict", "--no-dangling"]);
 }
+
+/// A lock taken above the path between the LOCK's read and its push (another locker won the
+/// race: a pre-receive hook creates `locks/race` as the push of `locks/race/x` arrives) makes git
+/// refuse the ref, in words that read as a lost compare-and-swap ("failed to update ref"). On
+/// every transport the LOCK is then answered from the next advertisement: `Unwritable` naming the
+/// lock above, no lock of its own; before, that was `Stale`, a 503 Terraform retried. Over smart
+/// HTTP the refused push is the one-request LOCK (the cache recorded the state tip); over git
+/// daemon and `file://` the push after the advertisement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_taken_above_during_the_push_is_unwritable_on_every_transport() {
+    use gitstate_core::PathConflict;
+    let repos = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(repos.path());
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret-pw");
+    let credentials = Some(Credentials {
+        username: "alice".into(),
+        password: "s3cret-pw".into(),
+    });
+    for transport in ["git daemon", "file://", "smart HTTP"] {
+        let name = transport.replace(|c: char| !c.is_ascii_alphanumeric(), "");
+        let bare = bare_repo(repos.path(), &name);
+        let cache = tempfile::tempdir().unwrap();
+        let s = match transport {
+            "git daemon" => store(&daemon.url(&name), cache.path(), None),
+            "file://" => store(&format!("file://{}", bare.display()), cache.path(), None),
+            _ => store(&http.url(&name), cache.path(), credentials.clone()),
+        };
+        write_retrying(&s, &sp("race.tfstate"), b"{}", "seed").await;
+        // Warm: the cache knows the tip and the server's capabilities.
+        assert!(s.snapshot(&sp("race.tfstate")).await.is_ok());
+        let hook = bare.join("hooks/pre-receive");
+        std::fs::write(
+            &hook,
+            "#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/locks/race/x ]; then\n    \
+             env -u GIT_QUARANTINE_PATH git update-ref refs/heads/locks/race \"$(git rev-parse main)\" ''\n  \
+             fi\ndone\nexit 0\n",
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let created = s
+            .create_lock(
+                &sp("race/x"),
+                Bytes::from_static(b"{\"ID\":\"r\"}"),
+                &gitstate_core::Message::from("Lock"),
+            )
+            .await;
+        assert_eq!(
+            created,
+            Ok(LockCreate::Unwritable(PathConflict::LockAbove {
+                path: "race/x".into(),
+                above: "race".into()
+            })),
+            "{transport}"
+        );
+        let locks = git(
+            &bare,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/locks/"],
+        );
+        assert_eq!(locks.trim(), "refs/heads/locks/race", "{transport}");
+    }
+}
