@@ -172,9 +172,7 @@ impl LocalStore {
         .map_err(ref_edit_error)?;
         Ok(())
     }
-}
 
-impl LocalStore {
     /// What keeps a lock off `path` ([`gitstate_core::StateStore::create_lock`]): a lock branch
     /// above or below it, or the state branch's tree.
     fn unwritable(
