@@ -157,7 +157,7 @@ fn locks_where_no_state_could_be_written(kind: Kind) {
         // The three cases.
         (
             "prod/net",
-            "the state path prod/net cannot be created: prod is locked",
+            "the state path prod/net cannot be created because prod is locked",
         ),
         (
             "other",
@@ -165,12 +165,12 @@ fn locks_where_no_state_could_be_written(kind: Kind) {
         ),
         (
             "other/x/y",
-            "the state path other/x/y cannot be created: other/x is a state file in the repository",
+            "the state path other/x/y cannot be created because other/x is a state file in the repository",
         ),
         // Their mirror images.
         (
             "net",
-            "the state path net cannot be created: net/vpc is locked",
+            "the state path net cannot be created because net/vpc is locked",
         ),
         (
             "a",
@@ -179,7 +179,7 @@ fn locks_where_no_state_could_be_written(kind: Kind) {
         // Deeper: the outermost state file.
         (
             "app/x/y",
-            "the state path app/x/y cannot be created: app is a state file in the repository",
+            "the state path app/x/y cannot be created because app is a state file in the repository",
         ),
     ];
     // Twice: the second time the cache holds what the first one read.
@@ -272,7 +272,7 @@ fn terraform_apply_under_a_state_stops_at_its_lock_and_writes_nothing() {
     // Terraform shows the 409's body as the LockInfo of a holder: the sentence is its `Info`.
     assert!(
         output.contains(
-            "Info:      the state path prod/net cannot be created: prod is a state file in the repository"
+            "Info:      the state path prod/net cannot be created because prod is a state file in the repository"
         ),
         "{output}"
     );
@@ -281,7 +281,7 @@ fn terraform_apply_under_a_state_stops_at_its_lock_and_writes_nothing() {
     assert_eq!(s.objects(), objects, "no object written");
     let log = s.gitstate.log();
     assert!(
-        log.contains("the state path prod/net cannot be created: prod is a state file"),
+        log.contains("the state path prod/net cannot be created because prod is a state file"),
         "{log}"
     );
 }

@@ -111,7 +111,7 @@ pub enum TreeEntry {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathConflict {
     /// A folder of the path is a state file on the state branch.
-    #[error("the state path {path} cannot be created: {above} is a state file in the repository")]
+    #[error("the state path {path} cannot be created because {above} is a state file in the repository")]
     StateAbove {
         /// The path asked for.
         path: String,
@@ -125,7 +125,7 @@ pub enum PathConflict {
         path: String,
     },
     /// A folder of the path is locked: a state is about to be written there.
-    #[error("the state path {path} cannot be created: {above} is locked, and its state would be a file where {path} needs a directory")]
+    #[error("the state path {path} cannot be created because {above} is locked, and its state would be a file where {path} needs a directory")]
     LockAbove {
         /// The path asked for.
         path: String,
@@ -133,7 +133,7 @@ pub enum PathConflict {
         above: String,
     },
     /// A path under the path is locked: a state is about to be written there.
-    #[error("the state path {path} cannot be created: {below} is locked, and its state would make {path} a directory")]
+    #[error("the state path {path} cannot be created because {below} is locked, and its state would make {path} a directory")]
     LockBelow {
         /// The path asked for.
         path: String,
@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(
             conflict("prod/net").map(|c| c.to_string()).as_deref(),
             Some(
-                "the state path prod/net cannot be created: prod is a state file in the repository"
+                "the state path prod/net cannot be created because prod is a state file in the repository"
             )
         );
         assert_eq!(
@@ -504,11 +504,11 @@ mod tests {
         let conflict = |raw: &str| PathConflict::among_locks(&p(raw), locked);
         assert_eq!(
             conflict("prod/net").map(|c| c.to_string()).as_deref(),
-            Some("the state path prod/net cannot be created: prod is locked, and its state would be a file where prod/net needs a directory")
+            Some("the state path prod/net cannot be created because prod is locked, and its state would be a file where prod/net needs a directory")
         );
         assert_eq!(
             conflict("other").map(|c| c.to_string()).as_deref(),
-            Some("the state path other cannot be created: other/x/y is locked, and its state would make other a directory")
+            Some("the state path other cannot be created because other/x/y is locked, and its state would make other a directory")
         );
         // The outermost lock above wins over a lock below.
         assert_eq!(

@@ -87,6 +87,10 @@ pub enum ApiError {
     Failed(Failure),
     /// 423 with the lock holder's LockInfo exactly as stored.
     Locked(Bytes),
+    /// 409 to a LOCK where no state could ever be written (DESIGN §3): the sentence as `error`
+    /// and as `Info`, since Terraform and OpenTofu read a LOCK's 409 body as the holder's
+    /// LockInfo and show its fields ("Error acquiring the state lock … Info: …"), never `error`.
+    Unwritable(String),
 }
 
 impl ApiError {
@@ -129,13 +133,14 @@ impl ApiError {
             ApiError::Message(status, _) => *status,
             ApiError::Failed(failure) => failure.status,
             ApiError::Locked(_) => StatusCode::LOCKED,
+            ApiError::Unwritable(_) => StatusCode::CONFLICT,
         }
     }
 
     /// What the caller reads, for the request `id`.
     pub fn sentence(&self, id: &str) -> String {
         match self {
-            ApiError::Message(_, sentence) => sentence.clone(),
+            ApiError::Message(_, sentence) | ApiError::Unwritable(sentence) => sentence.clone(),
             ApiError::Failed(Failure {
                 sentence, advice, ..
             }) => {
@@ -349,6 +354,10 @@ impl IntoResponse for ApiError {
             ApiError::Locked(holder) => {
                 (status, [(header::CONTENT_TYPE, "application/json")], holder).into_response()
             }
+            ApiError::Unwritable(sentence) => {
+                let body = serde_json::json!({ "error": &sentence, "Info": &sentence });
+                (status, axum::Json(body)).into_response()
+            }
             failure => {
                 let sentence = failure.sentence(&id);
                 let body = match status.is_server_error() {
@@ -492,7 +501,10 @@ mod tests {
             .into(),
         ));
         errors.push(("CatalogError", CatalogError(CHAIN.into()).into()));
-        errors.push(("RegistryError::Busy", RegistryError::Busy(CHAIN.into()).into()));
+        errors.push((
+            "RegistryError::Busy",
+            RegistryError::Busy(CHAIN.into()).into(),
+        ));
         errors.push(("ApiError::bug", ApiError::bug("gitstate hit a bug", CHAIN)));
         errors
     }

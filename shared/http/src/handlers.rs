@@ -506,7 +506,9 @@ async fn dispatch(
                 .await
             {
                 Ok(acquired) => acquired,
-                Err(BackendError::Conflict(sentence)) => return Ok(lock_refused(sentence)),
+                Err(BackendError::Conflict(sentence)) => {
+                    return Err(ApiError::Unwritable(sentence))
+                }
                 Err(e) => return Err(e.into()),
             };
             Ok(locked(app, &address, acquired))
@@ -642,14 +644,6 @@ fn locked(app: &AppState, address: &Address, acquired: gitstate_core::Acquired) 
     }
     tell_catalog(app, address, who, move || CatalogChange::Lock(facts));
     response
-}
-
-/// The 409 of a LOCK where no state could ever be written: the sentence, also as `Info`.
-/// Terraform and OpenTofu read a LOCK's 409 body as the holder's LockInfo and show its fields
-/// (`Info:` in "Error acquiring the state lock"), never an `error`.
-fn lock_refused(sentence: String) -> Response {
-    let body = serde_json::json!({ "error": sentence, "Info": sentence });
-    (StatusCode::CONFLICT, axum::Json(body)).into_response()
 }
 
 /// The commit of a write and the writer its message names (the caller for a replay, which made

@@ -322,7 +322,7 @@ async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing(
     assert_eq!(
         b.lock(&*store, &at("team/a"), lock_info("id-2", "eve")).await,
         Err(BackendError::Conflict(
-            "the state path team/a cannot be created: team/a/net is locked, and its state would make team/a a directory".into()
+            "the state path team/a cannot be created because team/a/net is locked, and its state would make team/a a directory".into()
         ))
     );
     assert_eq!(store.commits().len(), commits, "nothing written");
