@@ -111,7 +111,9 @@ pub enum TreeEntry {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathConflict {
     /// A folder of the path is a state file on the state branch.
-    #[error("the state path {path} cannot be created because {above} is a state file in the repository")]
+    #[error(
+        "the state path {path} cannot be created because {above} is a state file in the repository"
+    )]
     StateAbove {
         /// The path asked for.
         path: String,
