@@ -188,6 +188,40 @@ pub async fn backend_from_config(config: &Config) -> Result<Backend, ConfigError
     Ok(backend)
 }
 
+/// terraform-backend-git's name for its aes passphrase.
+pub const TF_ENCRYPTION_PASSPHRASE: &str = "TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE";
+/// gitstate's name for the legacy aes passphrase.
+pub const LEGACY_AES_PASSPHRASE: &str = "GITSTATE_LEGACY_AES_PASSPHRASE";
+
+/// The legacy aes passphrase from the environment (`env`, the process's in production): `GITSTATE_LEGACY_AES_PASSPHRASE` when it is
+/// not empty, else `TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE` when it is set at all (empty
+/// included: terraform-backend-git then encrypted with the MD5 of the empty string).
+pub(crate) fn legacy_aes_passphrase_from_env(
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Option<gitstate_seal::Passphrase>, ConfigError> {
+    for (name, empty_counts) in [
+        (LEGACY_AES_PASSPHRASE, false),
+        (TF_ENCRYPTION_PASSPHRASE, true),
+    ] {
+        let Some(value) = env(name) else {
+            continue;
+        };
+        let value = gitstate_seal::Zeroizing::new(value.into_string().map_err(|_| {
+            ConfigError::BadValue(format!(
+                "{name} is not UTF-8; give the passphrase as UTF-8 text"
+            ))
+        })?);
+        if value.is_empty() && !empty_counts {
+            continue;
+        }
+        return Ok(Some(gitstate_seal::Passphrase::new(
+            value,
+            format!("environment {name}"),
+        )));
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

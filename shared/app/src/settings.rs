@@ -645,7 +645,7 @@ impl Settings {
         self.overlay(&mut config)?;
         // The legacy passphrase itself is never a flag: only a variable (or the file above).
         if !self.given("legacy_aes_passphrase_file") {
-            if let Some(passphrase) = legacy_aes_passphrase_from_env()? {
+            if let Some(passphrase) = crate::sealing::legacy_aes_passphrase_from_env(env)? {
                 config.encryption.legacy_aes_passphrase = Some(passphrase);
                 config.encryption.legacy_aes_passphrase_file = None;
             }
@@ -677,40 +677,6 @@ impl Settings {
             .collect::<Vec<_>>()
             .join(" / ")
     }
-}
-
-/// terraform-backend-git's name for the encryption provider (`sops` or `aes`).
-pub const TF_ENCRYPTION_PROVIDER: &str = "TF_BACKEND_HTTP_ENCRYPTION_PROVIDER";
-/// terraform-backend-git's name for its aes passphrase.
-pub const TF_ENCRYPTION_PASSPHRASE: &str = "TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE";
-/// gitstate's name for the legacy aes passphrase.
-pub const LEGACY_AES_PASSPHRASE: &str = "GITSTATE_LEGACY_AES_PASSPHRASE";
-
-/// The legacy aes passphrase from the environment: `GITSTATE_LEGACY_AES_PASSPHRASE` when it is
-/// not empty, else `TF_BACKEND_HTTP_ENCRYPTION_PASSPHRASE` when it is set at all (empty
-/// included: terraform-backend-git then encrypted with the MD5 of the empty string).
-fn legacy_aes_passphrase_from_env() -> Result<Option<gitstate_seal::Passphrase>, ConfigError> {
-    for (name, empty_counts) in [
-        (LEGACY_AES_PASSPHRASE, false),
-        (TF_ENCRYPTION_PASSPHRASE, true),
-    ] {
-        let Some(value) = std::env::var_os(name) else {
-            continue;
-        };
-        let value = gitstate_seal::Zeroizing::new(value.into_string().map_err(|_| {
-            ConfigError::BadValue(format!(
-                "{name} is not UTF-8; give the passphrase as UTF-8 text"
-            ))
-        })?);
-        if value.is_empty() && !empty_counts {
-            continue;
-        }
-        return Ok(Some(gitstate_seal::Passphrase::new(
-            value,
-            format!("environment {name}"),
-        )));
-    }
-    Ok(None)
 }
 
 #[cfg(test)]
