@@ -157,6 +157,7 @@ impl Access {
                             mark: self.run_key.mark(&caller.password),
                             expired: verified.expired,
                         }),
+                        holder: None,
                     });
                 }
                 match self.users.verify(&caller.username, &caller.password).await {
@@ -166,6 +167,12 @@ impl Access {
                 }
             }
         }
+    }
+
+    /// The mark of the credential `caller` presented under the run key (its password or token,
+    /// whatever its kind): the workspace API's lock holder ([`Authenticated::holder`]).
+    pub fn holder(&self, caller: &Credentials) -> gitstate_core::Mark {
+        self.run_key.mark(&caller.password)
     }
 
     /// The same check, synchronous: what [`Access::authenticate`] admitted is remembered, so

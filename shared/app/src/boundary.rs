@@ -115,6 +115,7 @@ mod tests {
             git_ref: git_ref.into(),
             state_guard: None,
             lock_ttl: None,
+            workspace_path: None,
             committer_name: None,
             committer_email: None,
             signing_key: None,

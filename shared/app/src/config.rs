@@ -35,6 +35,11 @@ pub struct RepositoryConfig {
     /// This repository's `lock_ttl` ([`Config::lock_ttl`]), over the deployment's.
     #[serde(default, deserialize_with = "deserialize_lock_ttl")]
     pub lock_ttl: Option<Duration>,
+    /// Where this repository keeps each workspace's state (DESIGN §10): a state path pattern
+    /// holding `{name}` once, checked when the configuration is read; `None`:
+    /// `workspaces/{name}.tfstate`.
+    #[serde(default, deserialize_with = "deserialize_workspace_path")]
+    pub workspace_path: Option<gitstate_core::workspace::WorkspacePath>,
     /// This repository's committer name ([`Config::committer_name`]), over the deployment's.
     #[serde(default)]
     pub committer_name: Option<String>,
@@ -129,6 +134,15 @@ pub fn parse_lock_age(what: &str, text: &str) -> Result<Duration, ConfigError> {
 /// A `lock_ttl` as [`parse_lock_ttl`] reads it back (`30m`, `1h 30m`).
 pub fn format_lock_ttl(ttl: Duration) -> String {
     humantime::format_duration(ttl).to_string()
+}
+
+fn deserialize_workspace_path<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<gitstate_core::workspace::WorkspacePath>, D::Error> {
+    let text = String::deserialize(d)?;
+    gitstate_core::workspace::WorkspacePath::parse(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn deserialize_lock_ttl<'de, D: serde::Deserializer<'de>>(
@@ -605,6 +619,7 @@ impl Config {
                 git_ref: git_ref.to_owned(),
                 state_guard: None,
                 lock_ttl: None,
+                workspace_path: None,
                 committer_name: None,
                 committer_email: None,
                 signing_key: None,
@@ -684,6 +699,35 @@ pub fn git_credentials_from_env() -> Result<Option<Credentials>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_path_is_checked_when_the_configuration_is_read() {
+        let config = Config::from_hcl(
+            r#"
+repository "prod" {
+  url = "https://github.com/acme/prod-state.git"
+  workspace_path = "envs/{name}/terraform.tfstate"
+}
+repository "ci" { url = "https://github.com/acme/ci-state.git" }
+"#,
+        )
+        .unwrap();
+        let pattern = config.repositories["prod"].workspace_path.as_ref().unwrap();
+        assert_eq!(pattern.to_string(), "envs/{name}/terraform.tfstate");
+        assert_eq!(config.repositories["ci"].workspace_path, None);
+        let refused = Config::from_hcl(
+            r#"repository "prod" {
+  url = "https://github.com/acme/prod-state.git"
+  workspace_path = "envs/.{name}"
+}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("workspace_path") && refused.contains("starts with '.'"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn lock_ttl_is_a_duration_for_the_deployment_and_per_repository() {

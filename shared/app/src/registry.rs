@@ -59,7 +59,9 @@ impl StoreRegistry for Registry {
         &self,
         caller: Option<&Credentials>,
     ) -> Result<Authenticated, RegistryError> {
-        self.access.authenticate(caller).await
+        let mut authenticated = self.access.authenticate(caller).await?;
+        authenticated.holder = caller.map(|caller| self.access.holder(caller));
+        Ok(authenticated)
     }
 
     fn admit_operator(&self, caller: Option<&Credentials>) -> Result<(), RegistryError> {

@@ -97,7 +97,8 @@ fn open_store(
     Ok(Arc::new(
         NamedStore::new(name, store)
             .with_state_guard(guard)
-            .with_lock_ttl(ttl),
+            .with_lock_ttl(ttl)
+            .with_workspace_path(repository.workspace_path.clone().unwrap_or_default()),
     ))
 }
 
@@ -194,6 +195,7 @@ impl Stores {
                     git_ref: DEFAULT_REF.to_owned(),
                     state_guard: None,
                     lock_ttl: None,
+                    workspace_path: None,
                     committer_name: None,
                     committer_email: None,
                     signing_key: None,

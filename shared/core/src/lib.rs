@@ -28,6 +28,7 @@ pub mod text;
 pub mod tfstate;
 pub mod time;
 pub mod url;
+pub mod workspace;
 
 pub use backend::{Acquired, Backend, BackendError, RetryPolicy, Written};
 pub use blocking::BlockingStore;

@@ -127,6 +127,15 @@ impl LockToken {
         }
     }
 
+    /// Whether this token sealed the lock file `held` at `at`, its lock commit recording
+    /// `recorded`: `recorded` is its seal of exactly that lock (the held lock's own ID). The
+    /// workspace API's rule of "the same caller" (DESIGN §10): a lock it took is sealed by the
+    /// caller's credential, whatever its kind.
+    pub fn holds(&self, at: &Place, held: &[u8], recorded: Option<&str>) -> bool {
+        let id = LockInfo::stored(held).id;
+        !id.is_empty() && recorded.is_some_and(|recorded| self.sealed(at, &id, recorded))
+    }
+
     /// Whether `recorded` is this token's seal of the lock of `lock_id` at `at`.
     fn sealed(&self, at: &Place, lock_id: &str, recorded: &str) -> bool {
         let Some(hex) = recorded.strip_prefix(SEAL_PREFIX) else {

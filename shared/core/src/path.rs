@@ -6,6 +6,9 @@ use std::fmt;
 /// Longest accepted state path, in bytes.
 pub const MAX_PATH_LEN: usize = 512;
 
+/// The folder of gitstate's own files on the state branch ([`StatePath::gitstate_file`]).
+pub const GITSTATE_FOLDER: &str = ".gitstate";
+
 /// A validated state path (DESIGN §3 path rules).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatePath(String);
@@ -73,6 +76,32 @@ impl StatePath {
             }
         }
         Ok(StatePath(raw.to_owned()))
+    }
+
+    /// One of gitstate's own files on the state branch: `.gitstate/{rest}` (workspace records,
+    /// DESIGN §10). Its first segment starts with `.`, which no state path has ([`StatePath::parse`]
+    /// refuses it), so no state can collide with it; no lock branch is ever taken on it.
+    pub fn gitstate_file(rest: &StatePath) -> StatePath {
+        StatePath(format!("{GITSTATE_FOLDER}/{}", rest.0))
+    }
+
+    /// What the state branch may hold at `raw`: a state path, or one of gitstate's own files
+    /// ([`StatePath::gitstate_file`]). The git engine reads the paths of commits back through
+    /// this (its own, and the write queue's, which anyone with push access can write).
+    pub fn parse_stored(raw: &str) -> Result<Self, PathError> {
+        match raw
+            .strip_prefix(GITSTATE_FOLDER)
+            .and_then(|r| r.strip_prefix('/'))
+        {
+            Some(rest) => Ok(StatePath::gitstate_file(&StatePath::parse(rest)?)),
+            None => StatePath::parse(raw),
+        }
+    }
+
+    /// Whether this is one of gitstate's own files ([`StatePath::gitstate_file`]), which has no
+    /// lock branch.
+    pub fn is_gitstate_file(&self) -> bool {
+        self.0.starts_with(GITSTATE_FOLDER) && self.0[GITSTATE_FOLDER.len()..].starts_with('/')
     }
 
     /// The path as stored in the tree.

@@ -213,6 +213,12 @@ pub trait StateStore: Send + Sync + 'static {
         None
     }
 
+    /// Where this repository keeps the state of each workspace (the repository's
+    /// `workspace_path`, DESIGN §10); by default `workspaces/{name}.tfstate`.
+    fn workspace_path(&self) -> crate::workspace::WorkspacePath {
+        crate::workspace::WorkspacePath::default()
+    }
+
     /// Readiness (`/_/ready`): whether the repository answers with this store's credential. A
     /// remote store asks for one receive-pack advertisement (the check every write starts with;
     /// nothing is fetched or pushed); a local one reads its branch. The default has nothing to
@@ -328,6 +334,7 @@ pub struct NamedStore {
     inner: Arc<dyn StateStore>,
     guards_states: bool,
     lock_ttl: Option<std::time::Duration>,
+    workspace_path: crate::workspace::WorkspacePath,
 }
 
 impl NamedStore {
@@ -338,7 +345,14 @@ impl NamedStore {
             inner,
             guards_states: true,
             lock_ttl: None,
+            workspace_path: crate::workspace::WorkspacePath::default(),
         }
+    }
+
+    /// The same store, whose workspaces live at `pattern` (see [`StateStore::workspace_path`]).
+    pub fn with_workspace_path(mut self, pattern: crate::workspace::WorkspacePath) -> NamedStore {
+        self.workspace_path = pattern;
+        self
     }
 
     /// The same store, with the state guard on or off for it (see
@@ -395,6 +409,10 @@ impl StateStore for NamedStore {
 
     fn lock_ttl(&self) -> Option<std::time::Duration> {
         self.lock_ttl
+    }
+
+    fn workspace_path(&self) -> crate::workspace::WorkspacePath {
+        self.workspace_path.clone()
     }
 
     async fn check(&self) -> Result<(), StoreError> {
@@ -591,6 +609,11 @@ pub struct Authenticated {
     /// An OIDC token's mark, and whether it has expired (then it is admitted only to finish the
     /// run whose lock it took: [`crate::LockToken`]).
     pub token: Option<crate::LockToken>,
+    /// The mark of the credential presented (of any kind: a team token, a user's password, an
+    /// OIDC token, whatever a server-mode caller sent) under the deployment's run key: a lock
+    /// this caller takes through the workspace API is sealed with it, so that only the same
+    /// credential writes under it (DESIGN §10). `None`: no credential was presented.
+    pub holder: Option<crate::Mark>,
 }
 
 impl Authenticated {

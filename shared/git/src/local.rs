@@ -228,7 +228,12 @@ impl BlockingStore for LocalStore {
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let repo = self.repo.to_thread_local();
         let state_tip = self.tip(&self.state_ref)?;
-        let lock_tip = self.tip(&path.lock_ref())?;
+        // gitstate's own files (workspace records) have no lock branch, and git refuses the
+        // name theirs would have.
+        let lock_tip = match path.is_gitstate_file() {
+            true => None,
+            false => self.tip(&path.lock_ref())?,
+        };
         let state = match state_tip {
             Some(tip) => read_file(&repo, tip, path.as_str())?,
             None => None,

@@ -143,7 +143,7 @@ fn check_no_directory_conflict(
     path: &str,
 ) -> Result<(), StoreError> {
     let Some(base) = base else { return Ok(()) };
-    let path = StatePath::parse(path)
+    let path = StatePath::parse_stored(path)
         .map_err(|e| StoreError::Internal(format!("writing the path {path}: {e}")))?;
     match path_conflict(repo, base, &path)? {
         Some(conflict) => Err(StoreError::Conflict(conflict.to_string())),

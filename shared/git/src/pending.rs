@@ -298,7 +298,7 @@ pub(crate) fn read_pending(
             "the pending commit {commit} names another write than its ref"
         ));
     }
-    let path = StatePath::parse(field(TRAILER_PATH)?)
+    let path = StatePath::parse_stored(field(TRAILER_PATH)?)
         .map_err(|e| format!("the pending commit {commit} names a bad path: {e}"))?;
     let deadline_millis = field(TRAILER_DEADLINE)?
         .parse::<u64>()

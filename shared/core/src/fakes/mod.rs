@@ -12,6 +12,6 @@ mod seal;
 mod store;
 
 pub use catalog::MemoryCatalog;
-pub use registry::MemoryRegistry;
+pub use registry::{fake_mark, MemoryRegistry};
 pub use seal::{MemoryOpener, MemorySealer, FAKE_SEAL_PREFIX};
 pub use store::{FakeCommit, MemoryStore};

@@ -1,0 +1,23 @@
+//! Workspaces (DESIGN §10): the rules of the workspace API that Terraform's `cloud` block and
+//! `remote` backend speak, independent of HTTP and JSON:API. A workspace of a repository is the
+//! state at its mapped path ([`WorkspacePath`]); it exists when that state exists or when it has a
+//! record ([`Record`]); its lock IS the lock branch of that path, so the http protocol and the
+//! workspace API meet on one state and one lock.
+//!
+//! Every operation goes through [`Backend`]'s own operations and the [`StateStore`] port, so the
+//! state check, the guard, sealing, compare-and-swap and the write queue apply unchanged:
+//! `mapping.rs` names and paths, `ids.rs` the stateless ids, `record.rs` the records, `rules.rs`
+//! each operation, `tests.rs` the rules against the fakes.
+
+mod ids;
+mod mapping;
+mod record;
+mod rules;
+
+pub use ids::{StateVersionId, WorkspaceId};
+pub use mapping::{NameError, WorkspaceName, WorkspacePath, DEFAULT_WORKSPACE_PATH, MAX_NAME_LEN};
+pub use record::Record;
+pub use rules::{admit, Current, Holder, Workspace, WorkspaceError, Workspaces};
+
+#[cfg(test)]
+mod tests;

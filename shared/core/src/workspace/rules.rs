@@ -1,0 +1,503 @@
+//! Each operation of the workspace API (DESIGN §10), written against [`Backend`] and the
+//! [`StateStore`] port: read, create, lock, unlock, force-unlock, the current state, and a new
+//! state version, which only the caller holding the workspace's lock may write.
+//!
+//! "The same caller" is proved without a table: a lock taken through the API is sealed by the
+//! caller's credential (its [`crate::Mark`] under the deployment's run key, the trailer of the
+//! lock commit, as an OIDC token's lock is: [`LockToken`]), and only a caller presenting that
+//! credential again writes a state version or releases it. An http client still writes under any
+//! lock by naming its ID, as the http protocol has it.
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use super::{Record, WorkspaceId, WorkspaceName};
+use crate::backend::{Backend, BackendError, Caller, Written};
+use crate::commit::Message;
+use crate::lock::{LockInfo, Unlock};
+use crate::lock_token::LockToken;
+use crate::path::StatePath;
+use crate::scope::{Admitted, Refusal, Scope, Use};
+use crate::seal::Place;
+use crate::statefile::CheckedState;
+use crate::store::{Intent, StateChange, StateStore, StoreError};
+use crate::text::escape_controls;
+
+/// The caller as the workspace API sees it.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    /// Its name, for a lock's `Who` and commit messages.
+    pub name: String,
+    /// Its credential's mark (and, for an OIDC token, whether it has expired): the seal of the
+    /// locks it takes.
+    pub token: LockToken,
+}
+
+/// Why a workspace operation was refused. The HTTP layer gives each variant one status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkspaceError {
+    /// No such workspace, or one this credential may not use: the same sentence for both, as
+    /// HCP Terraform answers 404 for both (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The name breaks the API's rule (422).
+    #[error(transparent)]
+    Name(#[from] super::NameError),
+    /// A workspace of that name exists already (422).
+    #[error("{0}")]
+    Taken(String),
+    /// The credential may use the workspace, but not for this (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Someone else holds the workspace's lock (409): the sentence, and the holder's LockInfo
+    /// as stored.
+    #[error("{sentence}")]
+    Locked {
+        /// Who holds it, since when, and what to do.
+        sentence: String,
+        /// The holder's LockInfo as stored.
+        holder: Bytes,
+    },
+    /// The operation needs a lock that is not held (409).
+    #[error("{0}")]
+    NotLocked(String),
+    /// No state could ever be written at the workspace's path (409, [`crate::PathConflict`]).
+    #[error("{0}")]
+    Unwritable(String),
+    /// What the protocol answered.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl From<StoreError> for WorkspaceError {
+    fn from(e: StoreError) -> Self {
+        WorkspaceError::Backend(e.into())
+    }
+}
+
+/// A workspace as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    /// Its id.
+    pub id: WorkspaceId,
+    /// The state path it maps to.
+    pub path: StatePath,
+    /// Its record, when it has one and no state (a workspace with a state needs none).
+    pub record: Option<Record>,
+    /// Whether a state is stored at its path.
+    pub has_state: bool,
+    /// The lock held on its path (LockInfo as stored), whoever took it.
+    pub lock: Option<Bytes>,
+    /// The lock is sealed by the caller's credential: it took the lock through the API.
+    pub locked_by_caller: bool,
+}
+
+impl Workspace {
+    /// The workspace's name.
+    pub fn name(&self) -> &WorkspaceName {
+        &self.id.name
+    }
+}
+
+/// The current state of a workspace, opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Current {
+    /// The state as Terraform reads it.
+    pub state: Bytes,
+    /// What names this version: the first 32 hex digits of the state's SHA-256.
+    pub digest: String,
+    /// Its `serial` (0 when it has none).
+    pub serial: u64,
+    /// Its `lineage` (empty when it has none).
+    pub lineage: String,
+}
+
+impl Current {
+    /// The current state `state` (opened), its digest and header read.
+    pub fn of(state: Bytes) -> Current {
+        let digest = digest(&state);
+        let file = crate::statefile::read(&state).ok();
+        Current {
+            serial: file.as_ref().and_then(|f| f.serial).unwrap_or(0),
+            lineage: file.and_then(|f| f.lineage).unwrap_or_default(),
+            digest,
+            state,
+        }
+    }
+}
+
+/// What names a state's version: the first 32 hex digits of its SHA-256.
+pub(crate) fn digest(state: &[u8]) -> String {
+    Sha256::digest(state)
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether a credential of `scope` may `used` the workspace `name` of `repository`, mapped to
+/// `path`, and how: a workspace outside its paths is answered as one that does not exist (404,
+/// the same sentence, so a narrow token learns nothing of other workspaces), one it may only read
+/// is refused anything else (403).
+pub fn admit(
+    scope: &Scope,
+    repository: &str,
+    name: &WorkspaceName,
+    path: &StatePath,
+    used: Use,
+) -> Result<Admitted, WorkspaceError> {
+    if scope.admit_in(Use::Read, Some(repository), path).is_err() {
+        return Err(not_found(repository, name));
+    }
+    scope
+        .admit_in(used, Some(repository), path)
+        .map_err(|Refusal(sentence)| WorkspaceError::Forbidden(sentence))
+}
+
+/// The one 404 sentence of a workspace.
+fn not_found(repository: &str, name: &WorkspaceName) -> WorkspaceError {
+    WorkspaceError::NotFound(format!(
+        "the workspace {name} does not exist in the organization {repository}, or this credential may not use it"
+    ))
+}
+
+/// What the `Info` of a lock taken through the API says.
+const API_LOCK_OPERATION: &str = "OperationTypeWorkspaceLock";
+
+/// The workspace operations of one repository.
+pub struct Workspaces<'a> {
+    backend: &'a Backend,
+    store: &'a dyn StateStore,
+}
+
+impl<'a> Workspaces<'a> {
+    /// The workspaces of `store`, under `backend`'s rules.
+    pub fn on(backend: &'a Backend, store: &'a dyn StateStore) -> Workspaces<'a> {
+        Workspaces { backend, store }
+    }
+
+    /// The state path of the workspace `name` ([`StateStore::workspace_path`]).
+    pub fn path(&self, name: &WorkspaceName) -> Result<StatePath, WorkspaceError> {
+        self.store
+            .workspace_path()
+            .path_of(name)
+            .map_err(|e| WorkspaceError::Backend(BackendError::BadRequest(e.to_string())))
+    }
+
+    fn place(&self, path: &StatePath) -> Place {
+        Place::new(self.store.repository(), path)
+    }
+
+    fn id(&self, name: &WorkspaceName) -> WorkspaceId {
+        WorkspaceId::new(self.store.repository(), name)
+    }
+
+    /// The workspace `name` as `holder` sees it (whether its lock is the caller's); 404 when it
+    /// has neither a state nor a record.
+    pub async fn read(
+        &self,
+        name: &WorkspaceName,
+        holder: Option<&Holder>,
+    ) -> Result<Workspace, WorkspaceError> {
+        let path = self.path(name)?;
+        let snapshot = self.store.snapshot(&path).await?;
+        let has_state = snapshot.state.is_some();
+        let record = match has_state {
+            true => None,
+            false => self.record(name).await?,
+        };
+        if !has_state && record.is_none() {
+            return Err(not_found(self.store.repository(), name));
+        }
+        let locked_by_caller = match (&snapshot.lock, holder) {
+            (Some(lock), Some(holder)) => {
+                holder
+                    .token
+                    .holds(&self.place(&path), lock, snapshot.lock_token.as_deref())
+            }
+            _ => false,
+        };
+        Ok(Workspace {
+            id: self.id(name),
+            path,
+            record,
+            has_state,
+            lock: snapshot.lock,
+            locked_by_caller,
+        })
+    }
+
+    /// The record of `name`, when it has one.
+    async fn record(&self, name: &WorkspaceName) -> Result<Option<Record>, WorkspaceError> {
+        let record_path = name
+            .record_path()
+            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let snapshot = self.store.snapshot(&record_path).await?;
+        Ok(snapshot.state.as_deref().map(Record::stored))
+    }
+
+    /// Creates the workspace `name` for `who`: its record, one commit through compare-and-swap.
+    /// A workspace that exists (a state or a record) is [`WorkspaceError::Taken`].
+    pub async fn create(
+        &self,
+        name: &WorkspaceName,
+        who: &str,
+    ) -> Result<Workspace, WorkspaceError> {
+        let path = self.path(name)?;
+        let taken = || {
+            WorkspaceError::Taken(format!(
+                "a workspace named {name} exists already in the organization {}",
+                self.store.repository()
+            ))
+        };
+        let snapshot = self.store.snapshot(&path).await?;
+        if snapshot.state.is_some() {
+            return Err(taken());
+        }
+        let record_path = name
+            .record_path()
+            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let record = Record::new(name.as_str());
+        let who = escape_controls(who).into_owned();
+        let message = Message::by(format!("Create workspace {name} ({path}) by {who}"), &who);
+        let started = std::time::Instant::now();
+        let deadline = started + self.backend.retry.budget;
+        let mut attempt = 0;
+        let _serialized = crate::backend::serialized(self.store).await;
+        loop {
+            let timing = (&mut attempt, started, deadline);
+            let session = self
+                .backend
+                .begin_write(self.store, &record_path, Intent::Write, timing)
+                .await?;
+            if session.snapshot().state.is_some() {
+                return Err(taken());
+            }
+            let timing = (&mut attempt, started, deadline);
+            let change = StateChange::Write(record.to_bytes());
+            let pushed = self
+                .backend
+                .push_attempt(session, change, &message, "workspace record", timing)
+                .await?;
+            if let Some(revision) = pushed {
+                tracing::info!(workspace = %name, %path, %revision, "workspace created");
+                return Ok(Workspace {
+                    id: self.id(name),
+                    path,
+                    record: Some(record),
+                    has_state: false,
+                    lock: snapshot.lock,
+                    locked_by_caller: false,
+                });
+            }
+        }
+    }
+
+    /// Locks the workspace `name` for `holder`: the lock branch of its path, with a LockInfo
+    /// saying it was taken through the workspace API, sealed by the holder's credential. Held by
+    /// anyone (an http LOCK, another caller, this caller already) is [`WorkspaceError::Locked`].
+    pub async fn lock(
+        &self,
+        name: &WorkspaceName,
+        holder: &Holder,
+        reason: &str,
+    ) -> Result<Workspace, WorkspaceError> {
+        let mut workspace = self.read(name, Some(holder)).await?;
+        if let Some(lock) = &workspace.lock {
+            return Err(self.locked(name, lock));
+        }
+        let who = if holder.name.is_empty() {
+            "workspace API"
+        } else {
+            &holder.name
+        };
+        let reason = if reason.is_empty() {
+            "no reason given"
+        } else {
+            reason
+        };
+        let info = serde_json::json!({
+            "ID": random_lock_id(),
+            "Operation": API_LOCK_OPERATION,
+            "Info": format!(
+                "locked through the workspace API (organization {}, workspace {name}): {reason}",
+                self.store.repository()
+            ),
+            "Who": who,
+            "Version": "",
+            "Created": crate::time::now_rfc3339(),
+            "Path": "",
+        });
+        let body = Bytes::from(info.to_string());
+        match self
+            .backend
+            .lock_with_token(
+                self.store,
+                &workspace.path,
+                body.clone(),
+                Some(&holder.token),
+            )
+            .await
+        {
+            Ok(_) => {
+                workspace.lock = Some(body);
+                workspace.locked_by_caller = true;
+                Ok(workspace)
+            }
+            Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
+            Err(BackendError::Conflict(sentence)) => Err(WorkspaceError::Unwritable(sentence)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Releases the lock `holder` took on the workspace `name`. Not locked is
+    /// [`WorkspaceError::NotLocked`]; held by anyone else (an http LOCK, another caller), is
+    /// [`WorkspaceError::Locked`]: that lock needs a force-unlock.
+    pub async fn unlock(
+        &self,
+        name: &WorkspaceName,
+        holder: &Holder,
+    ) -> Result<Workspace, WorkspaceError> {
+        let mut workspace = self.read(name, Some(holder)).await?;
+        let Some(lock) = workspace.lock.clone() else {
+            return Err(not_locked(name));
+        };
+        if !workspace.locked_by_caller {
+            return Err(self.locked(name, &lock));
+        }
+        let release = Unlock::Holder(LockInfo::stored(&lock));
+        match self
+            .backend
+            .unlock_with_token(self.store, &workspace.path, &release, Some(&holder.token))
+            .await
+        {
+            Ok(_) => {
+                workspace.lock = None;
+                workspace.locked_by_caller = false;
+                Ok(workspace)
+            }
+            // Replaced meanwhile (force-unlocked and taken again).
+            Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Removes whatever lock is held on the workspace `name` (`terraform force-unlock`), an
+    /// http LOCK included, as the http force-unlock does (logged, and recorded as a force-unlock
+    /// by the caller); not locked is [`WorkspaceError::NotLocked`].
+    pub async fn force_unlock(
+        &self,
+        name: &WorkspaceName,
+        token: Option<&LockToken>,
+    ) -> Result<Workspace, WorkspaceError> {
+        let mut workspace = self.read(name, None).await?;
+        if workspace.lock.take().is_none() {
+            return Err(not_locked(name));
+        }
+        self.backend
+            .unlock_with_token(self.store, &workspace.path, &Unlock::Force, token)
+            .await?;
+        tracing::info!(workspace = %name, path = %workspace.path, "workspace force-unlocked");
+        Ok(workspace)
+    }
+
+    /// The current state of the workspace `name`, opened; 404 when it has none.
+    pub async fn current(
+        &self,
+        name: &WorkspaceName,
+        token: Option<&LockToken>,
+    ) -> Result<Current, WorkspaceError> {
+        let path = self.path(name)?;
+        match self
+            .backend
+            .get_with_token(self.store, &path, token)
+            .await?
+        {
+            Some(state) => Ok(Current::of(state)),
+            None => Err(WorkspaceError::NotFound(format!(
+                "the workspace {name} has no state yet, or this credential may not use it"
+            ))),
+        }
+    }
+
+    /// A new state version of the workspace `name`: written as `caller`'s POST under the lock
+    /// `holder` took through the API (so the state check, the guard, sealing and
+    /// compare-and-swap apply). Not locked is [`WorkspaceError::NotLocked`]; a lock of anyone
+    /// else, [`WorkspaceError::Locked`]. A body equal to the stored state writes nothing
+    /// (`None`).
+    pub async fn write_state(
+        &self,
+        name: &WorkspaceName,
+        state: &CheckedState,
+        holder: &Holder,
+        caller: &Caller,
+    ) -> Result<Option<Written>, WorkspaceError> {
+        let path = self.path(name)?;
+        let snapshot = self.store.snapshot(&path).await?;
+        let Some(lock) = &snapshot.lock else {
+            return Err(WorkspaceError::NotLocked(format!(
+                "the workspace {name} must be locked by this caller to create a state version; lock it first (Terraform does)"
+            )));
+        };
+        let place = self.place(&path);
+        if !holder
+            .token
+            .holds(&place, lock, snapshot.lock_token.as_deref())
+        {
+            return Err(self.locked(name, lock));
+        }
+        let id = LockInfo::stored(lock).id;
+        match self
+            .backend
+            .post(self.store, &path, state, Some(&id), caller)
+            .await
+        {
+            Ok(written) => Ok(written),
+            Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The refusal of an operation on `name` while `held` holds its lock.
+    fn locked(&self, name: &WorkspaceName, held: &Bytes) -> WorkspaceError {
+        let info = LockInfo::stored(held);
+        let who = if info.who.is_empty() {
+            "an unknown holder".to_owned()
+        } else {
+            escape_controls(&info.who).into_owned()
+        };
+        let since = if info.created.is_empty() {
+            String::new()
+        } else {
+            format!(" since {}", escape_controls(&info.created))
+        };
+        WorkspaceError::Locked {
+            sentence: format!(
+                "the workspace {name} is locked by User {who} (lock ID {}{since}), not by this caller; wait for it, or remove it with `terraform force-unlock`",
+                escape_controls(&info.id)
+            ),
+            holder: held.clone(),
+        }
+    }
+}
+
+/// The refusal of an unlock of `name` while nothing holds it.
+fn not_locked(name: &WorkspaceName) -> WorkspaceError {
+    WorkspaceError::NotLocked(format!("the workspace {name} is not locked"))
+}
+
+/// A fresh lock ID in the form of Terraform's (a random UUID, version 4).
+fn random_lock_id() -> String {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
