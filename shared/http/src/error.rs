@@ -340,17 +340,86 @@ impl From<RegistryError> for ApiError {
     }
 }
 
+/// The id an answer carries: the request's own, or outside one (a router without
+/// `request_context`) a fresh one that the answer names in its header as well (`true`).
+fn answer_id() -> (Arc<str>, bool) {
+    match current_request_id() {
+        Some(id) => (id, false),
+        None => (Arc::from(uuid::Uuid::new_v4().to_string()), true),
+    }
+}
+
+/// The headers every error answer of `status` carries: its own request id when `own`,
+/// `Retry-After` on a 503, `WWW-Authenticate` on a 401.
+fn finish(mut response: Response, status: StatusCode, id: &str, own: bool) -> Response {
+    let headers = response.headers_mut();
+    if own {
+        if let Ok(value) = HeaderValue::from_str(id) {
+            headers.insert(REQUEST_ID_HEADER, value);
+        }
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECONDS),
+        );
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"gitstate\""),
+        );
+    }
+    response
+}
+
+/// The media type of the workspace API's documents (JSON:API).
+pub(crate) const JSON_API: &str = "application/vnd.api+json";
+
+impl ApiError {
+    /// The same answer in the workspace API's error shape (JSON:API, DESIGN §10):
+    /// `{"errors": [{"status", "title", "detail"}]}`, the detail the one sentence any answer has,
+    /// and a 5xx's `request_id` beside `errors`. The lock of another holder (a 423 on the http
+    /// protocol) is the API's 409, its sentence naming the holder.
+    pub(crate) fn into_jsonapi_response(self) -> Response {
+        let status = match self.status() {
+            StatusCode::LOCKED => StatusCode::CONFLICT,
+            status => status,
+        };
+        self.log();
+        let (id, own) = answer_id();
+        let detail = match &self {
+            ApiError::Locked(holder) => {
+                let info = gitstate_core::LockInfo::stored(holder);
+                format!(
+                    "the state is locked by {} (lock ID {}); wait for it, or remove it with `terraform force-unlock`",
+                    gitstate_core::text::escape_controls(&info.who),
+                    gitstate_core::text::escape_controls(&info.id)
+                )
+            }
+            other => other.sentence(&id),
+        };
+        let error = serde_json::json!({
+            "status": status.as_str(),
+            "title": status.canonical_reason().unwrap_or("error").to_lowercase(),
+            "detail": detail,
+        });
+        let body = match status.is_server_error() {
+            true => serde_json::json!({ "errors": [error], "request_id": &*id }),
+            false => serde_json::json!({ "errors": [error] }),
+        };
+        let response =
+            (status, [(header::CONTENT_TYPE, JSON_API)], body.to_string()).into_response();
+        finish(response, status, &id, own)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         self.log();
-        // Inside a request the id is its own; outside one (a router without
-        // `request_context`), the answer names a fresh one in its header as well.
-        let (id, own) = match current_request_id() {
-            Some(id) => (id, false),
-            None => (Arc::from(uuid::Uuid::new_v4().to_string()), true),
-        };
-        let mut response = match self {
+        let (id, own) = answer_id();
+        let response = match self {
             ApiError::Locked(holder) => {
                 (status, [(header::CONTENT_TYPE, "application/json")], holder).into_response()
             }
@@ -367,25 +436,7 @@ impl IntoResponse for ApiError {
                 (status, axum::Json(body)).into_response()
             }
         };
-        let headers = response.headers_mut();
-        if own {
-            if let Ok(value) = HeaderValue::from_str(&id) {
-                headers.insert(REQUEST_ID_HEADER, value);
-            }
-        }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECONDS),
-            );
-        }
-        if status == StatusCode::UNAUTHORIZED {
-            headers.insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"gitstate\""),
-            );
-        }
-        response
+        finish(response, status, &id, own)
     }
 }
 

@@ -328,7 +328,7 @@ pub(crate) fn caller_credentials(headers: &HeaderMap) -> Result<Option<Credentia
 
 /// Reads a body of at most `max` bytes; a longer one is refused by `refuse` (given its declared
 /// length, or `None` when it went on past `max`) without reading the rest.
-async fn read_body(
+pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     max: usize,
@@ -444,8 +444,9 @@ async fn dispatch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let credentials = caller_credentials(headers)?;
-    let Authenticated { scope, name, token } =
-        app.registry.authenticate(credentials.as_ref()).await?;
+    let Authenticated {
+        scope, name, token, ..
+    } = app.registry.authenticate(credentials.as_ref()).await?;
     // An expired OIDC token may only finish the run whose lock it took: writes naming a lock ID
     // and UNLOCK (the backend checks the lock is that token's).
     let finishing = match operation {
@@ -559,24 +560,7 @@ async fn get(
     };
     let mut response = match admitted {
         Admitted::Whole => state_response(state),
-        Admitted::OutputsOnly => {
-            let reduced = outputs_only(&state).map_err(|e| match e {
-                OutputsError::ClientEncrypted => {
-                    ApiError::Message(StatusCode::FORBIDDEN, e.to_string())
-                }
-                OutputsError::NotAState(why) => ApiError::failed(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("the stored state of {path} could not be reduced to its outputs, because it is not a state Terraform could read"),
-                    Advice::TellOperator,
-                    format!("reducing the stored state of {path} to its outputs: {why}"),
-                ),
-            })?;
-            let mut response = state_response(Bytes::from(reduced));
-            response
-                .headers_mut()
-                .insert(OUTPUTS_ONLY, HeaderValue::from_static("true"));
-            response
-        }
+        Admitted::OutputsOnly => outputs_response(path, &state)?,
     };
     if let Some(info) = version {
         let headers = response.headers_mut();
@@ -655,8 +639,30 @@ fn written_by(written: Option<Written>, caller: &Caller) -> (Option<String>, Str
     }
 }
 
+/// The answer to an outputs-only credential's read of the state at `path`: the state reduced to
+/// its outputs (DESIGN §6), marked so.
+pub(crate) fn outputs_response(
+    path: &gitstate_core::StatePath,
+    state: &[u8],
+) -> Result<Response, ApiError> {
+    let reduced = outputs_only(state).map_err(|e| match e {
+        OutputsError::ClientEncrypted => ApiError::Message(StatusCode::FORBIDDEN, e.to_string()),
+        OutputsError::NotAState(why) => ApiError::failed(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the stored state of {path} could not be reduced to its outputs, because it is not a state Terraform could read"),
+            Advice::TellOperator,
+            format!("reducing the stored state of {path} to its outputs: {why}"),
+        ),
+    })?;
+    let mut response = state_response(Bytes::from(reduced));
+    response
+        .headers_mut()
+        .insert(OUTPUTS_ONLY, HeaderValue::from_static("true"));
+    Ok(response)
+}
+
 /// A state body with its `Content-MD5`.
-fn state_response(state: Bytes) -> Response {
+pub(crate) fn state_response(state: Bytes) -> Response {
     let md5 = BASE64.encode(Md5::digest(&state));
     (
         StatusCode::OK,
@@ -687,6 +693,20 @@ fn tell_catalog(
             .unwrap_or_else(|_| gitstate_core::url::redact_in_text(url)),
     };
     recorder.tell(repository, address.path.as_str().to_owned(), who, change);
+}
+
+/// [`tell_catalog`] for a change of the state at `path` of the configured `repository` (the
+/// workspace API's changes).
+pub(crate) fn tell_catalog_at(
+    app: &AppState,
+    repository: &str,
+    path: &gitstate_core::StatePath,
+    who: String,
+    change: impl FnOnce() -> CatalogChange + Send + 'static,
+) {
+    if let Some(recorder) = &app.recorder {
+        recorder.tell(repository.to_owned(), path.as_str().to_owned(), who, change);
+    }
 }
 
 #[cfg(test)]

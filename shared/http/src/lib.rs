@@ -12,6 +12,7 @@ mod handlers;
 mod inspect;
 mod ready;
 mod recorder;
+mod tfe;
 mod ui;
 
 use std::sync::Arc;
@@ -108,7 +109,7 @@ impl AppState {
 /// `/`, `/_/health`, `/_/ready`, and the read-only operational endpoints under `/_/` (states, history,
 /// locks, catalog).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    tfe::routes(Router::new())
         .route("/_/health", get(handlers::health))
         .route("/_/metrics", get(handlers::metrics))
         .route("/_/ready", get(ready::ready))
