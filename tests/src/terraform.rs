@@ -28,6 +28,8 @@ pub struct Terraform {
     pub cli_config: PathBuf,
     /// Upper bound for one command; the process is killed and the test fails past it.
     pub timeout: Duration,
+    /// Further environment of every command (e.g. `SSL_CERT_FILE` naming a test CA).
+    pub env: Vec<(String, String)>,
 }
 
 /// The output of one terraform command.
@@ -103,6 +105,7 @@ impl Terraform {
             bin,
             cli_config,
             timeout: Duration::from_secs(300),
+            env: Vec::new(),
         };
         let reported = tf.reported_version();
         assert_eq!(
@@ -127,6 +130,7 @@ impl Terraform {
             bin,
             cli_config: tools_dir().join("terraformrc"),
             timeout: Duration::from_secs(300),
+            env: Vec::new(),
         };
         let version = tf.reported_version()?;
         if TF_REQUIRED.contains(&version.as_str()) {
@@ -158,9 +162,24 @@ impl Terraform {
     /// TF_IN_AUTOMATION=1, no TF_HTTP_* / TF_CLI_ARGS* / proxy variables from the test's
     /// environment; captures stdout and stderr. Panics when it runs past `timeout`.
     pub fn run(&self, dir: &Path, args: &[&str]) -> TfOutput {
+        self.run_with(dir, args, Stdio::null())
+    }
+
+    /// [`Terraform::run`] with `input` as the standard input: the answers to Terraform's
+    /// prompts (run it with `-input=true`), one per line.
+    pub fn run_with_input(&self, dir: &Path, args: &[&str], input: &str) -> TfOutput {
+        let input_path = dir.join(".tf-stdin");
+        fs::write(&input_path, input).expect("write terraform's input");
+        let stdin = fs::File::open(&input_path).expect("open terraform's input");
+        let out = self.run_with(dir, args, Stdio::from(stdin));
+        let _ = fs::remove_file(&input_path);
+        out
+    }
+
+    fn run_with(&self, dir: &Path, args: &[&str], stdin: Stdio) -> TfOutput {
         let out_path = dir.join(".tf-stdout");
         let err_path = dir.join(".tf-stderr");
-        let mut child = self.spawn(dir, args, &out_path, &err_path);
+        let mut child = self.spawn_with(dir, args, &out_path, &err_path, stdin);
         let deadline = Instant::now() + self.timeout;
         let status = loop {
             if let Some(status) = child.try_wait().expect("wait terraform") {
@@ -202,12 +221,23 @@ impl Terraform {
     /// own (the caller may kill it, and the plugins it started, with `kill -KILL -PID`), its
     /// output going to `out` and `err`.
     pub fn spawn(&self, dir: &Path, args: &[&str], out: &Path, err: &Path) -> std::process::Child {
+        self.spawn_with(dir, args, out, err, Stdio::null())
+    }
+
+    fn spawn_with(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        out: &Path,
+        err: &Path,
+        stdin: Stdio,
+    ) -> std::process::Child {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .current_dir(dir)
             .process_group(0)
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(fs::File::create(out).expect("create stdout file"))
             .stderr(fs::File::create(err).expect("create stderr file"));
         for (key, _) in std::env::vars_os() {
@@ -220,6 +250,9 @@ impl Terraform {
             .env("TF_IN_AUTOMATION", "1")
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("no_proxy", "127.0.0.1,localhost");
+        for (key, value) in &self.env {
+            cmd.env(key, value);
+        }
         cmd.spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", self.bin.display()))
     }

@@ -1,0 +1,572 @@
+//! Workspaces (DESIGN §10): real Terraform's `cloud` block against `gitstate serve` over TLS
+//! (a certificate from a test CA, given to Terraform as `SSL_CERT_FILE`; the team token in a
+//! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH. One
+//! state, one lock for both protocols: the http protocol reaches the workspace's state at its
+//! path. Requests the tests make themselves go through `curl` with the CA.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gitstate_tests::certs::signed_by_a_ca;
+use gitstate_tests::*;
+
+const TOKEN: &str = "team-token-ws";
+const RUN_KEY: &str = "workspaces-test-run-key-0123456789abcdef";
+
+/// A gitstate serving the workspace API over TLS in team mode, with the embedded repository.
+struct Host {
+    server: Gitstate,
+    cwd: TempDir,
+    certs: TempDir,
+    ca: PathBuf,
+}
+
+fn hash(token: &str) -> String {
+    format!("sha256:{}", gitstate_tests::crypto::sha256_hex(token))
+}
+
+impl Host {
+    /// Team mode with [`TOKEN`] (read-write on every state) and the further `tokens` entries.
+    fn start(tokens: &[String]) -> Host {
+        let certs = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = signed_by_a_ca(
+            certs.path(),
+            "localhost",
+            "server",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        );
+        let cwd = tempfile::tempdir().unwrap();
+        let mut hashes = vec![hash(TOKEN)];
+        hashes.extend(tokens.iter().cloned());
+        let mut args = vec![
+            "--tls-cert".to_owned(),
+            cert.to_str().unwrap().to_owned(),
+            "--tls-key".to_owned(),
+            key.to_str().unwrap().to_owned(),
+            "--auth-mode".to_owned(),
+            "team".to_owned(),
+        ];
+        for h in &hashes {
+            args.push("--token-hash".to_owned());
+            args.push(h.clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Gitstate::start_tls(&args, &[("GITSTATE_RUN_KEY", RUN_KEY)], cwd.path());
+        Host {
+            server,
+            cwd,
+            certs,
+            ca,
+        }
+    }
+
+    /// `localhost:PORT`: the `cloud` block's hostname.
+    fn hostname(&self) -> String {
+        format!("localhost:{}", self.server.port())
+    }
+
+    /// The embedded repository.
+    fn bare(&self) -> PathBuf {
+        self.cwd.path().join(".gitstate/default.git")
+    }
+
+    /// `terraform` of `version` ("1.15.5", or "path" for the one on PATH) with this host's
+    /// CA and `token` as the host's credential.
+    fn terraform(&self, tf: &Terraform, token: &str) -> Terraform {
+        let mut tf = tf.clone();
+        let config = self
+            .certs
+            .path()
+            .join(format!("terraformrc-{}", tf.version));
+        let mirror = std::fs::read_to_string(&tf.cli_config).unwrap();
+        std::fs::write(
+            &config,
+            format!(
+                "{mirror}\ncredentials {:?} {{\n  token = {token:?}\n}}\n",
+                self.hostname()
+            ),
+        )
+        .unwrap();
+        tf.cli_config = config;
+        tf.env
+            .push(("SSL_CERT_FILE".into(), self.ca.to_str().unwrap().into()));
+        tf
+    }
+
+    /// `curl -X METHOD https://localhost:PORT{path}` with `authorization` and `body`:
+    /// (status, body).
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        authorization: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--cacert"])
+            .arg(&self.ca)
+            .args(["-X", method, "-w", "\n%{http_code}"])
+            .arg(format!("https://{}{path}", self.hostname()));
+        if let Some(value) = authorization {
+            cmd.args(["-H", &format!("Authorization: {value}")]);
+        }
+        if let Some(body) = body {
+            cmd.args([
+                "-H",
+                "Content-Type: application/vnd.api+json",
+                "--data-binary",
+                body,
+            ]);
+        }
+        let out = cmd.output().expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (
+            status
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("curl: {text}")),
+            body.to_owned(),
+        )
+    }
+
+    /// [`Host::request`] with `token` as a Bearer token.
+    fn with_token(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        self.request(method, path, Some(&format!("Bearer {token}")), body)
+    }
+
+    /// The id of the workspace `name` (read through the API with [`TOKEN`]).
+    fn workspace_id(&self, name: &str) -> String {
+        let (status, body) = self.with_token(
+            TOKEN,
+            "GET",
+            &format!("/api/v2/organizations/default/workspaces/{name}"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        json(&body)["data"]["id"].as_str().unwrap().to_owned()
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Terraform 1.15.5 and the 1.11.4 on PATH (when it is there).
+fn versions() -> Vec<Terraform> {
+    let mut all = vec![Terraform::installed("1.15.5")];
+    match Terraform::from_path() {
+        Some(tf) if tf.version == "1.11.4" => all.push(tf),
+        _ => eprintln!("no Terraform 1.11.4 on PATH: only 1.15.5 is tested"),
+    }
+    all
+}
+
+/// `main.tf` with the `cloud` block naming `workspace` at `host` and one `null_resource` (the
+/// one [`write_main_tf`] writes).
+fn cloud_config(dir: &Path, host: &Host, workspace: &str, generation: &str) {
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"terraform {{
+  cloud {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces {{
+      name = "{workspace}"
+    }}
+  }}
+}}
+
+resource "null_resource" "r0" {{
+  triggers = {{
+    generation = "{generation}"
+    index      = "0"
+  }}
+}}
+"#,
+            host.hostname()
+        ),
+    )
+    .unwrap();
+}
+
+/// `main.tf` with a `backend "http"` at the workspace's state path, [`TOKEN`] as its password.
+fn http_config(dir: &Path, host: &Host, generation: &str) {
+    let address = format!(
+        "https://{}/state/default/workspaces/app-prod.tfstate",
+        host.hostname()
+    );
+    let mut backend = HttpBackend::new(&address).with_auth("ci", TOKEN);
+    backend.extra.push((
+        "client_ca_certificate_pem".into(),
+        format!("<<EOT\n{}EOT\n", std::fs::read_to_string(&host.ca).unwrap()),
+    ));
+    write_main_tf(dir, &backend, 1, generation);
+}
+
+fn state_commits(host: &Host) -> Vec<String> {
+    git_log_subjects(&host.bare(), "main", "workspaces/app-prod.tfstate")
+}
+
+#[test]
+fn the_cloud_block_creates_applies_pulls_and_force_unlocks_a_workspace() {
+    for tf in versions() {
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        let work = tempfile::tempdir().unwrap();
+        cloud_config(work.path(), &host, "app-prod", "g1");
+        tf.init(work.path())
+            .expect_code(0, "init creates the workspace");
+        let records = git_log_subjects(&host.bare(), "main", ".gitstate/workspaces/app-prod.json");
+        assert_eq!(
+            records,
+            ["Create workspace app-prod (workspaces/app-prod.tfstate) by workspace API"],
+            "{}",
+            tf.version
+        );
+        tf.apply(work.path()).expect_code(0, "apply");
+        let first = state_commits(&host);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(
+            first[0].starts_with("Update workspaces/app-prod.tfstate (serial 1)"),
+            "{first:?}"
+        );
+        let pulled = tf.run(work.path(), &["state", "pull"]);
+        pulled.expect_code(0, "state pull");
+        let pulled = json(&pulled.stdout);
+        let (status, over_http) = host.with_token(
+            TOKEN,
+            "GET",
+            "/state/default/workspaces/app-prod.tfstate",
+            None,
+        );
+        assert_eq!(status, 200, "{over_http}");
+        assert_eq!(
+            json(&over_http),
+            pulled,
+            "the http GET reads what the cloud apply wrote"
+        );
+
+        cloud_config(work.path(), &host, "app-prod", "g2");
+        tf.apply(work.path()).expect_code(0, "a second apply");
+        let second = state_commits(&host);
+        assert!(second.len() >= 2, "{second:?}");
+        assert!(
+            second[0].contains("(serial 3)") || second[0].contains("(serial 2)"),
+            "{second:?}"
+        );
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+
+        // `terraform force-unlock` removes a lock held over the http protocol.
+        let lock = r#"{"ID":"held-over-http","Operation":"OperationTypeApply","Who":"ci@runner","Created":"2026-11-29T10:00:00Z"}"#;
+        let (status, body) = host.with_token(
+            TOKEN,
+            "LOCK",
+            "/state/default/workspaces/app-prod.tfstate",
+            Some(lock),
+        );
+        assert_eq!(status, 200, "{body}");
+        tf.force_unlock(work.path(), "default/app-prod")
+            .expect_code(0, "force-unlock");
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+        assert!(
+            host.server.log().contains("workspace force-unlocked"),
+            "audited in the log"
+        );
+        tf.plan(work.path()).expect_code(0, "nothing to change");
+    }
+}
+
+#[test]
+fn one_state_and_one_lock_over_both_protocols() {
+    let host = Host::start(&[]);
+    let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
+    let work = tempfile::tempdir().unwrap();
+    cloud_config(work.path(), &host, "app-prod", "g1");
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(0, "apply");
+    let before = state_commits(&host);
+
+    // A LOCK over http holds the workspace: the cloud apply fails on it and writes nothing.
+    let state = "/state/default/workspaces/app-prod.tfstate";
+    let lock = r#"{"ID":"http-lock-1","Operation":"OperationTypeApply","Who":"ci@runner","Created":"2026-11-29T10:00:00Z"}"#;
+    let (status, body) = host.with_token(TOKEN, "LOCK", state, Some(lock));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = host.with_token(
+        TOKEN,
+        "GET",
+        &format!("/api/v2/workspaces/{}", host.workspace_id("app-prod")),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        json(&body)["data"]["attributes"]["locked"],
+        true,
+        "the API shows it locked"
+    );
+    cloud_config(work.path(), &host, "app-prod", "g2");
+    let refused = tf.apply(work.path());
+    assert_ne!(refused.code, Some(0), "{}", refused.combined());
+    assert!(
+        refused.combined().to_lowercase().contains("lock"),
+        "{}",
+        refused.combined()
+    );
+    assert_eq!(state_commits(&host), before, "nothing was written");
+    let (status, body) = host.with_token(TOKEN, "UNLOCK", state, Some(lock));
+    assert_eq!(status, 200, "{body}");
+
+    // An API lock holds the http protocol: a LOCK gets 423 with a LockInfo that says so.
+    let id = host.workspace_id("app-prod");
+    let (status, body) = host.with_token(
+        TOKEN,
+        "POST",
+        &format!("/api/v2/workspaces/{id}/actions/lock"),
+        Some(r#"{"reason":"held for the test"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["data"]["attributes"]["locked"], true);
+    let (status, body) = host.with_token(TOKEN, "LOCK", state, Some(lock));
+    assert_eq!(status, 423, "{body}");
+    let holder = json(&body);
+    assert_eq!(holder["Who"], "workspace API", "{holder}");
+    assert!(
+        holder["Info"]
+            .as_str()
+            .unwrap()
+            .contains("through the workspace API"),
+        "{holder}"
+    );
+    assert!(!holder["ID"].as_str().unwrap().is_empty(), "{holder}");
+    assert!(!holder["Created"].as_str().unwrap().is_empty(), "{holder}");
+    // A POST without the lock's ID is refused too.
+    let (_, stored) = host.with_token(TOKEN, "GET", state, None);
+    let (status, _) = host.with_token(TOKEN, "POST", state, Some(&stored));
+    assert_eq!(status, 423);
+    let (status, body) = host.with_token(
+        TOKEN,
+        "POST",
+        &format!("/api/v2/workspaces/{id}/actions/unlock"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+
+    tf.apply(work.path())
+        .expect_code(0, "apply once the locks are gone");
+    let pulled = tf.run(work.path(), &["state", "pull"]);
+    let (_, over_http) = host.with_token(TOKEN, "GET", state, None);
+    assert_eq!(json(&over_http), json(&pulled.stdout));
+}
+
+#[test]
+fn a_state_moves_from_the_http_backend_to_the_cloud_block_and_back_with_its_history() {
+    let host = Host::start(&[]);
+    let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
+    let work = tempfile::tempdir().unwrap();
+    http_config(work.path(), &host, "g1");
+    tf.init(work.path()).expect_code(0, "init over http");
+    tf.apply(work.path()).expect_code(0, "apply over http");
+    let over_http = json(&tf.run(work.path(), &["state", "pull"]).stdout);
+    let before = state_commits(&host);
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // The cloud block's migration asks whether to copy the state; it is answered on stdin.
+    cloud_config(work.path(), &host, "app-prod", "g1");
+    let migrated = tf.run_with_input(work.path(), &["init", "-input=true", "-no-color"], "yes\n");
+    migrated.expect_code(0, "http → cloud");
+    tf.plan(work.path())
+        .expect_code(0, "the cloud block finds the state: nothing to change");
+    let in_cloud = json(&tf.run(work.path(), &["state", "pull"]).stdout);
+    assert_eq!(in_cloud["lineage"], over_http["lineage"]);
+    assert_eq!(in_cloud["resources"], over_http["resources"]);
+    cloud_config(work.path(), &host, "app-prod", "g2");
+    tf.apply(work.path()).expect_code(0, "apply in the cloud");
+
+    // Terraform migrates nothing out of the cloud block ("not yet implemented"), and with
+    // gitstate nothing has to move: the workspace's state is the http address's state.
+    // Terraform remembers the cloud workspace's name as the selected workspace; the http
+    // backend has only `default`.
+    http_config(work.path(), &host, "g2");
+    std::fs::remove_file(work.path().join(".terraform/environment")).unwrap();
+    let back = tf.run(
+        work.path(),
+        &["init", "-reconfigure", "-input=false", "-no-color"],
+    );
+    back.expect_code(0, "cloud → http");
+    tf.plan(work.path())
+        .expect_code(0, "the http backend finds the state: nothing to change");
+    let after = state_commits(&host);
+    assert!(after.len() > before.len(), "{after:?}");
+    assert_eq!(
+        after.last(),
+        before.last(),
+        "the first commit is still in the history"
+    );
+    let last = json(&tf.run(work.path(), &["state", "pull"]).stdout);
+    assert_eq!(
+        last["lineage"], over_http["lineage"],
+        "one lineage all along"
+    );
+    assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+}
+
+#[test]
+fn team_mode_boundaries_hold_on_the_workspace_api() {
+    let narrow = "narrow-token-ws";
+    let reader = "reader-token-ws";
+    let outputs = "outputs-token-ws";
+    let host = Host::start(&[
+        format!("{};paths=other/**", hash(narrow)),
+        format!("{};access=read-only;paths=workspaces/**", hash(reader)),
+        format!("{};access=outputs-only", hash(outputs)),
+    ]);
+    let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
+    let work = tempfile::tempdir().unwrap();
+    cloud_config(work.path(), &host, "app-prod", "g1");
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(0, "apply");
+    let id = host.workspace_id("app-prod");
+    let by_name = "/api/v2/organizations/default/workspaces/app-prod";
+    let lock = format!("/api/v2/workspaces/{id}/actions/lock");
+    let versions = format!("/api/v2/workspaces/{id}/state-versions");
+    let current = format!("/api/v2/workspaces/{id}/current-state-version");
+    let commits = state_commits(&host);
+
+    // Anonymous: 401 in the API's error shape.
+    for path in [
+        by_name,
+        "/api/v2/organizations/default/entitlement-set",
+        &current,
+    ] {
+        let (status, body) = host.request("GET", path, None, None);
+        assert_eq!(status, 401, "{path}: {body}");
+        let error = &json(&body)["errors"][0];
+        assert_eq!(error["status"], "401", "{body}");
+        assert!(
+            error["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
+    }
+
+    // A token limited to other paths sees no such workspace, and locks and writes nothing.
+    let state = base64_state(&host);
+    let create = format!(
+        r#"{{"data":{{"type":"state-versions","attributes":{{"serial":9,"lineage":"x","state":"{state}"}}}}}}"#
+    );
+    for (method, path, body) in [
+        ("GET", by_name, None),
+        ("GET", current.as_str(), None),
+        ("POST", lock.as_str(), Some("{}")),
+        ("POST", versions.as_str(), Some(create.as_str())),
+    ] {
+        let (status, answer) = host.with_token(narrow, method, path, body);
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+        assert!(
+            answer.contains(
+                "does not exist in the organization default, or this credential may not use it"
+            ),
+            "{answer}"
+        );
+    }
+    let denied = host.terraform(&Terraform::installed("1.15.5"), narrow);
+    let elsewhere = tempfile::tempdir().unwrap();
+    cloud_config(elsewhere.path(), &host, "app-prod", "g1");
+    let out = denied.run(elsewhere.path(), &["plan", "-input=false", "-no-color"]);
+    assert_ne!(out.code, Some(0), "{}", out.combined());
+
+    // Read-only reads, and neither locks nor writes.
+    let (status, _) = host.with_token(reader, "GET", &current, None);
+    assert_eq!(status, 200);
+    for (path, body) in [(lock.as_str(), "{}"), (versions.as_str(), create.as_str())] {
+        let (status, answer) = host.with_token(reader, "POST", path, Some(body));
+        assert_eq!(status, 403, "{path}: {answer}");
+        assert!(answer.contains("may only read"), "{answer}");
+    }
+
+    // Outputs-only downloads the outputs only.
+    let (status, body) = host.with_token(outputs, "GET", &current, None);
+    assert_eq!(status, 200, "{body}");
+    let download = json(&body)["data"]["attributes"]["hosted-state-download-url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, reduced) = host.with_token(outputs, "GET", &download, None);
+    assert_eq!(status, 200, "{reduced}");
+    assert_eq!(
+        json(&reduced)["resources"],
+        serde_json::json!([]),
+        "{reduced}"
+    );
+    let (_, whole) = host.with_token(TOKEN, "GET", &download, None);
+    assert_ne!(json(&whole)["resources"], serde_json::json!([]));
+
+    assert_eq!(state_commits(&host), commits, "nothing was written");
+    assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+    let log = host.server.log();
+    for token in [TOKEN, narrow, reader, outputs] {
+        assert!(!log.contains(token), "the log holds {token}");
+    }
+}
+
+#[test]
+fn what_gitstate_does_not_do_is_a_404_that_says_so() {
+    let host = Host::start(&[]);
+    let (status, body) = host.with_token(TOKEN, "GET", "/.well-known/terraform.json", None);
+    assert_eq!(status, 200);
+    assert_eq!(json(&body)["tfe.v2"], "/api/v2/");
+    for (path, says) in [
+        ("/api/v2/runs", "runs no plans"),
+        ("/api/v2/workspaces/ws-x/vars", "no variables"),
+        ("/api/v2/organizations/default/policy-sets", "no policies"),
+        ("/api/v2/nothing-here", "only the workspace"),
+    ] {
+        let (status, body) = host.with_token(TOKEN, "GET", path, None);
+        assert_eq!(status, 404, "{path}: {body}");
+        let detail = json(&body)["errors"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(detail.contains(says), "{path}: {detail}");
+    }
+    let (status, body) = host.with_token(
+        TOKEN,
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(r#"{"data":{"type":"workspaces","attributes":{"name":"bad.name"}}}"#),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("only letters, digits, '-' and '_'"), "{body}");
+    let (status, body) = host.with_token(
+        TOKEN,
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(r#"{"data":{"type":"workspaces","attributes":{"name":"remote","execution-mode":"remote"}}}"#),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("runs no plans"), "{body}");
+    assert!(
+        refs_under(&host.bare(), "refs/heads/").is_empty(),
+        "nothing was written"
+    );
+}
+
+/// The state the team token reads at the workspace's path, base64.
+fn base64_state(host: &Host) -> String {
+    use base64::Engine;
+    let (status, body) = host.with_token(
+        TOKEN,
+        "GET",
+        "/state/default/workspaces/app-prod.tfstate",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    base64::engine::general_purpose::STANDARD.encode(body)
+}
