@@ -346,6 +346,112 @@ fn an_oidc_token_is_a_caller_on_lambda() {
     assert_eq!(subjects, ["Update oidc.tfstate (serial 1) by acme-ci"]);
 }
 
+/// The workspace API (DESIGN §10) through the function, as a Function URL serves it: service
+/// discovery at the root, a workspace created, locked, written inline and read back, unlocked; a
+/// commit per change on the repository. Requests are the ones Terraform's `cloud` block makes
+/// (tests/tests/workspaces.rs drives real Terraform against `gitstate serve`, which needs TLS).
+#[test]
+fn the_workspace_api_answers_on_lambda() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = bare_repo(dir.path(), "states");
+    let token = "lambda-team-token";
+    let config = format!(
+        "repository \"default\" {{\n  url = \"{}\"\n}}\nauth {{\n  mode = \"team\"\n  token_hashes = [\"sha256:{}\"]\n}}\n",
+        repo.display(),
+        gitstate_tests::crypto::sha256_hex(token)
+    );
+    let escaped = config
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    let (watch, base) = serve_function(
+        dir.path(),
+        &format!(
+            "GITSTATE_CONFIG_TEXT=\"{escaped}\"\nGITSTATE_RUN_KEY=\"lambda-test-run-key-0123456789abcdef\"\n"
+        ),
+    );
+    let log = || std::fs::read_to_string(&watch.log).unwrap_or_default();
+    let call = |method: &str, path: &str, body: Option<&str>| {
+        http(method, &format!("{base}{path}"), body, Some(("x", token))).unwrap()
+    };
+    let json = |text: &str| -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", log()))
+    };
+    let (status, body) = call("GET", "/.well-known/terraform.json", None);
+    assert_eq!(
+        (status, json(&body)["tfe.v2"].clone()),
+        (200, "/api/v2/".into()),
+        "{body}"
+    );
+    let (status, _) = call("GET", "/api/v2/ping", None);
+    assert_eq!(status, 204);
+    let (status, body) = call("GET", "/api/v2/organizations/default/entitlement-set", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["data"]["attributes"]["operations"], false);
+    let (status, body) = http(
+        "GET",
+        &format!("{base}/api/v2/organizations/default/entitlement-set"),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 401, "anonymous: {body}");
+
+    let (status, body) = call(
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(r#"{"data":{"type":"workspaces","attributes":{"name":"app-prod"}}}"#),
+    );
+    assert_eq!(status, 201, "{body}\n{}", log());
+    let workspace = json(&body);
+    assert_eq!(workspace["data"]["attributes"]["execution-mode"], "local");
+    let id = workspace["data"]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        "POST",
+        &format!("/api/v2/workspaces/{id}/actions/lock"),
+        Some(r#"{"reason":"Locked by Terraform"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"l","outputs":{},"resources":[]}"#;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(state);
+    let (status, body) = call(
+        "POST",
+        &format!("/api/v2/workspaces/{id}/state-versions"),
+        Some(&format!(
+            r#"{{"data":{{"type":"state-versions","attributes":{{"serial":1,"lineage":"l","state":"{encoded}"}}}}}}"#
+        )),
+    );
+    assert_eq!(status, 201, "{body}\n{}", log());
+    let (status, body) = call(
+        "GET",
+        &format!("/api/v2/workspaces/{id}/current-state-version"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let download = json(&body)["data"]["attributes"]["hosted-state-download-url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = call("GET", &download, None);
+    assert_eq!((status, body.as_str()), (200, state));
+    let (status, body) = call(
+        "POST",
+        &format!("/api/v2/workspaces/{id}/actions/unlock"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        git_log_subjects(&repo, "main", "workspaces/app-prod.tfstate"),
+        ["Update workspaces/app-prod.tfstate (serial 1) by x"]
+    );
+    assert_eq!(
+        git_log_subjects(&repo, "main", ".gitstate/workspaces/app-prod.json"),
+        ["Create workspace app-prod (workspaces/app-prod.tfstate) by x"]
+    );
+    assert!(refs_under(&repo, "refs/heads/locks/").is_empty());
+}
+
 #[test]
 fn the_release_profile_keeps_the_panic_boundary_under_cargo_lambda() {
     let release = profile("release");

@@ -51,13 +51,18 @@ impl Access {
                         .into(),
                 ));
             }
+            // The workspace API seals its locks by the caller's credential in every mode
+            // (DESIGN §10): the configured key, so that every process checks them alike.
+            let run_key =
+                crate::run_key::load(auth.run_key.as_ref(), auth.run_key_file.as_deref(), false)
+                    .map_err(ConfigError::BadValue)?;
             return Ok(Access {
                 mode: auth.mode,
                 tokens: Vec::new(),
                 users: Users::default(),
                 certificates: Vec::new(),
                 oidc: Issuers::default(),
-                run_key: crate::run_key::RunKey::random(),
+                run_key,
                 oidc_admitted: tokens::Recent::new(OIDC_ADMITTED_FOR),
             });
         }
