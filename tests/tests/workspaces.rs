@@ -28,6 +28,11 @@ fn hash(token: &str) -> String {
 impl Host {
     /// Team mode with [`TOKEN`] (read-write on every state) and the further `tokens` entries.
     fn start(tokens: &[String]) -> Host {
+        Host::serving(tokens, &[], &[])
+    }
+
+    /// [`Host::start`] with further `args` and `env` (a remote repository).
+    fn serving(tokens: &[String], more_args: &[&str], env: &[(&str, &str)]) -> Host {
         let certs = tempfile::tempdir().unwrap();
         let (ca, cert, key) = signed_by_a_ca(
             certs.path(),
@@ -50,8 +55,11 @@ impl Host {
             args.push("--token-hash".to_owned());
             args.push(h.clone());
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let server = Gitstate::start_tls(&args, &[("GITSTATE_RUN_KEY", RUN_KEY)], cwd.path());
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend_from_slice(more_args);
+        let mut env = env.to_vec();
+        env.push(("GITSTATE_RUN_KEY", RUN_KEY));
+        let server = Gitstate::start_tls(&args, &env, cwd.path());
         Host {
             server,
             cwd,
@@ -282,6 +290,45 @@ fn the_cloud_block_creates_applies_pulls_and_force_unlocks_a_workspace() {
         );
         tf.plan(work.path()).expect_code(0, "nothing to change");
     }
+}
+
+/// The same on a repository behind a git server (smart HTTP), where the records, the locks and
+/// the states go through the remote store's pushes (DESIGN §9).
+#[test]
+fn the_cloud_block_on_a_remote_repository() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let (user, password) = ("ws-bot", "ws-Pa55");
+    let git_server = GitHttpServer::start(repos.path(), user, password);
+    let repository = format!("default={}", git_server.url("states"));
+    let host = Host::serving(
+        &[],
+        &["--repository", &repository],
+        &[("GIT_USERNAME", user), ("GIT_PASSWORD", password)],
+    );
+    let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
+    let work = tempfile::tempdir().unwrap();
+    cloud_config(work.path(), &host, "app-prod", "g1");
+    tf.init(work.path()).expect_code(0, "init");
+    tf.apply(work.path()).expect_code(0, "apply");
+    cloud_config(work.path(), &host, "app-prod", "g2");
+    tf.apply(work.path()).expect_code(0, "a second apply");
+    tf.plan(work.path()).expect_code(0, "nothing to change");
+    assert_eq!(
+        git_log_subjects(&bare, "main", ".gitstate/workspaces/app-prod.json"),
+        ["Create workspace app-prod (workspaces/app-prod.tfstate) by workspace API"]
+    );
+    let commits = git_log_subjects(&bare, "main", "workspaces/app-prod.tfstate");
+    assert!(commits.len() >= 2, "{commits:?}");
+    assert!(refs_under(&bare, "refs/heads/locks/").is_empty());
+    let pulled = tf.run(work.path(), &["state", "pull"]);
+    let (_, over_http) = host.with_token(
+        TOKEN,
+        "GET",
+        "/state/default/workspaces/app-prod.tfstate",
+        None,
+    );
+    assert_eq!(json(&over_http), json(&pulled.stdout));
 }
 
 #[test]
