@@ -331,6 +331,135 @@ fn the_cloud_block_on_a_remote_repository() {
     assert_eq!(json(&over_http), json(&pulled.stdout));
 }
 
+/// Two processes with their own caches on one remote, as two Lambda containers are: what a
+/// process remembers never decides a lock, a write or which version is current. The lock,
+/// the state version and the unlock each go in one request when the process remembers the
+/// workspace (scripts/bench workspaces counts them); here, the other process moved everything
+/// in between.
+#[test]
+fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "states");
+    let (user, password) = ("ws-bot", "ws-Pa55");
+    let git_server = GitHttpServer::start(repos.path(), user, password);
+    let repository = format!("default={}", git_server.url("states"));
+    let other = "other-team-token";
+    let serve = || {
+        Host::serving(
+            &[hash(other)],
+            &["--repository", &repository],
+            &[("GIT_USERNAME", user), ("GIT_PASSWORD", password)],
+        )
+    };
+    let (a, b) = (serve(), serve());
+    let create = r#"{"data":{"type":"workspaces","attributes":{"name":"app"}}}"#;
+    let (status, body) = a.with_token(
+        TOKEN,
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(create),
+    );
+    assert_eq!(status, 201, "{body}");
+    let id = a.workspace_id("app");
+    let ws = format!("/api/v2/workspaces/{id}");
+    let version = |serial: u64| {
+        use base64::Engine;
+        let state = format!(
+            r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"two-processes","outputs":{{}},"resources":[]}}"#
+        );
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&state);
+        format!(
+            r#"{{"data":{{"type":"state-versions","attributes":{{"serial":{serial},"state":"{encoded}"}}}}}}"#
+        )
+    };
+    let cycle = |host: &Host, serial: u64| -> String {
+        let (status, body) =
+            host.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
+        assert_eq!(status, 200, "lock: {body}");
+        let (status, body) = host.with_token(
+            TOKEN,
+            "POST",
+            &format!("{ws}/state-versions"),
+            Some(&version(serial)),
+        );
+        assert_eq!(status, 201, "state version {serial}: {body}");
+        let (status, body) =
+            host.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
+        assert_eq!(status, 200, "unlock: {body}");
+        let (status, body) =
+            host.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
+        assert_eq!(status, 200, "{body}");
+        json(&body)["data"]["id"].as_str().unwrap().to_owned()
+    };
+    // B remembers serial 1; A then writes serial 2 and holds the lock.
+    let first = cycle(&b, 1);
+    let second = cycle(&a, 2);
+    assert_ne!(first, second);
+    let (status, body) = a.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+
+    // B's memory says unlocked at serial 1: its lock is refused with A's LockInfo, and
+    // another credential writes nothing and releases nothing under A's lock.
+    let (status, body) = b.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("is locked by"), "{body}");
+    let (status, body) = b.with_token(
+        other,
+        "POST",
+        &format!("{ws}/state-versions"),
+        Some(&version(3)),
+    );
+    assert_eq!(status, 409, "another credential's state version: {body}");
+    let (status, body) = b.with_token(other, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
+    assert_eq!(status, 409, "another credential's unlock: {body}");
+    // B reads the current version fresh: serial 2, downloaded as it is.
+    let (status, body) = b.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
+    assert_eq!(status, 200, "{body}");
+    let current = json(&body);
+    assert_eq!(current["data"]["id"].as_str().unwrap(), second);
+    let download = current["data"]["attributes"]["hosted-state-download-url"]
+        .as_str()
+        .unwrap();
+    let (status, body) = b.with_token(TOKEN, "GET", download, None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["serial"], 2);
+    // The same credential finishes A's run through B (the run key is shared): version 3, and
+    // the unlock, each from B's fresh read of A's lock.
+    let (status, body) = b.with_token(
+        TOKEN,
+        "POST",
+        &format!("{ws}/state-versions"),
+        Some(&version(3)),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = b.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
+    assert_eq!(
+        status, 409,
+        "A's memory of its lock does not release it twice: {body}"
+    );
+    assert!(body.contains("not locked"), "{body}");
+    // A's memory holds serial 2: the version it names is no longer current, and A says so.
+    let (status, body) = a.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
+    assert_eq!(status, 200, "{body}");
+    let third = json(&body)["data"]["id"].as_str().unwrap().to_owned();
+    assert!(third != first && third != second);
+    let (status, body) = a.with_token(
+        TOKEN,
+        "GET",
+        &format!("/api/v2/state-versions/{first}/download"),
+        None,
+    );
+    assert_eq!(status, 404, "a version two writes old: {body}");
+    assert_eq!(
+        git_log_subjects(&bare, "main", "workspaces/app.tfstate").len(),
+        3,
+        "three state versions, three commits"
+    );
+    assert!(refs_under(&bare, "refs/heads/locks/").is_empty());
+}
+
 #[test]
 fn one_state_and_one_lock_over_both_protocols() {
     let host = Host::start(&[]);

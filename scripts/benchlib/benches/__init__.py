@@ -16,6 +16,7 @@ BENCHES = {
     "embedded-lock": "embedded_lock",
     "junk-flood": "junk_flood",
     "lock-requests": "lock_requests",
+    "workspaces": "workspaces",
     "cache-budget": "cache_budget",
     "encryption": "encryption",
     "seal-kms": "seal_kms",

@@ -198,6 +198,7 @@ pub async fn restore(args: RestoreArgs) -> Result<String, String> {
         // The operator asked for this version: it may go back to another lineage.
         force: true,
         token: None,
+        sealed_by: None,
     };
     let restored = repositories
         .backend

@@ -68,6 +68,7 @@ pub async fn run(args: MigrateArgs) -> Result<String, String> {
         deadline: None,
         force: false,
         token: None,
+        sealed_by: None,
     };
     let mut rows = Vec::new();
     for name in names {

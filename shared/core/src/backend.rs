@@ -103,6 +103,10 @@ pub enum BackendError {
     /// refuses it (409); the sentence names both values and how to force it.
     #[error("{0}")]
     Conflict(String),
+    /// A write under the caller's own lock ([`Caller::sealed_by`]) while no lock is held (409):
+    /// the sentence says what to lock first.
+    #[error("{0}")]
+    NotLocked(String),
     /// What was asked for does not exist (404), e.g. a version that is not in the history.
     #[error("{0}")]
     NotFound(String),
@@ -202,6 +206,11 @@ pub struct Caller {
     /// The caller's OIDC token (its mark), when it presented one: a lock it takes is sealed with
     /// it; once expired, it is admitted only under that lock ([`crate::LockToken`]).
     pub token: Option<crate::lock_token::LockToken>,
+    /// The workspace API's state version: the write goes only under the lock this credential
+    /// sealed ([`crate::LockToken::holds`], DESIGN §10), whatever its ID, and begins from the
+    /// store's memory as a write naming its lock ID does. Not locked is
+    /// [`BackendError::NotLocked`]; another holder's lock, [`BackendError::Locked`].
+    pub sealed_by: Option<crate::lock_token::LockToken>,
 }
 
 /// How messages name a writer without a name (the commit is then the committer's).

@@ -86,6 +86,11 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         None
     }
 
+    /// See [`StateStore::recalled_state`] (the default remembers nothing).
+    fn recalled_state_blocking(&self, _path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        Ok(None)
+    }
+
     /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
     /// store has its own (see [`StateStore::begin`]). Never called otherwise.
     fn begin_blocking(
@@ -141,6 +146,12 @@ impl<S: BlockingStore> StateStore for S {
     async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let path = path.clone();
         self.run(move |store| store.read_lock_blocking(&path)).await
+    }
+
+    async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.recalled_state_blocking(&path))
+            .await
     }
 
     fn write_serializer(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {

@@ -145,6 +145,10 @@ pub enum Unlock {
         /// The lock ID that was shown.
         id: String,
     },
+    /// The workspace API's unlock: the caller releasing the lock its credential sealed
+    /// (DESIGN §10, "One lock"), whatever its ID: released only while the held lock is sealed
+    /// by the token the release is made with ([`crate::Backend::unlock_with_token`]).
+    Sealed,
 }
 
 impl Unlock {
@@ -172,7 +176,7 @@ impl Unlock {
     /// The lock ID that must hold the lock for it to be released (`None`: any).
     pub fn required_id(&self) -> Option<&str> {
         match self {
-            Unlock::Force => None,
+            Unlock::Force | Unlock::Sealed => None,
             Unlock::Holder(info) => Some(&info.id),
             Unlock::OnBehalf { id } => Some(id),
         }
@@ -185,10 +189,17 @@ impl Unlock {
             Unlock::Holder(info) => Unlocked {
                 force: false,
                 who: Some(info.who.clone()).filter(|w| !w.is_empty()),
+                released: false,
+            },
+            Unlock::Sealed => Unlocked {
+                force: false,
+                who: None,
+                released: false,
             },
             Unlock::Force | Unlock::OnBehalf { .. } => Unlocked {
                 force: true,
                 who: None,
+                released: false,
             },
         }
     }
@@ -201,6 +212,8 @@ pub struct Unlocked {
     pub force: bool,
     /// Who released it, as the request says (the holder's `Who`); `None`: the caller.
     pub who: Option<String>,
+    /// A lock was released (`false`: none was held, which is a success too).
+    pub released: bool,
 }
 
 #[cfg(test)]

@@ -181,6 +181,16 @@ pub trait StateStore: Send + Sync + 'static {
         message: &Message,
     ) -> Result<LockCreate, StoreError>;
 
+    /// The file at `path` at the tip of the state branch this store last saw (its last read or
+    /// its own push), without asking the remote and without fetching: `None` when it remembers
+    /// none (the default: a store without such a memory, or whose reads cost no request). It may
+    /// be stale, so it decides nothing: a caller uses it only for content that is named by its
+    /// digest (a workspace's state version) and reads fresh otherwise.
+    async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        let _ = path;
+        Ok(None)
+    }
+
     /// Reads only the lock branch: its tip, lock file and token, or `None` when unlocked. The
     /// default takes a full snapshot; stores override it to skip reading the state (an UNLOCK
     /// of a store without attempts of its own reads through it).
@@ -397,6 +407,10 @@ impl StateStore for NamedStore {
 
     async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         self.inner.read_lock(path).await
+    }
+
+    async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        self.inner.recalled_state(path).await
     }
 
     fn repository(&self) -> &str {

@@ -249,7 +249,9 @@ impl From<BackendError> for ApiError {
             BackendError::BadRequest(m) => ApiError::Message(StatusCode::BAD_REQUEST, m),
             BackendError::Unauthenticated(m) => ApiError::Message(StatusCode::UNAUTHORIZED, m),
             BackendError::NotFound(m) => ApiError::Message(StatusCode::NOT_FOUND, m),
-            BackendError::Conflict(m) => ApiError::Message(StatusCode::CONFLICT, m),
+            BackendError::Conflict(m) | BackendError::NotLocked(m) => {
+                ApiError::Message(StatusCode::CONFLICT, m)
+            }
             BackendError::Locked(holder) => ApiError::Locked(holder),
             e @ BackendError::TooLarge { .. } => {
                 ApiError::Message(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())

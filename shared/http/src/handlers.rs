@@ -484,6 +484,7 @@ async fn dispatch(
         deadline,
         force: address.force,
         token,
+        sealed_by: None,
     };
     if address.version.is_some() && operation != Operation::Get {
         return Err(ApiError::bad_request(
@@ -516,7 +517,7 @@ async fn dispatch(
         }
         Operation::Unlock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
-            let Unlocked { force, who } = backend
+            let Unlocked { force, who, .. } = backend
                 .unlock_body(store, path, &body, caller.token.as_ref())
                 .await?;
             let who = who.unwrap_or_else(|| caller.name.clone());

@@ -146,7 +146,9 @@ impl Backend {
     }
 
     /// [`Backend::unlock`] by a caller with an OIDC `token`: an expired one may only release,
-    /// as its holder, the lock it took.
+    /// as its holder, the lock it took. [`Unlock::Sealed`] releases the lock only while it is
+    /// sealed by `token` (the workspace API's caller; another holder's lock is
+    /// [`BackendError::Locked`]), from the store's memory first, as a holder's UNLOCK is.
     pub async fn unlock_with_token(
         &self,
         store: &dyn StateStore,
@@ -155,10 +157,11 @@ impl Backend {
         token: Option<&LockToken>,
     ) -> Result<Unlocked, BackendError> {
         let expired = token.is_some_and(|t| t.expired);
-        if expired && request.required_id().is_none() {
+        let sealed = *request == Unlock::Sealed;
+        if expired && request.required_id().is_none() && !sealed {
             return Err(expired_token());
         }
-        let answer = request.answer();
+        let mut answer = request.answer();
         let started = Instant::now();
         let deadline = self.retry.deadline(started, None);
         let mut attempt = 0;
@@ -197,12 +200,15 @@ impl Backend {
                 }
             }
             let at = Place::new(store.repository(), path);
-            if !LockToken::admits(
-                token,
-                &at,
-                Some(content),
-                session.snapshot().lock_token.as_deref(),
-            ) {
+            let recorded = session.snapshot().lock_token.as_deref();
+            if sealed && !token.is_some_and(|t| t.holds(&at, content, recorded)) {
+                if recalled {
+                    intent = Intent::Unlock;
+                    continue;
+                }
+                return Err(BackendError::Locked(content.clone()));
+            }
+            if !LockToken::admits(token, &at, Some(content), recorded) {
                 if recalled {
                     intent = Intent::Unlock;
                     continue;
@@ -216,6 +222,7 @@ impl Backend {
                     metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
                     metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
                     tracing::info!(%path, force = answer.force, "lock released");
+                    answer.released = true;
                     return Ok(answer);
                 }
                 Err(StoreError::Stale) => {

@@ -100,6 +100,7 @@ fn alice() -> Caller {
         deadline: None,
         force: false,
         token: None,
+        sealed_by: None,
     }
 }
 
@@ -464,7 +465,8 @@ async fn unlock_needs_the_holders_id_unless_forced() {
         released,
         Unlocked {
             force: false,
-            who: Some("bob@ci".into())
+            who: Some("bob@ci".into()),
+            released: true,
         }
     );
 
@@ -667,6 +669,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
         deadline: Some(Instant::now()),
         force: false,
         token: None,
+        sealed_by: None,
     };
     assert!(matches!(
         backend()
@@ -1065,6 +1068,7 @@ fn operator() -> Caller {
         deadline: None,
         force: false,
         token: None,
+        sealed_by: None,
     }
 }
 
@@ -1438,6 +1442,7 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
 fn with_token(token: &LockToken) -> Caller {
     Caller {
         token: Some(token.clone()),
+        sealed_by: None,
         ..alice()
     }
 }

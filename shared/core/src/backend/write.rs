@@ -42,7 +42,7 @@ impl Backend {
         // The holder of the lock may begin from the store's memory (one request to the remote,
         // the push confirming the state tip and the lock); whatever that memory alone would
         // answer (423, a replay, the guard's 409, a lost push) is decided again on a fresh read.
-        let mut recall = lock_id.is_some();
+        let mut recall = lock_id.is_some() || caller.sealed_by.is_some();
         loop {
             let intent = if recall {
                 Intent::HeldWrite
@@ -70,6 +70,7 @@ impl Backend {
                 | Err(
                     BackendError::Locked(_)
                     | BackendError::Conflict(_)
+                    | BackendError::NotLocked(_)
                     | BackendError::Unauthenticated(_),
                 ) if recalled => {
                     recall = false;
@@ -128,9 +129,20 @@ impl Backend {
         {
             return Err(super::locks::expired_token());
         }
+        if let Some(sealer) = &caller.sealed_by {
+            let Some(lock) = &snapshot.lock else {
+                return Err(BackendError::NotLocked(format!(
+                    "the state at {} is not locked by this caller: lock its workspace before writing a state version (Terraform does)",
+                    at.path
+                )));
+            };
+            if !sealer.holds(at, lock, snapshot.lock_token.as_deref()) {
+                return Err(BackendError::Locked(lock.clone()));
+            }
+        }
         if let Some(lock) = &snapshot.lock {
             let holder = LockInfo::stored(lock);
-            if !holder.admits(lock_id) {
+            if caller.sealed_by.is_none() && !holder.admits(lock_id) {
                 return Err(BackendError::Locked(lock.clone()));
             }
             if !holder.who.is_empty() {

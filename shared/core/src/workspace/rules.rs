@@ -115,7 +115,7 @@ pub struct Current {
 impl Current {
     /// The current state `state` (opened), its digest and header read.
     pub fn of(state: Bytes) -> Current {
-        let digest = digest(&state);
+        let digest = digest_of(&state);
         let file = crate::statefile::read(&state).ok();
         Current {
             serial: file.as_ref().and_then(|f| f.serial).unwrap_or(0),
@@ -127,7 +127,7 @@ impl Current {
 }
 
 /// What names a state's version: the first 32 hex digits of its SHA-256.
-pub(crate) fn digest(state: &[u8]) -> String {
+pub(crate) fn digest_of(state: &[u8]) -> String {
     Sha256::digest(state)
         .iter()
         .take(16)
@@ -227,6 +227,33 @@ impl<'a> Workspaces<'a> {
         })
     }
 
+    /// The workspace `name` as the store remembers it (no request to a remote): `Some` when its
+    /// memory holds the workspace's state or record. A lock decides whether it is held on its
+    /// own fresh check, so the lock is not recalled (`None`).
+    async fn recalled(&self, name: &WorkspaceName) -> Result<Option<Workspace>, WorkspaceError> {
+        let path = self.path(name)?;
+        let (has_state, record) = match self.store.recalled_state(&path).await? {
+            Some(_) => (true, None),
+            None => {
+                let record_path = name
+                    .record_path()
+                    .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+                match self.store.recalled_state(&record_path).await? {
+                    Some(record) => (false, Some(Record::stored(&record))),
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(Workspace {
+            id: self.id(name),
+            path,
+            record,
+            has_state,
+            lock: None,
+            locked_by_caller: false,
+        }))
+    }
+
     /// The record of `name`, when it has one.
     async fn record(&self, name: &WorkspaceName) -> Result<Option<Record>, WorkspaceError> {
         let record_path = name
@@ -296,16 +323,24 @@ impl<'a> Workspaces<'a> {
     /// Locks the workspace `name` for `holder`: the lock branch of its path, with a LockInfo
     /// saying it was taken through the workspace API, sealed by the holder's credential. Held by
     /// anyone (an http LOCK, another caller, this caller already) is [`WorkspaceError::Locked`].
+    /// Whether the workspace exists is taken from the store's memory when it holds its state or
+    /// record (the lock's own request is then the only one to a remote), else read fresh.
     pub async fn lock(
         &self,
         name: &WorkspaceName,
         holder: &Holder,
         reason: &str,
     ) -> Result<Workspace, WorkspaceError> {
-        let mut workspace = self.read(name, Some(holder)).await?;
-        if let Some(lock) = &workspace.lock {
-            return Err(self.locked(name, lock));
-        }
+        let mut workspace = match self.recalled(name).await? {
+            Some(workspace) => workspace,
+            None => {
+                let workspace = self.read(name, Some(holder)).await?;
+                if let Some(lock) = &workspace.lock {
+                    return Err(self.locked(name, lock));
+                }
+                workspace
+            }
+        };
         let who = if holder.name.is_empty() {
             "workspace API"
         } else {
@@ -350,33 +385,38 @@ impl<'a> Workspaces<'a> {
         }
     }
 
-    /// Releases the lock `holder` took on the workspace `name`. Not locked is
-    /// [`WorkspaceError::NotLocked`]; held by anyone else (an http LOCK, another caller), is
-    /// [`WorkspaceError::Locked`]: that lock needs a force-unlock.
+    /// Releases the lock `holder` took on the workspace `name` ([`Unlock::Sealed`]: as a
+    /// holder's UNLOCK, from the store's memory of the lock, one request to a remote). Not
+    /// locked is [`WorkspaceError::NotLocked`]; held by anyone else (an http LOCK, another
+    /// caller), is [`WorkspaceError::Locked`]: that lock needs a force-unlock. The workspace
+    /// answered names the workspace and its released lock only (`record` and `has_state` are
+    /// not read again: `None` and `false`).
     pub async fn unlock(
         &self,
         name: &WorkspaceName,
         holder: &Holder,
     ) -> Result<Workspace, WorkspaceError> {
-        let mut workspace = self.read(name, Some(holder)).await?;
-        let Some(lock) = workspace.lock.clone() else {
-            return Err(not_locked(name));
-        };
-        if !workspace.locked_by_caller {
-            return Err(self.locked(name, &lock));
-        }
-        let release = Unlock::Holder(LockInfo::stored(&lock));
+        let path = self.path(name)?;
         match self
             .backend
-            .unlock_with_token(self.store, &workspace.path, &release, Some(&holder.token))
+            .unlock_with_token(self.store, &path, &Unlock::Sealed, Some(&holder.token))
             .await
         {
+            // The caller's own lock is proof enough that the workspace is there: it is answered
+            // unlocked, its record and state not read again.
+            Ok(unlocked) if unlocked.released => Ok(Workspace {
+                id: self.id(name),
+                path,
+                record: None,
+                has_state: false,
+                lock: None,
+                locked_by_caller: false,
+            }),
+            // Nothing was held: a workspace that does not exist is a 404 before that.
             Ok(_) => {
-                workspace.lock = None;
-                workspace.locked_by_caller = false;
-                Ok(workspace)
+                self.read(name, Some(holder)).await?;
+                Err(not_locked(name))
             }
-            // Replaced meanwhile (force-unlocked and taken again).
             Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
             Err(e) => Err(e.into()),
         }
@@ -420,11 +460,40 @@ impl<'a> Workspaces<'a> {
         }
     }
 
+    /// The state version `digest` of the workspace `name`, while it is the current one (404
+    /// otherwise). The state the store remembers is served when it is that version (no request
+    /// to a remote: Terraform downloads right after reading the current version), else the
+    /// current state read fresh. An expired token always reads fresh (its lock decides).
+    pub async fn version(
+        &self,
+        name: &WorkspaceName,
+        digest: &str,
+        token: Option<&LockToken>,
+    ) -> Result<Current, WorkspaceError> {
+        if !token.is_some_and(|t| t.expired) {
+            let path = self.path(name)?;
+            if let Some(stored) = self.store.recalled_state(&path).await? {
+                let state = self.backend.open_stored(&self.place(&path), stored).await?;
+                if digest_of(&state) == digest {
+                    return Ok(Current::of(state));
+                }
+            }
+        }
+        let current = self.current(name, token).await?;
+        if current.digest != digest {
+            return Err(WorkspaceError::NotFound(format!(
+                "this state version of the workspace {name} is no longer its current state; read the current state version again"
+            )));
+        }
+        Ok(current)
+    }
+
     /// A new state version of the workspace `name`: written as `caller`'s POST under the lock
     /// `holder` took through the API (so the state check, the guard, sealing and
-    /// compare-and-swap apply). Not locked is [`WorkspaceError::NotLocked`]; a lock of anyone
-    /// else, [`WorkspaceError::Locked`]. A body equal to the stored state writes nothing
-    /// (`None`).
+    /// compare-and-swap apply), begun from the store's memory as a holder's POST is
+    /// ([`Caller::sealed_by`]: one request to a remote). Not locked is
+    /// [`WorkspaceError::NotLocked`]; a lock of anyone else, [`WorkspaceError::Locked`]. A body
+    /// equal to the stored state writes nothing (`None`).
     pub async fn write_state(
         &self,
         name: &WorkspaceName,
@@ -433,27 +502,20 @@ impl<'a> Workspaces<'a> {
         caller: &Caller,
     ) -> Result<Option<Written>, WorkspaceError> {
         let path = self.path(name)?;
-        let snapshot = self.store.snapshot(&path).await?;
-        let Some(lock) = &snapshot.lock else {
-            return Err(WorkspaceError::NotLocked(format!(
-                "the workspace {name} must be locked by this caller to create a state version; lock it first (Terraform does)"
-            )));
+        let caller = Caller {
+            sealed_by: Some(holder.token.clone()),
+            ..caller.clone()
         };
-        let place = self.place(&path);
-        if !holder
-            .token
-            .holds(&place, lock, snapshot.lock_token.as_deref())
-        {
-            return Err(self.locked(name, lock));
-        }
-        let id = LockInfo::stored(lock).id;
         match self
             .backend
-            .post(self.store, &path, state, Some(&id), caller)
+            .post(self.store, &path, state, None, &caller)
             .await
         {
             Ok(written) => Ok(written),
             Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
+            Err(BackendError::NotLocked(_)) => Err(WorkspaceError::NotLocked(format!(
+                "the workspace {name} must be locked by this caller to create a state version; lock it first (Terraform does)"
+            ))),
             Err(e) => Err(e.into()),
         }
     }

@@ -327,6 +327,19 @@ impl BlockingStore for RemoteStore {
         self.snapshot_at(path, state_tip, lock_tip)
     }
 
+    fn recalled_state_blocking(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        let cache = self.cache()?;
+        let Some(tip) = cache.tracked(&self.target.state_ref) else {
+            return Ok(None);
+        };
+        let repo = cache.repo();
+        // Only what is here: a blob this partial cache lacks is not fetched for a memory.
+        match crate::objects::entry_id(&repo, tip, path.as_str())? {
+            Some(blob) if repo.has_object(blob) => read_file(&repo, tip, path.as_str()),
+            _ => Ok(None),
+        }
+    }
+
     fn create_lock_blocking(
         &self,
         path: &StatePath,

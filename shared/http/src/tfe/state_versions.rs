@@ -69,15 +69,8 @@ pub(super) async fn download(
     .await?;
     let current = named
         .workspaces(&app)
-        .current(&named.name, called.token())
+        .version(&named.name, &version.digest, called.token())
         .await?;
-    if current.digest != version.digest {
-        return Err(WorkspaceError::NotFound(format!(
-            "this state version of the workspace {} is no longer its current state; read the current state version again",
-            named.name
-        ))
-        .into());
-    }
     Ok(match named.admitted {
         Admitted::Whole => state_response(current.state),
         Admitted::OutputsOnly => outputs_response(&named.path, &current.state)?,
@@ -132,6 +125,7 @@ pub(super) async fn create(
         deadline: deadline.map(|axum::Extension(d)| d.0),
         force,
         token: called.token().cloned(),
+        sealed_by: None,
     };
     let spaces = named.workspaces(&app);
     let written = spaces

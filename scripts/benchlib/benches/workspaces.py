@@ -1,0 +1,230 @@
+"""The workspace API beside the http protocol: each operation of Terraform's cycle, side by side.
+
+One `gitstate serve` in team mode (a Bearer team token, as Terraform's `cloud` block sends its
+host's token) answers both protocols. For each of --states states, the http protocol runs
+Terraform's http cycle on `http/sNNN.tfstate` (LOCK, GET, POST with the lock's ID, UNLOCK) and the
+workspace API runs the `cloud` block's cycle on workspace `wNNN` (read the workspace by name,
+lock, the current state version and its download, a new state version with the state inline,
+unlock). The first cycle of each state creates it (a POST over http; the workspace's create,
+then the cycle); the table counts the cycles after it.
+
+Setups (--setups):
+  embedded  the embedded default repository;
+  remote    a repository behind lighttpd + `git http-backend` (CGI, basic auth), reached through
+            scripts/latency-proxy.py (no delay), which counts the bytes; a CGI wrapper logs each
+            request that reaches `git http-backend`. Requests and bytes per operation are
+            counted on its first --count-states states.
+
+The ratio compares the median of one cycle (the sum of its operations); the API's cycle has 6
+requests to the http protocol's 4 (Terraform reads the workspace, and reads the state in two).
+
+Usage: scripts/bench workspaces [--states 10] [--cycles 5] [--size 2000]
+                                [--setups embedded,remote] [--gitstate PATH]
+Prints one markdown table per setup.
+"""
+import base64
+import hashlib
+import http.client
+import json
+import os
+import tempfile
+import time
+
+from benchlib import support as s
+
+TOKEN = "bench-workspace-token"
+RUN_KEY = "bench-workspaces-run-key-0123456789abcdef"
+API = "application/vnd.api+json"
+
+
+def add_arguments(parser):
+    """--states, --cycles, --size, --setups, --count-states, --gitstate."""
+    parser.add_argument("--states", type=int, default=10)
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--size", type=int, default=2000, help="bytes of each state")
+    parser.add_argument("--setups", default="embedded,remote")
+    parser.add_argument("--count-states", type=int, default=2,
+                        help="states whose cycles count git requests and bytes (remote)")
+    s.add_gitstate_argument(parser)
+
+
+class Caller:
+    """One kept-alive connection with the team token as a Bearer."""
+
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def send(self, method, path, body=None, expect=(200,), content_type="application/json"):
+        """The answer's body; anything but `expect` ends the benchmark."""
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
+        self.conn.request(method, path, body=body, headers=headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        if response.status not in expect:
+            raise SystemExit(f"{method} {path}: {response.status} {data[:300]!r}")
+        return data
+
+    def api(self, method, path, document=None, expect=(200,)):
+        """A request of the workspace API: its JSON answer (None when empty)."""
+        body = json.dumps(document).encode() if document is not None else None
+        data = self.send(method, path, body, expect, API)
+        return json.loads(data) if data else None
+
+
+def state_version(serial, size):
+    """The JSON:API document of a new state version, the state inline (as Terraform sends it)."""
+    state = s.state_body(serial, size)
+    return {"data": {"type": "state-versions", "attributes": {
+        "serial": serial, "lineage": "bench", "md5": hashlib.md5(state).hexdigest(),
+        "state": base64.b64encode(state).decode()}}}
+
+
+class Measured:
+    """Time per operation, and (with `counted`) git requests and bytes per operation."""
+
+    def __init__(self, counted=None):
+        self.counted = counted
+        self.times, self.requests, self.bytes = {}, {}, {}
+
+    def op(self, name, send, count):
+        """Runs `send()`, keeping its time under `name` (and its git traffic when `count`)."""
+        if count and self.counted:
+            requests, size = self.counted.measure(lambda: self.op(name, send, False))
+            self.requests.setdefault(name, []).append(requests)
+            self.bytes.setdefault(name, []).append(size)
+            return
+        start = time.perf_counter()
+        send()
+        self.times.setdefault(name, []).append(s.ms_since(start))
+
+
+def http_cycle(caller, measured, n, serial, size, count):
+    """Terraform's http cycle on state n."""
+    path = f"/state/default/http/s{n:03}.tfstate"
+    lock = s.lock_body(f"bench-{n}-{serial}")
+    measured.op("lock", lambda: caller.send("LOCK", path, lock), count)
+    measured.op("read", lambda: caller.send("GET", path), count)
+    measured.op("write", lambda: caller.send("POST", f"{path}?ID=bench-{n}-{serial}",
+                                              s.state_body(serial, size)), count)
+    measured.op("unlock", lambda: caller.send("UNLOCK", path, lock), count)
+
+
+def api_cycle(caller, measured, n, serial, size, count):
+    """The `cloud` block's cycle on workspace n."""
+    found = {}
+
+    def read_workspace():
+        found["id"] = caller.api("GET", f"/api/v2/organizations/default/workspaces/w{n:03}")["data"]["id"]
+
+    def read_state():
+        current = caller.api("GET", f"/api/v2/workspaces/{found['id']}/current-state-version")
+        caller.send("GET", current["data"]["attributes"]["hosted-state-download-url"])
+
+    def ws():
+        return f"/api/v2/workspaces/{found['id']}"
+
+    measured.op("workspace", read_workspace, count)
+    measured.op("lock", lambda: caller.api("POST", f"{ws()}/actions/lock", {"reason": "bench"}), count)
+    measured.op("read", read_state, count)
+    measured.op("write", lambda: caller.api("POST", f"{ws()}/state-versions", state_version(serial, size),
+                                            expect=(201,)), count)
+    measured.op("unlock", lambda: caller.api("POST", f"{ws()}/actions/unlock"), count)
+
+
+def create(caller, n, size):
+    """State n over http and workspace n over the API, each with a first state."""
+    caller.send("POST", f"/state/default/http/s{n:03}.tfstate", s.state_body(1, size))
+    caller.api("POST", "/api/v2/organizations/default/workspaces",
+               {"data": {"type": "workspaces", "attributes": {"name": f"w{n:03}"}}}, expect=(201,))
+    found = caller.api("GET", f"/api/v2/organizations/default/workspaces/w{n:03}")["data"]["id"]
+    caller.api("POST", f"/api/v2/workspaces/{found}/actions/lock", {"reason": "bench"})
+    caller.api("POST", f"/api/v2/workspaces/{found}/state-versions", state_version(1, size), expect=(201,))
+    caller.api("POST", f"/api/v2/workspaces/{found}/actions/unlock")
+
+
+def table(label, protocols):
+    """Prints one setup's table: per operation, both protocols' medians, and the cycle ratio."""
+    print(f"### {label}")
+    print()
+    s.table_header("operation", "http: ms", "API: ms", "http: git requests", "API: git requests",
+                   "http: git bytes", "API: git bytes")
+    http_m, api_m = protocols["http"], protocols["api"]
+
+    def median(samples):
+        return s.summarize(samples)[0] if samples else None
+
+    for op in ("workspace", "lock", "read", "write", "unlock"):
+        cells = []
+        for values in (http_m.times, api_m.times):
+            cells.append(s.cell(values[op], ".2f") if op in values else "—")
+        for values in (http_m.requests, api_m.requests):
+            cells.append(f"{median(values[op]):.0f}" if op in values else "—")
+        for values in (http_m.bytes, api_m.bytes):
+            cells.append(s.byte_size(median(values[op])) if op in values else "—")
+        s.table_row(op, *cells)
+    cycle = {name: sum(median(m.times[op]) for op in m.times) for name, m in protocols.items()}
+    s.table_row("**cycle**", f"{cycle['http']:.2f}", f"{cycle['api']:.2f}", "", "", "", "")
+    print()
+    print(f"API cycle / http cycle: **{cycle['api'] / cycle['http']:.2f}×**")
+    print()
+
+
+def run_setup(args, label, server):
+    """Creates the states, then runs the cycles of both protocols, interleaved."""
+    caller = Caller(server.port)
+    counted = getattr(server, "counted", None)
+    for n in range(args.states):
+        create(caller, n, args.size)
+    protocols = {"http": Measured(counted), "api": Measured(counted)}
+    for cycle in range(args.cycles):
+        s.log(f"{label}: cycle {cycle + 1}/{args.cycles}")
+        for n in range(args.states):
+            count = counted is not None and n < args.count_states
+            serial = cycle + 2
+            http_cycle(caller, protocols["http"], n, serial, args.size, count)
+            api_cycle(caller, protocols["api"], n, serial, args.size, count)
+    table(label, protocols)
+
+
+def team_args():
+    """Team mode with TOKEN, as a hosted endpoint runs."""
+    return ["--auth-mode", "team", "--token-hash", "sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()]
+
+
+def run(args):
+    """Prints the tables."""
+    root = tempfile.mkdtemp(prefix="gitstate-bench-workspaces-")
+    servers = []
+    env = dict(s.git_credentials_env("warn"), GITSTATE_RUN_KEY=RUN_KEY)
+    print(f"{args.states} states, {args.cycles} cycles each, states of {args.size} bytes; "
+          "ms median (min–max); git requests and bytes (up + down) per operation, median")
+    print()
+    try:
+        for setup in args.setups.split(","):
+            if setup == "embedded":
+                cwd = os.path.join(root, "embedded")
+                os.makedirs(cwd)
+                server = s.Gitstate(args.gitstate, team_args(), env, cwd, log="serve.log", wait="health")
+                servers.append(server)
+                run_setup(args, "embedded repository", server)
+            elif setup == "remote":
+                from benchlib.benches.lock_requests import Counted
+                request_log = os.path.join(root, "requests.log")
+                githttp = s.GitHttp(root, request_log=request_log)
+                servers.append(githttp)
+                s.init_bare(os.path.join(githttp.repos, "states.git"), allow_filter=True)
+                proxy = s.LatencyProxy(root, githttp.port)
+                servers.append(proxy)
+                args_remote = team_args() + ["--repository", f"default={proxy.url('/git/states.git')}",
+                                             "--cache-dir", os.path.join(root, "cache")]
+                server = s.Gitstate(args.gitstate, args_remote, env, root, log="remote.log", wait="health")
+                server.counted = Counted(request_log, proxy)
+                servers.append(server)
+                run_setup(args, "remote repository (smart HTTP)", server)
+            else:
+                raise SystemExit(f"unknown setup {setup!r}: embedded or remote")
+    finally:
+        for server in reversed(servers):
+            server.stop()
+        s.remove_root(root)
+    return 0
