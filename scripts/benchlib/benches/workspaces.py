@@ -9,17 +9,19 @@ unlock). The first cycle of each state creates it (a POST over http; the workspa
 then the cycle); the table counts the cycles after it.
 
 Setups (--setups):
-  embedded  the embedded default repository;
-  remote    a repository behind lighttpd + `git http-backend` (CGI, basic auth), reached through
-            scripts/latency-proxy.py (no delay), which counts the bytes; a CGI wrapper logs each
-            request that reaches `git http-backend`. Requests and bytes per operation are
-            counted on its first --count-states states.
+  embedded     the embedded default repository;
+  remote       a repository behind lighttpd + `git http-backend` (CGI, basic auth), reached
+               through scripts/latency-proxy.py (no delay), which counts the bytes; a CGI wrapper
+               logs each request that reaches `git http-backend`. Requests and bytes per
+               operation are counted on its first --count-states states. One warm process.
+  remote-cold  the same, a fresh process (an empty cache) for each operation, as Lambda may
+               route each request to another container: one cycle per state.
 
 The ratio compares the median of one cycle (the sum of its operations); the API's cycle has 6
 requests to the http protocol's 4 (Terraform reads the workspace, and reads the state in two).
 
-Usage: scripts/bench workspaces [--states 10] [--cycles 5] [--size 2000]
-                                [--setups embedded,remote] [--gitstate PATH]
+Usage: scripts/bench workspaces [--states 10] [--cycles 5] [--size 2000] [--count-states 2]
+                                [--setups embedded,remote,remote-cold] [--gitstate PATH]
 Prints one markdown table per setup.
 """
 import base64
@@ -42,7 +44,7 @@ def add_arguments(parser):
     parser.add_argument("--states", type=int, default=10)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--size", type=int, default=2000, help="bytes of each state")
-    parser.add_argument("--setups", default="embedded,remote")
+    parser.add_argument("--setups", default="embedded,remote,remote-cold")
     parser.add_argument("--count-states", type=int, default=2,
                         help="states whose cycles count git requests and bytes (remote)")
     s.add_gitstate_argument(parser)
@@ -86,49 +88,51 @@ class Measured:
         self.counted = counted
         self.times, self.requests, self.bytes = {}, {}, {}
 
-    def op(self, name, send, count):
-        """Runs `send()`, keeping its time under `name` (and its git traffic when `count`)."""
+    def op(self, name, send, caller, count):
+        """Runs `send(caller)`, keeping its time under `name` (and its git traffic when
+        `count`)."""
         if count and self.counted:
-            requests, size = self.counted.measure(lambda: self.op(name, send, False))
+            requests, size = self.counted.measure(lambda: self.op(name, send, caller, False))
             self.requests.setdefault(name, []).append(requests)
             self.bytes.setdefault(name, []).append(size)
             return
         start = time.perf_counter()
-        send()
+        send(caller)
         self.times.setdefault(name, []).append(s.ms_since(start))
 
 
 def http_cycle(caller, measured, n, serial, size, count):
-    """Terraform's http cycle on state n."""
+    """Terraform's http cycle on state n; `caller(op)` is the Caller of each operation."""
     path = f"/state/default/http/s{n:03}.tfstate"
     lock = s.lock_body(f"bench-{n}-{serial}")
-    measured.op("lock", lambda: caller.send("LOCK", path, lock), count)
-    measured.op("read", lambda: caller.send("GET", path), count)
-    measured.op("write", lambda: caller.send("POST", f"{path}?ID=bench-{n}-{serial}",
-                                              s.state_body(serial, size)), count)
-    measured.op("unlock", lambda: caller.send("UNLOCK", path, lock), count)
+    measured.op("lock", lambda c: c.send("LOCK", path, lock), caller("lock"), count)
+    measured.op("read", lambda c: c.send("GET", path), caller("read"), count)
+    measured.op("write", lambda c: c.send("POST", f"{path}?ID=bench-{n}-{serial}", s.state_body(serial, size)),
+                caller("write"), count)
+    measured.op("unlock", lambda c: c.send("UNLOCK", path, lock), caller("unlock"), count)
 
 
 def api_cycle(caller, measured, n, serial, size, count):
     """The `cloud` block's cycle on workspace n."""
     found = {}
 
-    def read_workspace():
-        found["id"] = caller.api("GET", f"/api/v2/organizations/default/workspaces/w{n:03}")["data"]["id"]
+    def read_workspace(c):
+        found["id"] = c.api("GET", f"/api/v2/organizations/default/workspaces/w{n:03}")["data"]["id"]
 
-    def read_state():
-        current = caller.api("GET", f"/api/v2/workspaces/{found['id']}/current-state-version")
-        caller.send("GET", current["data"]["attributes"]["hosted-state-download-url"])
+    def read_state(c):
+        current = c.api("GET", f"/api/v2/workspaces/{found['id']}/current-state-version")
+        c.send("GET", current["data"]["attributes"]["hosted-state-download-url"])
 
     def ws():
         return f"/api/v2/workspaces/{found['id']}"
 
-    measured.op("workspace", read_workspace, count)
-    measured.op("lock", lambda: caller.api("POST", f"{ws()}/actions/lock", {"reason": "bench"}), count)
-    measured.op("read", read_state, count)
-    measured.op("write", lambda: caller.api("POST", f"{ws()}/state-versions", state_version(serial, size),
-                                            expect=(201,)), count)
-    measured.op("unlock", lambda: caller.api("POST", f"{ws()}/actions/unlock"), count)
+    measured.op("workspace", read_workspace, caller("workspace"), count)
+    measured.op("lock", lambda c: c.api("POST", f"{ws()}/actions/lock", {"reason": "bench"}), caller("lock"),
+                count)
+    measured.op("read", read_state, caller("read"), count)
+    measured.op("write", lambda c: c.api("POST", f"{ws()}/state-versions", state_version(serial, size),
+                                         expect=(201,)), caller("write"), count)
+    measured.op("unlock", lambda c: c.api("POST", f"{ws()}/actions/unlock"), caller("unlock"), count)
 
 
 def create(caller, n, size):
@@ -169,15 +173,15 @@ def table(label, protocols):
     print()
 
 
-def run_setup(args, label, server):
-    """Creates the states, then runs the cycles of both protocols, interleaved."""
-    caller = Caller(server.port)
-    counted = getattr(server, "counted", None)
+def run_setup(args, label, caller, counted=None, cycles=None):
+    """Creates the states, then runs the cycles of both protocols, interleaved; `caller(op)` is
+    the Caller of each operation."""
     for n in range(args.states):
-        create(caller, n, args.size)
+        create(caller("create"), n, args.size)
     protocols = {"http": Measured(counted), "api": Measured(counted)}
-    for cycle in range(args.cycles):
-        s.log(f"{label}: cycle {cycle + 1}/{args.cycles}")
+    cycles = cycles or args.cycles
+    for cycle in range(cycles):
+        s.log(f"{label}: cycle {cycle + 1}/{cycles}")
         for n in range(args.states):
             count = counted is not None and n < args.count_states
             serial = cycle + 2
@@ -189,6 +193,45 @@ def run_setup(args, label, server):
 def team_args():
     """Team mode with TOKEN, as a hosted endpoint runs."""
     return ["--auth-mode", "team", "--token-hash", "sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()]
+
+
+class Remote:
+    """lighttpd + `git http-backend` with an empty states.git behind a counting proxy, and the
+    `gitstate serve` processes on it, each with a cache of its own."""
+
+    def __init__(self, args, root, env, servers):
+        from benchlib.benches.lock_requests import Counted
+        self.args, self.root, self.env, self.servers = args, root, env, servers
+        request_log = os.path.join(root, "requests.log")
+        githttp = s.GitHttp(root, request_log=request_log)
+        servers.append(githttp)
+        s.init_bare(os.path.join(githttp.repos, "states.git"), allow_filter=True)
+        proxy = s.LatencyProxy(root, githttp.port)
+        servers.append(proxy)
+        self.url = proxy.url("/git/states.git")
+        self.counted = Counted(request_log, proxy)
+        self.started = 0
+
+    def process(self):
+        """A fresh `gitstate serve` on the repository, with an empty cache."""
+        self.started += 1
+        name = f"process-{self.started}"
+        args = team_args() + ["--repository", f"default={self.url}", "--cache-dir", os.path.join(self.root, name)]
+        server = s.Gitstate(self.args.gitstate, args, self.env, self.root, log=f"{name}.log", wait="health")
+        self.servers.append(server)
+        return server
+
+    def fresh_per_operation(self):
+        """`caller(op)` that starts a fresh process for each operation (stopping the last)."""
+        last = []
+
+        def caller(_op):
+            if last:
+                last.pop().stop()
+            server = self.process()
+            last.append(server)
+            return Caller(server.port)
+        return caller
 
 
 def run(args):
@@ -206,23 +249,19 @@ def run(args):
                 os.makedirs(cwd)
                 server = s.Gitstate(args.gitstate, team_args(), env, cwd, log="serve.log", wait="health")
                 servers.append(server)
-                run_setup(args, "embedded repository", server)
+                caller = Caller(server.port)
+                run_setup(args, "embedded repository", lambda _op: caller)
             elif setup == "remote":
-                from benchlib.benches.lock_requests import Counted
-                request_log = os.path.join(root, "requests.log")
-                githttp = s.GitHttp(root, request_log=request_log)
-                servers.append(githttp)
-                s.init_bare(os.path.join(githttp.repos, "states.git"), allow_filter=True)
-                proxy = s.LatencyProxy(root, githttp.port)
-                servers.append(proxy)
-                args_remote = team_args() + ["--repository", f"default={proxy.url('/git/states.git')}",
-                                             "--cache-dir", os.path.join(root, "cache")]
-                server = s.Gitstate(args.gitstate, args_remote, env, root, log="remote.log", wait="health")
-                server.counted = Counted(request_log, proxy)
-                servers.append(server)
-                run_setup(args, "remote repository (smart HTTP)", server)
+                remote = Remote(args, os.path.join(root, "remote"), env, servers)
+                caller = Caller(remote.process().port)
+                run_setup(args, "remote repository (smart HTTP), one warm process", lambda _op: caller,
+                          remote.counted)
+            elif setup == "remote-cold":
+                remote = Remote(args, os.path.join(root, "remote-cold"), env, servers)
+                run_setup(args, "remote repository (smart HTTP), a fresh process for each operation",
+                          remote.fresh_per_operation(), remote.counted, cycles=1)
             else:
-                raise SystemExit(f"unknown setup {setup!r}: embedded or remote")
+                raise SystemExit(f"unknown setup {setup!r}: embedded, remote or remote-cold")
     finally:
         for server in reversed(servers):
             server.stop()
