@@ -91,6 +91,11 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// See [`StateStore::recalled_exists`] (the default cannot tell).
+    fn recalled_exists_blocking(&self, _path: &StatePath) -> Result<Option<bool>, StoreError> {
+        Ok(None)
+    }
+
     /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
     /// store has its own (see [`StateStore::begin`]). Never called otherwise.
     fn begin_blocking(
@@ -151,6 +156,12 @@ impl<S: BlockingStore> StateStore for S {
     async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
         let path = path.clone();
         self.run(move |store| store.recalled_state_blocking(&path))
+            .await
+    }
+
+    async fn recalled_exists(&self, path: &StatePath) -> Result<Option<bool>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.recalled_exists_blocking(&path))
             .await
     }
 

@@ -191,6 +191,15 @@ pub trait StateStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether the tip of the state branch this store last saw holds a file at `path`, when its
+    /// memory holds the trees to tell (no request, no fetch); `None` when it cannot tell (the
+    /// default). As [`StateStore::recalled_state`], it may be stale and decides nothing that a
+    /// fresh read or a push does not confirm.
+    async fn recalled_exists(&self, path: &StatePath) -> Result<Option<bool>, StoreError> {
+        let _ = path;
+        Ok(None)
+    }
+
     /// Reads only the lock branch: its tip, lock file and token, or `None` when unlocked. The
     /// default takes a full snapshot; stores override it to skip reading the state (an UNLOCK
     /// of a store without attempts of its own reads through it).
@@ -411,6 +420,10 @@ impl StateStore for NamedStore {
 
     async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
         self.inner.recalled_state(path).await
+    }
+
+    async fn recalled_exists(&self, path: &StatePath) -> Result<Option<bool>, StoreError> {
+        self.inner.recalled_exists(path).await
     }
 
     fn repository(&self) -> &str {

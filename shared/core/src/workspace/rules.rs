@@ -228,13 +228,14 @@ impl<'a> Workspaces<'a> {
     }
 
     /// The workspace `name` as the store remembers it (no request to a remote): `Some` when its
-    /// memory holds the workspace's state or record. A lock decides whether it is held on its
+    /// memory holds a state at the workspace's path ([`StateStore::recalled_exists`]) or its
+    /// record. A lock decides whether it is held on its
     /// own fresh check, so the lock is not recalled (`None`).
     async fn recalled(&self, name: &WorkspaceName) -> Result<Option<Workspace>, WorkspaceError> {
         let path = self.path(name)?;
-        let (has_state, record) = match self.store.recalled_state(&path).await? {
-            Some(_) => (true, None),
-            None => {
+        let (has_state, record) = match self.store.recalled_exists(&path).await? {
+            Some(true) => (true, None),
+            _ => {
                 let record_path = name
                     .record_path()
                     .map_err(|e| BackendError::BadRequest(e.to_string()))?;
@@ -324,23 +325,17 @@ impl<'a> Workspaces<'a> {
     /// saying it was taken through the workspace API, sealed by the holder's credential. Held by
     /// anyone (an http LOCK, another caller, this caller already) is [`WorkspaceError::Locked`].
     /// Whether the workspace exists is taken from the store's memory when it holds its state or
-    /// record (the lock's own request is then the only one to a remote), else read fresh.
+    /// record, before the lock or from what the lock's own request read (the lock is then the
+    /// only request to a remote), else read fresh after the lock; a lock taken on a workspace
+    /// that turns out not to exist is released, and the answer is the 404.
     pub async fn lock(
         &self,
         name: &WorkspaceName,
         holder: &Holder,
         reason: &str,
     ) -> Result<Workspace, WorkspaceError> {
-        let mut workspace = match self.recalled(name).await? {
-            Some(workspace) => workspace,
-            None => {
-                let workspace = self.read(name, Some(holder)).await?;
-                if let Some(lock) = &workspace.lock {
-                    return Err(self.locked(name, lock));
-                }
-                workspace
-            }
-        };
+        let path = self.path(name)?;
+        let recalled = self.recalled(name).await?;
         let who = if holder.name.is_empty() {
             "workspace API"
         } else {
@@ -366,23 +361,48 @@ impl<'a> Workspaces<'a> {
         let body = Bytes::from(info.to_string());
         match self
             .backend
-            .lock_with_token(
-                self.store,
-                &workspace.path,
-                body.clone(),
-                Some(&holder.token),
-            )
+            .lock_with_token(self.store, &path, body.clone(), Some(&holder.token))
             .await
         {
-            Ok(_) => {
-                workspace.lock = Some(body);
-                workspace.locked_by_caller = true;
-                Ok(workspace)
+            Ok(_) => {}
+            Err(BackendError::Locked(held)) => return Err(self.locked(name, &held)),
+            Err(BackendError::Conflict(sentence)) => {
+                return Err(WorkspaceError::Unwritable(sentence))
             }
-            Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
-            Err(BackendError::Conflict(sentence)) => Err(WorkspaceError::Unwritable(sentence)),
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
+        // The lock's own request left what it read in the store's memory (a cold process: the
+        // trees on the path); only a workspace it cannot tell of is read fresh, and a lock
+        // taken on no workspace is released at once.
+        let workspace = match recalled {
+            Some(workspace) => workspace,
+            None => match self.recalled(name).await? {
+                Some(workspace) => workspace,
+                None => match self.read(name, Some(holder)).await {
+                    Ok(workspace) => workspace,
+                    Err(e) => {
+                        let release = self
+                            .backend
+                            .unlock_with_token(
+                                self.store,
+                                &path,
+                                &Unlock::Sealed,
+                                Some(&holder.token),
+                            )
+                            .await;
+                        if let Err(release) = release {
+                            tracing::warn!(%path, error = %release, "a lock taken on no workspace could not be released");
+                        }
+                        return Err(e);
+                    }
+                },
+            },
+        };
+        Ok(Workspace {
+            lock: Some(body),
+            locked_by_caller: true,
+            ..workspace
+        })
     }
 
     /// Releases the lock `holder` took on the workspace `name` ([`Unlock::Sealed`]: as a

@@ -26,6 +26,7 @@ use gitstate_core::{
     BlockingStore, Credentials, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath,
     StoreError, WriteAttempt,
 };
+use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
@@ -333,11 +334,32 @@ impl BlockingStore for RemoteStore {
             return Ok(None);
         };
         let repo = cache.repo();
-        // Only what is here: a blob this partial cache lacks is not fetched for a memory.
-        match crate::objects::entry_id(&repo, tip, path.as_str())? {
-            Some(blob) if repo.has_object(blob) => read_file(&repo, tip, path.as_str()),
+        // Only what is here: a tree or blob this partial cache lacks is not fetched for a memory.
+        match crate::lookup::reach(&repo, tip, path.as_str())? {
+            crate::lookup::Reach::Found(Some(entry))
+                if matches!(entry.kind, EntryKind::Blob | EntryKind::BlobExecutable)
+                    && repo.has_object(entry.id) =>
+            {
+                read_file(&repo, tip, path.as_str())
+            }
             _ => Ok(None),
         }
+    }
+
+    fn recalled_exists_blocking(&self, path: &StatePath) -> Result<Option<bool>, StoreError> {
+        let cache = self.cache()?;
+        let Some(tip) = cache.tracked(&self.target.state_ref) else {
+            return Ok(None);
+        };
+        // A tree on the path that this partial cache lacks: it cannot tell.
+        Ok(
+            match crate::lookup::reach(&cache.repo(), tip, path.as_str())? {
+                crate::lookup::Reach::Found(entry) => Some(entry.is_some_and(|e| {
+                    matches!(e.kind, EntryKind::Blob | EntryKind::BlobExecutable)
+                })),
+                crate::lookup::Reach::Lacks(_) => None,
+            },
+        )
     }
 
     fn create_lock_blocking(
