@@ -335,3 +335,24 @@ fn a_narrow_credential_sees_no_workspace_outside_its_paths_and_a_reader_only_rea
         Admitted::Whole
     );
 }
+
+#[tokio::test]
+async fn a_lock_of_no_workspace_is_a_404_and_leaves_no_lock() {
+    let (backend, store) = (Backend::default(), MemoryStore::named("default"));
+    let spaces = Workspaces::on(&backend, store.as_ref());
+    let ghost = name("app-prod");
+    let refused = spaces
+        .lock(&ghost, &holder("token-a", "alice"), "")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, WorkspaceError::NotFound(s) if s.contains("does not exist")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.lock_file(APP),
+        None,
+        "the lock taken to learn it is released"
+    );
+    assert!(store.commits_of(APP).is_empty() && store.commits_of(RECORD).is_empty());
+}
