@@ -43,6 +43,9 @@ pub enum WorkspaceError {
     /// The name breaks the API's rule (422).
     #[error(transparent)]
     Name(#[from] super::NameError),
+    /// A tag breaks the rule (422).
+    #[error(transparent)]
+    Tag(#[from] super::TagError),
     /// A workspace of that name exists already (422).
     #[error("{0}")]
     Taken(String),
@@ -82,7 +85,8 @@ pub struct Workspace {
     pub id: WorkspaceId,
     /// The state path it maps to.
     pub path: StatePath,
-    /// Its record, when it has one and no state (a workspace with a state needs none).
+    /// Its record, when it has one (a workspace with a state needs none, but gets one when it is
+    /// tagged).
     pub record: Option<Record>,
     /// Whether a state is stored at its path.
     pub has_state: bool,
@@ -166,8 +170,8 @@ const API_LOCK_OPERATION: &str = "OperationTypeWorkspaceLock";
 
 /// The workspace operations of one repository.
 pub struct Workspaces<'a> {
-    backend: &'a Backend,
-    store: &'a dyn StateStore,
+    pub(super) backend: &'a Backend,
+    pub(super) store: &'a dyn StateStore,
 }
 
 impl<'a> Workspaces<'a> {
@@ -188,7 +192,7 @@ impl<'a> Workspaces<'a> {
         Place::new(self.store.repository(), path)
     }
 
-    fn id(&self, name: &WorkspaceName) -> WorkspaceId {
+    pub(super) fn id(&self, name: &WorkspaceName) -> WorkspaceId {
         WorkspaceId::new(self.store.repository(), name)
     }
 
@@ -202,10 +206,7 @@ impl<'a> Workspaces<'a> {
         let path = self.path(name)?;
         let snapshot = self.store.snapshot(&path).await?;
         let has_state = snapshot.state.is_some();
-        let record = match has_state {
-            true => None,
-            false => self.record(name).await?,
-        };
+        let record = self.record(name).await?;
         if !has_state && record.is_none() {
             return Err(not_found(self.store.repository(), name));
         }
@@ -228,7 +229,10 @@ impl<'a> Workspaces<'a> {
     }
 
     /// The record of `name`, when it has one.
-    async fn record(&self, name: &WorkspaceName) -> Result<Option<Record>, WorkspaceError> {
+    pub(super) async fn record(
+        &self,
+        name: &WorkspaceName,
+    ) -> Result<Option<Record>, WorkspaceError> {
         let record_path = name
             .record_path()
             .map_err(|e| BackendError::BadRequest(e.to_string()))?;
@@ -236,11 +240,13 @@ impl<'a> Workspaces<'a> {
         Ok(snapshot.state.as_deref().map(Record::stored))
     }
 
-    /// Creates the workspace `name` for `who`: its record, one commit through compare-and-swap.
-    /// A workspace that exists (a state or a record) is [`WorkspaceError::Taken`].
+    /// Creates the workspace `name` with `tags` (checked, sorted) for `who`: its record, one
+    /// commit through compare-and-swap. A workspace that exists (a state or a record) is
+    /// [`WorkspaceError::Taken`].
     pub async fn create(
         &self,
         name: &WorkspaceName,
+        tags: Vec<String>,
         who: &str,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
@@ -257,7 +263,8 @@ impl<'a> Workspaces<'a> {
         let record_path = name
             .record_path()
             .map_err(|e| BackendError::BadRequest(e.to_string()))?;
-        let record = Record::new(name.as_str());
+        let mut record = Record::new(name.as_str());
+        record.tags = tags;
         let who = escape_controls(who).into_owned();
         let message = Message::by(format!("Create workspace {name} ({path}) by {who}"), &who);
         let started = std::time::Instant::now();
@@ -289,6 +296,69 @@ impl<'a> Workspaces<'a> {
                     lock: snapshot.lock,
                     locked_by_caller: false,
                 });
+            }
+        }
+    }
+
+    /// Adds `add` to the tags of the workspace `name` and removes `remove` (both checked) for
+    /// `who`: its record, one commit through compare-and-swap (a workspace that has only a state
+    /// gets a record). Tags that change nothing write nothing.
+    pub async fn tag(
+        &self,
+        name: &WorkspaceName,
+        add: &[String],
+        remove: &[String],
+        who: &str,
+    ) -> Result<Workspace, WorkspaceError> {
+        let mut workspace = self.read(name, None).await?;
+        let record_path = name
+            .record_path()
+            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let who = escape_controls(who).into_owned();
+        let started = std::time::Instant::now();
+        let deadline = started + self.backend.retry.budget;
+        let mut attempt = 0;
+        let _serialized = crate::backend::serialized(self.store).await;
+        loop {
+            let timing = (&mut attempt, started, deadline);
+            let session = self
+                .backend
+                .begin_write(self.store, &record_path, Intent::Write, timing)
+                .await?;
+            let mut record = match session.snapshot().state.as_deref() {
+                Some(stored) => Record::stored(stored),
+                None => Record::new(name.as_str()),
+            };
+            if record.name.is_empty() {
+                record.name = name.as_str().to_owned();
+            }
+            let tags = super::tags::changed(&record.tags, add, remove);
+            if session.snapshot().state.is_some() && tags == record.tags {
+                workspace.record = Some(record);
+                return Ok(workspace);
+            }
+            record.tags = tags;
+            let shown = match record.tags.is_empty() {
+                true => "no tags".to_owned(),
+                false => record.tags.join(", "),
+            };
+            let message = Message::by(
+                format!(
+                    "Tag workspace {name} ({}): {shown} by {who}",
+                    workspace.path
+                ),
+                &who,
+            );
+            let timing = (&mut attempt, started, deadline);
+            let change = StateChange::Write(record.to_bytes());
+            let pushed = self
+                .backend
+                .push_attempt(session, change, &message, "workspace record", timing)
+                .await?;
+            if let Some(revision) = pushed {
+                tracing::info!(workspace = %name, %revision, "workspace tagged");
+                workspace.record = Some(record);
+                return Ok(workspace);
             }
         }
     }
