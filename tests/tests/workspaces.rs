@@ -770,6 +770,66 @@ fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
             assert_eq!(json(&state)["outputs"]["workspace"]["value"], name);
         }
         assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+
+        // Delete: refused while the workspace has a state, unless forced; the state and the
+        // record go in one commit, and the state's history stays in git.
+        tf.run(work.path(), &["workspace", "select", "-no-color", "a"])
+            .expect_code(0, "select a");
+        let (status, body) = host.with_token(
+            TOKEN,
+            "POST",
+            "/api/v2/organizations/default/workspaces/b/actions/safe-delete",
+            None,
+        );
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("has a state"), "{body}");
+        let refused = tf.run(work.path(), &["workspace", "delete", "-no-color", "b"]);
+        assert_ne!(refused.code, Some(0), "{}", refused.combined());
+        let b_state = "workspaces/b.tfstate";
+        assert_eq!(git_log_subjects(&host.bare(), "main", b_state).len(), 1);
+        tf.run(
+            work.path(),
+            &["workspace", "delete", "-force", "-no-color", "b"],
+        )
+        .expect_code(0, "workspace delete -force");
+        let history = git_log_subjects(&host.bare(), "main", b_state);
+        assert_eq!(history.len(), 2, "{}: {history:?}", tf.version);
+        assert_eq!(
+            history[0], "Delete workspace b (workspaces/b.tfstate) by workspace API",
+            "{}",
+            tf.version
+        );
+        assert!(
+            history[1].starts_with("Update workspaces/b.tfstate"),
+            "{history:?}"
+        );
+        assert_eq!(
+            git_log_subjects(&host.bare(), "main", ".gitstate/workspaces/b.json")[0],
+            history[0],
+            "the record went in the same commit"
+        );
+        let (status, _) = host.with_token(
+            TOKEN,
+            "GET",
+            "/api/v2/organizations/default/workspaces/b",
+            None,
+        );
+        assert_eq!(status, 404);
+        // A workspace without a state is deleted without force (the API's safe delete).
+        tf.run(work.path(), &["workspace", "new", "-no-color", "c"])
+            .expect_code(0, "workspace new c");
+        tf.run(work.path(), &["workspace", "select", "-no-color", "a"])
+            .expect_code(0, "select a");
+        tf.run(work.path(), &["workspace", "delete", "-no-color", "c"])
+            .expect_code(0, "workspace delete c");
+        let list = tf.run(work.path(), &["workspace", "list", "-no-color"]);
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        assert!(
+            shown.contains(&"* a") && !shown.contains(&"b") && !shown.contains(&"c"),
+            "{}: {}",
+            tf.version,
+            list.stdout
+        );
     }
 }
 
@@ -964,6 +1024,39 @@ fn team_mode_lists_only_what_a_token_may_read_and_a_reader_cannot_tag() {
     let (status, answer) = host.with_token(TOKEN, "POST", &tags, Some(body));
     assert_eq!(status, 204, "{answer}");
     assert_eq!(tag_names(&host, "team-a-one"), ["extra", "teams"]);
+
+    // Read-only cannot delete; a narrow token cannot see another team's workspace to delete.
+    let one = "/api/v2/organizations/default/workspaces/team-a-one";
+    let (status, answer) = host.with_token(reader, "DELETE", one, None);
+    assert_eq!(status, 403, "{answer}");
+    let other = "/api/v2/organizations/default/workspaces/team-b-one";
+    let (status, answer) = host.with_token(narrow, "DELETE", other, None);
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = host.with_token(
+        narrow,
+        "POST",
+        &format!(
+            "/api/v2/workspaces/{}/actions/safe-delete",
+            host.workspace_id("team-b-one")
+        ),
+        None,
+    );
+    assert_eq!(status, 404, "{answer}");
+    let (all, _) = listed(&host, TOKEN, "");
+    assert_eq!(all.len(), 3, "nothing was deleted: {all:?}");
+    // The narrow token deletes its own (no state: the safe delete).
+    let (status, answer) = host.with_token(
+        narrow,
+        "POST",
+        &format!(
+            "/api/v2/workspaces/{}/actions/safe-delete",
+            host.workspace_id("team-a-two")
+        ),
+        None,
+    );
+    assert_eq!(status, 204, "{answer}");
+    let (all, _) = listed(&host, TOKEN, "");
+    assert_eq!(all, ["team-a-one", "team-b-one"]);
     let log = host.server.log();
     for token in [TOKEN, narrow, reader] {
         assert!(!log.contains(token), "the log holds {token}");

@@ -79,6 +79,10 @@ pub enum StateChange {
     Write(Bytes),
     /// Remove the file.
     Delete,
+    /// Remove the file and, in the same commit, these files of gitstate's own (paths under
+    /// `.gitstate/`: a deleted workspace's record). Only the file's own conditions are checked
+    /// (its content and its lock, as read); a listed file that is absent is no error.
+    DeleteWith(Vec<crate::path::StatePath>),
 }
 
 /// Result of trying to create a lock branch.

@@ -64,6 +64,9 @@ pub enum WorkspaceError {
     /// The operation needs a lock that is not held (409).
     #[error("{0}")]
     NotLocked(String),
+    /// A delete without force of a workspace that has a state (409, as the API's safe delete).
+    #[error("{0}")]
+    HasState(String),
     /// No state could ever be written at the workspace's path (409, [`crate::PathConflict`]).
     #[error("{0}")]
     Unwritable(String),
@@ -359,6 +362,67 @@ impl<'a> Workspaces<'a> {
                 tracing::info!(workspace = %name, %revision, "workspace tagged");
                 workspace.record = Some(record);
                 return Ok(workspace);
+            }
+        }
+    }
+
+    /// Deletes the workspace `name` for `who`: its state and its record in one commit through
+    /// compare-and-swap ([`StateChange::DeleteWith`]; the history stays in git). A locked
+    /// workspace is [`WorkspaceError::Locked`]; one that has a state, unless `force`,
+    /// [`WorkspaceError::HasState`]. Returns the commit.
+    pub async fn delete(
+        &self,
+        name: &WorkspaceName,
+        force: bool,
+        who: &str,
+    ) -> Result<String, WorkspaceError> {
+        let path = self.path(name)?;
+        let record_path = name
+            .record_path()
+            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let who = escape_controls(who).into_owned();
+        let message = Message::by(format!("Delete workspace {name} ({path}) by {who}"), &who);
+        let started = std::time::Instant::now();
+        let deadline = started + self.backend.retry.budget;
+        let mut attempt = 0;
+        let _serialized = crate::backend::serialized(self.store).await;
+        loop {
+            let has_record = self.record(name).await?.is_some();
+            let timing = (&mut attempt, started, deadline);
+            let session = self
+                .backend
+                .begin_write(self.store, &path, Intent::Write, timing)
+                .await?;
+            let snapshot = session.snapshot();
+            if snapshot.state.is_none() && !has_record {
+                return Err(not_found(self.store.repository(), name));
+            }
+            if let Some(lock) = &snapshot.lock {
+                return Err(match self.locked(name, lock) {
+                    WorkspaceError::Locked { sentence, holder } => WorkspaceError::Locked {
+                        sentence: sentence.replace(
+                            "not by this caller; wait for it",
+                            "and cannot be deleted while locked; wait for it",
+                        ),
+                        holder,
+                    },
+                    other => other,
+                });
+            }
+            if snapshot.state.is_some() && !force {
+                return Err(WorkspaceError::HasState(format!(
+                    "the workspace {name} has a state, so it is not deleted without force: run `terraform workspace delete -force {name}` (the state's history stays in git)"
+                )));
+            }
+            let timing = (&mut attempt, started, deadline);
+            let change = StateChange::DeleteWith(vec![record_path.clone()]);
+            let pushed = self
+                .backend
+                .push_attempt(session, change, &message, "workspace delete", timing)
+                .await?;
+            if let Some(revision) = pushed {
+                tracing::info!(workspace = %name, %path, %revision, "workspace deleted");
+                return Ok(revision);
             }
         }
     }

@@ -444,3 +444,63 @@ async fn the_list_finds_states_and_records_by_name_and_tags_one_page_at_a_time()
     assert_eq!(names(&seen), ["app-a"]);
     assert_eq!(seen.total, 1);
 }
+
+#[tokio::test]
+async fn a_delete_removes_the_state_and_the_record_in_one_commit_never_when_locked() {
+    let (backend, store) = (Backend::default(), MemoryStore::named("default"));
+    let spaces = Workspaces::on(&backend, store.as_ref());
+    let app = name("app-prod");
+    spaces.create(&app, Vec::new(), "alice").await.unwrap();
+    let alice = holder("token-a", "alice");
+    spaces.lock(&app, &alice, "apply").await.unwrap();
+    let checked = backend.check(state(1), false).unwrap();
+    spaces
+        .write_state(&app, &checked, &alice, &caller("alice"))
+        .await
+        .unwrap();
+    let before = store.commits().len();
+
+    // Locked: refused, even with force.
+    let locked = spaces.delete(&app, true, "bob").await.unwrap_err();
+    assert!(
+        matches!(&locked, WorkspaceError::Locked { sentence, .. } if sentence.contains("cannot be deleted while locked")),
+        "{locked:?}"
+    );
+    spaces.unlock(&app, &alice).await.unwrap();
+    // A state: refused without force.
+    let kept = spaces.delete(&app, false, "bob").await.unwrap_err();
+    assert!(
+        matches!(&kept, WorkspaceError::HasState(s) if s.contains("-force")),
+        "{kept:?}"
+    );
+    assert_eq!(store.commits().len(), before, "nothing was written");
+
+    spaces.delete(&app, true, "bob").await.unwrap();
+    let commits = store.commits();
+    assert_eq!(commits.len(), before + 1, "one commit");
+    let last = commits.last().unwrap();
+    assert_eq!(last.path, APP);
+    assert_eq!(last.content, None);
+    assert_eq!(last.also_removed, [RECORD]);
+    assert!(
+        last.message
+            .starts_with("Delete workspace app-prod (workspaces/app-prod.tfstate) by bob"),
+        "{}",
+        last.message
+    );
+    assert!(store.file(APP).is_none() && store.file(RECORD).is_none());
+    assert!(matches!(
+        spaces.read(&app, None).await,
+        Err(WorkspaceError::NotFound(_))
+    ));
+    assert!(matches!(
+        spaces.delete(&app, true, "bob").await,
+        Err(WorkspaceError::NotFound(_))
+    ));
+
+    // A workspace with only a record is deleted without force.
+    let empty = name("empty");
+    spaces.create(&empty, Vec::new(), "alice").await.unwrap();
+    spaces.delete(&empty, false, "alice").await.unwrap();
+    assert!(store.file(".gitstate/workspaces/empty.json").is_none());
+}

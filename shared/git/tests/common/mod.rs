@@ -222,6 +222,55 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
 
     sessions(store, prefix).await;
     nesting(store, prefix).await;
+    delete_with(store, prefix).await;
+}
+
+/// [`gitstate_core::StateChange::DeleteWith`] through a write attempt (a remote store's write
+/// queue): the file and gitstate's own file beside it go in one commit.
+pub async fn delete_with(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    use gitstate_core::{Intent, StateChange};
+
+    let path = sp(&format!("{prefix}workspaces/gone.tfstate"));
+    let record = StatePath::gitstate_file(&sp(&format!("{prefix}workspaces/gone.json")));
+    write_retrying(store, &path, b"{\"serial\":1}", "Update gone").await;
+    write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone").await;
+    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+    let commit = attempt
+        .update_state(
+            StateChange::DeleteWith(vec![record.clone()]),
+            &gitstate_core::Message::from("Delete workspace gone"),
+        )
+        .await
+        .expect("delete with its record");
+    for gone in [&path, &record] {
+        let snap = store.snapshot(gone).await.expect("snapshot");
+        assert_eq!(snap.state, None, "{gone}");
+        assert_eq!(snap.state_tip.as_deref(), Some(commit.as_str()));
+        let history = store.history(gone, 10).await.expect("history");
+        assert_eq!(
+            history[0].commit, commit,
+            "{gone}: removed by that one commit"
+        );
+        assert_eq!(history[0].size, None);
+        assert_eq!(
+            history.len(),
+            2,
+            "{gone}: its write is still in the history"
+        );
+    }
+    // Only one of the two files there (a workspace without a state): the other's absence is no
+    // error.
+    write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone again").await;
+    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+    let commit = attempt
+        .update_state(
+            StateChange::DeleteWith(vec![record.clone()]),
+            &gitstate_core::Message::from("Delete workspace gone"),
+        )
+        .await
+        .expect("delete a record without a state");
+    let snap = store.snapshot(&record).await.expect("snapshot");
+    assert_eq!((snap.state, snap.state_tip), (None, Some(commit)));
 }
 
 /// [`StateStore::create_lock`](gitstate_core::StateStore::create_lock) where no state could ever

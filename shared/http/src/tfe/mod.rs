@@ -44,11 +44,21 @@ pub(crate) fn routes(router: Router<AppState>) -> Router<AppState> {
         )
         .route(
             "/api/v2/organizations/{org}/workspaces/{name}",
-            api(get(workspaces::read_by_name)),
+            api(get(workspaces::read_by_name).delete(workspaces::delete_by_name)),
+        )
+        .route(
+            "/api/v2/organizations/{org}/workspaces/{name}/actions/safe-delete",
+            api(post(workspaces::safe_delete_by_name)),
         )
         .route(
             "/api/v2/workspaces/{id}",
-            api(get(workspaces::read_by_id).patch(workspaces::update)),
+            api(get(workspaces::read_by_id)
+                .patch(workspaces::update)
+                .delete(workspaces::delete_by_id)),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/actions/safe-delete",
+            api(post(workspaces::safe_delete_by_id)),
         )
         .route(
             "/api/v2/workspaces/{id}/relationships/tags",
@@ -125,9 +135,9 @@ impl From<WorkspaceError> for ApiError {
             WorkspaceError::Locked { sentence, .. } => {
                 ApiError::Message(StatusCode::CONFLICT, sentence)
             }
-            WorkspaceError::NotLocked(s) | WorkspaceError::Unwritable(s) => {
-                ApiError::Message(StatusCode::CONFLICT, s)
-            }
+            WorkspaceError::NotLocked(s)
+            | WorkspaceError::Unwritable(s)
+            | WorkspaceError::HasState(s) => ApiError::Message(StatusCode::CONFLICT, s),
             WorkspaceError::Backend(e) => e.into(),
         }
     }

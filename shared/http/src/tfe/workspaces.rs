@@ -205,6 +205,74 @@ fn settable(request: &Request) -> Result<(), TfeError> {
     Ok(())
 }
 
+/// `DELETE /api/v2/organizations/:org/workspaces/:name`: the workspace, its state included.
+pub(super) async fn delete_by_name(
+    State(app): State<AppState>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let named = Named::resolve(&app, &called, &org, &name, Use::Write).await?;
+    delete(&app, &called, &named, true).await
+}
+
+/// `POST /api/v2/organizations/:org/workspaces/:name/actions/safe-delete`: the workspace,
+/// refused while it has a state.
+pub(super) async fn safe_delete_by_name(
+    State(app): State<AppState>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let named = Named::resolve(&app, &called, &org, &name, Use::Write).await?;
+    delete(&app, &called, &named, false).await
+}
+
+/// `DELETE /api/v2/workspaces/:id`.
+pub(super) async fn delete_by_id(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let named = Named::by_id(&app, &called, &id, Use::Write).await?;
+    delete(&app, &called, &named, true).await
+}
+
+/// `POST /api/v2/workspaces/:id/actions/safe-delete`.
+pub(super) async fn safe_delete_by_id(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let named = Named::by_id(&app, &called, &id, Use::Write).await?;
+    delete(&app, &called, &named, false).await
+}
+
+/// Deletes the workspace (its state too when `force`): 204.
+async fn delete(
+    app: &AppState,
+    called: &Called,
+    named: &Named,
+    force: bool,
+) -> Result<Response, TfeError> {
+    called.not_expired()?;
+    let commit = named
+        .workspaces(app)
+        .delete(&named.name, force, &who(called))
+        .await?;
+    let repository = named.store.repository().to_owned();
+    tell_catalog_at(app, &repository, &named.path, who(called), move || {
+        CatalogChange::Delete {
+            commit: Some(commit),
+        }
+    });
+    Ok(axum::response::IntoResponse::into_response(
+        StatusCode::NO_CONTENT,
+    ))
+}
+
 /// `POST /api/v2/workspaces/:id/actions/lock`.
 pub(super) async fn lock(
     State(app): State<AppState>,
