@@ -649,6 +649,11 @@ resource "null_resource" "r0" {{
 output "workspace" {{
   value = terraform.workspace
 }}
+
+output "secret" {{
+  value     = "s3cret-${{terraform.workspace}}"
+  sensitive = true
+}}
 "#,
             host.hostname()
         ),
@@ -768,6 +773,18 @@ fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
             );
             assert_eq!(status, 200, "{state}");
             assert_eq!(json(&state)["outputs"]["workspace"]["value"], name);
+            // `terraform output` reads the current state version's outputs, a sensitive one
+            // by its id.
+            let output = tf.run(work.path(), &["output", "-raw", "workspace"]);
+            assert_eq!(output.stdout, name, "{}: {}", tf.version, output.combined());
+            let secret = tf.run(work.path(), &["output", "-raw", "secret"]);
+            assert_eq!(
+                secret.stdout,
+                format!("s3cret-{name}"),
+                "{}: {}",
+                tf.version,
+                secret.combined()
+            );
         }
         assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
 
@@ -955,12 +972,14 @@ output "read" {{
 }
 
 #[test]
-fn team_mode_lists_only_what_a_token_may_read_and_a_reader_cannot_tag() {
+fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
     let narrow = "narrow-token-list";
     let reader = "reader-token-list";
+    let outputs = "outputs-token-list";
     let host = Host::start(&[
         format!("{};paths=workspaces/team-a-*", hash(narrow)),
         format!("{};access=read-only", hash(reader)),
+        format!("{};access=outputs-only", hash(outputs)),
     ]);
     for name in ["team-a-one", "team-a-two", "team-b-one"] {
         create_workspace(&host, name, &["teams"]);
@@ -1057,8 +1076,70 @@ fn team_mode_lists_only_what_a_token_may_read_and_a_reader_cannot_tag() {
     assert_eq!(status, 204, "{answer}");
     let (all, _) = listed(&host, TOKEN, "");
     assert_eq!(all, ["team-a-one", "team-b-one"]);
+
+    // Outputs-only: the current outputs (a sensitive value only by its id, as the API gives
+    // it), and nothing else.
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"l-out","outputs":{"url":{"value":"https://db","type":"string"},"password":{"value":"hunter2","type":"string","sensitive":true}},"resources":[]}"#;
+    let (status, answer) = host.with_token(
+        TOKEN,
+        "POST",
+        "/state/default/workspaces/team-b-one.tfstate",
+        Some(state),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let b_id = host.workspace_id("team-b-one");
+    let (status, answer) = host.with_token(
+        outputs,
+        "GET",
+        &format!("/api/v2/workspaces/{b_id}/current-state-version-outputs"),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let listed_outputs = json(&answer)["data"].as_array().unwrap().clone();
+    assert_eq!(listed_outputs.len(), 2, "{answer}");
+    let password = &listed_outputs[0];
+    assert_eq!(password["attributes"]["name"], "password");
+    assert_eq!(password["attributes"]["sensitive"], true);
+    assert_eq!(password["attributes"]["value"], serde_json::Value::Null);
+    assert_eq!(listed_outputs[1]["attributes"]["value"], "https://db");
+    assert_eq!(listed_outputs[1]["attributes"]["detailed-type"], "string");
+    let (status, answer) = host.with_token(
+        outputs,
+        "GET",
+        &format!(
+            "/api/v2/state-version-outputs/{}",
+            password["id"].as_str().unwrap()
+        ),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(json(&answer)["data"]["attributes"]["value"], "hunter2");
+    for (method, path, body) in [
+        (
+            "POST",
+            format!("/api/v2/workspaces/{b_id}/actions/lock"),
+            Some("{}"),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workspaces/{b_id}/relationships/tags"),
+            Some(body),
+        ),
+        ("DELETE", format!("/api/v2/workspaces/{b_id}"), None),
+    ] {
+        let (status, answer) = host.with_token(outputs, method, &path, body);
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+    }
+    // A narrow token cannot read another team's outputs.
+    let (status, _) = host.with_token(
+        narrow,
+        "GET",
+        &format!("/api/v2/workspaces/{b_id}/current-state-version-outputs"),
+        None,
+    );
+    assert_eq!(status, 404);
     let log = host.server.log();
-    for token in [TOKEN, narrow, reader] {
+    for token in [TOKEN, narrow, reader, outputs] {
         assert!(!log.contains(token), "the log holds {token}");
     }
 }

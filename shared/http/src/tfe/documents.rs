@@ -5,7 +5,7 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::scope::{Rights, Scope};
-use gitstate_core::workspace::{Current, Listed, StateVersionId, Workspace, WorkspaceId};
+use gitstate_core::workspace::{Current, Listed, Output, StateVersionId, Workspace, WorkspaceId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -163,6 +163,35 @@ pub(crate) fn state_version(workspace: &WorkspaceId, current: &Current) -> Value
             },
             "links": { "self": format!("/api/v2/state-versions/{id}") },
         }
+    })
+}
+
+/// A list of outputs (`current-state-version-outputs`), in one page.
+pub(crate) fn outputs(outputs: &[Output]) -> Value {
+    let data: Vec<Value> = outputs.iter().map(output).collect();
+    json!({
+        "data": data,
+        "meta": { "pagination": {
+            "current-page": 1, "page-size": data.len().max(1), "prev-page": null, "next-page": null,
+            "total-pages": 1, "total-count": data.len(),
+        } },
+    })
+}
+
+/// One output's resource object.
+pub(crate) fn output(output: &Output) -> Value {
+    let id = output.id.to_string();
+    json!({
+        "id": id,
+        "type": "state-version-outputs",
+        "attributes": {
+            "name": output.name(),
+            "sensitive": output.sensitive,
+            "type": output.kind(),
+            "value": output.value,
+            "detailed-type": output.detailed_type,
+        },
+        "links": { "self": format!("/api/v2/state-version-outputs/{id}") },
     })
 }
 

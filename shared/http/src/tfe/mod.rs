@@ -81,6 +81,14 @@ pub(crate) fn routes(router: Router<AppState>) -> Router<AppState> {
             api(get(state_versions::current)),
         )
         .route(
+            "/api/v2/workspaces/{id}/current-state-version-outputs",
+            api(get(state_versions::current_outputs)),
+        )
+        .route(
+            "/api/v2/state-version-outputs/{id}",
+            api(get(state_versions::output)),
+        )
+        .route(
             "/api/v2/workspaces/{id}/state-versions",
             api(post(state_versions::create)),
         )
@@ -404,8 +412,8 @@ async fn not_served(method: Method, uri: Uri) -> TfeError {
         "gitstate keeps no variables: give them to Terraform where it runs"
     } else if family(&["policies", "policy-sets", "policy-evaluations"]) {
         "gitstate evaluates no policies"
-    } else if family(&["current-state-version-outputs", "outputs"]) {
-        "gitstate does not serve state outputs through the workspace API yet: read them with terraform_remote_state and the http backend"
+    } else if family(&["outputs"]) {
+        "gitstate serves the outputs of a workspace's current state (/api/v2/workspaces/:id/current-state-version-outputs), not those of older state versions"
     } else if family(&["tag-bindings", "effective-tag-bindings"]) {
         "gitstate keeps a workspace's tags as names (GET or POST /api/v2/workspaces/:id/relationships/tags), not as key/value tag bindings"
     } else if family(&["tags", "relationships"]) {
