@@ -1,6 +1,7 @@
 //! Workspaces (DESIGN §10): real Terraform's `cloud` block against `gitstate serve` over TLS
 //! (a certificate from a test CA, given to Terraform as `SSL_CERT_FILE`; the team token in a
-//! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH. One
+//! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH; the
+//! `remote` backend with Terraform 1.0.3 and the 1.11.4. One
 //! state, one lock for both protocols: the http protocol reaches the workspace's state at its
 //! path. Requests the tests make themselves go through `curl` with the CA.
 
