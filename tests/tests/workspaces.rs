@@ -1,9 +1,8 @@
 //! Workspaces (DESIGN §10): real Terraform's `cloud` block against `gitstate serve` over TLS
 //! (a certificate from a test CA, given to Terraform as `SSL_CERT_FILE`; the team token in a
 //! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH; the
-//! `remote` backend with Terraform 1.0.3 and the 1.11.4. One
-//! state, one lock for both protocols: the http protocol reaches the workspace's state at its
-//! path. Requests the tests make themselves go through `curl` with the CA.
+//! `remote` backend with Terraform 1.0.3 and the 1.11.4. One state, one lock for both protocols:
+//! the http protocol reaches the workspace's state at its path. Requests the tests make themselves go through `curl` with the CA.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -330,6 +329,25 @@ fn the_cloud_block_on_a_remote_repository() {
         None,
     );
     assert_eq!(json(&over_http), json(&pulled.stdout));
+
+    // The list and a delete through the remote store's write queue: one commit of both files.
+    let (names, total) = listed(&host, TOKEN, "search%5Bname%5D=app");
+    assert_eq!((names, total), (vec!["app-prod".to_owned()], 1));
+    let by_name = "/api/v2/organizations/default/workspaces/app-prod";
+    let (status, body) = host.with_token(TOKEN, "DELETE", by_name, None);
+    assert_eq!(status, 204, "{body}");
+    let after = git_log_subjects(&bare, "main", "workspaces/app-prod.tfstate");
+    assert_eq!(
+        after[0],
+        "Delete workspace app-prod (workspaces/app-prod.tfstate) by workspace API"
+    );
+    assert_eq!(after.len(), commits.len() + 1, "the history stays");
+    assert_eq!(
+        git_log_subjects(&bare, "main", ".gitstate/workspaces/app-prod.json")[0],
+        after[0]
+    );
+    let (status, _) = host.with_token(TOKEN, "GET", by_name, None);
+    assert_eq!(status, 404);
 }
 
 #[test]
