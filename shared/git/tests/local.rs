@@ -33,21 +33,7 @@ async fn conformance_and_git_cli_reads_it() {
     );
     assert_eq!(git(&repo, &["show", "main:team/a/prod.tfstate"]), "nested");
     // Every commit changes exactly one file, but a workspace's delete.
-    for rev in git(&repo, &["rev-list", "main"]).lines() {
-        let files = git(&repo, &["show", "--format=", "--name-only", "--root", rev]);
-        let subject = git(&repo, &["show", "-s", "--format=%s", rev]);
-        // A workspace's delete removes its state and its record in one commit.
-        let most = if subject.starts_with("Delete workspace") {
-            2
-        } else {
-            1
-        };
-        let count = files.lines().count();
-        assert!(
-            (1..=most).contains(&count),
-            "commit {rev} ({subject}): {count} files"
-        );
-    }
+    common::each_commit_changes_one_file(&repo, "main");
     git(&repo, &["fsck", "--strict"]);
 
     // Reopening finds the same data.

@@ -50,21 +50,7 @@ fn check_with_git(bare: &Path, scratch: &Path) {
         std::fs::read_to_string(clone.join("team/a/prod.tfstate")).unwrap(),
         "nested"
     );
-    for rev in git(&clone, &["rev-list", "HEAD"]).lines() {
-        let files = git(&clone, &["show", "--format=", "--name-only", "--root", rev]);
-        let subject = git(&clone, &["show", "-s", "--format=%s", rev]);
-        // A workspace's delete removes its state and its record in one commit.
-        let most = if subject.starts_with("Delete workspace") {
-            2
-        } else {
-            1
-        };
-        let count = files.lines().count();
-        assert!(
-            (1..=most).contains(&count),
-            "commit {rev} ({subject}): {count} files"
-        );
-    }
+    common::each_commit_changes_one_file(&clone, "HEAD");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

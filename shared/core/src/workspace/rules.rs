@@ -236,9 +236,7 @@ impl<'a> Workspaces<'a> {
         &self,
         name: &WorkspaceName,
     ) -> Result<Option<Record>, WorkspaceError> {
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let record_path = record_path(name)?;
         let snapshot = self.store.snapshot(&record_path).await?;
         Ok(snapshot.state.as_deref().map(Record::stored))
     }
@@ -263,9 +261,7 @@ impl<'a> Workspaces<'a> {
         if snapshot.state.is_some() {
             return Err(taken());
         }
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let record_path = record_path(name)?;
         let mut record = Record::new(name.as_str());
         record.tags = tags;
         let who = escape_controls(who).into_owned();
@@ -314,9 +310,7 @@ impl<'a> Workspaces<'a> {
         who: &str,
     ) -> Result<Workspace, WorkspaceError> {
         let mut workspace = self.read(name, None).await?;
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let record_path = record_path(name)?;
         let who = escape_controls(who).into_owned();
         let started = std::time::Instant::now();
         let deadline = started + self.backend.retry.budget;
@@ -377,9 +371,7 @@ impl<'a> Workspaces<'a> {
         who: &str,
     ) -> Result<String, WorkspaceError> {
         let path = self.path(name)?;
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+        let record_path = record_path(name)?;
         let who = escape_controls(who).into_owned();
         let message = Message::by(format!("Delete workspace {name} ({path}) by {who}"), &who);
         let started = std::time::Instant::now();
@@ -613,6 +605,12 @@ impl<'a> Workspaces<'a> {
             holder: held.clone(),
         }
     }
+}
+
+/// The path of the record of `name` (a name always has one).
+fn record_path(name: &WorkspaceName) -> Result<StatePath, WorkspaceError> {
+    name.record_path()
+        .map_err(|e| WorkspaceError::Backend(BackendError::BadRequest(e.to_string())))
 }
 
 /// The refusal of an unlock of `name` while nothing holds it.

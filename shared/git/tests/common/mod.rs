@@ -24,6 +24,28 @@ pub fn sp(raw: &str) -> StatePath {
     StatePath::parse(raw).expect("valid path")
 }
 
+/// Checks that every commit of `rev` in `repo` changes one file, but a workspace's delete (its
+/// state and its record, or the record alone).
+pub fn each_commit_changes_one_file(repo: &Path, rev: &str) {
+    for commit in git(repo, &["rev-list", rev]).lines() {
+        let files = git(
+            repo,
+            &["show", "--format=", "--name-only", "--root", commit],
+        );
+        let subject = git(repo, &["show", "-s", "--format=%s", commit]);
+        let most = if subject.starts_with("Delete workspace") {
+            2
+        } else {
+            1
+        };
+        let count = files.lines().count();
+        assert!(
+            (1..=most).contains(&count),
+            "commit {commit} ({subject}): {count} files"
+        );
+    }
+}
+
 /// Writes `content` to `path` from a fresh snapshot, retrying while other writers move the
 /// branch (what the protocol layer does).
 pub async fn write_retrying(
@@ -234,14 +256,17 @@ pub async fn delete_with(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let record = StatePath::gitstate_file(&sp(&format!("{prefix}workspaces/gone.json")));
     write_retrying(store, &path, b"{\"serial\":1}", "Update gone").await;
     write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone").await;
-    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
-    let commit = attempt
-        .update_state(
-            StateChange::DeleteWith(vec![record.clone()]),
-            &gitstate_core::Message::from("Delete workspace gone"),
-        )
-        .await
-        .expect("delete with its record");
+    let delete = || async {
+        let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+        attempt
+            .update_state(
+                StateChange::DeleteWith(vec![record.clone()]),
+                &gitstate_core::Message::from("Delete workspace gone"),
+            )
+            .await
+            .expect("delete with the record")
+    };
+    let commit = delete().await;
     for gone in [&path, &record] {
         let snap = store.snapshot(gone).await.expect("snapshot");
         assert_eq!(snap.state, None, "{gone}");
@@ -261,14 +286,7 @@ pub async fn delete_with(store: &dyn gitstate_core::StateStore, prefix: &str) {
     // Only one of the two files there (a workspace without a state): the other's absence is no
     // error.
     write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone again").await;
-    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
-    let commit = attempt
-        .update_state(
-            StateChange::DeleteWith(vec![record.clone()]),
-            &gitstate_core::Message::from("Delete workspace gone"),
-        )
-        .await
-        .expect("delete a record without a state");
+    let commit = delete().await;
     let snap = store.snapshot(&record).await.expect("snapshot");
     assert_eq!((snap.state, snap.state_tip), (None, Some(commit)));
 }

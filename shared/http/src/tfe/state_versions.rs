@@ -43,6 +43,35 @@ pub(super) async fn current(
     ))
 }
 
+/// The workspace of `version` and its current state, while that is the state `version` names;
+/// otherwise a 404 whose sentence names the workspace and says `stale`.
+async fn still_current(
+    app: &AppState,
+    called: &Called,
+    version: &StateVersionId,
+    stale: &str,
+) -> Result<(Named, Current), TfeError> {
+    let workspace = &version.workspace;
+    let named = Named::resolve(
+        app,
+        called,
+        &workspace.repository,
+        workspace.name.as_str(),
+        Use::Read,
+    )
+    .await?;
+    let current = named
+        .workspaces(app)
+        .current(&named.name, called.token())
+        .await?;
+    if current.digest != version.digest {
+        return Err(
+            WorkspaceError::NotFound(format!("the workspace {}: {stale}", named.name)).into(),
+        );
+    }
+    Ok((named, current))
+}
+
 /// `GET /api/v2/state-versions/:id/download`: the state that version named, while it is the
 /// workspace's current one (an outputs-only credential gets its outputs only).
 pub(super) async fn download(
@@ -58,26 +87,13 @@ pub(super) async fn download(
         ))
         .into());
     };
-    let workspace = &version.workspace;
-    let named = Named::resolve(
+    let (named, current) = still_current(
         &app,
         &called,
-        &workspace.repository,
-        workspace.name.as_str(),
-        Use::Read,
+        &version,
+        "this state version is no longer its current state; read the current state version again",
     )
     .await?;
-    let current = named
-        .workspaces(&app)
-        .current(&named.name, called.token())
-        .await?;
-    if current.digest != version.digest {
-        return Err(WorkspaceError::NotFound(format!(
-            "this state version of the workspace {} is no longer its current state; read the current state version again",
-            named.name
-        ))
-        .into());
-    }
     Ok(match named.admitted {
         Admitted::Whole => state_response(current.state),
         Admitted::OutputsOnly => outputs_response(&named.path, &current.state)?,
@@ -124,26 +140,13 @@ pub(super) async fn output(
         ))
         .into());
     };
-    let workspace = &wanted.version.workspace;
-    let named = Named::resolve(
+    let (named, current) = still_current(
         &app,
         &called,
-        &workspace.repository,
-        workspace.name.as_str(),
-        Use::Read,
+        &wanted.version,
+        "this output belongs to a state that is no longer its current state; read its current outputs again",
     )
     .await?;
-    let current = named
-        .workspaces(&app)
-        .current(&named.name, called.token())
-        .await?;
-    if current.digest != wanted.version.digest {
-        return Err(WorkspaceError::NotFound(format!(
-            "this output belongs to a state of the workspace {} that is no longer its current state; read its current outputs again",
-            named.name
-        ))
-        .into());
-    }
     let found = outputs_of(&wanted.version, &current.state, false)
         .into_iter()
         .find(|o| o.name() == wanted.name);

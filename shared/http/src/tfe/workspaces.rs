@@ -211,9 +211,7 @@ pub(super) async fn delete_by_name(
     Path((org, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, TfeError> {
-    let called = Called::of(&app, &headers).await?;
-    let named = Named::resolve(&app, &called, &org, &name, Use::Write).await?;
-    delete(&app, &called, &named, true).await
+    delete(&app, &headers, Which::Name(&org, &name), true).await
 }
 
 /// `POST /api/v2/organizations/:org/workspaces/:name/actions/safe-delete`: the workspace,
@@ -223,9 +221,7 @@ pub(super) async fn safe_delete_by_name(
     Path((org, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, TfeError> {
-    let called = Called::of(&app, &headers).await?;
-    let named = Named::resolve(&app, &called, &org, &name, Use::Write).await?;
-    delete(&app, &called, &named, false).await
+    delete(&app, &headers, Which::Name(&org, &name), false).await
 }
 
 /// `DELETE /api/v2/workspaces/:id`.
@@ -234,9 +230,7 @@ pub(super) async fn delete_by_id(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, TfeError> {
-    let called = Called::of(&app, &headers).await?;
-    let named = Named::by_id(&app, &called, &id, Use::Write).await?;
-    delete(&app, &called, &named, true).await
+    delete(&app, &headers, Which::Id(&id), true).await
 }
 
 /// `POST /api/v2/workspaces/:id/actions/safe-delete`.
@@ -245,18 +239,27 @@ pub(super) async fn safe_delete_by_id(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, TfeError> {
-    let called = Called::of(&app, &headers).await?;
-    let named = Named::by_id(&app, &called, &id, Use::Write).await?;
-    delete(&app, &called, &named, false).await
+    delete(&app, &headers, Which::Id(&id), false).await
+}
+
+/// How a request names a workspace: by organization and name, or by id.
+enum Which<'a> {
+    Name(&'a str, &'a str),
+    Id(&'a str),
 }
 
 /// Deletes the workspace (its state too when `force`): 204.
 async fn delete(
     app: &AppState,
-    called: &Called,
-    named: &Named,
+    headers: &HeaderMap,
+    which: Which<'_>,
     force: bool,
 ) -> Result<Response, TfeError> {
+    let called = &Called::of(app, headers).await?;
+    let named = &match which {
+        Which::Name(org, name) => Named::resolve(app, called, org, name, Use::Write).await?,
+        Which::Id(id) => Named::by_id(app, called, id, Use::Write).await?,
+    };
     called.not_expired()?;
     let commit = named
         .workspaces(app)
