@@ -261,42 +261,25 @@ impl<'a> Workspaces<'a> {
         if snapshot.state.is_some() {
             return Err(taken());
         }
-        let record_path = record_path(name)?;
         let mut record = Record::new(name.as_str());
         record.tags = tags;
         let who = escape_controls(who).into_owned();
         let message = Message::by(format!("Create workspace {name} ({path}) by {who}"), &who);
-        let started = std::time::Instant::now();
-        let deadline = started + self.backend.retry.budget;
-        let mut attempt = 0;
-        let _serialized = crate::backend::serialized(self.store).await;
-        loop {
-            let timing = (&mut attempt, started, deadline);
-            let session = self
-                .backend
-                .begin_write(self.store, &record_path, Intent::Write, timing)
-                .await?;
-            if session.snapshot().state.is_some() {
-                return Err(taken());
-            }
-            let timing = (&mut attempt, started, deadline);
-            let change = StateChange::Write(record.to_bytes());
-            let pushed = self
-                .backend
-                .push_attempt(session, change, &message, "workspace record", timing)
-                .await?;
-            if let Some(revision) = pushed {
-                tracing::info!(workspace = %name, %path, %revision, "workspace created");
-                return Ok(Workspace {
-                    id: self.id(name),
-                    path,
-                    record: Some(record),
-                    has_state: false,
-                    lock: snapshot.lock,
-                    locked_by_caller: false,
-                });
-            }
-        }
+        let record = self
+            .write_record(name, |stored| match stored {
+                Some(_) => Err(taken()),
+                None => Ok(RecordWrite::Changed(record.clone(), message.clone())),
+            })
+            .await?;
+        tracing::info!(workspace = %name, %path, "workspace created");
+        Ok(Workspace {
+            id: self.id(name),
+            path,
+            record: Some(record),
+            has_state: false,
+            lock: snapshot.lock,
+            locked_by_caller: false,
+        })
     }
 
     /// Adds `add` to the tags of the workspace `name` and removes `remove` (both checked) for
@@ -310,8 +293,40 @@ impl<'a> Workspaces<'a> {
         who: &str,
     ) -> Result<Workspace, WorkspaceError> {
         let mut workspace = self.read(name, None).await?;
-        let record_path = record_path(name)?;
         let who = escape_controls(who).into_owned();
+        let path = &workspace.path;
+        let record = self
+            .write_record(name, |stored| {
+                let mut record = stored.map_or_else(|| Record::new(name.as_str()), Record::stored);
+                if record.name.is_empty() {
+                    record.name = name.as_str().to_owned();
+                }
+                let tags = super::tags::changed(&record.tags, add, remove);
+                if stored.is_some() && tags == record.tags {
+                    return Ok(RecordWrite::Unchanged(record));
+                }
+                record.tags = tags;
+                let shown = match record.tags.is_empty() {
+                    true => "no tags".to_owned(),
+                    false => record.tags.join(", "),
+                };
+                let text = format!("Tag workspace {name} ({path}): {shown} by {who}");
+                Ok(RecordWrite::Changed(record, Message::by(text, &who)))
+            })
+            .await?;
+        workspace.record = Some(record);
+        Ok(workspace)
+    }
+
+    /// Writes the record of `name` as `decide` says from the record stored (its bytes, `None`
+    /// when there is none): one commit through compare-and-swap and the write queue, decided
+    /// again on each fresh read. Returns the record written, or the one kept.
+    async fn write_record(
+        &self,
+        name: &WorkspaceName,
+        decide: impl Fn(Option<&[u8]>) -> Result<RecordWrite, WorkspaceError>,
+    ) -> Result<Record, WorkspaceError> {
+        let record_path = record_path(name)?;
         let started = std::time::Instant::now();
         let deadline = started + self.backend.retry.budget;
         let mut attempt = 0;
@@ -322,30 +337,10 @@ impl<'a> Workspaces<'a> {
                 .backend
                 .begin_write(self.store, &record_path, Intent::Write, timing)
                 .await?;
-            let mut record = match session.snapshot().state.as_deref() {
-                Some(stored) => Record::stored(stored),
-                None => Record::new(name.as_str()),
+            let (record, message) = match decide(session.snapshot().state.as_deref())? {
+                RecordWrite::Unchanged(record) => return Ok(record),
+                RecordWrite::Changed(record, message) => (record, message),
             };
-            if record.name.is_empty() {
-                record.name = name.as_str().to_owned();
-            }
-            let tags = super::tags::changed(&record.tags, add, remove);
-            if session.snapshot().state.is_some() && tags == record.tags {
-                workspace.record = Some(record);
-                return Ok(workspace);
-            }
-            record.tags = tags;
-            let shown = match record.tags.is_empty() {
-                true => "no tags".to_owned(),
-                false => record.tags.join(", "),
-            };
-            let message = Message::by(
-                format!(
-                    "Tag workspace {name} ({}): {shown} by {who}",
-                    workspace.path
-                ),
-                &who,
-            );
             let timing = (&mut attempt, started, deadline);
             let change = StateChange::Write(record.to_bytes());
             let pushed = self
@@ -353,9 +348,8 @@ impl<'a> Workspaces<'a> {
                 .push_attempt(session, change, &message, "workspace record", timing)
                 .await?;
             if let Some(revision) = pushed {
-                tracing::info!(workspace = %name, %revision, "workspace tagged");
-                workspace.record = Some(record);
-                return Ok(workspace);
+                tracing::info!(workspace = %name, %revision, "workspace record written");
+                return Ok(record);
             }
         }
     }
@@ -605,6 +599,14 @@ impl<'a> Workspaces<'a> {
             holder: held.clone(),
         }
     }
+}
+
+/// What a record write decides on the record it read.
+enum RecordWrite {
+    /// Nothing to write: the record as it is.
+    Unchanged(Record),
+    /// This record, with this commit message.
+    Changed(Record, Message),
 }
 
 /// The path of the record of `name` (a name always has one).
