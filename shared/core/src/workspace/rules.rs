@@ -207,9 +207,12 @@ impl<'a> Workspaces<'a> {
         holder: Option<&Holder>,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
-        let snapshot = self.store.snapshot(&path).await?;
+        // The record holds the tags, so it is read beside the state, at once.
+        let (snapshot, record) = tokio::try_join!(
+            async { Ok::<_, WorkspaceError>(self.store.snapshot(&path).await?) },
+            self.record(name)
+        )?;
         let has_state = snapshot.state.is_some();
-        let record = self.record(name).await?;
         if !has_state && record.is_none() {
             return Err(not_found(self.store.repository(), name));
         }
