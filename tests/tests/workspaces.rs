@@ -593,6 +593,11 @@ fn what_gitstate_does_not_do_is_a_404_that_says_so() {
         ("/api/v2/workspaces/ws-x/vars", "no variables"),
         ("/api/v2/organizations/default/policy-sets", "no policies"),
         ("/api/v2/nothing-here", "only the workspace"),
+        ("/api/v2/workspaces/ws-x/tag-bindings", "tags as names"),
+        (
+            "/api/v2/state-versions/sv-x/outputs",
+            "not those of older state versions",
+        ),
     ] {
         let (status, body) = host.with_token(TOKEN, "GET", path, None);
         assert_eq!(status, 404, "{path}: {body}");
@@ -1003,6 +1008,13 @@ fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
     for name in ["team-a-one", "team-a-two", "team-b-one"] {
         create_workspace(&host, name, &["teams"]);
     }
+    let list = "/api/v2/organizations/default/workspaces";
+    let (status, answer) = host.request("GET", list, None, None);
+    assert_eq!(status, 401, "anonymous: {answer}");
+    let (status, answer) =
+        host.with_token(TOKEN, "GET", &format!("{list}?page%5Bsize%5D=101"), None);
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("at most 100"), "{answer}");
     let (all, total) = listed(&host, TOKEN, "page%5Bsize%5D=1");
     assert_eq!(
         all,
@@ -1062,6 +1074,24 @@ fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
     let (status, answer) = host.with_token(TOKEN, "POST", &tags, Some(body));
     assert_eq!(status, 204, "{answer}");
     assert_eq!(tag_names(&host, "team-a-one"), ["extra", "teams"]);
+
+    // A locked workspace is never deleted.
+    let lock = format!("/api/v2/workspaces/{id}/actions/lock");
+    let (status, answer) = host.with_token(TOKEN, "POST", &lock, Some("{}"));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = host.with_token(
+        TOKEN,
+        "DELETE",
+        "/api/v2/organizations/default/workspaces/team-a-one",
+        None,
+    );
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer.contains("cannot be deleted while locked"),
+        "{answer}"
+    );
+    let (status, answer) = host.with_token(TOKEN, "POST", &lock.replace("/lock", "/unlock"), None);
+    assert_eq!(status, 200, "{answer}");
 
     // Read-only cannot delete; a narrow token cannot see another team's workspace to delete.
     let one = "/api/v2/organizations/default/workspaces/team-a-one";
