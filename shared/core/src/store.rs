@@ -272,6 +272,20 @@ pub trait StateStore: Send + Sync + 'static {
         ))
     }
 
+    /// The paths of the files on the state branch at its tip that start with `prefix`, in path
+    /// order, without what else a listing says (a workspace list needs the names only). The
+    /// default takes them from [`StateStore::list_states`]; a store that can, reads the tree
+    /// alone.
+    async fn list_paths(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let query = ListQuery {
+            prefix: prefix.to_owned(),
+            after: None,
+            limit: usize::MAX,
+        };
+        let page = self.list_states(&query).await?;
+        Ok(page.states.into_iter().map(|s| s.path).collect())
+    }
+
     /// Every held lock (every `refs/heads/locks/…` branch), sorted by path.
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
         Err(StoreError::Internal(
@@ -445,6 +459,10 @@ impl StateStore for NamedStore {
 
     async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
         self.inner.list_states(query).await
+    }
+
+    async fn list_paths(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.list_paths(prefix).await
     }
 
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {

@@ -1,12 +1,12 @@
 //! The workspace list (DESIGN §10, "The list"): the workspaces of a repository a credential may
-//! read, found in one listing of the state branch (the states at the pattern's paths, and the
-//! records), searched by name and tags, one page at a time, in name order.
+//! read, found in one listing of the state branch's paths (the states at the pattern's paths,
+//! and the records: [`crate::StateStore::list_paths`]), searched by name and tags, one page at a
+//! time, in name order.
 
 use std::collections::BTreeMap;
 
 use super::rules::{Workspace, WorkspaceError, Workspaces};
 use super::{admit, Record, WorkspaceName};
-use crate::listing::ListQuery;
 use crate::scope::{Scope, Use};
 
 /// Where records live on the state branch (see [`WorkspaceName::record_path`]).
@@ -139,29 +139,22 @@ impl Workspaces<'_> {
         let store = self.store;
         let repository = store.repository();
         let pattern = store.workspace_path();
-        let under = |prefix: &str| ListQuery {
-            prefix: prefix.to_owned(),
-            after: None,
-            limit: usize::MAX,
-        };
-        let (of_states, of_records) = (under(pattern.prefix()), under(RECORDS));
         let (states, records) = tokio::try_join!(
-            store.list_states(&of_states),
-            store.list_states(&of_records),
+            store.list_paths(pattern.prefix()),
+            store.list_paths(RECORDS),
         )?;
         // Each name: whether it has a state, whether it has a record.
         let mut found: BTreeMap<WorkspaceName, (bool, bool)> = BTreeMap::new();
-        for listing in &states.states {
-            let Ok(path) = crate::path::StatePath::parse(&listing.path) else {
+        for listed in &states {
+            let Ok(path) = crate::path::StatePath::parse(listed) else {
                 continue;
             };
             if let Some(name) = pattern.name_of(&path) {
                 found.entry(name).or_default().0 = true;
             }
         }
-        for listing in &records.states {
-            let name = listing
-                .path
+        for listed in &records {
+            let name = listed
                 .strip_prefix(RECORDS)
                 .and_then(|rest| rest.strip_suffix(".json"))
                 .and_then(|name| WorkspaceName::parse(name).ok());

@@ -256,6 +256,22 @@ pub async fn delete_with(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let record = StatePath::gitstate_file(&sp(&format!("{prefix}workspaces/gone.json")));
     write_retrying(store, &path, b"{\"serial\":1}", "Update gone").await;
     write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone").await;
+    // The paths alone, as the listing has them.
+    for folder in [
+        format!("{prefix}workspaces/"),
+        format!(".gitstate/{prefix}workspaces/"),
+    ] {
+        let paths = store.list_paths(&folder).await.expect("list_paths");
+        let query = gitstate_core::ListQuery {
+            prefix: folder.clone(),
+            after: None,
+            limit: usize::MAX,
+        };
+        let listed = store.list_states(&query).await.expect("list_states");
+        let expected: Vec<String> = listed.states.into_iter().map(|s| s.path).collect();
+        assert_eq!(paths, expected, "{folder}");
+        assert_eq!(paths.len(), 1, "{folder}: {paths:?}");
+    }
     let delete = || async {
         let attempt = store.begin(&path, Intent::Write).await.expect("begin");
         attempt
