@@ -1,8 +1,8 @@
 //! Workspaces (DESIGN §10): real Terraform's `cloud` block against `gitstate serve` over TLS
 //! (a certificate from a test CA, given to Terraform as `SSL_CERT_FILE`; the team token in a
-//! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH. One
-//! state, one lock for both protocols: the http protocol reaches the workspace's state at its
-//! path. Requests the tests make themselves go through `curl` with the CA.
+//! `credentials` block of `TF_CLI_CONFIG_FILE`), Terraform 1.15.5 and the 1.11.4 on PATH; the
+//! `remote` backend with Terraform 1.0.3 and the 1.11.4. One state, one lock for both protocols:
+//! the http protocol reaches the workspace's state at its path. Requests the tests make themselves go through `curl` with the CA.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -329,6 +329,25 @@ fn the_cloud_block_on_a_remote_repository() {
         None,
     );
     assert_eq!(json(&over_http), json(&pulled.stdout));
+
+    // The list and a delete through the remote store's write queue: one commit of both files.
+    let (names, total) = listed(&host, TOKEN, "search%5Bname%5D=app");
+    assert_eq!((names, total), (vec!["app-prod".to_owned()], 1));
+    let by_name = "/api/v2/organizations/default/workspaces/app-prod";
+    let (status, body) = host.with_token(TOKEN, "DELETE", by_name, None);
+    assert_eq!(status, 204, "{body}");
+    let after = git_log_subjects(&bare, "main", "workspaces/app-prod.tfstate");
+    assert_eq!(
+        after[0],
+        "Delete workspace app-prod (workspaces/app-prod.tfstate) by workspace API"
+    );
+    assert_eq!(after.len(), commits.len() + 1, "the history stays");
+    assert_eq!(
+        git_log_subjects(&bare, "main", ".gitstate/workspaces/app-prod.json")[0],
+        after[0]
+    );
+    let (status, _) = host.with_token(TOKEN, "GET", by_name, None);
+    assert_eq!(status, 404);
 }
 
 /// Two processes with their own caches on one remote, as two Lambda containers are: what a
@@ -703,6 +722,11 @@ fn what_gitstate_does_not_do_is_a_404_that_says_so() {
         ("/api/v2/workspaces/ws-x/vars", "no variables"),
         ("/api/v2/organizations/default/policy-sets", "no policies"),
         ("/api/v2/nothing-here", "only the workspace"),
+        ("/api/v2/workspaces/ws-x/tag-bindings", "tags as names"),
+        (
+            "/api/v2/state-versions/sv-x/outputs",
+            "not those of older state versions",
+        ),
     ] {
         let (status, body) = host.with_token(TOKEN, "GET", path, None);
         assert_eq!(status, 404, "{path}: {body}");
@@ -745,4 +769,555 @@ fn base64_state(host: &Host) -> String {
     );
     assert_eq!(status, 200, "{body}");
     base64::engine::general_purpose::STANDARD.encode(body)
+}
+
+/// `main.tf` with the `cloud` block selecting its workspaces by `tags`, one `null_resource`
+/// and an output naming the workspace.
+fn cloud_tags_config(dir: &Path, host: &Host, tags: &[&str], generation: &str) {
+    let tags = tags
+        .iter()
+        .map(|t| format!("{t:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"terraform {{
+  cloud {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces {{
+      tags = [{tags}]
+    }}
+  }}
+}}
+
+resource "null_resource" "r0" {{
+  triggers = {{
+    generation = "{generation}"
+    workspace  = terraform.workspace
+  }}
+}}
+
+output "workspace" {{
+  value = terraform.workspace
+}}
+
+output "secret" {{
+  value     = "s3cret-${{terraform.workspace}}"
+  sensitive = true
+}}
+"#,
+            host.hostname()
+        ),
+    )
+    .unwrap();
+}
+
+/// Creates the workspace `name` with `tags` through the API (as the team token).
+fn create_workspace(host: &Host, name: &str, tags: &[&str]) {
+    let tags = tags
+        .iter()
+        .map(|t| format!(r#"{{"type":"tags","attributes":{{"name":{t:?}}}}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    let (status, body) = host.with_token(
+        TOKEN,
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(&format!(
+            r#"{{"data":{{"type":"workspaces","attributes":{{"name":{name:?}}},"relationships":{{"tags":{{"data":[{tags}]}}}}}}}}"#
+        )),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+/// The names a list through the API gives `token` (every page of `size`), and its total.
+fn listed(host: &Host, token: &str, query: &str) -> (Vec<String>, u64) {
+    let mut names = Vec::new();
+    let mut next = Some(format!("/api/v2/organizations/default/workspaces?{query}"));
+    let mut total = 0;
+    while let Some(address) = next.take() {
+        let (status, body) = host.with_token(token, "GET", &address, None);
+        assert_eq!(status, 200, "{address}: {body}");
+        let page = json(&body);
+        for w in page["data"].as_array().unwrap() {
+            names.push(w["attributes"]["name"].as_str().unwrap().to_owned());
+        }
+        total = page["meta"]["pagination"]["total-count"].as_u64().unwrap();
+        next = page["links"]["next"].as_str().map(str::to_owned);
+    }
+    (names, total)
+}
+
+/// The tags the API gives the workspace `name`.
+fn tag_names(host: &Host, name: &str) -> Vec<String> {
+    let (status, body) = host.with_token(
+        TOKEN,
+        "GET",
+        &format!("/api/v2/organizations/default/workspaces/{name}"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_value(json(&body)["data"]["attributes"]["tag-names"].clone()).unwrap()
+}
+
+#[test]
+fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
+    for tf in versions() {
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        // One tagged workspace for init to select, and one without the tags.
+        create_workspace(&host, "seed", &["app", "gitstate"]);
+        create_workspace(&host, "untagged", &[]);
+        let work = tempfile::tempdir().unwrap();
+        cloud_tags_config(work.path(), &host, &["app", "gitstate"], "g1");
+        tf.init(work.path())
+            .expect_code(0, "init selects the one tagged workspace");
+        for name in ["a", "b"] {
+            tf.run(work.path(), &["workspace", "new", "-no-color", name])
+                .expect_code(0, "workspace new");
+            assert_eq!(
+                git_log_subjects(
+                    &host.bare(),
+                    "main",
+                    &format!(".gitstate/workspaces/{name}.json")
+                ),
+                [format!(
+                    "Create workspace {name} (workspaces/{name}.tfstate) by workspace API"
+                )],
+                "{}",
+                tf.version
+            );
+            assert_eq!(
+                tag_names(&host, name),
+                ["app", "gitstate"],
+                "{}",
+                tf.version
+            );
+        }
+        let list = tf.run(work.path(), &["workspace", "list", "-no-color"]);
+        list.expect_code(0, "workspace list");
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        for line in ["a", "* b", "seed"] {
+            assert!(shown.contains(&line), "{}: {}", tf.version, list.stdout);
+        }
+        assert!(
+            !list.stdout.contains("untagged"),
+            "{}: only the tagged workspaces: {}",
+            tf.version,
+            list.stdout
+        );
+        for name in ["a", "b"] {
+            tf.run(work.path(), &["workspace", "select", "-no-color", name])
+                .expect_code(0, "workspace select");
+            let show = tf.run(work.path(), &["workspace", "show", "-no-color"]);
+            assert_eq!(show.stdout.trim(), name, "{}", tf.version);
+            tf.apply(work.path())
+                .expect_code(0, "apply in the workspace");
+            let commits =
+                git_log_subjects(&host.bare(), "main", &format!("workspaces/{name}.tfstate"));
+            assert_eq!(commits.len(), 1, "{}: {commits:?}", tf.version);
+            let (status, state) = host.with_token(
+                TOKEN,
+                "GET",
+                &format!("/state/default/workspaces/{name}.tfstate"),
+                None,
+            );
+            assert_eq!(status, 200, "{state}");
+            assert_eq!(json(&state)["outputs"]["workspace"]["value"], name);
+            // `terraform output` reads the current state version's outputs, a sensitive one
+            // by its id.
+            let output = tf.run(work.path(), &["output", "-raw", "workspace"]);
+            assert_eq!(output.stdout, name, "{}: {}", tf.version, output.combined());
+            let secret = tf.run(work.path(), &["output", "-raw", "secret"]);
+            assert_eq!(
+                secret.stdout,
+                format!("s3cret-{name}"),
+                "{}: {}",
+                tf.version,
+                secret.combined()
+            );
+        }
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+
+        // Delete: refused while the workspace has a state, unless forced; the state and the
+        // record go in one commit, and the state's history stays in git.
+        tf.run(work.path(), &["workspace", "select", "-no-color", "a"])
+            .expect_code(0, "select a");
+        let (status, body) = host.with_token(
+            TOKEN,
+            "POST",
+            "/api/v2/organizations/default/workspaces/b/actions/safe-delete",
+            None,
+        );
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("has a state"), "{body}");
+        let refused = tf.run(work.path(), &["workspace", "delete", "-no-color", "b"]);
+        assert_ne!(refused.code, Some(0), "{}", refused.combined());
+        let b_state = "workspaces/b.tfstate";
+        assert_eq!(git_log_subjects(&host.bare(), "main", b_state).len(), 1);
+        tf.run(
+            work.path(),
+            &["workspace", "delete", "-force", "-no-color", "b"],
+        )
+        .expect_code(0, "workspace delete -force");
+        let history = git_log_subjects(&host.bare(), "main", b_state);
+        assert_eq!(history.len(), 2, "{}: {history:?}", tf.version);
+        assert_eq!(
+            history[0], "Delete workspace b (workspaces/b.tfstate) by workspace API",
+            "{}",
+            tf.version
+        );
+        assert!(
+            history[1].starts_with("Update workspaces/b.tfstate"),
+            "{history:?}"
+        );
+        assert_eq!(
+            git_log_subjects(&host.bare(), "main", ".gitstate/workspaces/b.json")[0],
+            history[0],
+            "the record went in the same commit"
+        );
+        let (status, _) = host.with_token(
+            TOKEN,
+            "GET",
+            "/api/v2/organizations/default/workspaces/b",
+            None,
+        );
+        assert_eq!(status, 404);
+        // A workspace without a state is deleted without force (the API's safe delete).
+        tf.run(work.path(), &["workspace", "new", "-no-color", "c"])
+            .expect_code(0, "workspace new c");
+        tf.run(work.path(), &["workspace", "select", "-no-color", "a"])
+            .expect_code(0, "select a");
+        tf.run(work.path(), &["workspace", "delete", "-no-color", "c"])
+            .expect_code(0, "workspace delete c");
+        let list = tf.run(work.path(), &["workspace", "list", "-no-color"]);
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        assert!(
+            shown.contains(&"* a") && !shown.contains(&"b") && !shown.contains(&"c"),
+            "{}: {}",
+            tf.version,
+            list.stdout
+        );
+    }
+}
+
+/// `main.tf` with the `remote` backend and `workspaces { prefix = "app-" }`, and an output.
+fn remote_prefix_config(dir: &Path, host: &Host, generation: &str) {
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"terraform {{
+  backend "remote" {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces {{
+      prefix = "app-"
+    }}
+  }}
+}}
+
+resource "null_resource" "r0" {{
+  triggers = {{
+    generation = "{generation}"
+  }}
+}}
+
+output "greeting" {{
+  value = "hello from ${{terraform.workspace}}"
+}}
+"#,
+            host.hostname()
+        ),
+    )
+    .unwrap();
+}
+
+/// Terraform 1.0.3 and the 1.11.4 on PATH (when it is there): the `remote` backend.
+fn remote_versions() -> Vec<Terraform> {
+    let mut all = vec![Terraform::installed("1.0.3")];
+    match Terraform::from_path() {
+        Some(tf) if tf.version == "1.11.4" => all.push(tf),
+        _ => eprintln!("no Terraform 1.11.4 on PATH: only 1.0.3 is tested"),
+    }
+    all
+}
+
+#[test]
+fn the_remote_backend_with_a_prefix_lists_its_workspaces_and_another_reads_their_outputs() {
+    for tf in remote_versions() {
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        // The remote backend's init needs a workspace of the prefix to select.
+        create_workspace(&host, "app-first", &[]);
+        create_workspace(&host, "other", &[]);
+        let work = tempfile::tempdir().unwrap();
+        remote_prefix_config(work.path(), &host, "g1");
+        let mut first = tf.clone();
+        first.env.push(("TF_WORKSPACE".into(), "first".into()));
+        first.init(work.path()).expect_code(0, "init");
+        tf.run(work.path(), &["workspace", "new", "-no-color", "dev"])
+            .expect_code(0, "workspace new dev");
+        assert_eq!(
+            git_log_subjects(&host.bare(), "main", ".gitstate/workspaces/app-dev.json"),
+            ["Create workspace app-dev (workspaces/app-dev.tfstate) by workspace API"],
+            "{}",
+            tf.version
+        );
+        tf.apply(work.path()).expect_code(0, "apply in dev");
+        let list = tf.run(work.path(), &["workspace", "list", "-no-color"]);
+        list.expect_code(0, "workspace list");
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        assert!(
+            shown.contains(&"* dev") && shown.contains(&"first"),
+            "{}: {}",
+            tf.version,
+            list.stdout
+        );
+        assert!(
+            !list.stdout.contains("other"),
+            "{}: only app-*: {}",
+            tf.version,
+            list.stdout
+        );
+        let pulled = tf.run(work.path(), &["state", "pull"]);
+        pulled.expect_code(0, "state pull");
+        let (status, over_http) = host.with_token(
+            TOKEN,
+            "GET",
+            "/state/default/workspaces/app-dev.tfstate",
+            None,
+        );
+        assert_eq!(status, 200, "{over_http}");
+        assert_eq!(json(&over_http), json(&pulled.stdout), "{}", tf.version);
+
+        // Another configuration reads dev's outputs with terraform_remote_state.
+        let reader = tempfile::tempdir().unwrap();
+        std::fs::write(
+            reader.path().join("main.tf"),
+            format!(
+                r#"data "terraform_remote_state" "app" {{
+  backend = "remote"
+  config = {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces = {{
+      name = "app-dev"
+    }}
+  }}
+}}
+
+output "read" {{
+  value = data.terraform_remote_state.app.outputs.greeting
+}}
+"#,
+                host.hostname()
+            ),
+        )
+        .unwrap();
+        tf.init(reader.path()).expect_code(0, "init the reader");
+        tf.apply(reader.path())
+            .expect_code(0, "apply reads the remote state");
+        let read = tf.run(reader.path(), &["output", "-raw", "read"]);
+        assert_eq!(read.stdout.trim(), "hello from dev", "{}", tf.version);
+    }
+}
+
+#[test]
+fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
+    let narrow = "narrow-token-list";
+    let reader = "reader-token-list";
+    let outputs = "outputs-token-list";
+    let host = Host::start(&[
+        format!("{};paths=workspaces/team-a-*", hash(narrow)),
+        format!("{};access=read-only", hash(reader)),
+        format!("{};access=outputs-only", hash(outputs)),
+    ]);
+    for name in ["team-a-one", "team-a-two", "team-b-one"] {
+        create_workspace(&host, name, &["teams"]);
+    }
+    let list = "/api/v2/organizations/default/workspaces";
+    let (status, answer) = host.request("GET", list, None, None);
+    assert_eq!(status, 401, "anonymous: {answer}");
+    let (status, answer) =
+        host.with_token(TOKEN, "GET", &format!("{list}?page%5Bsize%5D=101"), None);
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("at most 100"), "{answer}");
+    let (all, total) = listed(&host, TOKEN, "page%5Bsize%5D=1");
+    assert_eq!(
+        all,
+        ["team-a-one", "team-a-two", "team-b-one"],
+        "three pages of one"
+    );
+    assert_eq!(total, 3);
+    let (seen, total) = listed(&host, narrow, "search%5Btags%5D=teams");
+    assert_eq!(seen, ["team-a-one", "team-a-two"], "the narrow token's own");
+    assert_eq!(total, 2);
+    let (found, _) = listed(&host, TOKEN, "search%5Bname%5D=b-on");
+    assert_eq!(found, ["team-b-one"]);
+    // Terraform lists as the narrow token does.
+    let tf = host.terraform(&Terraform::installed("1.15.5"), narrow);
+    let work = tempfile::tempdir().unwrap();
+    cloud_tags_config(work.path(), &host, &["teams"], "g1");
+    let mut selected = tf.clone();
+    selected
+        .env
+        .push(("TF_WORKSPACE".into(), "team-a-one".into()));
+    selected.init(work.path()).expect_code(0, "init");
+    let list = selected.run(work.path(), &["workspace", "list", "-no-color"]);
+    assert!(
+        list.stdout.contains("team-a-two") && !list.stdout.contains("team-b-one"),
+        "{}",
+        list.combined()
+    );
+
+    // Read-only reads the tags and cannot change them; a bad tag is one sentence.
+    let id = host.workspace_id("team-a-one");
+    let tags = format!("/api/v2/workspaces/{id}/relationships/tags");
+    let body = r#"{"data":[{"type":"tags","attributes":{"name":"extra"}}]}"#;
+    let (status, answer) = host.with_token(reader, "GET", &tags, None);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(json(&answer)["data"][0]["attributes"]["name"], "teams");
+    let (status, answer) = host.with_token(reader, "POST", &tags, Some(body));
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = host.with_token(
+        narrow,
+        "POST",
+        &tags.replace(&id, &host.workspace_id("team-b-one")),
+        Some(body),
+    );
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = host.with_token(
+        TOKEN,
+        "POST",
+        &tags,
+        Some(r#"{"data":[{"type":"tags","attributes":{"name":"a b"}}]}"#),
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        git_log_subjects(&host.bare(), "main", ".gitstate/workspaces/team-a-one.json").len(),
+        1,
+        "nothing was written"
+    );
+    let (status, answer) = host.with_token(TOKEN, "POST", &tags, Some(body));
+    assert_eq!(status, 204, "{answer}");
+    assert_eq!(tag_names(&host, "team-a-one"), ["extra", "teams"]);
+
+    // A locked workspace is never deleted.
+    let lock = format!("/api/v2/workspaces/{id}/actions/lock");
+    let (status, answer) = host.with_token(TOKEN, "POST", &lock, Some("{}"));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = host.with_token(
+        TOKEN,
+        "DELETE",
+        "/api/v2/organizations/default/workspaces/team-a-one",
+        None,
+    );
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer.contains("cannot be deleted while locked"),
+        "{answer}"
+    );
+    let (status, answer) = host.with_token(TOKEN, "POST", &lock.replace("/lock", "/unlock"), None);
+    assert_eq!(status, 200, "{answer}");
+
+    // Read-only cannot delete; a narrow token cannot see another team's workspace to delete.
+    let one = "/api/v2/organizations/default/workspaces/team-a-one";
+    let (status, answer) = host.with_token(reader, "DELETE", one, None);
+    assert_eq!(status, 403, "{answer}");
+    let other = "/api/v2/organizations/default/workspaces/team-b-one";
+    let (status, answer) = host.with_token(narrow, "DELETE", other, None);
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = host.with_token(
+        narrow,
+        "POST",
+        &format!(
+            "/api/v2/workspaces/{}/actions/safe-delete",
+            host.workspace_id("team-b-one")
+        ),
+        None,
+    );
+    assert_eq!(status, 404, "{answer}");
+    let (all, _) = listed(&host, TOKEN, "");
+    assert_eq!(all.len(), 3, "nothing was deleted: {all:?}");
+    // The narrow token deletes its own (no state: the safe delete).
+    let (status, answer) = host.with_token(
+        narrow,
+        "POST",
+        &format!(
+            "/api/v2/workspaces/{}/actions/safe-delete",
+            host.workspace_id("team-a-two")
+        ),
+        None,
+    );
+    assert_eq!(status, 204, "{answer}");
+    let (all, _) = listed(&host, TOKEN, "");
+    assert_eq!(all, ["team-a-one", "team-b-one"]);
+
+    // Outputs-only: the current outputs (a sensitive value only by its id, as the API gives
+    // it), and nothing else.
+    let state = r#"{"version":4,"terraform_version":"1.15.5","serial":1,"lineage":"l-out","outputs":{"url":{"value":"https://db","type":"string"},"password":{"value":"hunter2","type":"string","sensitive":true}},"resources":[]}"#;
+    let (status, answer) = host.with_token(
+        TOKEN,
+        "POST",
+        "/state/default/workspaces/team-b-one.tfstate",
+        Some(state),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let b_id = host.workspace_id("team-b-one");
+    let (status, answer) = host.with_token(
+        outputs,
+        "GET",
+        &format!("/api/v2/workspaces/{b_id}/current-state-version-outputs"),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let listed_outputs = json(&answer)["data"].as_array().unwrap().clone();
+    assert_eq!(listed_outputs.len(), 2, "{answer}");
+    let password = &listed_outputs[0];
+    assert_eq!(password["attributes"]["name"], "password");
+    assert_eq!(password["attributes"]["sensitive"], true);
+    assert_eq!(password["attributes"]["value"], serde_json::Value::Null);
+    assert_eq!(listed_outputs[1]["attributes"]["value"], "https://db");
+    assert_eq!(listed_outputs[1]["attributes"]["detailed-type"], "string");
+    let (status, answer) = host.with_token(
+        outputs,
+        "GET",
+        &format!(
+            "/api/v2/state-version-outputs/{}",
+            password["id"].as_str().unwrap()
+        ),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(json(&answer)["data"]["attributes"]["value"], "hunter2");
+    for (method, path, body) in [
+        (
+            "POST",
+            format!("/api/v2/workspaces/{b_id}/actions/lock"),
+            Some("{}"),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workspaces/{b_id}/relationships/tags"),
+            Some(body),
+        ),
+        ("DELETE", format!("/api/v2/workspaces/{b_id}"), None),
+    ] {
+        let (status, answer) = host.with_token(outputs, method, &path, body);
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+    }
+    // A narrow token cannot read another team's outputs.
+    let (status, _) = host.with_token(
+        narrow,
+        "GET",
+        &format!("/api/v2/workspaces/{b_id}/current-state-version-outputs"),
+        None,
+    );
+    assert_eq!(status, 404);
+    let log = host.server.log();
+    for token in [TOKEN, narrow, reader, outputs] {
+        assert!(!log.contains(token), "the log holds {token}");
+    }
 }

@@ -75,6 +75,18 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// See [`StateStore::list_states`].
     fn list_states_blocking(&self, query: &ListQuery) -> Result<StatePage, StoreError>;
 
+    /// See [`StateStore::list_paths`]; the default takes them from
+    /// [`BlockingStore::list_states_blocking`].
+    fn list_paths_blocking(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let query = ListQuery {
+            prefix: prefix.to_owned(),
+            after: None,
+            limit: usize::MAX,
+        };
+        let page = self.list_states_blocking(&query)?;
+        Ok(page.states.into_iter().map(|s| s.path).collect())
+    }
+
     /// See [`StateStore::list_locks`].
     fn list_locks_blocking(&self) -> Result<Vec<HeldLock>, StoreError>;
 
@@ -198,6 +210,12 @@ impl<S: BlockingStore> StateStore for S {
     async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
         let query = query.clone();
         self.run(move |store| store.list_states_blocking(&query))
+            .await
+    }
+
+    async fn list_paths(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.run(move |store| store.list_paths_blocking(&prefix))
             .await
     }
 

@@ -79,6 +79,10 @@ pub enum StateChange {
     Write(Bytes),
     /// Remove the file.
     Delete,
+    /// Remove the file and, in the same commit, these files of gitstate's own (paths under
+    /// `.gitstate/`: a deleted workspace's record). Only the file's own conditions are checked
+    /// (its content and its lock, as read); a listed file that is absent is no error.
+    DeleteWith(Vec<crate::path::StatePath>),
 }
 
 /// Result of trying to create a lock branch.
@@ -287,6 +291,20 @@ pub trait StateStore: Send + Sync + 'static {
         ))
     }
 
+    /// The paths of the files on the state branch at its tip that start with `prefix`, in path
+    /// order, without what else a listing says (a workspace list needs the names only). The
+    /// default takes them from [`StateStore::list_states`]; a store that can, reads the tree
+    /// alone.
+    async fn list_paths(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let query = ListQuery {
+            prefix: prefix.to_owned(),
+            after: None,
+            limit: usize::MAX,
+        };
+        let page = self.list_states(&query).await?;
+        Ok(page.states.into_iter().map(|s| s.path).collect())
+    }
+
     /// Every held lock (every `refs/heads/locks/…` branch), sorted by path.
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
         Err(StoreError::Internal(
@@ -468,6 +486,10 @@ impl StateStore for NamedStore {
 
     async fn list_states(&self, query: &ListQuery) -> Result<StatePage, StoreError> {
         self.inner.list_states(query).await
+    }
+
+    async fn list_paths(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.list_paths(prefix).await
     }
 
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {

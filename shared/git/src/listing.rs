@@ -69,6 +69,29 @@ pub fn page(
     })
 }
 
+/// The paths of the files at `tip` in `repo` that start with `prefix`, in path order: one walk
+/// of the trees on the way, without counts, sizes or last changes.
+pub fn paths(
+    repo: &gix::Repository,
+    tip: ObjectId,
+    prefix: &str,
+) -> Result<Vec<String>, StoreError> {
+    let query = ListQuery {
+        prefix: prefix.to_owned(),
+        after: None,
+        limit: usize::MAX,
+    };
+    let mut files = Vec::new();
+    walk(
+        repo,
+        tree_of(repo, tip)?,
+        &mut String::new(),
+        &query,
+        &mut files,
+    )?;
+    Ok(files.into_iter().map(|(path, _)| path).collect())
+}
+
 /// Adds the files of `tree` (at `path`, which ends in `/` or is empty) that `query` admits to
 /// `out`, in path order, up to `query.limit`; `true` when one more file follows.
 fn walk(

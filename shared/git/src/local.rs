@@ -383,6 +383,13 @@ impl BlockingStore for LocalStore {
         }
     }
 
+    fn list_paths_blocking(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        match self.tip(&self.state_ref)? {
+            Some(tip) => crate::listing::paths(&self.repo.to_thread_local(), tip, prefix),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
         let repo = self.repo.to_thread_local();
         let platform = repo.references().map_err(internal("listing refs"))?;

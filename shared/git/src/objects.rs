@@ -161,6 +161,8 @@ pub enum FileChange<'a> {
     Blob(ObjectId),
     /// Remove the file.
     Remove,
+    /// Remove the file and these others ([`StateChange::DeleteWith`]).
+    RemoveWith(&'a [StatePath]),
 }
 
 impl<'a> From<&'a StateChange> for FileChange<'a> {
@@ -168,6 +170,7 @@ impl<'a> From<&'a StateChange> for FileChange<'a> {
         match change {
             StateChange::Write(content) => FileChange::Content(content),
             StateChange::Delete => FileChange::Remove,
+            StateChange::DeleteWith(also) => FileChange::RemoveWith(also),
         }
     }
 }
@@ -208,7 +211,7 @@ pub fn file_commit(
     let mut editor = gix::objs::tree::Editor::new(root, &repo.objects, repo.object_hash());
     let components = path.split('/');
     // A path that would swap a file and a directory is refused before anything is written.
-    if !matches!(change, FileChange::Remove) {
+    if !matches!(change, FileChange::Remove | FileChange::RemoveWith(_)) {
         check_no_directory_conflict(repo, base, path)?;
     }
     let blob = match change {
@@ -218,8 +221,15 @@ pub fn file_commit(
                 .detach(),
         ),
         FileChange::Blob(blob) => Some(blob),
-        FileChange::Remove => None,
+        FileChange::Remove | FileChange::RemoveWith(_) => None,
     };
+    if let FileChange::RemoveWith(also) = change {
+        for other in also {
+            editor
+                .remove(other.as_str().split('/'))
+                .map_err(internal("editing the tree"))?;
+        }
+    }
     match blob {
         Some(blob) => editor.upsert(components, EntryKind::Blob, blob),
         None => editor.remove(components),

@@ -59,6 +59,8 @@ const TRAILER_PATH: &str = "Gitstate-Path";
 const TRAILER_BASE: &str = "Gitstate-Base";
 const TRAILER_LOCK: &str = "Gitstate-Lock";
 const TRAILER_CHANGE: &str = "Gitstate-Change";
+/// The other files a `delete-with` removes, space-separated (a state path holds no space).
+const TRAILER_ALSO: &str = "Gitstate-Also-Remove";
 const TRAILER_DEADLINE: &str = "Gitstate-Deadline";
 
 /// The ref names of the queue of one branch.
@@ -188,6 +190,8 @@ pub(crate) struct PendingWrite {
     pub lock_tip: Option<ObjectId>,
     /// `Some(blob)`: write that blob; `None`: delete the file.
     pub blob: Option<ObjectId>,
+    /// Other files the delete removes in the same commit ([`StateChange::DeleteWith`]).
+    pub also_remove: Vec<StatePath>,
     /// The write's commit message (without the trailers) and author (the pending commit's).
     pub message: Message,
     /// Past it (plus [`EXPIRY_SLACK`]) the write is not folded any more.
@@ -229,12 +233,25 @@ pub(crate) fn pending_commit(
             "write"
         }
         StateChange::Delete => "delete",
+        // An older process does not know this change and rejects the write rather than fold
+        // half of it.
+        StateChange::DeleteWith(_) => "delete-with",
+    };
+    let also = match write.change {
+        StateChange::DeleteWith(also) => format!(
+            "{TRAILER_ALSO}: {}\n",
+            also.iter()
+                .map(StatePath::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        _ => String::new(),
     };
     let tree = editor
         .write(|tree| repo.write_object(tree).map(gix::Id::detach))
         .map_err(internal("writing the tree"))?;
     let text = format!(
-        "{}\n\n{TRAILER_ID}: {}\n{TRAILER_PATH}: {}\n{TRAILER_BASE}: {}\n{TRAILER_LOCK}: {}\n{TRAILER_CHANGE}: {change}\n{TRAILER_DEADLINE}: {}\n",
+        "{}\n\n{TRAILER_ID}: {}\n{TRAILER_PATH}: {}\n{TRAILER_BASE}: {}\n{TRAILER_LOCK}: {}\n{TRAILER_CHANGE}: {change}\n{also}{TRAILER_DEADLINE}: {}\n",
         write.message.text.trim_end(),
         write.id,
         write.path,
@@ -303,9 +320,18 @@ pub(crate) fn read_pending(
     let deadline_millis = field(TRAILER_DEADLINE)?
         .parse::<u64>()
         .map_err(|_| format!("the pending commit {commit} has a malformed deadline"))?;
+    let mut also_remove = Vec::new();
     let blob = match field(TRAILER_CHANGE)? {
         "write" => Some(file_in(repo, tree, &path, commit)?),
         "delete" => None,
+        "delete-with" => {
+            for other in field(TRAILER_ALSO)?.split(' ') {
+                also_remove.push(StatePath::parse_stored(other).map_err(|e| {
+                    format!("the pending commit {commit} names a bad path to remove: {e}")
+                })?);
+            }
+            None
+        }
         _ => {
             return Err(format!(
                 "the pending commit {commit} names an unknown change"
@@ -318,6 +344,7 @@ pub(crate) fn read_pending(
         base_file: object_id(TRAILER_BASE)?,
         lock_tip: object_id(TRAILER_LOCK)?,
         blob,
+        also_remove,
         message: Message {
             text: message.to_owned(),
             author: Some(Author {
@@ -498,6 +525,24 @@ mod tests {
         .unwrap();
         let read = read_pending(&repo, &id, deleted).unwrap();
         assert_eq!(read.blob, None);
+        assert!(read.also_remove.is_empty());
+        let record = StatePath::parse_stored(".gitstate/workspaces/a.json").unwrap();
+        let with_record = pending_commit(
+            &repo,
+            &Publication {
+                id: &id,
+                path: &path,
+                base_file: Some(base),
+                lock_tip: None,
+                change: &StateChange::DeleteWith(vec![record.clone()]),
+                message: &"Delete workspace a".into(),
+                deadline: SystemTime::now(),
+            },
+            &Default::default(),
+        )
+        .unwrap();
+        let with = read_pending(&repo, &id, with_record).unwrap();
+        assert_eq!((with.blob, with.also_remove), (None, vec![record]));
         assert_eq!(read.lock_tip, Some(base));
         assert!(expired(&read));
         assert!(message_of(&repo, deleted).contains_str("Gitstate-Change: delete"));

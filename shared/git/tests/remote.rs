@@ -50,10 +50,7 @@ fn check_with_git(bare: &Path, scratch: &Path) {
         std::fs::read_to_string(clone.join("team/a/prod.tfstate")).unwrap(),
         "nested"
     );
-    for rev in git(&clone, &["rev-list", "HEAD"]).lines() {
-        let files = git(&clone, &["show", "--format=", "--name-only", "--root", rev]);
-        assert_eq!(files.lines().count(), 1, "commit {rev} changes one file");
-    }
+    common::each_commit_changes_one_file(&clone, "HEAD");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -24,6 +24,8 @@ pub struct FakeCommit {
     pub path: String,
     /// The stored bytes (`None`: the file was deleted).
     pub content: Option<Bytes>,
+    /// Other files it removed ([`StateChange::DeleteWith`]).
+    pub also_removed: Vec<String>,
     /// The commit message.
     pub message: String,
     /// The author's name (`None`: the committer).
@@ -213,6 +215,21 @@ impl MemoryStore {
 }
 
 fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, message: &Message) {
+    commit_with(repo, id, path, content, &[], message)
+}
+
+/// [`commit`], removing the files `also_removed` in the same commit.
+fn commit_with(
+    repo: &mut Repository,
+    id: &str,
+    path: &str,
+    content: Option<Bytes>,
+    also_removed: &[StatePath],
+    message: &Message,
+) {
+    for other in also_removed {
+        repo.files.remove(other.as_str());
+    }
     match &content {
         Some(bytes) => repo.files.insert(path.to_owned(), bytes.clone()),
         None => repo.files.remove(path),
@@ -222,6 +239,7 @@ fn commit(repo: &mut Repository, id: &str, path: &str, content: Option<Bytes>, m
         id: id.to_owned(),
         path: path.to_owned(),
         content,
+        also_removed: also_removed.iter().map(|p| p.as_str().to_owned()).collect(),
         message: message.text.clone(),
         author: message.author.as_ref().map(|a| a.name.clone()),
     });
@@ -292,11 +310,12 @@ impl StateStore for MemoryStore {
                 return Err(StoreError::Conflict(conflict.to_string()));
             }
         }
-        let content = match change {
-            StateChange::Write(bytes) => Some(bytes),
-            StateChange::Delete => None,
+        let (content, also) = match change {
+            StateChange::Write(bytes) => (Some(bytes), Vec::new()),
+            StateChange::Delete => (None, Vec::new()),
+            StateChange::DeleteWith(also) => (None, also),
         };
-        commit(&mut repo, &id, path.as_str(), content, message);
+        commit_with(&mut repo, &id, path.as_str(), content, &also, message);
         Ok(id)
     }
 

@@ -2,7 +2,8 @@
 //! process (any Lambda container) answers any request without a table. A workspace's id is
 //! `ws-` and the lowercase base32 (RFC 4648, no padding) of its repository's name, a zero byte
 //! and its name; a state version's, `sv-` and the base32 of the same and the digest of the state
-//! it served. An id that does not decode to that shape is no id (the API answers 404).
+//! it served; an output's, `wsout-` and the base32 of a state version's and the output's name.
+//! An id that does not decode to that shape is no id (the API answers 404).
 
 use std::fmt;
 
@@ -13,6 +14,9 @@ const WORKSPACE_PREFIX: &str = "ws-";
 
 /// The prefix of a state version id.
 const STATE_VERSION_PREFIX: &str = "sv-";
+
+/// The prefix of a state version output's id.
+const OUTPUT_PREFIX: &str = "wsout-";
 
 /// RFC 4648 base32, lowercase (ids are URL-safe, and case-insensitive hosts keep them).
 const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
@@ -95,6 +99,10 @@ impl StateVersionId {
         if parts.next().is_some() {
             return None;
         }
+        StateVersionId::from_parts(repository, name, digest)
+    }
+
+    fn from_parts(repository: &[u8], name: &[u8], digest: &[u8]) -> Option<StateVersionId> {
         let digest = std::str::from_utf8(digest).ok()?;
         if digest.is_empty() || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
@@ -112,6 +120,45 @@ impl fmt::Display for StateVersionId {
         bytes.push(0);
         bytes.extend_from_slice(self.digest.as_bytes());
         write!(f, "{STATE_VERSION_PREFIX}{}", encode(&bytes))
+    }
+}
+
+/// An output of a state version, as its id names it: the state version and the output's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputId {
+    /// The state version.
+    pub version: StateVersionId,
+    /// The output's name.
+    pub name: String,
+}
+
+impl OutputId {
+    /// The output `raw` names, or `None` when it is no output id.
+    pub fn parse(raw: &str) -> Option<OutputId> {
+        let bytes = decode(raw.strip_prefix(OUTPUT_PREFIX)?)?;
+        let mut parts = bytes.splitn(4, |b| *b == 0);
+        let (repository, name, digest, output) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let output = std::str::from_utf8(output).ok()?;
+        if output.is_empty() || output.chars().any(char::is_control) {
+            return None;
+        }
+        let version = StateVersionId::from_parts(repository, name, digest)?;
+        Some(OutputId {
+            version,
+            name: output.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for OutputId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut bytes = self.version.workspace.payload();
+        bytes.push(0);
+        bytes.extend_from_slice(self.version.digest.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(self.name.as_bytes());
+        write!(f, "{OUTPUT_PREFIX}{}", encode(&bytes))
     }
 }
 
@@ -162,6 +209,24 @@ mod tests {
 
     fn name(raw: &str) -> WorkspaceName {
         WorkspaceName::parse(raw).unwrap()
+    }
+
+    #[test]
+    fn an_output_id_names_its_state_version_and_output() {
+        let version = StateVersionId {
+            workspace: WorkspaceId::new("default", &name("app-prod")),
+            digest: "0123abcd".into(),
+        };
+        let id = OutputId {
+            version: version.clone(),
+            name: "db_url".into(),
+        };
+        let text = id.to_string();
+        assert!(text.starts_with("wsout-"), "{text}");
+        assert_eq!(OutputId::parse(&text), Some(id));
+        assert_eq!(OutputId::parse(&version.to_string()), None);
+        assert_eq!(OutputId::parse(&text.replace("wsout-", "sv-")), None);
+        assert_eq!(OutputId::parse(&text.to_uppercase()), None);
     }
 
     #[test]

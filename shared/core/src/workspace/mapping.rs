@@ -132,6 +132,12 @@ impl WorkspacePath {
         StatePath::parse(&format!("{}{}{}", self.prefix, name.0, self.suffix))
     }
 
+    /// What every state path of this pattern starts with (what a listing of its states asks
+    /// for).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The workspace whose state is at `path`, if `path` is one of this pattern's.
     pub fn name_of(&self, path: &StatePath) -> Option<WorkspaceName> {
         let name = path

@@ -13,7 +13,7 @@ pub struct Record {
     /// When it was created (RFC 3339, UTC).
     #[serde(rename = "created-at")]
     pub created_at: String,
-    /// Its tags, sorted (none yet: the API's tags are not kept by this version).
+    /// Its tags, sorted, once each.
     pub tags: Vec<String>,
 }
 

@@ -43,6 +43,9 @@ pub enum WorkspaceError {
     /// The name breaks the API's rule (422).
     #[error(transparent)]
     Name(#[from] super::NameError),
+    /// A tag breaks the rule (422).
+    #[error(transparent)]
+    Tag(#[from] super::TagError),
     /// A workspace of that name exists already (422).
     #[error("{0}")]
     Taken(String),
@@ -61,6 +64,9 @@ pub enum WorkspaceError {
     /// The operation needs a lock that is not held (409).
     #[error("{0}")]
     NotLocked(String),
+    /// A delete without force of a workspace that has a state (409, as the API's safe delete).
+    #[error("{0}")]
+    HasState(String),
     /// No state could ever be written at the workspace's path (409, [`crate::PathConflict`]).
     #[error("{0}")]
     Unwritable(String),
@@ -82,7 +88,8 @@ pub struct Workspace {
     pub id: WorkspaceId,
     /// The state path it maps to.
     pub path: StatePath,
-    /// Its record, when it has one and no state (a workspace with a state needs none).
+    /// Its record, when it has one (a workspace with a state needs none, but gets one when it is
+    /// tagged).
     pub record: Option<Record>,
     /// Whether a state is stored at its path.
     pub has_state: bool,
@@ -166,8 +173,8 @@ const API_LOCK_OPERATION: &str = "OperationTypeWorkspaceLock";
 
 /// The workspace operations of one repository.
 pub struct Workspaces<'a> {
-    backend: &'a Backend,
-    store: &'a dyn StateStore,
+    pub(super) backend: &'a Backend,
+    pub(super) store: &'a dyn StateStore,
 }
 
 impl<'a> Workspaces<'a> {
@@ -188,7 +195,7 @@ impl<'a> Workspaces<'a> {
         Place::new(self.store.repository(), path)
     }
 
-    fn id(&self, name: &WorkspaceName) -> WorkspaceId {
+    pub(super) fn id(&self, name: &WorkspaceName) -> WorkspaceId {
         WorkspaceId::new(self.store.repository(), name)
     }
 
@@ -200,12 +207,12 @@ impl<'a> Workspaces<'a> {
         holder: Option<&Holder>,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
-        let snapshot = self.store.snapshot(&path).await?;
+        // The record holds the tags, so it is read beside the state, at once.
+        let (snapshot, record) = tokio::try_join!(
+            async { Ok::<_, WorkspaceError>(self.store.snapshot(&path).await?) },
+            self.record(name)
+        )?;
         let has_state = snapshot.state.is_some();
-        let record = match has_state {
-            true => None,
-            false => self.record(name).await?,
-        };
         if !has_state && record.is_none() {
             return Err(not_found(self.store.repository(), name));
         }
@@ -256,19 +263,22 @@ impl<'a> Workspaces<'a> {
     }
 
     /// The record of `name`, when it has one.
-    async fn record(&self, name: &WorkspaceName) -> Result<Option<Record>, WorkspaceError> {
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
+    pub(super) async fn record(
+        &self,
+        name: &WorkspaceName,
+    ) -> Result<Option<Record>, WorkspaceError> {
+        let record_path = record_path(name)?;
         let snapshot = self.store.snapshot(&record_path).await?;
         Ok(snapshot.state.as_deref().map(Record::stored))
     }
 
-    /// Creates the workspace `name` for `who`: its record, one commit through compare-and-swap.
-    /// A workspace that exists (a state or a record) is [`WorkspaceError::Taken`].
+    /// Creates the workspace `name` with `tags` (checked, sorted) for `who`: its record, one
+    /// commit through compare-and-swap. A workspace that exists (a state or a record) is
+    /// [`WorkspaceError::Taken`].
     pub async fn create(
         &self,
         name: &WorkspaceName,
+        tags: Vec<String>,
         who: &str,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
@@ -282,12 +292,72 @@ impl<'a> Workspaces<'a> {
         if snapshot.state.is_some() {
             return Err(taken());
         }
-        let record_path = name
-            .record_path()
-            .map_err(|e| BackendError::BadRequest(e.to_string()))?;
-        let record = Record::new(name.as_str());
+        let mut record = Record::new(name.as_str());
+        record.tags = tags;
         let who = escape_controls(who).into_owned();
         let message = Message::by(format!("Create workspace {name} ({path}) by {who}"), &who);
+        let record = self
+            .write_record(name, |stored| match stored {
+                Some(_) => Err(taken()),
+                None => Ok(RecordWrite::Changed(record.clone(), message.clone())),
+            })
+            .await?;
+        tracing::info!(workspace = %name, %path, "workspace created");
+        Ok(Workspace {
+            id: self.id(name),
+            path,
+            record: Some(record),
+            has_state: false,
+            lock: snapshot.lock,
+            locked_by_caller: false,
+        })
+    }
+
+    /// Adds `add` to the tags of the workspace `name` and removes `remove` (both checked) for
+    /// `who`: its record, one commit through compare-and-swap (a workspace that has only a state
+    /// gets a record). Tags that change nothing write nothing.
+    pub async fn tag(
+        &self,
+        name: &WorkspaceName,
+        add: &[String],
+        remove: &[String],
+        who: &str,
+    ) -> Result<Workspace, WorkspaceError> {
+        let mut workspace = self.read(name, None).await?;
+        let who = escape_controls(who).into_owned();
+        let path = &workspace.path;
+        let record = self
+            .write_record(name, |stored| {
+                let mut record = stored.map_or_else(|| Record::new(name.as_str()), Record::stored);
+                if record.name.is_empty() {
+                    record.name = name.as_str().to_owned();
+                }
+                let tags = super::tags::changed(&record.tags, add, remove);
+                if stored.is_some() && tags == record.tags {
+                    return Ok(RecordWrite::Unchanged(record));
+                }
+                record.tags = tags;
+                let shown = match record.tags.is_empty() {
+                    true => "no tags".to_owned(),
+                    false => record.tags.join(", "),
+                };
+                let text = format!("Tag workspace {name} ({path}): {shown} by {who}");
+                Ok(RecordWrite::Changed(record, Message::by(text, &who)))
+            })
+            .await?;
+        workspace.record = Some(record);
+        Ok(workspace)
+    }
+
+    /// Writes the record of `name` as `decide` says from the record stored (its bytes, `None`
+    /// when there is none): one commit through compare-and-swap and the write queue, decided
+    /// again on each fresh read. Returns the record written, or the one kept.
+    async fn write_record(
+        &self,
+        name: &WorkspaceName,
+        decide: impl Fn(Option<&[u8]>) -> Result<RecordWrite, WorkspaceError>,
+    ) -> Result<Record, WorkspaceError> {
+        let record_path = record_path(name)?;
         let started = std::time::Instant::now();
         let deadline = started + self.backend.retry.budget;
         let mut attempt = 0;
@@ -298,9 +368,10 @@ impl<'a> Workspaces<'a> {
                 .backend
                 .begin_write(self.store, &record_path, Intent::Write, timing)
                 .await?;
-            if session.snapshot().state.is_some() {
-                return Err(taken());
-            }
+            let (record, message) = match decide(session.snapshot().state.as_deref())? {
+                RecordWrite::Unchanged(record) => return Ok(record),
+                RecordWrite::Changed(record, message) => (record, message),
+            };
             let timing = (&mut attempt, started, deadline);
             let change = StateChange::Write(record.to_bytes());
             let pushed = self
@@ -308,15 +379,67 @@ impl<'a> Workspaces<'a> {
                 .push_attempt(session, change, &message, "workspace record", timing)
                 .await?;
             if let Some(revision) = pushed {
-                tracing::info!(workspace = %name, %path, %revision, "workspace created");
-                return Ok(Workspace {
-                    id: self.id(name),
-                    path,
-                    record: Some(record),
-                    has_state: false,
-                    lock: snapshot.lock,
-                    locked_by_caller: false,
+                tracing::info!(workspace = %name, %revision, "workspace record written");
+                return Ok(record);
+            }
+        }
+    }
+
+    /// Deletes the workspace `name` for `who`: its state and its record in one commit through
+    /// compare-and-swap ([`StateChange::DeleteWith`]; the history stays in git). A locked
+    /// workspace is [`WorkspaceError::Locked`]; one that has a state, unless `force`,
+    /// [`WorkspaceError::HasState`]. Returns the commit.
+    pub async fn delete(
+        &self,
+        name: &WorkspaceName,
+        force: bool,
+        who: &str,
+    ) -> Result<String, WorkspaceError> {
+        let path = self.path(name)?;
+        let record_path = record_path(name)?;
+        let who = escape_controls(who).into_owned();
+        let message = Message::by(format!("Delete workspace {name} ({path}) by {who}"), &who);
+        let started = std::time::Instant::now();
+        let deadline = started + self.backend.retry.budget;
+        let mut attempt = 0;
+        let _serialized = crate::backend::serialized(self.store).await;
+        loop {
+            let has_record = self.record(name).await?.is_some();
+            let timing = (&mut attempt, started, deadline);
+            let session = self
+                .backend
+                .begin_write(self.store, &path, Intent::Write, timing)
+                .await?;
+            let snapshot = session.snapshot();
+            if snapshot.state.is_none() && !has_record {
+                return Err(not_found(self.store.repository(), name));
+            }
+            if let Some(lock) = &snapshot.lock {
+                return Err(match self.locked(name, lock) {
+                    WorkspaceError::Locked { sentence, holder } => WorkspaceError::Locked {
+                        sentence: sentence.replace(
+                            "not by this caller; wait for it",
+                            "and cannot be deleted while locked; wait for it",
+                        ),
+                        holder,
+                    },
+                    other => other,
                 });
+            }
+            if snapshot.state.is_some() && !force {
+                return Err(WorkspaceError::HasState(format!(
+                    "the workspace {name} has a state, so it is not deleted without force: run `terraform workspace delete -force {name}` (the state's history stays in git)"
+                )));
+            }
+            let timing = (&mut attempt, started, deadline);
+            let change = StateChange::DeleteWith(vec![record_path.clone()]);
+            let pushed = self
+                .backend
+                .push_attempt(session, change, &message, "workspace delete", timing)
+                .await?;
+            if let Some(revision) = pushed {
+                tracing::info!(workspace = %name, %path, %revision, "workspace deleted");
+                return Ok(revision);
             }
         }
     }
@@ -480,8 +603,8 @@ impl<'a> Workspaces<'a> {
         }
     }
 
-    /// The state version `digest` of the workspace `name`, while it is the current one (404
-    /// otherwise). The state the store remembers is served when it is that version (no request
+    /// The state version `digest` of the workspace `name`, while it is the current one (`None`
+    /// once it is not; 404 while the workspace has no state). The state the store remembers is served when it is that version (no request
     /// to a remote: Terraform downloads right after reading the current version), else the
     /// current state read fresh. An expired token always reads fresh (its lock decides).
     pub async fn version(
@@ -489,23 +612,18 @@ impl<'a> Workspaces<'a> {
         name: &WorkspaceName,
         digest: &str,
         token: Option<&LockToken>,
-    ) -> Result<Current, WorkspaceError> {
+    ) -> Result<Option<Current>, WorkspaceError> {
         if !token.is_some_and(|t| t.expired) {
             let path = self.path(name)?;
             if let Some(stored) = self.store.recalled_state(&path).await? {
                 let state = self.backend.open_stored(&self.place(&path), stored).await?;
                 if digest_of(&state) == digest {
-                    return Ok(Current::of(state));
+                    return Ok(Some(Current::of(state)));
                 }
             }
         }
         let current = self.current(name, token).await?;
-        if current.digest != digest {
-            return Err(WorkspaceError::NotFound(format!(
-                "this state version of the workspace {name} is no longer its current state; read the current state version again"
-            )));
-        }
-        Ok(current)
+        Ok((current.digest == digest).then_some(current))
     }
 
     /// A new state version of the workspace `name`: written as `caller`'s POST under the lock
@@ -561,6 +679,20 @@ impl<'a> Workspaces<'a> {
             holder: held.clone(),
         }
     }
+}
+
+/// What a record write decides on the record it read.
+enum RecordWrite {
+    /// Nothing to write: the record as it is.
+    Unchanged(Record),
+    /// This record, with this commit message.
+    Changed(Record, Message),
+}
+
+/// The path of the record of `name` (a name always has one).
+fn record_path(name: &WorkspaceName) -> Result<StatePath, WorkspaceError> {
+    name.record_path()
+        .map_err(|e| WorkspaceError::Backend(BackendError::BadRequest(e.to_string())))
 }
 
 /// The refusal of an unlock of `name` while nothing holds it.

@@ -52,7 +52,7 @@ async fn a_workspace_exists_by_its_state_or_its_record_and_create_writes_one_rec
         matches!(&missing, WorkspaceError::NotFound(s) if s.contains("does not exist in the organization default")),
         "{missing:?}"
     );
-    let created = spaces.create(&app, "alice").await.unwrap();
+    let created = spaces.create(&app, Vec::new(), "alice").await.unwrap();
     assert_eq!(created.path.as_str(), APP);
     assert_eq!(created.id, WorkspaceId::new("default", &app));
     assert!(!created.has_state && created.lock.is_none());
@@ -70,7 +70,7 @@ async fn a_workspace_exists_by_its_state_or_its_record_and_create_writes_one_rec
         read.record.as_ref().map(|r| r.name.as_str()),
         Some("app-prod")
     );
-    let again = spaces.create(&app, "bob").await.unwrap_err();
+    let again = spaces.create(&app, Vec::new(), "bob").await.unwrap_err();
     assert!(matches!(again, WorkspaceError::Taken(_)), "{again:?}");
     assert_eq!(store.commits_of(RECORD).len(), 1, "nothing written again");
 
@@ -85,7 +85,7 @@ async fn a_workspace_exists_by_its_state_or_its_record_and_create_writes_one_rec
     let read = spaces.read(&other, None).await.unwrap();
     assert!(read.has_state && read.record.is_none());
     assert!(matches!(
-        spaces.create(&other, "dave").await,
+        spaces.create(&other, Vec::new(), "dave").await,
         Err(WorkspaceError::Taken(_))
     ));
 }
@@ -95,7 +95,7 @@ async fn only_the_caller_that_locked_writes_a_state_version_and_unlocks() {
     let (backend, store) = (Backend::default(), MemoryStore::named("default"));
     let spaces = Workspaces::on(&backend, store.as_ref());
     let app = name("app-prod");
-    spaces.create(&app, "alice").await.unwrap();
+    spaces.create(&app, Vec::new(), "alice").await.unwrap();
     let (alice, bob) = (holder("token-a", "alice"), holder("token-b", "bob"));
     let checked = backend.check(state(1), false).unwrap();
 
@@ -202,7 +202,7 @@ async fn one_lock_for_both_protocols() {
     let (backend, store) = (Backend::default(), MemoryStore::named("default"));
     let spaces = Workspaces::on(&backend, store.as_ref());
     let app = name("app-prod");
-    spaces.create(&app, "alice").await.unwrap();
+    spaces.create(&app, Vec::new(), "alice").await.unwrap();
     let alice = holder("token-a", "alice");
     let path = StatePath::parse(APP).unwrap();
 
@@ -287,7 +287,7 @@ async fn a_configured_workspace_path_maps_the_workspace_there() {
         .with_workspace_path(WorkspacePath::parse("envs/{name}/terraform.tfstate").unwrap());
     let spaces = Workspaces::on(&backend, &store);
     let app = name("app");
-    let created = spaces.create(&app, "alice").await.unwrap();
+    let created = spaces.create(&app, Vec::new(), "alice").await.unwrap();
     assert_eq!(created.path.as_str(), "envs/app/terraform.tfstate");
     assert_eq!(created.id, WorkspaceId::new("prod", &app));
     assert!(store.snapshot(&created.path).await.unwrap().state.is_none());
@@ -355,4 +355,173 @@ async fn a_lock_of_no_workspace_is_a_404_and_leaves_no_lock() {
         "the lock taken to learn it is released"
     );
     assert!(store.commits_of(APP).is_empty() && store.commits_of(RECORD).is_empty());
+}
+
+#[tokio::test]
+async fn the_list_finds_states_and_records_by_name_and_tags_one_page_at_a_time() {
+    let (backend, store) = (Backend::default(), MemoryStore::named("default"));
+    let spaces = Workspaces::on(&backend, store.as_ref());
+    let tags = |t: &[&str]| parse_tags(t.iter().copied()).unwrap();
+    spaces
+        .create(&name("app-a"), tags(&["app", "blue"]), "alice")
+        .await
+        .unwrap();
+    spaces
+        .create(&name("app-b"), tags(&["app"]), "alice")
+        .await
+        .unwrap();
+    // A state written over http is a workspace, listed once with its record once tagged.
+    let path = StatePath::parse("workspaces/db.tfstate").unwrap();
+    let checked = backend.check(state(1), false).unwrap();
+    backend
+        .post(store.as_ref(), &path, &checked, None, &caller("carol"))
+        .await
+        .unwrap();
+    // Files of no workspace: another folder, and a state at no name of the pattern.
+    let other = StatePath::parse("other/x.tfstate").unwrap();
+    backend
+        .post(store.as_ref(), &other, &checked, None, &caller("carol"))
+        .await
+        .unwrap();
+    let all = Scope::full();
+    let names = |listed: &Listed| {
+        listed
+            .workspaces
+            .iter()
+            .map(|w| w.name().as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let listed = spaces
+        .list(&all, &Search::default(), PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["app-a", "app-b", "db"]);
+    assert_eq!(listed.total, 3);
+    assert!(listed.workspaces[2].has_state && listed.workspaces[2].record.is_none());
+    assert_eq!(
+        listed.workspaces[0].record.as_ref().unwrap().tags,
+        ["app", "blue"]
+    );
+
+    let search = |name: Option<&str>, tags: &[&str]| Search {
+        name: name.map(str::to_owned),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        exclude_tags: Vec::new(),
+    };
+    let found = spaces
+        .list(&all, &search(Some("APP-"), &[]), PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&found), ["app-a", "app-b"]);
+    let found = spaces
+        .list(
+            &all,
+            &search(None, &["app", "blue"]),
+            PageRequest::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&found), ["app-a"], "every tag must match");
+
+    // Tagging a workspace that has only a state gives it a record: one commit.
+    let db = name("db");
+    let tagged = spaces.tag(&db, &tags(&["app"]), &[], "bob").await.unwrap();
+    assert_eq!(tagged.record.unwrap().tags, ["app"]);
+    let commits = store.commits_of(".gitstate/workspaces/db.json");
+    assert_eq!(commits.len(), 1);
+    assert!(
+        commits[0]
+            .message
+            .starts_with("Tag workspace db (workspaces/db.tfstate): app by bob"),
+        "{}",
+        commits[0].message
+    );
+    spaces.tag(&db, &tags(&["app"]), &[], "bob").await.unwrap();
+    assert_eq!(
+        store.commits_of(".gitstate/workspaces/db.json").len(),
+        1,
+        "a tag it has writes nothing"
+    );
+    let found = spaces
+        .list(&all, &search(None, &["app"]), PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&found), ["app-a", "app-b", "db"]);
+
+    // Pages of one.
+    let second = spaces
+        .list(&all, &Search::default(), PageRequest { number: 2, size: 1 })
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["app-b"]);
+    assert_eq!((second.total_pages(), second.next_page()), (3, Some(3)));
+
+    // A narrow credential lists only what it may read.
+    let narrow = Scope::new(Rights::ReadWrite, &["workspaces/app-a.tfstate".into()]).unwrap();
+    let seen = spaces
+        .list(&narrow, &Search::default(), PageRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&seen), ["app-a"]);
+    assert_eq!(seen.total, 1);
+}
+
+#[tokio::test]
+async fn a_delete_removes_the_state_and_the_record_in_one_commit_never_when_locked() {
+    let (backend, store) = (Backend::default(), MemoryStore::named("default"));
+    let spaces = Workspaces::on(&backend, store.as_ref());
+    let app = name("app-prod");
+    spaces.create(&app, Vec::new(), "alice").await.unwrap();
+    let alice = holder("token-a", "alice");
+    spaces.lock(&app, &alice, "apply").await.unwrap();
+    let checked = backend.check(state(1), false).unwrap();
+    spaces
+        .write_state(&app, &checked, &alice, &caller("alice"))
+        .await
+        .unwrap();
+    let before = store.commits().len();
+
+    // Locked: refused, even with force.
+    let locked = spaces.delete(&app, true, "bob").await.unwrap_err();
+    assert!(
+        matches!(&locked, WorkspaceError::Locked { sentence, .. } if sentence.contains("cannot be deleted while locked")),
+        "{locked:?}"
+    );
+    spaces.unlock(&app, &alice).await.unwrap();
+    // A state: refused without force.
+    let kept = spaces.delete(&app, false, "bob").await.unwrap_err();
+    assert!(
+        matches!(&kept, WorkspaceError::HasState(s) if s.contains("-force")),
+        "{kept:?}"
+    );
+    assert_eq!(store.commits().len(), before, "nothing was written");
+
+    spaces.delete(&app, true, "bob").await.unwrap();
+    let commits = store.commits();
+    assert_eq!(commits.len(), before + 1, "one commit");
+    let last = commits.last().unwrap();
+    assert_eq!(last.path, APP);
+    assert_eq!(last.content, None);
+    assert_eq!(last.also_removed, [RECORD]);
+    assert!(
+        last.message
+            .starts_with("Delete workspace app-prod (workspaces/app-prod.tfstate) by bob"),
+        "{}",
+        last.message
+    );
+    assert!(store.file(APP).is_none() && store.file(RECORD).is_none());
+    assert!(matches!(
+        spaces.read(&app, None).await,
+        Err(WorkspaceError::NotFound(_))
+    ));
+    assert!(matches!(
+        spaces.delete(&app, true, "bob").await,
+        Err(WorkspaceError::NotFound(_))
+    ));
+
+    // A workspace with only a record is deleted without force.
+    let empty = name("empty");
+    spaces.create(&empty, Vec::new(), "alice").await.unwrap();
+    spaces.delete(&empty, false, "alice").await.unwrap();
+    assert!(store.file(".gitstate/workspaces/empty.json").is_none());
 }

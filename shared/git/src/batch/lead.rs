@@ -366,7 +366,8 @@ impl<'r> Chain<'r> {
                 self.on_remote.push(blob);
                 FileChange::Blob(blob)
             }
-            None => FileChange::Remove,
+            None if write.also_remove.is_empty() => FileChange::Remove,
+            None => FileChange::RemoveWith(&write.also_remove),
         };
         let conditions = Conditions {
             path: &write.path,

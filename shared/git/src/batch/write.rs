@@ -34,7 +34,7 @@ impl QueuedWrite {
     pub(crate) fn size(&self) -> usize {
         match &self.change {
             StateChange::Write(bytes) => bytes.len(),
-            StateChange::Delete => 0,
+            StateChange::Delete | StateChange::DeleteWith(_) => 0,
         }
     }
 }

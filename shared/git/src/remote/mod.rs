@@ -453,6 +453,13 @@ impl BlockingStore for RemoteStore {
         }
     }
 
+    fn list_paths_blocking(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        match self.history_cache()? {
+            (cache, Some(tip)) => crate::listing::paths(&cache.repo(), tip, prefix),
+            (_, None) => Ok(Vec::new()),
+        }
+    }
+
     fn list_locks_blocking(&self) -> Result<Vec<gitstate_core::HeldLock>, StoreError> {
         let pattern = format!("{}*", crate::LOCK_REF_PREFIX);
         let lock_file = |name: &str| {

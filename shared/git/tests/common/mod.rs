@@ -24,6 +24,28 @@ pub fn sp(raw: &str) -> StatePath {
     StatePath::parse(raw).expect("valid path")
 }
 
+/// Checks that every commit of `rev` in `repo` changes one file, but a workspace's delete (its
+/// state and its record, or the record alone).
+pub fn each_commit_changes_one_file(repo: &Path, rev: &str) {
+    for commit in git(repo, &["rev-list", rev]).lines() {
+        let files = git(
+            repo,
+            &["show", "--format=", "--name-only", "--root", commit],
+        );
+        let subject = git(repo, &["show", "-s", "--format=%s", commit]);
+        let most = if subject.starts_with("Delete workspace") {
+            2
+        } else {
+            1
+        };
+        let count = files.lines().count();
+        assert!(
+            (1..=most).contains(&count),
+            "commit {commit} ({subject}): {count} files"
+        );
+    }
+}
+
 /// Writes `content` to `path` from a fresh snapshot, retrying while other writers move the
 /// branch (what the protocol layer does).
 pub async fn write_retrying(
@@ -222,6 +244,67 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
 
     sessions(store, prefix).await;
     nesting(store, prefix).await;
+    delete_with(store, prefix).await;
+}
+
+/// [`gitstate_core::StateChange::DeleteWith`] through a write attempt (a remote store's write
+/// queue): the file and gitstate's own file beside it go in one commit.
+pub async fn delete_with(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    use gitstate_core::{Intent, StateChange};
+
+    let path = sp(&format!("{prefix}workspaces/gone.tfstate"));
+    let record = StatePath::gitstate_file(&sp(&format!("{prefix}workspaces/gone.json")));
+    write_retrying(store, &path, b"{\"serial\":1}", "Update gone").await;
+    write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone").await;
+    // The paths alone, as the listing has them.
+    for folder in [
+        format!("{prefix}workspaces/"),
+        format!(".gitstate/{prefix}workspaces/"),
+    ] {
+        let paths = store.list_paths(&folder).await.expect("list_paths");
+        let query = gitstate_core::ListQuery {
+            prefix: folder.clone(),
+            after: None,
+            limit: usize::MAX,
+        };
+        let listed = store.list_states(&query).await.expect("list_states");
+        let expected: Vec<String> = listed.states.into_iter().map(|s| s.path).collect();
+        assert_eq!(paths, expected, "{folder}");
+        assert_eq!(paths.len(), 1, "{folder}: {paths:?}");
+    }
+    let delete = || async {
+        let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+        attempt
+            .update_state(
+                StateChange::DeleteWith(vec![record.clone()]),
+                &gitstate_core::Message::from("Delete workspace gone"),
+            )
+            .await
+            .expect("delete with the record")
+    };
+    let commit = delete().await;
+    for gone in [&path, &record] {
+        let snap = store.snapshot(gone).await.expect("snapshot");
+        assert_eq!(snap.state, None, "{gone}");
+        assert_eq!(snap.state_tip.as_deref(), Some(commit.as_str()));
+        let history = store.history(gone, 10).await.expect("history");
+        assert_eq!(
+            history[0].commit, commit,
+            "{gone}: removed by that one commit"
+        );
+        assert_eq!(history[0].size, None);
+        assert_eq!(
+            history.len(),
+            2,
+            "{gone}: its write is still in the history"
+        );
+    }
+    // Only one of the two files there (a workspace without a state): the other's absence is no
+    // error.
+    write_retrying(store, &record, b"{\"name\":\"gone\"}", "Create gone again").await;
+    let commit = delete().await;
+    let snap = store.snapshot(&record).await.expect("snapshot");
+    assert_eq!((snap.state, snap.state_tip), (None, Some(commit)));
 }
 
 /// [`StateStore::create_lock`](gitstate_core::StateStore::create_lock) where no state could ever

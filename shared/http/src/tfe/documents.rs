@@ -5,7 +5,7 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::scope::{Rights, Scope};
-use gitstate_core::workspace::{Current, StateVersionId, Workspace, WorkspaceId};
+use gitstate_core::workspace::{Current, Listed, Output, StateVersionId, Workspace, WorkspaceId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -25,6 +25,62 @@ pub(crate) fn answer(status: StatusCode, document: Value) -> Response {
 /// `terraform-version` is `latest` (Terraform checks no version against it), and the
 /// permissions are what the caller's `scope` may do.
 pub(crate) fn workspace(workspace: &Workspace, scope: &Scope) -> Value {
+    json!({ "data": workspace_resource(workspace, scope) })
+}
+
+/// One page of the workspace list: the workspaces, and the JSON:API `links` and
+/// `meta.pagination` go-tfe reads to walk the pages (`base` is the list's address, `query` the
+/// search parameters to keep in each link).
+pub(crate) fn workspace_list(listed: &Listed, scope: &Scope, base: &str, query: &str) -> Value {
+    let data: Vec<Value> = listed
+        .workspaces
+        .iter()
+        .map(|w| workspace_resource(w, scope))
+        .collect();
+    let size = listed.page.size;
+    let last = listed.total_pages().max(1);
+    let link =
+        |number: usize| format!("{base}?{query}page%5Bnumber%5D={number}&page%5Bsize%5D={size}");
+    json!({
+        "data": data,
+        "links": {
+            "self": link(listed.page.number),
+            "first": link(1),
+            "prev": listed.prev_page().map(link),
+            "next": listed.next_page().map(link),
+            "last": link(last),
+        },
+        "meta": {
+            "pagination": {
+                "current-page": listed.page.number,
+                "page-size": size,
+                "prev-page": listed.prev_page(),
+                "next-page": listed.next_page(),
+                "total-pages": listed.total_pages(),
+                "total-count": listed.total,
+            }
+        }
+    })
+}
+
+/// The tags of a workspace, as `GET …/relationships/tags` answers them (a tag's id is `tag-`
+/// and its name: tags are kept by name).
+pub(crate) fn tags(tags: &[String]) -> Value {
+    let data: Vec<Value> = tags
+        .iter()
+        .map(|name| json!({ "id": format!("tag-{name}"), "type": "tags", "attributes": { "name": name } }))
+        .collect();
+    json!({
+        "data": data,
+        "meta": { "pagination": {
+            "current-page": 1, "page-size": data.len().max(1), "prev-page": null, "next-page": null,
+            "total-pages": 1, "total-count": data.len(),
+        } },
+    })
+}
+
+/// The resource object of a workspace (what `data` holds, alone or in a list).
+fn workspace_resource(workspace: &Workspace, scope: &Scope) -> Value {
     let organization = workspace.id.repository.as_str();
     let name = workspace.name().as_str();
     let write = scope.rights() == Rights::ReadWrite;
@@ -42,7 +98,7 @@ pub(crate) fn workspace(workspace: &Workspace, scope: &Scope) -> Value {
         "queue-all-runs": false,
         "speculative-enabled": false,
         "source": "tfe-api",
-        "tag-names": Value::Array(Vec::new()),
+        "tag-names": workspace.record.as_ref().map_or_else(Vec::new, |r| r.tags.clone()),
         "working-directory": "",
         "resource-count": 0,
         "actions": { "is-destroyable": write },
@@ -68,17 +124,15 @@ pub(crate) fn workspace(workspace: &Workspace, scope: &Scope) -> Value {
         }
     }
     json!({
-        "data": {
-            "id": workspace.id.to_string(),
-            "type": "workspaces",
-            "attributes": attributes,
-            "relationships": {
-                "organization": { "data": { "id": organization, "type": "organizations" } },
-            },
-            "links": {
-                "self": format!("/api/v2/organizations/{organization}/workspaces/{name}"),
-            },
-        }
+        "id": workspace.id.to_string(),
+        "type": "workspaces",
+        "attributes": attributes,
+        "relationships": {
+            "organization": { "data": { "id": organization, "type": "organizations" } },
+        },
+        "links": {
+            "self": format!("/api/v2/organizations/{organization}/workspaces/{name}"),
+        },
     })
 }
 
@@ -109,6 +163,35 @@ pub(crate) fn state_version(workspace: &WorkspaceId, current: &Current) -> Value
             },
             "links": { "self": format!("/api/v2/state-versions/{id}") },
         }
+    })
+}
+
+/// A list of outputs (`current-state-version-outputs`), in one page.
+pub(crate) fn outputs(outputs: &[Output]) -> Value {
+    let data: Vec<Value> = outputs.iter().map(output).collect();
+    json!({
+        "data": data,
+        "meta": { "pagination": {
+            "current-page": 1, "page-size": data.len().max(1), "prev-page": null, "next-page": null,
+            "total-pages": 1, "total-count": data.len(),
+        } },
+    })
+}
+
+/// One output's resource object.
+pub(crate) fn output(output: &Output) -> Value {
+    let id = output.id.to_string();
+    json!({
+        "id": id,
+        "type": "state-version-outputs",
+        "attributes": {
+            "name": output.name(),
+            "sensitive": output.sensitive,
+            "type": output.kind(),
+            "value": output.value,
+            "detailed-type": output.detailed_type,
+        },
+        "links": { "self": format!("/api/v2/state-version-outputs/{id}") },
     })
 }
 
@@ -210,6 +293,21 @@ impl Request {
             .iter()
             .filter(|(_, v)| !v.is_null())
             .map(|(k, _)| k.as_str())
+    }
+
+    /// The items of the relationship `name` (an empty list when it is not given; one item
+    /// alone counts as a list of one).
+    pub(crate) fn relationship_items(&self, name: &str) -> Vec<&Value> {
+        match self
+            .data
+            .relationships
+            .get(name)
+            .and_then(|r| r.get("data"))
+        {
+            Some(Value::Array(items)) => items.iter().collect(),
+            None | Some(Value::Null) => Vec::new(),
+            Some(one) => vec![one],
+        }
     }
 
     /// The relationships given with data (not null, not an empty list), by name.

@@ -1,14 +1,16 @@
 //! The workspace API (DESIGN §10): the subset of the HCP Terraform / Terraform Enterprise API
 //! that Terraform's `cloud` block and `remote` backend use with local execution, translated to
 //! the core's workspace rules ([`gitstate_core::workspace`]). This module routes and renders; it
-//! decides nothing: `workspaces.rs` the workspace and lock endpoints, `state_versions.rs` the
-//! state versions, `documents.rs` the JSON:API documents. Every other `/api/v2/` address is a 404
-//! naming what gitstate does not do.
+//! decides nothing: `workspaces.rs` the workspace and lock endpoints and the list, `tags.rs` the
+//! tags, `state_versions.rs` the state versions, `documents.rs` the JSON:API documents. Every
+//! other `/api/v2/` address is a 404 naming what gitstate does not do.
 
 mod documents;
 mod state_versions;
+mod tags;
 mod workspaces;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +21,7 @@ use gitstate_core::workspace::{admit, Holder, WorkspaceError, WorkspaceName, Wor
 use gitstate_core::{Authenticated, Credentials, LockToken, StatePath, StateStore};
 
 use crate::error::ApiError;
-use crate::handlers::caller_credentials;
+use crate::handlers::{caller_credentials, read_body};
 use crate::AppState;
 
 /// The API version gitstate answers as (`TFP-API-Version`); Terraform's `cloud` block needs 2.5.
@@ -38,15 +40,29 @@ pub(crate) fn routes(router: Router<AppState>) -> Router<AppState> {
         )
         .route(
             "/api/v2/organizations/{org}/workspaces",
-            api(post(workspaces::create)),
+            api(post(workspaces::create).get(workspaces::list)),
         )
         .route(
             "/api/v2/organizations/{org}/workspaces/{name}",
-            api(get(workspaces::read_by_name)),
+            api(get(workspaces::read_by_name).delete(workspaces::delete_by_name)),
+        )
+        .route(
+            "/api/v2/organizations/{org}/workspaces/{name}/actions/safe-delete",
+            api(post(workspaces::safe_delete_by_name)),
         )
         .route(
             "/api/v2/workspaces/{id}",
-            api(get(workspaces::read_by_id).patch(workspaces::update)),
+            api(get(workspaces::read_by_id)
+                .patch(workspaces::update)
+                .delete(workspaces::delete_by_id)),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/actions/safe-delete",
+            api(post(workspaces::safe_delete_by_id)),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/relationships/tags",
+            api(get(tags::list).post(tags::add).delete(tags::remove)),
         )
         .route(
             "/api/v2/workspaces/{id}/actions/lock",
@@ -63,6 +79,14 @@ pub(crate) fn routes(router: Router<AppState>) -> Router<AppState> {
         .route(
             "/api/v2/workspaces/{id}/current-state-version",
             api(get(state_versions::current)),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/current-state-version-outputs",
+            api(get(state_versions::current_outputs)),
+        )
+        .route(
+            "/api/v2/state-version-outputs/{id}",
+            api(get(state_versions::output)),
         )
         .route(
             "/api/v2/workspaces/{id}/state-versions",
@@ -111,14 +135,17 @@ impl From<WorkspaceError> for ApiError {
             e @ WorkspaceError::Name(_) => {
                 ApiError::Message(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
             }
+            e @ WorkspaceError::Tag(_) => {
+                ApiError::Message(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+            }
             WorkspaceError::Taken(s) => ApiError::Message(StatusCode::UNPROCESSABLE_ENTITY, s),
             WorkspaceError::Forbidden(s) => ApiError::Message(StatusCode::FORBIDDEN, s),
             WorkspaceError::Locked { sentence, .. } => {
                 ApiError::Message(StatusCode::CONFLICT, sentence)
             }
-            WorkspaceError::NotLocked(s) | WorkspaceError::Unwritable(s) => {
-                ApiError::Message(StatusCode::CONFLICT, s)
-            }
+            WorkspaceError::NotLocked(s)
+            | WorkspaceError::Unwritable(s)
+            | WorkspaceError::HasState(s) => ApiError::Message(StatusCode::CONFLICT, s),
             WorkspaceError::Backend(e) => e.into(),
         }
     }
@@ -130,6 +157,33 @@ pub(crate) fn unprocessable(sentence: impl Into<String>) -> TfeError {
         StatusCode::UNPROCESSABLE_ENTITY,
         sentence.into(),
     ))
+}
+
+/// Largest request document accepted here (a workspace's settings, a lock's reason).
+const MAX_DOCUMENT: usize = 64 * 1024;
+
+/// The request body, at most [`MAX_DOCUMENT`] bytes.
+pub(crate) async fn document(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, TfeError> {
+    let refuse = |size: Option<u64>| {
+        crate::ApiError::Message(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is {} bytes, over the maximum of {MAX_DOCUMENT} bytes for this request",
+                size.map_or_else(|| "more than that".to_owned(), |s| s.to_string())
+            ),
+        )
+    };
+    Ok(read_body(headers, body, MAX_DOCUMENT, refuse).await?)
+}
+
+/// The name a commit message and a lock's `Who` give the caller.
+pub(crate) fn who(called: &Called) -> String {
+    let name = called.name();
+    if name.is_empty() {
+        "workspace API".to_owned()
+    } else {
+        name
+    }
 }
 
 /// The checked caller of a request.
@@ -259,7 +313,7 @@ impl Named {
 }
 
 /// The store of the organization `org`: the configured repository of that name.
-fn organization_store(
+pub(crate) fn organization_store(
     app: &AppState,
     called: &Called,
     org: &str,
@@ -358,10 +412,12 @@ async fn not_served(method: Method, uri: Uri) -> TfeError {
         "gitstate keeps no variables: give them to Terraform where it runs"
     } else if family(&["policies", "policy-sets", "policy-evaluations"]) {
         "gitstate evaluates no policies"
-    } else if family(&["current-state-version-outputs", "outputs"]) {
-        "gitstate does not serve state outputs through the workspace API yet: read them with terraform_remote_state and the http backend"
-    } else if family(&["tags", "tag-bindings", "relationships"]) {
-        "gitstate does not keep workspace tags yet"
+    } else if family(&["outputs"]) {
+        "gitstate serves the outputs of a workspace's current state (/api/v2/workspaces/:id/current-state-version-outputs), not those of older state versions"
+    } else if family(&["tag-bindings", "effective-tag-bindings"]) {
+        "gitstate keeps a workspace's tags as names (GET or POST /api/v2/workspaces/:id/relationships/tags), not as key/value tag bindings"
+    } else if family(&["tags", "relationships"]) {
+        "gitstate keeps a workspace's tags (/api/v2/workspaces/:id/relationships/tags) and no other relationship or organization tag"
     } else if family(&[
         "teams",
         "users",

@@ -1,5 +1,5 @@
-//! The state versions of the workspace API (DESIGN §10): the current one, its download, and a
-//! new one. A new state version carries its state inline (the `state` attribute, base64): one
+//! The state versions of the workspace API (DESIGN §10): the current one, its download, its
+//! outputs, and a new one. A new state version carries its state inline (the `state` attribute, base64): one
 //! request, one commit. A create without it (go-tfe's upload flow, which needs a second request to
 //! an upload address) is answered with the API's own refusal of a missing `state`, on which
 //! Terraform sends the state inline.
@@ -12,7 +12,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
-use gitstate_core::workspace::{Current, StateVersionId, WorkspaceError};
+use gitstate_core::workspace::{outputs_of, Current, OutputId, StateVersionId, WorkspaceError};
 use gitstate_core::CatalogChange;
 
 use super::documents::{self, Request};
@@ -43,6 +43,36 @@ pub(super) async fn current(
     ))
 }
 
+/// The workspace of `version` and its current state, while that is the state `version` names
+/// (from the store's memory when it holds that very state: [`gitstate_core::workspace::Workspaces::version`]);
+/// otherwise a 404 whose sentence names the workspace and says `stale`.
+async fn still_current(
+    app: &AppState,
+    called: &Called,
+    version: &StateVersionId,
+    stale: &str,
+) -> Result<(Named, Current), TfeError> {
+    let workspace = &version.workspace;
+    let named = Named::resolve(
+        app,
+        called,
+        &workspace.repository,
+        workspace.name.as_str(),
+        Use::Read,
+    )
+    .await?;
+    let current = named
+        .workspaces(app)
+        .version(&named.name, &version.digest, called.token())
+        .await?;
+    match current {
+        Some(current) => Ok((named, current)),
+        None => {
+            Err(WorkspaceError::NotFound(format!("the workspace {}: {stale}", named.name)).into())
+        }
+    }
+}
+
 /// `GET /api/v2/state-versions/:id/download`: the state that version named, while it is the
 /// workspace's current one (an outputs-only credential gets its outputs only).
 pub(super) async fn download(
@@ -58,23 +88,81 @@ pub(super) async fn download(
         ))
         .into());
     };
-    let workspace = &version.workspace;
-    let named = Named::resolve(
+    let (named, current) = still_current(
         &app,
         &called,
-        &workspace.repository,
-        workspace.name.as_str(),
-        Use::Read,
+        &version,
+        "this state version is no longer its current state; read the current state version again",
     )
     .await?;
-    let current = named
-        .workspaces(&app)
-        .version(&named.name, &version.digest, called.token())
-        .await?;
     Ok(match named.admitted {
         Admitted::Whole => state_response(current.state),
         Admitted::OutputsOnly => outputs_response(&named.path, &current.state)?,
     })
+}
+
+/// `GET /api/v2/workspaces/:id/current-state-version-outputs`: the current state's outputs,
+/// sensitive values hidden (an outputs-only credential gets these too); 404 while the workspace
+/// has no state.
+pub(super) async fn current_outputs(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let named = Named::by_id(&app, &called, &id, Use::Read).await?;
+    let current = named
+        .workspaces(&app)
+        .current(&named.name, called.token())
+        .await?;
+    let version = StateVersionId {
+        workspace: named.id(),
+        digest: current.digest.clone(),
+    };
+    let outputs = outputs_of(&version, &current.state, true);
+    Ok(documents::answer(
+        StatusCode::OK,
+        documents::outputs(&outputs),
+    ))
+}
+
+/// `GET /api/v2/state-version-outputs/:id`: one output of the current state, its value even
+/// when sensitive (as the API gives it); 404 once that state is no longer current.
+pub(super) async fn output(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let called = Called::of(&app, &headers).await?;
+    let Some(wanted) = OutputId::parse(&id) else {
+        return Err(WorkspaceError::NotFound(format!(
+            "{} is not a state version output id of this gitstate",
+            gitstate_core::text::escape_controls(&id)
+        ))
+        .into());
+    };
+    let (named, current) = still_current(
+        &app,
+        &called,
+        &wanted.version,
+        "this output belongs to a state that is no longer its current state; read its current outputs again",
+    )
+    .await?;
+    let found = outputs_of(&wanted.version, &current.state, false)
+        .into_iter()
+        .find(|o| o.name() == wanted.name);
+    let Some(found) = found else {
+        return Err(WorkspaceError::NotFound(format!(
+            "the current state of the workspace {} has no output named {}",
+            named.name,
+            gitstate_core::text::escape_controls(&wanted.name)
+        ))
+        .into());
+    };
+    Ok(documents::answer(
+        StatusCode::OK,
+        serde_json::json!({ "data": documents::output(&found) }),
+    ))
 }
 
 /// `POST /api/v2/workspaces/:id/state-versions`: the state, written under the caller's own

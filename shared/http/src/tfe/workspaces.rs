@@ -3,34 +3,19 @@
 //! ([`gitstate_core::workspace::Workspaces`]) and renders.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use gitstate_core::scope::Use;
-use gitstate_core::workspace::Workspace;
+use gitstate_core::workspace::{
+    parse_tags, PageRequest, Search, Workspace, WorkspaceError, Workspaces,
+};
 use gitstate_core::{CatalogChange, LockFacts, LockInfo};
 
 use super::documents::{self, Request};
-use super::{unprocessable, Called, Named, TfeError};
-use crate::handlers::{read_body, tell_catalog_at};
+use super::{document, unprocessable, who, Called, Named, TfeError};
+use crate::handlers::tell_catalog_at;
 use crate::AppState;
-
-/// Largest request document accepted here (a workspace's settings, a lock's reason).
-const MAX_DOCUMENT: usize = 64 * 1024;
-
-/// The request body, at most [`MAX_DOCUMENT`] bytes.
-async fn document(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, TfeError> {
-    let refuse = |size: Option<u64>| {
-        crate::ApiError::Message(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the request body is {} bytes, over the maximum of {MAX_DOCUMENT} bytes for this request",
-                size.map_or_else(|| "more than that".to_owned(), |s| s.to_string())
-            ),
-        )
-    };
-    Ok(read_body(headers, body, MAX_DOCUMENT, refuse).await?)
-}
 
 /// The answer holding `workspace`, as `called` may use it.
 fn answer(status: StatusCode, workspace: &Workspace, called: &Called) -> Response {
@@ -49,6 +34,63 @@ pub(super) async fn read_by_name(
     let called = Called::of(&app, &headers).await?;
     let named = Named::resolve(&app, &called, &org, &name, Use::Read).await?;
     read(&app, &called, &named).await
+}
+
+/// `GET /api/v2/organizations/:org/workspaces`: the workspaces the credential may read,
+/// searched by `search[name]`, `search[tags]` and `search[exclude-tags]` (comma-separated), one
+/// page (`page[number]`, `page[size]`) at a time.
+pub(super) async fn list(
+    State(app): State<AppState>,
+    Path(org): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    let params: Vec<(String, String)> =
+        form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let called = Called::of(&app, &headers).await?;
+    let store = super::organization_store(&app, &called, &org)?;
+    let param = |key: &str| {
+        params
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let tags = |key: &str| -> Result<Vec<String>, TfeError> {
+        let given = param(key).unwrap_or("");
+        let names = given.split(',').map(str::trim).filter(|t| !t.is_empty());
+        Ok(parse_tags(names).map_err(WorkspaceError::from)?)
+    };
+    let search = Search {
+        name: param("search[name]")
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned),
+        tags: tags("search[tags]")?,
+        exclude_tags: tags("search[exclude-tags]")?,
+    };
+    let page =
+        PageRequest::parse(param("page[number]"), param("page[size]")).map_err(unprocessable)?;
+    let listed = Workspaces::on(&app.backend, store.as_ref())
+        .list(&called.authenticated.scope, &search, page)
+        .await?;
+    // The links keep the search; the page parameters are each link's own.
+    let kept: String = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("search["))
+        .map(|(k, v)| {
+            form_urlencoded::Serializer::new(String::new())
+                .append_pair(k, v)
+                .finish()
+                + "&"
+        })
+        .collect();
+    let base = format!("/api/v2/organizations/{org}/workspaces");
+    Ok(documents::answer(
+        StatusCode::OK,
+        documents::workspace_list(&listed, &called.authenticated.scope, &base, &kept),
+    ))
 }
 
 /// `GET /api/v2/workspaces/:id`.
@@ -71,8 +113,8 @@ async fn read(app: &AppState, called: &Called, named: &Named) -> Result<Response
     Ok(answer(StatusCode::OK, &workspace, called))
 }
 
-/// `POST /api/v2/organizations/:org/workspaces`: a workspace with a name, nothing else it
-/// would have to keep (tags, a project, a VCS repository, remote execution) is accepted yet.
+/// `POST /api/v2/organizations/:org/workspaces`: a workspace with a name and its tags; nothing
+/// else it would have to keep (a project, a VCS repository, remote execution) is accepted.
 pub(super) async fn create(
     State(app): State<AppState>,
     Path(org): Path<String>,
@@ -88,10 +130,11 @@ pub(super) async fn create(
         ));
     };
     settable(&request)?;
+    let tags = super::tags::of_create(&request)?;
     let named = Named::resolve(&app, &called, &org, name, Use::Write).await?;
     let workspace = named
         .workspaces(&app)
-        .create(&named.name, &who(&called))
+        .create(&named.name, tags, &who(&called))
         .await?;
     Ok(answer(StatusCode::CREATED, &workspace, &called))
 }
@@ -108,6 +151,11 @@ pub(super) async fn update(
     called.not_expired()?;
     let request = Request::parse(&document(&headers, body).await?).map_err(unprocessable)?;
     settable(&request)?;
+    if !super::tags::of_create(&request)?.is_empty() {
+        return Err(unprocessable(
+            "set a workspace's tags with POST /api/v2/workspaces/:id/relationships/tags, not with its settings",
+        ));
+    }
     if let Some(other) = request.attributes().find(|a| *a == "name") {
         return Err(unprocessable(format!(
             "gitstate cannot rename a workspace (the attribute {other}): its name is the path of its state"
@@ -118,8 +166,10 @@ pub(super) async fn update(
 }
 
 /// Refuses the attributes and relationships of a workspace that gitstate does not keep: only
-/// `name`, `terraform-version` (Terraform sets it; it decides nothing with local execution),
-/// `execution-mode` "local", and what changes nothing (an empty description) are accepted.
+/// `name`, the tags (`tag-names`, the `tags` and key-only `tag-bindings` relationships: a create
+/// keeps them, [`super::tags`]), `terraform-version` (Terraform sets it; it decides nothing with
+/// local execution), `execution-mode` "local", and what changes nothing (a description) are
+/// accepted.
 fn settable(request: &Request) -> Result<(), TfeError> {
     match request.string("execution-mode").map_err(unprocessable)? {
         None | Some("local") => {}
@@ -129,8 +179,9 @@ fn settable(request: &Request) -> Result<(), TfeError> {
             ))
         }
     }
-    const ACCEPTED: [&str; 5] = [
+    const ACCEPTED: [&str; 6] = [
         "name",
+        "tag-names",
         "terraform-version",
         "execution-mode",
         "description",
@@ -142,23 +193,87 @@ fn settable(request: &Request) -> Result<(), TfeError> {
             gitstate_core::text::escape_controls(other)
         )));
     }
-    if let Some(other) = request.relationships().next() {
+    if let Some(other) = request
+        .relationships()
+        .find(|r| !["tags", "tag-bindings"].contains(r))
+    {
         return Err(unprocessable(format!(
-            "gitstate does not keep a workspace's {} (tags, projects and the rest are not kept yet)",
+            "gitstate does not keep a workspace's {} (it keeps its name, its tags and its state)",
             gitstate_core::text::escape_controls(other)
         )));
     }
     Ok(())
 }
 
-/// The name a commit message and a lock's `Who` give the caller.
-fn who(called: &Called) -> String {
-    let name = called.name();
-    if name.is_empty() {
-        "workspace API".to_owned()
-    } else {
-        name
-    }
+/// `DELETE /api/v2/organizations/:org/workspaces/:name`: the workspace, its state included.
+pub(super) async fn delete_by_name(
+    State(app): State<AppState>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    delete(&app, &headers, Which::Name(&org, &name), true).await
+}
+
+/// `POST /api/v2/organizations/:org/workspaces/:name/actions/safe-delete`: the workspace,
+/// refused while it has a state.
+pub(super) async fn safe_delete_by_name(
+    State(app): State<AppState>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    delete(&app, &headers, Which::Name(&org, &name), false).await
+}
+
+/// `DELETE /api/v2/workspaces/:id`.
+pub(super) async fn delete_by_id(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    delete(&app, &headers, Which::Id(&id), true).await
+}
+
+/// `POST /api/v2/workspaces/:id/actions/safe-delete`.
+pub(super) async fn safe_delete_by_id(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, TfeError> {
+    delete(&app, &headers, Which::Id(&id), false).await
+}
+
+/// How a request names a workspace: by organization and name, or by id.
+enum Which<'a> {
+    Name(&'a str, &'a str),
+    Id(&'a str),
+}
+
+/// Deletes the workspace (its state too when `force`): 204.
+async fn delete(
+    app: &AppState,
+    headers: &HeaderMap,
+    which: Which<'_>,
+    force: bool,
+) -> Result<Response, TfeError> {
+    let called = &Called::of(app, headers).await?;
+    let named = &match which {
+        Which::Name(org, name) => Named::resolve(app, called, org, name, Use::Write).await?,
+        Which::Id(id) => Named::by_id(app, called, id, Use::Write).await?,
+    };
+    called.not_expired()?;
+    let commit = named
+        .workspaces(app)
+        .delete(&named.name, force, &who(called))
+        .await?;
+    let repository = named.store.repository().to_owned();
+    tell_catalog_at(app, &repository, &named.path, who(called), move || {
+        CatalogChange::Delete {
+            commit: Some(commit),
+        }
+    });
+    Ok(axum::response::IntoResponse::into_response(
+        StatusCode::NO_CONTENT,
+    ))
 }
 
 /// `POST /api/v2/workspaces/:id/actions/lock`.
