@@ -22,6 +22,11 @@ requests to the http protocol's 4 (Terraform reads the workspace, and reads the 
 
 Usage: scripts/bench workspaces [--states 10] [--cycles 5] [--size 2000] [--count-states 2]
                                 [--setups embedded,remote,remote-cold] [--gitstate PATH]
+With --list N (default 10,000; 0 skips it): a repository seeded with N workspace states
+(`workspaces/wNNNNN.tfstate`, `git fast-import`), embedded and remote, one process each: the list's
+first page (20, then 100) and a search by name, the first request of the process and then warm
+(--list-runs each).
+
 Prints one markdown table per setup.
 """
 import base64
@@ -47,6 +52,9 @@ def add_arguments(parser):
     parser.add_argument("--setups", default="embedded,remote,remote-cold")
     parser.add_argument("--count-states", type=int, default=2,
                         help="states whose cycles count git requests and bytes (remote)")
+    parser.add_argument("--list", type=int, default=10000,
+                        help="workspaces in the repository the list is timed on (0: no list)")
+    parser.add_argument("--list-runs", type=int, default=20)
     s.add_gitstate_argument(parser)
 
 
@@ -234,6 +242,48 @@ class Remote:
         return caller
 
 
+def list_table(args, root, env, servers):
+    """The list's first page on a repository of args.list workspaces, embedded and remote."""
+    files = [(f"workspaces/w{i:05}.tfstate", s.state_body(1, 200)) for i in range(args.list)]
+    setups = []
+    cwd = os.path.join(root, "list-embedded")
+    embedded = s.init_bare(os.path.join(cwd, ".gitstate", "default.git"))
+    s.fast_import(embedded, files)
+    setups.append(("embedded", lambda: s.Gitstate(args.gitstate, team_args(), env, cwd, log="serve.log",
+                                                   wait="health")))
+    githttp = s.GitHttp(os.path.join(root, "list-remote"))
+    servers.append(githttp)
+    remote = s.init_bare(os.path.join(githttp.repos, "states.git"), allow_filter=True)
+    s.fast_import(remote, files)
+    remote_args = team_args() + ["--repository", f"default={githttp.url('states.git')}",
+                                 "--cache-dir", os.path.join(root, "list-cache")]
+    setups.append(("remote (smart HTTP)", lambda: s.Gitstate(args.gitstate, remote_args, env, root,
+                                                             log="list-remote.log", wait="health")))
+    queries = [("first page (20)", "/api/v2/organizations/default/workspaces"),
+               ("first page (100)", "/api/v2/organizations/default/workspaces?page%5Bsize%5D=100"),
+               ("search[name]=w0999", "/api/v2/organizations/default/workspaces?search%5Bname%5D=w0999")]
+    print(f"### The list: {args.list:,} workspaces")
+    print()
+    s.table_header("setup", "query", "first request of the process, ms", "warm, ms", "listed")
+    for label, start in setups:
+        s.log(f"list: {label}")
+        server = start()
+        servers.append(server)
+        caller = Caller(server.port)
+        for i, (what, query) in enumerate(queries):
+            first = None
+            if i == 0:
+                begin = time.perf_counter()
+                caller.api("GET", query)
+                first = s.ms_since(begin)
+            answer = {}
+            warm = s.timed(lambda _: answer.update(caller.api("GET", query)), args.list_runs)
+            listed = f"{len(answer['data'])} of {answer['meta']['pagination']['total-count']}"
+            s.table_row(label, what, f"{first:.1f}" if first is not None else "", s.cell(warm), listed)
+        server.stop()
+    print()
+
+
 def run(args):
     """Prints the tables."""
     root = tempfile.mkdtemp(prefix="gitstate-bench-workspaces-")
@@ -243,7 +293,7 @@ def run(args):
           "ms median (min–max); git requests and bytes (up + down) per operation, median")
     print()
     try:
-        for setup in args.setups.split(","):
+        for setup in filter(None, args.setups.split(",")):
             if setup == "embedded":
                 cwd = os.path.join(root, "embedded")
                 os.makedirs(cwd)
@@ -262,6 +312,8 @@ def run(args):
                           remote.fresh_per_operation(), remote.counted, cycles=1)
             else:
                 raise SystemExit(f"unknown setup {setup!r}: embedded, remote or remote-cold")
+        if args.list:
+            list_table(args, root, env, servers)
     finally:
         for server in reversed(servers):
             server.stop()
