@@ -366,3 +366,90 @@ fn seal_and_kms_calls_are_counted_with_their_latency_and_failures() {
     );
     assert_eq!(requests(&m, "POST", 503), 1.0, "{text}");
 }
+
+/// The workspace API is counted as the http protocol is (docs/METRICS.md): one `operation` per
+/// method and routed address pattern, and a fixed label for anything else, so that no caller
+/// can grow the label set (an unknown address, an invented method).
+#[test]
+fn the_workspace_api_is_counted_by_method_and_address_pattern() {
+    let cwd = tempfile::tempdir().unwrap();
+    let token_hash = format!("sha256:{}", crypto::sha256_hex(TOKEN));
+    let server = Gitstate::start(
+        &["--auth-mode", "team", "--token-hash", &token_hash],
+        &[],
+        cwd.path(),
+    );
+    let base = server.base_url();
+    let auth = Some(("ci", TOKEN));
+    let create = r#"{"data":{"type":"workspaces","attributes":{"name":"app"}}}"#;
+    let (status, body) = http(
+        "POST",
+        &format!("{base}/api/v2/organizations/default/workspaces"),
+        Some(create),
+        auth,
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for _ in 0..2 {
+        let (status, body) = http(
+            "POST",
+            &format!("{base}/api/v2/workspaces/{id}/actions/lock"),
+            Some("{}"),
+            auth,
+        )
+        .unwrap();
+        assert!(status == 200 || status == 409, "{status} {body}");
+    }
+    for (method, path) in [
+        ("GET", "/api/v2/runs/run-1"),
+        ("GET", "/api/v2/anything/else/at/all"),
+        ("BREW", "/api/v2/ping"),
+        ("BREW", "/api/v2/made-up"),
+    ] {
+        let (status, body) = http(method, &format!("{base}{path}"), None, auth).unwrap();
+        assert!(
+            status == 404 || status == 405,
+            "{method} {path}: {status} {body}"
+        );
+    }
+    let (status, text) = http("GET", &format!("{base}/_/metrics"), None, auth).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let samples = samples(&text);
+    assert_eq!(
+        requests(
+            &samples,
+            "API POST /api/v2/organizations/{org}/workspaces",
+            201
+        ),
+        1.0,
+        "{text}"
+    );
+    let lock = "API POST /api/v2/workspaces/{id}/actions/lock";
+    assert_eq!(requests(&samples, lock, 200), 1.0, "{text}");
+    assert_eq!(requests(&samples, lock, 409), 1.0, "{text}");
+    assert_eq!(
+        requests(&samples, "API GET /api/v2/{*rest}", 404),
+        2.0,
+        "addresses not served share one label: {text}"
+    );
+    assert_eq!(
+        requests(&samples, "API OTHER /api/v2/ping", 405),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        requests(&samples, "API OTHER /api/v2/{*rest}", 404),
+        1.0,
+        "{text}"
+    );
+    let api_series = samples
+        .keys()
+        .filter(|k| k.starts_with("gitstate_requests_total{operation=\"API "))
+        .count();
+    assert_eq!(api_series, 6, "{text}");
+    assert!(!text.contains("run-1") && !text.contains("made-up") && !text.contains("BREW"));
+}

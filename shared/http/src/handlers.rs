@@ -75,13 +75,9 @@ impl Operation {
 
     /// Counts a request of this operation answered with `status` after `started`.
     fn observe(self, started: Instant, status: StatusCode) {
-        use gitstate_core::metrics::{LOCK_CONFLICTS, REQUESTS, REQUEST_SECONDS};
+        use gitstate_core::metrics::LOCK_CONFLICTS;
         let operation = self.label();
-        let status_label = status_label(status);
-        metrics::counter!(REQUESTS, "operation" => operation, "status" => status_label.clone())
-            .increment(1);
-        metrics::histogram!(REQUEST_SECONDS, "operation" => operation, "status" => status_label)
-            .record(started.elapsed().as_secs_f64());
+        observe_request(operation, started, status);
         if status == StatusCode::LOCKED {
             metrics::counter!(LOCK_CONFLICTS, "operation" => operation).increment(1);
         }
@@ -95,6 +91,21 @@ impl Operation {
             other => Err(method_not_allowed(other, "POST (lock), DELETE (unlock)")),
         }
     }
+}
+
+/// Counts a request of `operation` (a label from a fixed set, docs/METRICS.md) answered with
+/// `status` after `started`.
+pub(crate) fn observe_request(
+    operation: impl Into<metrics::SharedString>,
+    started: Instant,
+    status: StatusCode,
+) {
+    use gitstate_core::metrics::{REQUESTS, REQUEST_SECONDS};
+    let (operation, status_label) = (operation.into(), status_label(status));
+    metrics::counter!(REQUESTS, "operation" => operation.clone(), "status" => status_label.clone())
+        .increment(1);
+    metrics::histogram!(REQUEST_SECONDS, "operation" => operation, "status" => status_label)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// The `status` label: the code's three digits, from a fixed set (no allocation per request).

@@ -98,6 +98,28 @@ pub(crate) fn routes(router: Router<AppState>) -> Router<AppState> {
         )
         .route("/api/v2", axum::routing::any(not_served))
         .route("/api/v2/{*rest}", axum::routing::any(not_served))
+        .route_layer(axum::middleware::from_fn(observed))
+}
+
+/// Counts each request of the workspace API (docs/METRICS.md): its `operation` label is `API`,
+/// the method and the routed address's pattern (`API POST /api/v2/workspaces/{id}/actions/lock`),
+/// a fixed set: an address the API does not serve counts as `/api/v2/{*rest}`, and a method
+/// outside the API's as `OTHER`.
+async fn observed(
+    matched: Option<axum::extract::MatchedPath>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let method = match request.method().as_str() {
+        known @ ("GET" | "HEAD" | "POST" | "PATCH" | "PUT" | "DELETE") => known,
+        _ => "OTHER",
+    };
+    let pattern = matched.as_ref().map_or("/api/v2/{*rest}", |m| m.as_str());
+    let operation = format!("API {method} {pattern}");
+    let response = next.run(request).await;
+    crate::handlers::observe_request(operation, started, response.status());
+    response
 }
 
 /// An error answer of the workspace API: an [`ApiError`] rendered in the JSON:API error shape.
