@@ -31,6 +31,10 @@ fn the_web_page_in_a_real_browser_shows_states_and_the_lock_holder() {
     let holder = lock_info("ui-lock-42", "carol@ci-runner", "OperationTypeApply");
     let staging = server.state_url("default", "envs/staging.tfstate");
     assert_eq!(http("LOCK", &staging, Some(&holder), None).unwrap().0, 200);
+    // A workspace's state (DESIGN §10.2) is named by its workspace too.
+    let workspace = server.state_url("default", "workspaces/app-prod.tfstate");
+    let body = small_state("workspaces/app-prod.tfstate");
+    assert_eq!(http("POST", &workspace, Some(&body), None).unwrap().0, 200);
 
     let index = format!("{}/_/ui", server.base_url());
     let shot = screenshot(&index, "index.png");
@@ -56,11 +60,22 @@ fn the_web_page_in_a_real_browser_shows_states_and_the_lock_holder() {
             .as_u64()
             .unwrap();
         let row = text.split(path).nth(1).unwrap_or_default();
+        let after_workspace = row.trim_start().strip_prefix('-').unwrap_or_default();
         assert!(
-            row.trim_start().starts_with(&serial.to_string()),
-            "{path}: serial {serial} expected first in its row: {row}"
+            after_workspace
+                .trim_start()
+                .starts_with(&serial.to_string()),
+            "{path}: no workspace, then serial {serial} expected first in its row: {row}"
         );
     }
+    let row = text
+        .split("workspaces/app-prod.tfstate")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        row.trim_start().starts_with("app-prod"),
+        "the workspace's name first in its row: {row}"
+    );
     assert_eq!(
         text.matches("locked by").count(),
         1,

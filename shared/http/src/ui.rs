@@ -1,5 +1,6 @@
 //! The read-only web page at `/_/ui`: server-rendered HTML, no JavaScript, no build step. The
-//! index lists every repository's states with serial, size, last writer and lock holder, a page
+//! index lists every repository's states with their workspace (DESIGN §10.2), serial, size, last
+//! writer and lock holder, a page
 //! at a time, with their count and a filter by path prefix; a
 //! state's page lists its versions and shows what changed in the readable structure between
 //! two of them (resources and outputs added, removed or changed; never a value), and, with a
@@ -15,6 +16,7 @@ use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
 use gitstate_core::links::StateRef;
 use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
+use gitstate_core::workspace::WorkspacePath;
 use gitstate_core::{BackendError, ListQuery, StatePath, StoreError};
 
 use crate::error::ApiError;
@@ -64,15 +66,21 @@ fn when(time: Option<i64>) -> String {
     time.map_or("-".into(), |t| format_rfc3339(t).replace('T', " "))
 }
 
-fn states_table(repo: &str, rows: &[StateRow]) -> String {
+/// The table of `rows`, each state named by its workspace too when its path is one of
+/// `workspaces`' (DESIGN §10.2).
+fn states_table(repo: &str, rows: &[StateRow], workspaces: &WorkspacePath) -> String {
     if rows.is_empty() {
         return "<p>No states yet.</p>".into();
     }
     let mut html = String::from(
-        "<table><thead><tr><th>State</th><th>Serial</th><th>Size (bytes)</th><th>Last writer</th>\
-         <th>Updated (UTC)</th><th>Lock</th></tr></thead><tbody>\n",
+        "<table><thead><tr><th>State</th><th>Workspace</th><th>Serial</th><th>Size (bytes)</th>\
+         <th>Last writer</th><th>Updated (UTC)</th><th>Lock</th></tr></thead><tbody>\n",
     );
     for row in rows {
+        let workspace = StatePath::parse(&row.path)
+            .ok()
+            .and_then(|path| workspaces.name_of(&path))
+            .map_or_else(|| "-".to_owned(), |name| escape(name.as_str()));
         let lock = match &row.lock {
             Some(lock) => format!(
                 "<span class=\"locked\">locked by {}</span> ({}, ID <code>{}</code>{})",
@@ -86,8 +94,8 @@ fn states_table(repo: &str, rows: &[StateRow]) -> String {
         };
         let _ = writeln!(
             html,
-            "<tr><td><a href=\"/_/ui/{}/{}\">{}</a></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td>{}</td><td class=\"when\">{}</td><td>{lock}</td></tr>",
+            "<tr><td><a href=\"/_/ui/{}/{}\">{}</a></td><td>{workspace}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td>{}</td><td class=\"when\">{}</td><td>{lock}</td></tr>",
             url_part(repo),
             url_part(&row.path),
             escape(&row.path),
@@ -137,7 +145,10 @@ pub async fn index(
         }
         let store = store_for(&app, &name, &headers).await?;
         match app.backend.states(store.as_ref(), &query).await {
-            Ok(states) => body.push_str(&states_page(&name, &query, &states)),
+            Ok(states) => {
+                let workspaces = store.workspace_path();
+                body.push_str(&states_page(&name, &query, &states, &workspaces))
+            }
             Err(e) if needs_credentials(&e) => return Err(e.into()),
             Err(e) => {
                 let sentence = ApiError::from(e).into_sentence();
@@ -149,7 +160,12 @@ pub async fn index(
 }
 
 /// One page of a repository's states: the count, the prefix filter, the table, the links.
-fn states_page(repo: &str, query: &ListQuery, states: &StatesPage) -> String {
+fn states_page(
+    repo: &str,
+    query: &ListQuery,
+    states: &StatesPage,
+    workspaces: &WorkspacePath,
+) -> String {
     let under = match query.prefix.is_empty() {
         true => String::new(),
         false => format!(" under <code>{}</code>", escape(&query.prefix)),
@@ -164,7 +180,7 @@ fn states_page(repo: &str, query: &ListQuery, states: &StatesPage) -> String {
         escape(repo),
         escape(&query.prefix),
     );
-    html.push_str(&states_table(repo, &states.rows));
+    html.push_str(&states_table(repo, &states.rows, workspaces));
     let base = format!("/_/ui?repo={}", url_part(repo));
     let mut links = Vec::new();
     if query.after.is_some() {
