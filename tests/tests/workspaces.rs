@@ -1321,3 +1321,271 @@ fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
         assert!(!log.contains(token), "the log holds {token}");
     }
 }
+
+/// Waits for `child` (a [`Terraform::spawn`]) at most ten minutes; its exit code.
+fn wait_for(child: &mut std::process::Child, what: &str) -> Option<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait terraform") {
+            return status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!("{what} ran longer than ten minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// The state at `workspaces/{name}.tfstate`, read over the http protocol with [`TOKEN`].
+fn state_over_http(host: &Host, name: &str) -> serde_json::Value {
+    let (status, body) = host.with_token(
+        TOKEN,
+        "GET",
+        &format!("/state/default/workspaces/{name}.tfstate"),
+        None,
+    );
+    assert_eq!(status, 200, "{name}: {body}");
+    json(&body)
+}
+
+/// What provider-terraform does for each Workspace object, in one configuration directory
+/// shared by all: `init` (the `cloud` block selecting workspaces by tags), `workspace select
+/// -or-create=true NAME` (Terraform ≥ 1.4; older versions of the provider run `workspace new`
+/// after a failed `workspace select`), `apply -auto-approve`, and at the object's deletion
+/// `destroy -auto-approve`.
+#[test]
+fn provider_terraform_drives_many_workspaces_from_one_directory() {
+    for tf in versions() {
+        let v = tf.version.clone();
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        // `init` with `-input=false` needs a workspace having the tags to start in (HCP
+        // Terraform's too): the one an operator creates once.
+        create_workspace(&host, "seed", &["crossplane"]);
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path();
+        cloud_tags_config(dir, &host, &["crossplane"], "g1");
+        let names: Vec<String> = (0..5).map(|i| format!("object-{i}")).collect();
+        let records = |name: &str| {
+            git_log_subjects(
+                &host.bare(),
+                "main",
+                &format!(".gitstate/workspaces/{name}.json"),
+            )
+        };
+        let created = |name: &str| {
+            [format!(
+                "Create workspace {name} (workspaces/{name}.tfstate) by workspace API"
+            )]
+        };
+        let select = |name: &str| {
+            let out = tf.run(
+                dir,
+                &["workspace", "select", "-or-create=true", "-no-color", name],
+            );
+            out.expect_code(0, "workspace select -or-create=true");
+            out
+        };
+        for name in &names {
+            tf.init(dir).expect_code(0, "init");
+            let out = select(name);
+            assert!(
+                out.stdout.contains("Created and switched to workspace"),
+                "{v}: {}",
+                out.combined()
+            );
+            assert_eq!(records(name), created(name), "{v}");
+            // The next reconcile selects the workspace it created, without creating it again.
+            tf.init(dir).expect_code(0, "init again");
+            let out = select(name);
+            assert!(!out.stdout.contains("Created"), "{v}: {}", out.combined());
+            assert_eq!(records(name), created(name), "{v}: created once");
+            assert_eq!(tag_names(&host, name), ["crossplane"], "{v}");
+            // Observe (a plan without the lock, as the provider runs it), then create.
+            let diff = [
+                "plan",
+                "-no-color",
+                "-input=false",
+                "-detailed-exitcode",
+                "-lock=false",
+            ];
+            tf.run(dir, &diff).expect_code(2, "a diff");
+            tf.apply(dir).expect_code(0, "apply");
+            tf.run(dir, &diff).expect_code(0, "no diff after the apply");
+        }
+        let list = tf.run(dir, &["workspace", "list", "-no-color"]);
+        list.expect_code(0, "workspace list");
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        for name in names[..4].iter().map(String::as_str).chain(["seed"]) {
+            assert!(shown.contains(&name), "{v}: {}", list.stdout);
+        }
+        assert!(shown.contains(&"* object-4"), "{v}: {}", list.stdout);
+        // Each state, at its path over the http protocol, holds its own resource.
+        for name in &names {
+            let state = state_over_http(&host, name);
+            let resources = state["resources"].as_array().unwrap();
+            assert_eq!(resources.len(), 1, "{v}: {state}");
+            assert_eq!(
+                resources[0]["instances"][0]["attributes"]["triggers"]["workspace"], **name,
+                "{v}: {state}"
+            );
+            let commits =
+                git_log_subjects(&host.bare(), "main", &format!("workspaces/{name}.tfstate"));
+            assert_eq!(commits.len(), 1, "{v}: {commits:?}");
+        }
+        // The objects' deletion: destroy in each; the states keep their history.
+        for name in &names {
+            tf.init(dir).expect_code(0, "init");
+            select(name);
+            tf.run(
+                dir,
+                &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            )
+            .expect_code(0, "destroy");
+            let state = state_over_http(&host, name);
+            assert_eq!(state["resources"], serde_json::json!([]), "{v}: {state}");
+            let commits =
+                git_log_subjects(&host.bare(), "main", &format!("workspaces/{name}.tfstate"));
+            assert_eq!(commits.len(), 2, "{v}: {commits:?}");
+            assert!(
+                commits
+                    .iter()
+                    .all(|c| c.starts_with(&format!("Update workspaces/{name}.tfstate (serial"))),
+                "{v}: {commits:?}"
+            );
+        }
+        // The older provider: `workspace select` fails, then `workspace new`.
+        tf.init(dir).expect_code(0, "init");
+        let refused = tf.run(dir, &["workspace", "select", "-no-color", "legacy"]);
+        assert_ne!(refused.code, Some(0), "{v}: {}", refused.combined());
+        assert!(
+            records("legacy").is_empty(),
+            "{v}: a failed select creates nothing"
+        );
+        tf.run(dir, &["workspace", "new", "-no-color", "legacy"])
+            .expect_code(0, "workspace new");
+        assert_eq!(records("legacy"), created("legacy"), "{v}");
+        tf.apply(dir).expect_code(0, "apply");
+        let state = state_over_http(&host, "legacy");
+        assert_eq!(
+            state["resources"][0]["instances"][0]["attributes"]["triggers"]["workspace"], "legacy",
+            "{v}: {state}"
+        );
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+    }
+}
+
+/// Two CI jobs apply one workspace at once, each from its own checkout (Terraform 1.15.5, then
+/// the 1.11.4 on PATH). Without a lock timeout at most one fails, on the lock; with one, the
+/// second waits and both succeed. Every apply that succeeded is a state version (its serial)
+/// and a commit: nothing is lost.
+#[test]
+fn two_applies_on_one_workspace_at_once_wait_or_fail_on_the_lock() {
+    for tf in versions() {
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        let v = tf.version.clone();
+        let jobs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let logs = tempfile::tempdir().unwrap();
+        for (i, job) in jobs.iter().enumerate() {
+            cloud_config(job.path(), &host, "app-prod", "start");
+            tf.init(job.path()).expect_code(0, "init");
+            if i == 0 {
+                tf.apply(job.path()).expect_code(0, "the first apply");
+            }
+        }
+        let serial = || {
+            state_over_http(&host, "app-prod")["serial"]
+                .as_u64()
+                .unwrap()
+        };
+        let start = serial();
+        let commits_at_start = state_commits(&host).len() as u64;
+        let mut applied = 0;
+        for (round, timeout) in ["0s", "60s"].into_iter().enumerate() {
+            // Each job applies its own change, so that every apply that succeeds writes a state.
+            for (i, job) in jobs.iter().enumerate() {
+                cloud_config(job.path(), &host, "app-prod", &format!("r{round}-{i}"));
+            }
+            let lock_timeout = format!("-lock-timeout={timeout}");
+            let args = [
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-no-color",
+                &lock_timeout,
+            ];
+            let mut children: Vec<_> = jobs
+                .iter()
+                .enumerate()
+                .map(|(i, job)| {
+                    let out = logs.path().join(format!("{round}-{i}.out"));
+                    let err = logs.path().join(format!("{round}-{i}.err"));
+                    (tf.spawn(job.path(), &args, &out, &err), out, err)
+                })
+                .collect();
+            let mut failed = 0;
+            for (child, out, err) in &mut children {
+                let code = wait_for(child, "terraform apply");
+                let output = format!(
+                    "{}{}",
+                    std::fs::read_to_string(&out).unwrap(),
+                    std::fs::read_to_string(&err).unwrap()
+                );
+                match code {
+                    Some(0) => applied += 1,
+                    _ => {
+                        failed += 1;
+                        assert!(
+                            output.contains("Error acquiring the state lock")
+                                && output.contains("workspace already locked"),
+                            "{v} {lock_timeout}: fails on the lock only: {output}"
+                        );
+                        assert_eq!(
+                            output.matches("Error:").count(),
+                            1,
+                            "{v} {lock_timeout}: one error, the lock's: {output}"
+                        );
+                    }
+                }
+            }
+            eprintln!(
+                "{v} {lock_timeout}: {} applied, {failed} failed",
+                2 - failed
+            );
+            match timeout {
+                "0s" => assert!(failed <= 1, "at most one fails"),
+                _ => assert_eq!(failed, 0, "both succeed: the second waits"),
+            }
+            assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+            let now = serial();
+            assert_eq!(now, start + applied, "one state version per apply");
+            let commits = state_commits(&host);
+            assert_eq!(
+                commits.len() as u64,
+                commits_at_start + applied,
+                "one commit per state written: {commits:?}"
+            );
+            assert!(
+                commits[0].starts_with(&format!(
+                    "Update workspaces/app-prod.tfstate (serial {now})"
+                )),
+                "{commits:?}"
+            );
+        }
+        // The last apply's change is in the state, and a plan from either job has nothing to do
+        // once it has the same configuration.
+        let generation = state_over_http(&host, "app-prod")["resources"][0]["instances"][0]
+            ["attributes"]["triggers"]["generation"]
+            .clone();
+        assert!(generation == "r1-0" || generation == "r1-1", "{generation}");
+        for job in &jobs {
+            cloud_config(job.path(), &host, "app-prod", generation.as_str().unwrap());
+            tf.plan(job.path()).expect_code(0, "nothing to change");
+        }
+    }
+}
