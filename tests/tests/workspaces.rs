@@ -1352,23 +1352,31 @@ fn state_over_http(host: &Host, name: &str) -> serde_json::Value {
     json(&body)
 }
 
-/// What provider-terraform does for each Workspace object, in one configuration directory
-/// shared by all: `init` (the `cloud` block selecting workspaces by tags), `workspace select
-/// -or-create=true NAME` (Terraform ≥ 1.4; older versions of the provider run `workspace new`
-/// after a failed `workspace select`), `apply -auto-approve`, and at the object's deletion
-/// `destroy -auto-approve`.
+/// What provider-terraform does for each Workspace object, here in one configuration directory
+/// shared by all: `init` (the `cloud` block selecting workspaces by tags), the workspace of the
+/// object's name (`workspace select -or-create=true NAME`, Terraform ≥ 1.4's one command for
+/// the provider's `workspace select`, then `workspace new` when it fails), a plan without the
+/// lock, `apply -auto-approve`, and at the object's deletion `destroy -auto-approve`. The
+/// credential is the README's: the ProviderConfig's `.terraformrc` in the directory, named by
+/// `TF_CLI_CONFIG_FILE=./.terraformrc` (the provider gives it to `init` only; the Workspace's
+/// `env` to every command).
 #[test]
 fn provider_terraform_drives_many_workspaces_from_one_directory() {
     for tf in versions() {
         let v = tf.version.clone();
         let host = Host::start(&[]);
-        let tf = host.terraform(&tf, TOKEN);
-        // `init` with `-input=false` needs a workspace having the tags to start in (HCP
-        // Terraform's too): the one an operator creates once.
-        create_workspace(&host, "seed", &["crossplane"]);
+        let mut tf = host.terraform(&tf, TOKEN);
         let work = tempfile::tempdir().unwrap();
         let dir = work.path();
         cloud_tags_config(dir, &host, &["crossplane"], "g1");
+        std::fs::copy(&tf.cli_config, dir.join(".terraformrc")).unwrap();
+        tf.env
+            .push(("TF_CLI_CONFIG_FILE".into(), "./.terraformrc".into()));
+        // `init -input=false` needs a workspace having the tags to start in (HCP Terraform's
+        // too): the one an operator creates once, answering an interactive `init`.
+        let seeded = tf.run_with_input(dir, &["init", "-input=true", "-no-color"], "seed\n");
+        seeded.expect_code(0, "an interactive init creates the first workspace");
+        assert_eq!(tag_names(&host, "seed"), ["crossplane"], "{v}");
         let names: Vec<String> = (0..5).map(|i| format!("object-{i}")).collect();
         let records = |name: &str| {
             git_log_subjects(
@@ -1458,6 +1466,24 @@ fn provider_terraform_drives_many_workspaces_from_one_directory() {
                 "{v}: {commits:?}"
             );
         }
+        // The provider's cleanup switches to the workspace `default`, which Terraform has not
+        // with the `cloud` block, whatever the host; an emptied workspace is removed by hand,
+        // its history kept.
+        let refused = tf.run(dir, &["workspace", "select", "-no-color", "default"]);
+        assert_ne!(refused.code, Some(0), "{v}: {}", refused.combined());
+        tf.run(dir, &["workspace", "select", "-no-color", "seed"])
+            .expect_code(0, "select seed");
+        tf.run(
+            dir,
+            &["workspace", "delete", "-force", "-no-color", "object-0"],
+        )
+        .expect_code(0, "workspace delete -force");
+        let commits = git_log_subjects(&host.bare(), "main", "workspaces/object-0.tfstate");
+        assert_eq!(commits.len(), 3, "{v}: {commits:?}");
+        assert_eq!(
+            commits[0], "Delete workspace object-0 (workspaces/object-0.tfstate) by workspace API",
+            "{v}"
+        );
         // The older provider: `workspace select` fails, then `workspace new`.
         tf.init(dir).expect_code(0, "init");
         let refused = tf.run(dir, &["workspace", "select", "-no-color", "legacy"]);
