@@ -1615,3 +1615,146 @@ fn two_applies_on_one_workspace_at_once_wait_or_fail_on_the_lock() {
         }
     }
 }
+
+/// A Workspace object's module as the README gives it: the `cloud` block naming the object's
+/// workspace, a `null_resource` whose trigger and an output name `terraform.workspace`.
+fn object_module(dir: &Path, host: &Host, name: &str) {
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"terraform {{
+  cloud {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces {{
+      name = "{name}"
+    }}
+  }}
+}}
+
+resource "null_resource" "r0" {{
+  triggers = {{
+    workspace = terraform.workspace
+  }}
+}}
+
+output "workspace" {{
+  value = terraform.workspace
+}}
+"#,
+            host.hostname()
+        ),
+    )
+    .unwrap();
+}
+
+/// provider-terraform gives each Workspace object a directory of its own, new at the object's
+/// first reconcile, and there runs `init -input=false`, `workspace select NAME` (then
+/// `workspace new NAME`), a plan without the lock, `state list`, `output -json`, `apply`,
+/// `destroy`, then its cleanup through the workspace `default`. In a new directory a `cloud`
+/// block by tags stops at `init` once two workspaces have the tags (Terraform's own refusal,
+/// whatever the host); the `cloud` block naming the object's workspace in its module goes
+/// through every step but the cleanup (Terraform has no `default` there), as the README says.
+#[test]
+fn provider_terraform_in_a_directory_per_object_names_the_workspace_in_the_module() {
+    for tf in versions() {
+        let v = tf.version.clone();
+        let host = Host::start(&[]);
+        let mut tf = host.terraform(&tf, TOKEN);
+        let terraformrc = std::fs::read_to_string(&tf.cli_config).unwrap();
+        tf.env
+            .push(("TF_CLI_CONFIG_FILE".into(), "./.terraformrc".into()));
+        let new_directory = || {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(".terraformrc"), &terraformrc).unwrap();
+            dir
+        };
+
+        create_workspace(&host, "tagged-1", &["crossplane"]);
+        create_workspace(&host, "tagged-2", &["crossplane"]);
+        let by_tags = new_directory();
+        cloud_tags_config(by_tags.path(), &host, &["crossplane"], "g1");
+        let init = tf.init(by_tags.path());
+        assert_eq!(init.code, Some(1), "{v}: {}", init.combined());
+        assert!(
+            init.stderr
+                .contains("Currently selected workspace \"default\" does not exist"),
+            "{v}: {}",
+            init.combined()
+        );
+
+        let diff = [
+            "plan",
+            "-no-color",
+            "-input=false",
+            "-detailed-exitcode",
+            "-lock=false",
+        ];
+        let objects: Vec<(&str, TempDir)> = ["bucket-a", "bucket-b", "bucket-c"]
+            .into_iter()
+            .map(|name| (name, new_directory()))
+            .collect();
+        for (name, work) in &objects {
+            let dir = work.path();
+            object_module(dir, &host, name);
+            for _reconcile in 0..2 {
+                tf.init(dir).expect_code(0, "init");
+                tf.run(dir, &["workspace", "select", "-no-color", name])
+                    .expect_code(0, "workspace select");
+                assert_eq!(
+                    git_log_subjects(
+                        &host.bare(),
+                        "main",
+                        &format!(".gitstate/workspaces/{name}.json")
+                    ),
+                    [format!(
+                        "Create workspace {name} (workspaces/{name}.tfstate) by workspace API"
+                    )],
+                    "{v}: init created it, once"
+                );
+            }
+            tf.run(dir, &diff).expect_code(2, "a diff");
+            tf.apply(dir).expect_code(0, "apply");
+            tf.run(dir, &diff).expect_code(0, "no diff after the apply");
+            let list = tf.run(dir, &["state", "list"]);
+            assert_eq!(list.stdout.trim(), "null_resource.r0", "{v}");
+            let outputs = tf.run(dir, &["output", "-json"]);
+            assert_eq!(json(&outputs.stdout)["workspace"]["value"], *name, "{v}");
+        }
+        for (name, _) in &objects {
+            let state = state_over_http(&host, name);
+            assert_eq!(
+                state["resources"][0]["instances"][0]["attributes"]["triggers"]["workspace"], *name,
+                "{v}: {state}"
+            );
+        }
+        for (name, work) in &objects {
+            let dir = work.path();
+            tf.run(
+                dir,
+                &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            )
+            .expect_code(0, "destroy");
+            let state = state_over_http(&host, name);
+            assert_eq!(state["resources"], serde_json::json!([]), "{v}: {state}");
+            // The provider's cleanup: Terraform has no workspace `default` here.
+            let show = tf.run(dir, &["workspace", "show", "-no-color"]);
+            assert_eq!(show.stdout.trim(), *name, "{v}");
+            for args in [["select", "default"], ["new", "default"]] {
+                let out = tf.run(dir, &["workspace", args[0], "-no-color", args[1]]);
+                assert_ne!(out.code, Some(0), "{v}: {}", out.combined());
+            }
+        }
+        // An emptied workspace goes through the API's delete; its history stays.
+        let (status, body) = host.with_token(
+            TOKEN,
+            "DELETE",
+            "/api/v2/organizations/default/workspaces/bucket-a",
+            None,
+        );
+        assert_eq!(status, 204, "{body}");
+        let commits = git_log_subjects(&host.bare(), "main", "workspaces/bucket-a.tfstate");
+        assert_eq!(commits.len(), 3, "{v}: {commits:?}");
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+    }
+}
