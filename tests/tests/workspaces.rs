@@ -1321,3 +1321,440 @@ fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
         assert!(!log.contains(token), "the log holds {token}");
     }
 }
+
+/// Waits for `child` (a [`Terraform::spawn`]) at most ten minutes; its exit code.
+fn wait_for(child: &mut std::process::Child, what: &str) -> Option<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait terraform") {
+            return status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!("{what} ran longer than ten minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// The state at `workspaces/{name}.tfstate`, read over the http protocol with [`TOKEN`].
+fn state_over_http(host: &Host, name: &str) -> serde_json::Value {
+    let (status, body) = host.with_token(
+        TOKEN,
+        "GET",
+        &format!("/state/default/workspaces/{name}.tfstate"),
+        None,
+    );
+    assert_eq!(status, 200, "{name}: {body}");
+    json(&body)
+}
+
+/// What provider-terraform does for each Workspace object, here in one configuration directory
+/// shared by all: `init` (the `cloud` block selecting workspaces by tags), the workspace of the
+/// object's name (`workspace select -or-create=true NAME`, Terraform ≥ 1.4's one command for
+/// the provider's `workspace select`, then `workspace new` when it fails), a plan without the
+/// lock, `apply -auto-approve`, and at the object's deletion `destroy -auto-approve`. The
+/// credential is the README's: the ProviderConfig's `.terraformrc` in the directory, named by
+/// `TF_CLI_CONFIG_FILE=./.terraformrc` (the provider gives it to `init` only; the Workspace's
+/// `env` to every command).
+#[test]
+fn provider_terraform_drives_many_workspaces_from_one_directory() {
+    for tf in versions() {
+        let v = tf.version.clone();
+        let host = Host::start(&[]);
+        let mut tf = host.terraform(&tf, TOKEN);
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path();
+        cloud_tags_config(dir, &host, &["crossplane"], "g1");
+        std::fs::copy(&tf.cli_config, dir.join(".terraformrc")).unwrap();
+        tf.env
+            .push(("TF_CLI_CONFIG_FILE".into(), "./.terraformrc".into()));
+        // `init -input=false` needs a workspace having the tags to start in (HCP Terraform's
+        // too): the one an operator creates once, answering an interactive `init`.
+        let seeded = tf.run_with_input(dir, &["init", "-input=true", "-no-color"], "seed\n");
+        seeded.expect_code(0, "an interactive init creates the first workspace");
+        assert_eq!(tag_names(&host, "seed"), ["crossplane"], "{v}");
+        let names: Vec<String> = (0..5).map(|i| format!("object-{i}")).collect();
+        let records = |name: &str| {
+            git_log_subjects(
+                &host.bare(),
+                "main",
+                &format!(".gitstate/workspaces/{name}.json"),
+            )
+        };
+        let created = |name: &str| {
+            [format!(
+                "Create workspace {name} (workspaces/{name}.tfstate) by workspace API"
+            )]
+        };
+        let select = |name: &str| {
+            let out = tf.run(
+                dir,
+                &["workspace", "select", "-or-create=true", "-no-color", name],
+            );
+            out.expect_code(0, "workspace select -or-create=true");
+            out
+        };
+        for name in &names {
+            tf.init(dir).expect_code(0, "init");
+            let out = select(name);
+            assert!(
+                out.stdout.contains("Created and switched to workspace"),
+                "{v}: {}",
+                out.combined()
+            );
+            assert_eq!(records(name), created(name), "{v}");
+            // The next reconcile selects the workspace it created, without creating it again.
+            tf.init(dir).expect_code(0, "init again");
+            let out = select(name);
+            assert!(!out.stdout.contains("Created"), "{v}: {}", out.combined());
+            assert_eq!(records(name), created(name), "{v}: created once");
+            assert_eq!(tag_names(&host, name), ["crossplane"], "{v}");
+            // Observe (a plan without the lock, as the provider runs it), then create.
+            let diff = [
+                "plan",
+                "-no-color",
+                "-input=false",
+                "-detailed-exitcode",
+                "-lock=false",
+            ];
+            tf.run(dir, &diff).expect_code(2, "a diff");
+            tf.apply(dir).expect_code(0, "apply");
+            tf.run(dir, &diff).expect_code(0, "no diff after the apply");
+        }
+        let list = tf.run(dir, &["workspace", "list", "-no-color"]);
+        list.expect_code(0, "workspace list");
+        let shown: Vec<&str> = list.stdout.lines().map(str::trim).collect();
+        for name in names[..4].iter().map(String::as_str).chain(["seed"]) {
+            assert!(shown.contains(&name), "{v}: {}", list.stdout);
+        }
+        assert!(shown.contains(&"* object-4"), "{v}: {}", list.stdout);
+        // Each state, at its path over the http protocol, holds its own resource.
+        for name in &names {
+            let state = state_over_http(&host, name);
+            let resources = state["resources"].as_array().unwrap();
+            assert_eq!(resources.len(), 1, "{v}: {state}");
+            assert_eq!(
+                resources[0]["instances"][0]["attributes"]["triggers"]["workspace"], **name,
+                "{v}: {state}"
+            );
+            let commits =
+                git_log_subjects(&host.bare(), "main", &format!("workspaces/{name}.tfstate"));
+            assert_eq!(commits.len(), 1, "{v}: {commits:?}");
+        }
+        // The objects' deletion: destroy in each; the states keep their history.
+        for name in &names {
+            tf.init(dir).expect_code(0, "init");
+            select(name);
+            tf.run(
+                dir,
+                &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            )
+            .expect_code(0, "destroy");
+            let state = state_over_http(&host, name);
+            assert_eq!(state["resources"], serde_json::json!([]), "{v}: {state}");
+            let commits =
+                git_log_subjects(&host.bare(), "main", &format!("workspaces/{name}.tfstate"));
+            assert_eq!(commits.len(), 2, "{v}: {commits:?}");
+            assert!(
+                commits
+                    .iter()
+                    .all(|c| c.starts_with(&format!("Update workspaces/{name}.tfstate (serial"))),
+                "{v}: {commits:?}"
+            );
+        }
+        // The provider's cleanup switches to the workspace `default`, which Terraform has not
+        // with the `cloud` block, whatever the host; an emptied workspace is removed by hand,
+        // its history kept.
+        let refused = tf.run(dir, &["workspace", "select", "-no-color", "default"]);
+        assert_ne!(refused.code, Some(0), "{v}: {}", refused.combined());
+        tf.run(dir, &["workspace", "select", "-no-color", "seed"])
+            .expect_code(0, "select seed");
+        tf.run(
+            dir,
+            &["workspace", "delete", "-force", "-no-color", "object-0"],
+        )
+        .expect_code(0, "workspace delete -force");
+        let commits = git_log_subjects(&host.bare(), "main", "workspaces/object-0.tfstate");
+        assert_eq!(commits.len(), 3, "{v}: {commits:?}");
+        assert_eq!(
+            commits[0], "Delete workspace object-0 (workspaces/object-0.tfstate) by workspace API",
+            "{v}"
+        );
+        // The older provider: `workspace select` fails, then `workspace new`.
+        tf.init(dir).expect_code(0, "init");
+        let refused = tf.run(dir, &["workspace", "select", "-no-color", "legacy"]);
+        assert_ne!(refused.code, Some(0), "{v}: {}", refused.combined());
+        assert!(
+            records("legacy").is_empty(),
+            "{v}: a failed select creates nothing"
+        );
+        tf.run(dir, &["workspace", "new", "-no-color", "legacy"])
+            .expect_code(0, "workspace new");
+        assert_eq!(records("legacy"), created("legacy"), "{v}");
+        tf.apply(dir).expect_code(0, "apply");
+        let state = state_over_http(&host, "legacy");
+        assert_eq!(
+            state["resources"][0]["instances"][0]["attributes"]["triggers"]["workspace"], "legacy",
+            "{v}: {state}"
+        );
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+    }
+}
+
+/// Two CI jobs apply one workspace at once, each from its own checkout (Terraform 1.15.5, then
+/// the 1.11.4 on PATH). Without a lock timeout at most one fails, on the lock; with one, the
+/// second waits and both succeed. Every apply that succeeded is a state version (its serial)
+/// and a commit: nothing is lost.
+#[test]
+fn two_applies_on_one_workspace_at_once_wait_or_fail_on_the_lock() {
+    for tf in versions() {
+        let host = Host::start(&[]);
+        let tf = host.terraform(&tf, TOKEN);
+        let v = tf.version.clone();
+        let jobs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let logs = tempfile::tempdir().unwrap();
+        for (i, job) in jobs.iter().enumerate() {
+            cloud_config(job.path(), &host, "app-prod", "start");
+            tf.init(job.path()).expect_code(0, "init");
+            if i == 0 {
+                tf.apply(job.path()).expect_code(0, "the first apply");
+            }
+        }
+        let serial = || {
+            state_over_http(&host, "app-prod")["serial"]
+                .as_u64()
+                .unwrap()
+        };
+        let start = serial();
+        let commits_at_start = state_commits(&host).len() as u64;
+        let mut applied = 0;
+        for (round, timeout) in ["0s", "60s"].into_iter().enumerate() {
+            // Each job applies its own change, so that every apply that succeeds writes a state.
+            for (i, job) in jobs.iter().enumerate() {
+                cloud_config(job.path(), &host, "app-prod", &format!("r{round}-{i}"));
+            }
+            let lock_timeout = format!("-lock-timeout={timeout}");
+            let args = [
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-no-color",
+                &lock_timeout,
+            ];
+            let mut children: Vec<_> = jobs
+                .iter()
+                .enumerate()
+                .map(|(i, job)| {
+                    let out = logs.path().join(format!("{round}-{i}.out"));
+                    let err = logs.path().join(format!("{round}-{i}.err"));
+                    (tf.spawn(job.path(), &args, &out, &err), out, err)
+                })
+                .collect();
+            let mut failed = 0;
+            for (child, out, err) in &mut children {
+                let code = wait_for(child, "terraform apply");
+                let output = format!(
+                    "{}{}",
+                    std::fs::read_to_string(&out).unwrap(),
+                    std::fs::read_to_string(&err).unwrap()
+                );
+                match code {
+                    Some(0) => applied += 1,
+                    _ => {
+                        failed += 1;
+                        assert!(
+                            output.contains("Error acquiring the state lock")
+                                && output.contains("workspace already locked"),
+                            "{v} {lock_timeout}: fails on the lock only: {output}"
+                        );
+                        assert_eq!(
+                            output.matches("Error:").count(),
+                            1,
+                            "{v} {lock_timeout}: one error, the lock's: {output}"
+                        );
+                    }
+                }
+            }
+            eprintln!(
+                "{v} {lock_timeout}: {} applied, {failed} failed",
+                2 - failed
+            );
+            match timeout {
+                "0s" => assert!(failed <= 1, "at most one fails"),
+                _ => assert_eq!(failed, 0, "both succeed: the second waits"),
+            }
+            assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+            let now = serial();
+            assert_eq!(now, start + applied, "one state version per apply");
+            let commits = state_commits(&host);
+            assert_eq!(
+                commits.len() as u64,
+                commits_at_start + applied,
+                "one commit per state written: {commits:?}"
+            );
+            assert!(
+                commits[0].starts_with(&format!(
+                    "Update workspaces/app-prod.tfstate (serial {now})"
+                )),
+                "{commits:?}"
+            );
+        }
+        // The last apply's change is in the state, and a plan from either job has nothing to do
+        // once it has the same configuration.
+        let generation = state_over_http(&host, "app-prod")["resources"][0]["instances"][0]
+            ["attributes"]["triggers"]["generation"]
+            .clone();
+        assert!(generation == "r1-0" || generation == "r1-1", "{generation}");
+        for job in &jobs {
+            cloud_config(job.path(), &host, "app-prod", generation.as_str().unwrap());
+            tf.plan(job.path()).expect_code(0, "nothing to change");
+        }
+    }
+}
+
+/// A Workspace object's module as the README gives it: the `cloud` block naming the object's
+/// workspace, a `null_resource` whose trigger and an output name `terraform.workspace`.
+fn object_module(dir: &Path, host: &Host, name: &str) {
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"terraform {{
+  cloud {{
+    hostname     = "{}"
+    organization = "default"
+    workspaces {{
+      name = "{name}"
+    }}
+  }}
+}}
+
+resource "null_resource" "r0" {{
+  triggers = {{
+    workspace = terraform.workspace
+  }}
+}}
+
+output "workspace" {{
+  value = terraform.workspace
+}}
+"#,
+            host.hostname()
+        ),
+    )
+    .unwrap();
+}
+
+/// provider-terraform gives each Workspace object a directory of its own, new at the object's
+/// first reconcile, and there runs `init -input=false`, `workspace select NAME` (then
+/// `workspace new NAME`), a plan without the lock, `state list`, `output -json`, `apply`,
+/// `destroy`, then its cleanup through the workspace `default`. In a new directory a `cloud`
+/// block by tags stops at `init` once two workspaces have the tags (Terraform's own refusal,
+/// whatever the host); the `cloud` block naming the object's workspace in its module goes
+/// through every step but the cleanup (Terraform has no `default` there), as the README says.
+#[test]
+fn provider_terraform_in_a_directory_per_object_names_the_workspace_in_the_module() {
+    for tf in versions() {
+        let v = tf.version.clone();
+        let host = Host::start(&[]);
+        let mut tf = host.terraform(&tf, TOKEN);
+        let terraformrc = std::fs::read_to_string(&tf.cli_config).unwrap();
+        tf.env
+            .push(("TF_CLI_CONFIG_FILE".into(), "./.terraformrc".into()));
+        let new_directory = || {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(".terraformrc"), &terraformrc).unwrap();
+            dir
+        };
+
+        create_workspace(&host, "tagged-1", &["crossplane"]);
+        create_workspace(&host, "tagged-2", &["crossplane"]);
+        let by_tags = new_directory();
+        cloud_tags_config(by_tags.path(), &host, &["crossplane"], "g1");
+        let init = tf.init(by_tags.path());
+        assert_eq!(init.code, Some(1), "{v}: {}", init.combined());
+        assert!(
+            init.stderr
+                .contains("Currently selected workspace \"default\" does not exist"),
+            "{v}: {}",
+            init.combined()
+        );
+
+        let diff = [
+            "plan",
+            "-no-color",
+            "-input=false",
+            "-detailed-exitcode",
+            "-lock=false",
+        ];
+        let objects: Vec<(&str, TempDir)> = ["bucket-a", "bucket-b", "bucket-c"]
+            .into_iter()
+            .map(|name| (name, new_directory()))
+            .collect();
+        for (name, work) in &objects {
+            let dir = work.path();
+            object_module(dir, &host, name);
+            for _reconcile in 0..2 {
+                tf.init(dir).expect_code(0, "init");
+                tf.run(dir, &["workspace", "select", "-no-color", name])
+                    .expect_code(0, "workspace select");
+                assert_eq!(
+                    git_log_subjects(
+                        &host.bare(),
+                        "main",
+                        &format!(".gitstate/workspaces/{name}.json")
+                    ),
+                    [format!(
+                        "Create workspace {name} (workspaces/{name}.tfstate) by workspace API"
+                    )],
+                    "{v}: init created it, once"
+                );
+            }
+            tf.run(dir, &diff).expect_code(2, "a diff");
+            tf.apply(dir).expect_code(0, "apply");
+            tf.run(dir, &diff).expect_code(0, "no diff after the apply");
+            let list = tf.run(dir, &["state", "list"]);
+            assert_eq!(list.stdout.trim(), "null_resource.r0", "{v}");
+            let outputs = tf.run(dir, &["output", "-json"]);
+            assert_eq!(json(&outputs.stdout)["workspace"]["value"], *name, "{v}");
+        }
+        for (name, _) in &objects {
+            let state = state_over_http(&host, name);
+            assert_eq!(
+                state["resources"][0]["instances"][0]["attributes"]["triggers"]["workspace"], *name,
+                "{v}: {state}"
+            );
+        }
+        for (name, work) in &objects {
+            let dir = work.path();
+            tf.run(
+                dir,
+                &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            )
+            .expect_code(0, "destroy");
+            let state = state_over_http(&host, name);
+            assert_eq!(state["resources"], serde_json::json!([]), "{v}: {state}");
+            // The provider's cleanup: Terraform has no workspace `default` here.
+            let show = tf.run(dir, &["workspace", "show", "-no-color"]);
+            assert_eq!(show.stdout.trim(), *name, "{v}");
+            for args in [["select", "default"], ["new", "default"]] {
+                let out = tf.run(dir, &["workspace", args[0], "-no-color", args[1]]);
+                assert_ne!(out.code, Some(0), "{v}: {}", out.combined());
+            }
+        }
+        // An emptied workspace goes through the API's delete; its history stays.
+        let (status, body) = host.with_token(
+            TOKEN,
+            "DELETE",
+            "/api/v2/organizations/default/workspaces/bucket-a",
+            None,
+        );
+        assert_eq!(status, 204, "{body}");
+        let commits = git_log_subjects(&host.bare(), "main", "workspaces/bucket-a.tfstate");
+        assert_eq!(commits.len(), 3, "{v}: {commits:?}");
+        assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
+    }
+}
