@@ -941,7 +941,7 @@ fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
         }
         assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
 
-        // Delete: refused while the workspace has a state, unless forced; the state and the
+        // Delete: refused while the workspace's state manages resources, unless forced; the state and the
         // record go in one commit, and the state's history stays in git.
         tf.run(work.path(), &["workspace", "select", "-no-color", "a"])
             .expect_code(0, "select a");
@@ -952,7 +952,7 @@ fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
             None,
         );
         assert_eq!(status, 409, "{body}");
-        assert!(body.contains("has a state"), "{body}");
+        assert!(body.contains("manages 1 resource"), "{body}");
         let refused = tf.run(work.path(), &["workspace", "delete", "-no-color", "b"]);
         assert_ne!(refused.code, Some(0), "{}", refused.combined());
         let b_state = "workspaces/b.tfstate";
@@ -1467,17 +1467,18 @@ fn provider_terraform_drives_many_workspaces_from_one_directory() {
             );
         }
         // The provider's cleanup switches to the workspace `default`, which Terraform has not
-        // with the `cloud` block, whatever the host; an emptied workspace is removed by hand,
-        // its history kept.
+        // with the `cloud` block, whatever the host; a workspace emptied by `destroy` is removed
+        // by a plain `workspace delete` (the API's safe delete takes a state without resources,
+        // as HCP Terraform's does), its history kept.
         let refused = tf.run(dir, &["workspace", "select", "-no-color", "default"]);
         assert_ne!(refused.code, Some(0), "{v}: {}", refused.combined());
         tf.run(dir, &["workspace", "select", "-no-color", "seed"])
             .expect_code(0, "select seed");
-        tf.run(
-            dir,
-            &["workspace", "delete", "-force", "-no-color", "object-0"],
-        )
-        .expect_code(0, "workspace delete -force");
+        tf.run(dir, &["workspace", "delete", "-no-color", "object-0"])
+            .expect_code(
+                0,
+                "workspace delete of an emptied workspace, without -force",
+            );
         let commits = git_log_subjects(&host.bare(), "main", "workspaces/object-0.tfstate");
         assert_eq!(commits.len(), 3, "{v}: {commits:?}");
         assert_eq!(

@@ -387,8 +387,9 @@ impl<'a> Workspaces<'a> {
 
     /// Deletes the workspace `name` for `who`: its state and its record in one commit through
     /// compare-and-swap ([`StateChange::DeleteWith`]; the history stays in git). A locked
-    /// workspace is [`WorkspaceError::Locked`]; one that has a state, unless `force`,
-    /// [`WorkspaceError::HasState`]. Returns the commit.
+    /// workspace is [`WorkspaceError::Locked`]; one whose state manages resources, unless `force`,
+    /// [`WorkspaceError::HasState`] (the API's safe delete, as HCP Terraform's: an emptied state,
+    /// after `terraform destroy`, is deleted). Returns the commit.
     pub async fn delete(
         &self,
         name: &WorkspaceName,
@@ -426,10 +427,21 @@ impl<'a> Workspaces<'a> {
                     other => other,
                 });
             }
-            if snapshot.state.is_some() && !force {
-                return Err(WorkspaceError::HasState(format!(
-                    "the workspace {name} has a state, so it is not deleted without force: run `terraform workspace delete -force {name}` (the state's history stays in git)"
-                )));
+            if let (Some(stored), false) = (&snapshot.state, force) {
+                // The API's safe delete: refused while the state manages resources (a state that
+                // cannot be read counts as managing some).
+                let state = self
+                    .backend
+                    .open_stored(&self.place(&path), stored.clone())
+                    .await?;
+                let resources = crate::statefile::catalog_facts(&state)
+                    .resource_count
+                    .unwrap_or(1);
+                if resources > 0 {
+                    return Err(WorkspaceError::HasState(format!(
+                        "the workspace {name} manages {resources} resource(s), so it is not deleted without force: run `terraform destroy` first, or `terraform workspace delete -force {name}` (the state's history stays in git)"
+                    )));
+                }
             }
             let timing = (&mut attempt, started, deadline);
             let change = StateChange::DeleteWith(vec![record_path.clone()]);

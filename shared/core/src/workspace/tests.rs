@@ -32,6 +32,13 @@ fn state(serial: u64) -> Bytes {
     ))
 }
 
+/// A state that manages one resource (a `null_resource`).
+fn managing_one(serial: u64) -> Bytes {
+    Bytes::from(format!(
+        r#"{{"version":4,"terraform_version":"1.11.4","serial":{serial},"lineage":"l-1","outputs":{{}},"resources":[{{"mode":"managed","type":"null_resource","name":"r","provider":"provider[\"registry.terraform.io/hashicorp/null\"]","instances":[{{"schema_version":0,"attributes":{{"id":"1"}}}}]}}]}}"#
+    ))
+}
+
 fn caller(who: &str) -> Caller {
     Caller {
         name: who.to_owned(),
@@ -474,7 +481,7 @@ async fn a_delete_removes_the_state_and_the_record_in_one_commit_never_when_lock
     spaces.create(&app, Vec::new(), "alice").await.unwrap();
     let alice = holder("token-a", "alice");
     spaces.lock(&app, &alice, "apply").await.unwrap();
-    let checked = backend.check(state(1), false).unwrap();
+    let checked = backend.check(managing_one(1), false).unwrap();
     spaces
         .write_state(&app, &checked, &alice, &caller("alice"))
         .await
@@ -488,10 +495,10 @@ async fn a_delete_removes_the_state_and_the_record_in_one_commit_never_when_lock
         "{locked:?}"
     );
     spaces.unlock(&app, &alice).await.unwrap();
-    // A state: refused without force.
+    // A state that manages a resource: refused without force.
     let kept = spaces.delete(&app, false, "bob").await.unwrap_err();
     assert!(
-        matches!(&kept, WorkspaceError::HasState(s) if s.contains("-force")),
+        matches!(&kept, WorkspaceError::HasState(s) if s.contains("-force") && s.contains("manages 1 resource")),
         "{kept:?}"
     );
     assert_eq!(store.commits().len(), before, "nothing was written");
@@ -524,4 +531,32 @@ async fn a_delete_removes_the_state_and_the_record_in_one_commit_never_when_lock
     spaces.create(&empty, Vec::new(), "alice").await.unwrap();
     spaces.delete(&empty, false, "alice").await.unwrap();
     assert!(store.file(".gitstate/workspaces/empty.json").is_none());
+}
+
+#[tokio::test]
+async fn an_emptied_state_is_deleted_without_force_as_hcp_terraform_does() {
+    let (backend, store) = (Backend::default(), MemoryStore::named("default"));
+    let spaces = Workspaces::on(&backend, store.as_ref());
+    let app = name("app-prod");
+    spaces.create(&app, Vec::new(), "alice").await.unwrap();
+    let alice = holder("token-a", "alice");
+    for (serial, body) in [(1, managing_one(1)), (2, state(2))] {
+        spaces.lock(&app, &alice, "apply").await.unwrap();
+        let checked = backend.check(body, false).unwrap();
+        spaces
+            .write_state(&app, &checked, &alice, &caller("alice"))
+            .await
+            .unwrap();
+        spaces.unlock(&app, &alice).await.unwrap();
+        assert_eq!(store.commits_of(APP).len(), serial);
+    }
+    // `terraform destroy` left a state without resources: the safe delete takes it.
+    spaces.delete(&app, false, "alice").await.unwrap();
+    assert_eq!(store.file(APP), None);
+    assert_eq!(store.file(RECORD), None);
+    assert_eq!(
+        store.commits_of(APP).len(),
+        3,
+        "the history stays: two versions and the delete"
+    );
 }

@@ -215,7 +215,7 @@ pub(super) async fn delete_by_name(
 }
 
 /// `POST /api/v2/organizations/:org/workspaces/:name/actions/safe-delete`: the workspace,
-/// refused while it has a state.
+/// refused while its state manages resources.
 pub(super) async fn safe_delete_by_name(
     State(app): State<AppState>,
     Path((org, name)): Path<(String, String)>,
