@@ -391,52 +391,65 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
             r#"{{"data":{{"type":"state-versions","attributes":{{"serial":{serial},"state":"{encoded}"}}}}}}"#
         )
     };
-    let cycle = |host: &Host, serial: u64| -> String {
-        let (status, body) =
-            host.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
-        assert_eq!(status, 200, "lock: {body}");
-        let (status, body) = host.with_token(
-            TOKEN,
+    // A request of the API on the workspace: its answer's body, once its status is `expected`.
+    let call =
+        |host: &Host, token: &str, method: &str, what: &str, body: Option<&str>, expected: u16| {
+            let (status, answer) = host.with_token(token, method, &format!("{ws}/{what}"), body);
+            assert_eq!(status, expected, "{method} {what}: {answer}");
+            answer
+        };
+    let action = |host: &Host, token: &str, what: &str, expected: u16| {
+        call(
+            host,
+            token,
             "POST",
-            &format!("{ws}/state-versions"),
+            &format!("actions/{what}"),
+            Some("{}"),
+            expected,
+        )
+    };
+    let write = |host: &Host, token: &str, serial: u64, expected: u16| {
+        call(
+            host,
+            token,
+            "POST",
+            "state-versions",
             Some(&version(serial)),
-        );
-        assert_eq!(status, 201, "state version {serial}: {body}");
-        let (status, body) =
-            host.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
-        assert_eq!(status, 200, "unlock: {body}");
-        let (status, body) =
-            host.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
-        assert_eq!(status, 200, "{body}");
-        json(&body)["data"]["id"].as_str().unwrap().to_owned()
+            expected,
+        )
+    };
+    let current = |host: &Host| {
+        json(&call(
+            host,
+            TOKEN,
+            "GET",
+            "current-state-version",
+            None,
+            200,
+        ))
+    };
+    let cycle = |host: &Host, serial: u64| -> String {
+        action(host, TOKEN, "lock", 200);
+        write(host, TOKEN, serial, 201);
+        action(host, TOKEN, "unlock", 200);
+        current(host)["data"]["id"].as_str().unwrap().to_owned()
     };
     // B remembers serial 1; A then writes serial 2 and holds the lock.
     let first = cycle(&b, 1);
     let second = cycle(&a, 2);
     assert_ne!(first, second);
-    let (status, body) = a.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
-    assert_eq!(status, 200, "{body}");
+    action(&a, TOKEN, "lock", 200);
 
     // B's memory says unlocked at serial 1: its lock is refused with A's LockInfo, and
     // another credential writes nothing and releases nothing under A's lock.
-    let (status, body) = b.with_token(TOKEN, "POST", &format!("{ws}/actions/lock"), Some("{}"));
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("is locked by"), "{body}");
-    let (status, body) = b.with_token(
-        other,
-        "POST",
-        &format!("{ws}/state-versions"),
-        Some(&version(3)),
-    );
-    assert_eq!(status, 409, "another credential's state version: {body}");
-    let (status, body) = b.with_token(other, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
-    assert_eq!(status, 409, "another credential's unlock: {body}");
+    let refused = action(&b, TOKEN, "lock", 409);
+    assert!(refused.contains("is locked by"), "{refused}");
+    write(&b, other, 3, 409);
+    action(&b, other, "unlock", 409);
     // B reads the current version fresh: serial 2, downloaded as it is.
-    let (status, body) = b.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
-    assert_eq!(status, 200, "{body}");
-    let current = json(&body);
-    assert_eq!(current["data"]["id"].as_str().unwrap(), second);
-    let download = current["data"]["attributes"]["hosted-state-download-url"]
+    let version_2 = current(&b);
+    assert_eq!(version_2["data"]["id"].as_str().unwrap(), second);
+    let download = version_2["data"]["attributes"]["hosted-state-download-url"]
         .as_str()
         .unwrap();
     let (status, body) = b.with_token(TOKEN, "GET", download, None);
@@ -444,25 +457,15 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
     assert_eq!(json(&body)["serial"], 2);
     // The same credential finishes A's run through B (the run key is shared): version 3, and
     // the unlock, each from B's fresh read of A's lock.
-    let (status, body) = b.with_token(
-        TOKEN,
-        "POST",
-        &format!("{ws}/state-versions"),
-        Some(&version(3)),
+    write(&b, TOKEN, 3, 201);
+    action(&b, TOKEN, "unlock", 200);
+    let twice = action(&a, TOKEN, "unlock", 409);
+    assert!(
+        twice.contains("not locked"),
+        "A's memory of its lock does not release it twice: {twice}"
     );
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = b.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = a.with_token(TOKEN, "POST", &format!("{ws}/actions/unlock"), Some("{}"));
-    assert_eq!(
-        status, 409,
-        "A's memory of its lock does not release it twice: {body}"
-    );
-    assert!(body.contains("not locked"), "{body}");
     // A's memory holds serial 2: the version it names is no longer current, and A says so.
-    let (status, body) = a.with_token(TOKEN, "GET", &format!("{ws}/current-state-version"), None);
-    assert_eq!(status, 200, "{body}");
-    let third = json(&body)["data"]["id"].as_str().unwrap().to_owned();
+    let third = current(&a)["data"]["id"].as_str().unwrap().to_owned();
     assert!(third != first && third != second);
     let (status, body) = a.with_token(
         TOKEN,

@@ -173,6 +173,17 @@ impl From<WorkspaceError> for ApiError {
     }
 }
 
+/// The 404 of `id`, which is no `kind` id (`workspace`, `state version`, ...) of this gitstate.
+pub(crate) fn unknown_id(kind: &str, id: &str) -> TfeError {
+    TfeError(ApiError::Message(
+        StatusCode::NOT_FOUND,
+        format!(
+            "{} is not a {kind} id of this gitstate",
+            gitstate_core::text::escape_controls(id)
+        ),
+    ))
+}
+
 /// A 422 with `sentence`.
 pub(crate) fn unprocessable(sentence: impl Into<String>) -> TfeError {
     TfeError(ApiError::Message(
@@ -313,13 +324,7 @@ impl Named {
         used: Use,
     ) -> Result<Named, TfeError> {
         let Some(id) = gitstate_core::workspace::WorkspaceId::parse(id) else {
-            return Err(TfeError(ApiError::Message(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "{} is not a workspace id of this gitstate",
-                    gitstate_core::text::escape_controls(id)
-                ),
-            )));
+            return Err(unknown_id("workspace", id));
         };
         Named::resolve(app, called, &id.repository, id.name.as_str(), used).await
     }

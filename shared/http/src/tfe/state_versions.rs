@@ -16,7 +16,7 @@ use gitstate_core::workspace::{outputs_of, Current, OutputId, StateVersionId, Wo
 use gitstate_core::CatalogChange;
 
 use super::documents::{self, Request};
-use super::{unprocessable, Called, Named, TfeError};
+use super::{unknown_id, unprocessable, Called, Named, TfeError};
 use crate::handlers::{
     outputs_response, read_body, state_response, tell_catalog_at, RequestDeadline,
 };
@@ -82,11 +82,7 @@ pub(super) async fn download(
 ) -> Result<Response, TfeError> {
     let called = Called::of(&app, &headers).await?;
     let Some(version) = StateVersionId::parse(&id) else {
-        return Err(WorkspaceError::NotFound(format!(
-            "{} is not a state version id of this gitstate",
-            gitstate_core::text::escape_controls(&id)
-        ))
-        .into());
+        return Err(unknown_id("state version", &id));
     };
     let (named, current) = still_current(
         &app,
@@ -135,11 +131,7 @@ pub(super) async fn output(
 ) -> Result<Response, TfeError> {
     let called = Called::of(&app, &headers).await?;
     let Some(wanted) = OutputId::parse(&id) else {
-        return Err(WorkspaceError::NotFound(format!(
-            "{} is not a state version output id of this gitstate",
-            gitstate_core::text::escape_controls(&id)
-        ))
-        .into());
+        return Err(unknown_id("state version output", &id));
     };
     let (named, current) = still_current(
         &app,
