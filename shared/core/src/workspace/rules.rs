@@ -207,11 +207,13 @@ impl<'a> Workspaces<'a> {
         holder: Option<&Holder>,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
-        // The record holds the tags, so it is read beside the state, at once.
-        let (snapshot, record) = tokio::try_join!(
-            async { Ok::<_, WorkspaceError>(self.store.snapshot(&path).await?) },
-            self.record(name)
-        )?;
+        let snapshot = self.store.snapshot(&path).await?;
+        // The record holds the tags: read at the tip the snapshot has just seen when the store's
+        // memory holds it (no second request to a remote), else read fresh.
+        let record = match self.recalled_record(name).await? {
+            Some(known) => known,
+            None => self.record(name).await?,
+        };
         let has_state = snapshot.state.is_some();
         if !has_state && record.is_none() {
             return Err(not_found(self.store.repository(), name));
@@ -236,22 +238,15 @@ impl<'a> Workspaces<'a> {
 
     /// The workspace `name` as the store remembers it (no request to a remote): `Some` when its
     /// memory holds a state at the workspace's path ([`StateStore::recalled_exists`]) or its
-    /// record. A lock decides whether it is held on its
-    /// own fresh check, so the lock is not recalled (`None`).
+    /// record. A lock decides whether it is held on its own fresh check, so the lock is not
+    /// recalled (`None`).
     async fn recalled(&self, name: &WorkspaceName) -> Result<Option<Workspace>, WorkspaceError> {
         let path = self.path(name)?;
-        let (has_state, record) = match self.store.recalled_exists(&path).await? {
-            Some(true) => (true, None),
-            _ => {
-                let record_path = name
-                    .record_path()
-                    .map_err(|e| BackendError::BadRequest(e.to_string()))?;
-                match self.store.recalled_state(&record_path).await? {
-                    Some(record) => (false, Some(Record::stored(&record))),
-                    None => return Ok(None),
-                }
-            }
-        };
+        let has_state = self.store.recalled_exists(&path).await? == Some(true);
+        let record = self.recalled_record(name).await?.flatten();
+        if !has_state && record.is_none() {
+            return Ok(None);
+        }
         Ok(Some(Workspace {
             id: self.id(name),
             path,
@@ -260,6 +255,24 @@ impl<'a> Workspaces<'a> {
             lock: None,
             locked_by_caller: false,
         }))
+    }
+
+    /// The record of `name` as the store remembers it at the state branch's tip it last saw:
+    /// `Some(None)` when it knows there is none, `None` when it cannot tell (no request).
+    async fn recalled_record(
+        &self,
+        name: &WorkspaceName,
+    ) -> Result<Option<Option<Record>>, WorkspaceError> {
+        let record_path = record_path(name)?;
+        Ok(match self.store.recalled_exists(&record_path).await? {
+            Some(false) => Some(None),
+            Some(true) => self
+                .store
+                .recalled_state(&record_path)
+                .await?
+                .map(|record| Some(Record::stored(&record))),
+            None => None,
+        })
     }
 
     /// The record of `name`, when it has one.
