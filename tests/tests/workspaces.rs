@@ -33,6 +33,16 @@ impl Host {
 
     /// [`Host::start`] with further `args` and `env` (a remote repository).
     fn serving(tokens: &[String], more_args: &[&str], env: &[(&str, &str)]) -> Host {
+        Host::configured(tokens, more_args, env, None)
+    }
+
+    /// [`Host::serving`] with `config` as the server's `gitstate.hcl`.
+    fn configured(
+        tokens: &[String],
+        more_args: &[&str],
+        env: &[(&str, &str)],
+        config: Option<&str>,
+    ) -> Host {
         let certs = tempfile::tempdir().unwrap();
         let (ca, cert, key) = signed_by_a_ca(
             certs.path(),
@@ -41,6 +51,9 @@ impl Host {
             "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
         );
         let cwd = tempfile::tempdir().unwrap();
+        if let Some(config) = config {
+            std::fs::write(cwd.path().join("gitstate.hcl"), config).unwrap();
+        }
         let mut hashes = vec![hash(TOKEN)];
         hashes.extend(tokens.iter().cloned());
         let mut args = vec![
@@ -1761,4 +1774,106 @@ fn provider_terraform_in_a_directory_per_object_names_the_workspace_in_the_modul
         assert_eq!(commits.len(), 3, "{v}: {commits:?}");
         assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
     }
+}
+
+/// A pod's OIDC token as the host credential (no static secret), and states sealed at rest: the
+/// `cloud` block applies with the token, the rule's paths bound it to its workspaces, the state
+/// in git is a sops document that the real `sops` opens with the age key, and Terraform reads it
+/// back in clear.
+#[test]
+fn an_oidc_token_applies_through_the_workspace_api_and_the_state_is_sealed() {
+    use gitstate_tests::crypto::{sops_decrypt_with_age_key, AgeKeyPair};
+    use gitstate_tests::oidc::{now, Issuer, ISSUER};
+    let issuer = Issuer::new();
+    let config = format!(
+        r#"auth {{
+  mode = "team"
+  oidc {{
+    issuer = "{ISSUER}"
+    audience = "gitstate"
+    jwks_file = "{}"
+    rule {{
+      claims = {{ "kubernetes.io.namespace" = "team-a" }}
+      name = "team-a"
+      paths = ["workspaces/team-a-*"]
+    }}
+  }}
+}}
+"#,
+        issuer.jwks_file().display()
+    );
+    let keys = tempfile::tempdir().unwrap();
+    let key = AgeKeyPair::generate();
+    let key_file = key.write_key_file(keys.path(), "key");
+    let host = Host::configured(
+        &[],
+        &["--config", "gitstate.hcl", "--encryption-mode", "structure"],
+        &[
+            ("SOPS_AGE_RECIPIENTS", key.recipient.as_str()),
+            ("SOPS_AGE_KEY_FILE", key_file.to_str().unwrap()),
+        ],
+        Some(&config),
+    );
+    let pod = |namespace: &str| {
+        issuer.sign(
+            "k1",
+            &serde_json::json!({
+                "iss": ISSUER,
+                "aud": ["gitstate"],
+                "sub": format!("system:serviceaccount:{namespace}:terraform"),
+                "iat": now(),
+                "nbf": now(),
+                "exp": now() + 600,
+                "kubernetes.io": { "namespace": namespace },
+            }),
+        )
+    };
+    let token = pod("team-a");
+    for tf in versions() {
+        let tf = host.terraform(&tf, &token);
+        let work = tempfile::tempdir().unwrap();
+        let name = format!("team-a-{}", tf.version.replace('.', "-"));
+        cloud_config(work.path(), &host, &name, "g1");
+        tf.init(work.path())
+            .expect_code(0, "init with the pod's token");
+        tf.apply(work.path())
+            .expect_code(0, "apply with the pod's token");
+        let path = format!("workspaces/{name}.tfstate");
+        let stored = git_show(&host.bare(), "main", &path).expect("the state in git");
+        let document: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+        assert_eq!(
+            document["sops"]["age"][0]["recipient"], key.recipient,
+            "sealed at rest"
+        );
+        let opened = sops_decrypt_with_age_key(&stored, &key_file);
+        let pulled = tf.run(work.path(), &["state", "pull"]);
+        assert_eq!(
+            opened,
+            json(&pulled.stdout),
+            "real sops opens what Terraform reads"
+        );
+        let commits = git_log_subjects(&host.bare(), "main", &path);
+        assert!(
+            commits.iter().all(|s| s.contains("by team-a")),
+            "the rule's name writes: {commits:?}"
+        );
+    }
+    // The rule's paths hold: another namespace's token is refused, and a workspace outside
+    // team-a's paths is one the token does not see.
+    let (status, body) = host.with_token(
+        &pod("team-b"),
+        "GET",
+        "/api/v2/organizations/default/entitlement-set",
+        None,
+    );
+    assert_eq!(status, 401, "{body}");
+    let create = r#"{"data":{"type":"workspaces","attributes":{"name":"team-b-app"}}}"#;
+    let (status, body) = host.with_token(
+        &token,
+        "POST",
+        "/api/v2/organizations/default/workspaces",
+        Some(create),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(!host.server.log().contains(&token), "no token in the log");
 }
