@@ -7,7 +7,8 @@
 //! Every operation goes through [`Backend`]'s own operations and the [`StateStore`] port, so the
 //! state check, the guard, sealing, compare-and-swap and the write queue apply unchanged:
 //! `mapping.rs` names and paths, `ids.rs` the stateless ids, `record.rs` the records, `tags.rs`
-//! the tags' rule, `outputs.rs` a state's outputs as the API lists them, `rules.rs` each operation on one workspace, `list.rs` the list, `tests.rs` the
+//! the tags' rule, `outputs.rs` a state's outputs as the API lists them, `rules.rs` each operation on one workspace and its lock, `versions.rs` its state versions,
+//! `list.rs` the list, `tests.rs` the
 //! rules against the fakes.
 
 mod ids;
@@ -17,14 +18,16 @@ mod outputs;
 mod record;
 mod rules;
 mod tags;
+mod versions;
 
 pub use ids::{OutputId, StateVersionId, WorkspaceId};
 pub use list::{Listed, PageRequest, Search, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use mapping::{NameError, WorkspaceName, WorkspacePath, DEFAULT_WORKSPACE_PATH, MAX_NAME_LEN};
 pub use outputs::{outputs_of, Output};
 pub use record::Record;
-pub use rules::{admit, Current, Holder, Workspace, WorkspaceError, Workspaces};
+pub use rules::{admit, Holder, Workspace, WorkspaceError, Workspaces};
 pub use tags::{parse_tag, parse_tags, TagError, MAX_TAG_LEN};
+pub use versions::Current;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
-//! Each operation of the workspace API (DESIGN §10), written against [`Backend`] and the
-//! [`StateStore`] port: read, create, lock, unlock, force-unlock, the current state, and a new
-//! state version, which only the caller holding the workspace's lock may write.
+//! Each operation of the workspace API (DESIGN §10) on a workspace and its lock, written against
+//! [`Backend`] and the [`StateStore`] port: read, create, tag, delete, lock, unlock and
+//! force-unlock (its state versions: `versions.rs`).
 //!
 //! "The same caller" is proved without a table: a lock taken through the API is sealed by the
 //! caller's credential (its [`crate::Mark`] under the deployment's run key, the trailer of the
@@ -9,17 +9,15 @@
 //! lock by naming its ID, as the http protocol has it.
 
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 
 use super::{Record, WorkspaceId, WorkspaceName};
-use crate::backend::{Backend, BackendError, Caller, Written};
+use crate::backend::{Backend, BackendError};
 use crate::commit::Message;
 use crate::lock::{LockInfo, Unlock};
 use crate::lock_token::LockToken;
 use crate::path::StatePath;
 use crate::scope::{Admitted, Refusal, Scope, Use};
 use crate::seal::Place;
-use crate::statefile::CheckedState;
 use crate::store::{Intent, StateChange, StateStore, StoreError};
 use crate::text::escape_controls;
 
@@ -106,42 +104,6 @@ impl Workspace {
     }
 }
 
-/// The current state of a workspace, opened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Current {
-    /// The state as Terraform reads it.
-    pub state: Bytes,
-    /// What names this version: the first 32 hex digits of the state's SHA-256.
-    pub digest: String,
-    /// Its `serial` (0 when it has none).
-    pub serial: u64,
-    /// Its `lineage` (empty when it has none).
-    pub lineage: String,
-}
-
-impl Current {
-    /// The current state `state` (opened), its digest and header read.
-    pub fn of(state: Bytes) -> Current {
-        let digest = digest_of(&state);
-        let file = crate::statefile::read(&state).ok();
-        Current {
-            serial: file.as_ref().and_then(|f| f.serial).unwrap_or(0),
-            lineage: file.and_then(|f| f.lineage).unwrap_or_default(),
-            digest,
-            state,
-        }
-    }
-}
-
-/// What names a state's version: the first 32 hex digits of its SHA-256.
-pub(crate) fn digest_of(state: &[u8]) -> String {
-    Sha256::digest(state)
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Whether a credential of `scope` may `used` the workspace `name` of `repository`, mapped to
 /// `path`, and how: a workspace outside its paths is answered as one that does not exist (404,
 /// the same sentence, so a narrow token learns nothing of other workspaces), one it may only read
@@ -191,7 +153,7 @@ impl<'a> Workspaces<'a> {
             .map_err(|e| WorkspaceError::Backend(BackendError::BadRequest(e.to_string())))
     }
 
-    fn place(&self, path: &StatePath) -> Place {
+    pub(super) fn place(&self, path: &StatePath) -> Place {
         Place::new(self.store.repository(), path)
     }
 
@@ -609,82 +571,8 @@ impl<'a> Workspaces<'a> {
         Ok(workspace)
     }
 
-    /// The current state of the workspace `name`, opened; 404 when it has none.
-    pub async fn current(
-        &self,
-        name: &WorkspaceName,
-        token: Option<&LockToken>,
-    ) -> Result<Current, WorkspaceError> {
-        let path = self.path(name)?;
-        match self
-            .backend
-            .get_with_token(self.store, &path, token)
-            .await?
-        {
-            Some(state) => Ok(Current::of(state)),
-            None => Err(WorkspaceError::NotFound(format!(
-                "the workspace {name} has no state yet, or this credential may not use it"
-            ))),
-        }
-    }
-
-    /// The state version `digest` of the workspace `name`, while it is the current one (`None`
-    /// once it is not; 404 while the workspace has no state). The state the store remembers is served when it is that version (no request
-    /// to a remote: Terraform downloads right after reading the current version), else the
-    /// current state read fresh. An expired token always reads fresh (its lock decides).
-    pub async fn version(
-        &self,
-        name: &WorkspaceName,
-        digest: &str,
-        token: Option<&LockToken>,
-    ) -> Result<Option<Current>, WorkspaceError> {
-        if !token.is_some_and(|t| t.expired) {
-            let path = self.path(name)?;
-            if let Some(stored) = self.store.recalled_state(&path).await? {
-                let state = self.backend.open_stored(&self.place(&path), stored).await?;
-                if digest_of(&state) == digest {
-                    return Ok(Some(Current::of(state)));
-                }
-            }
-        }
-        let current = self.current(name, token).await?;
-        Ok((current.digest == digest).then_some(current))
-    }
-
-    /// A new state version of the workspace `name`: written as `caller`'s POST under the lock
-    /// `holder` took through the API (so the state check, the guard, sealing and
-    /// compare-and-swap apply), begun from the store's memory as a holder's POST is
-    /// ([`Caller::sealed_by`]: one request to a remote). Not locked is
-    /// [`WorkspaceError::NotLocked`]; a lock of anyone else, [`WorkspaceError::Locked`]. A body
-    /// equal to the stored state writes nothing (`None`).
-    pub async fn write_state(
-        &self,
-        name: &WorkspaceName,
-        state: &CheckedState,
-        holder: &Holder,
-        caller: &Caller,
-    ) -> Result<Option<Written>, WorkspaceError> {
-        let path = self.path(name)?;
-        let caller = Caller {
-            sealed_by: Some(holder.token.clone()),
-            ..caller.clone()
-        };
-        match self
-            .backend
-            .post(self.store, &path, state, None, &caller)
-            .await
-        {
-            Ok(written) => Ok(written),
-            Err(BackendError::Locked(held)) => Err(self.locked(name, &held)),
-            Err(BackendError::NotLocked(_)) => Err(WorkspaceError::NotLocked(format!(
-                "the workspace {name} must be locked by this caller to create a state version; lock it first (Terraform does)"
-            ))),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// The refusal of an operation on `name` while `held` holds its lock.
-    fn locked(&self, name: &WorkspaceName, held: &Bytes) -> WorkspaceError {
+    pub(super) fn locked(&self, name: &WorkspaceName, held: &Bytes) -> WorkspaceError {
         let info = LockInfo::stored(held);
         let who = if info.who.is_empty() {
             "an unknown holder".to_owned()
