@@ -18,6 +18,7 @@ pub mod listing;
 pub mod lock;
 pub mod lock_token;
 pub mod metrics;
+pub mod named_store;
 pub mod path;
 pub mod process;
 pub mod scope;
@@ -40,12 +41,12 @@ pub use commit::{Author, Message};
 pub use listing::{ListQuery, StateListing, StatePage, Version};
 pub use lock::{LockInfo, TakenOver, Unlock, Unlocked};
 pub use lock_token::{LockToken, Mark};
+pub use named_store::NamedStore;
 pub use path::{BranchName, PathConflict, PathError, RefError, StatePath, TreeEntry};
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
-    Authenticated, Credentials, HeldLock, Intent, LockCreate, LockRead, NamedStore, RegistryError,
-    Revision, Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt,
-    WriteBudget,
+    Authenticated, Credentials, HeldLock, Intent, LockCreate, LockRead, RegistryError, Revision,
+    Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
 };
 pub use url::{NetworkGuard, RepoUrl, UrlError};

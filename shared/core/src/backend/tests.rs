@@ -354,7 +354,7 @@ async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing(
 async fn a_lock_past_the_repositorys_ttl_is_taken_over_and_said_so() {
     let memory = MemoryStore::named("r");
     let b = backend();
-    let store = crate::store::NamedStore::new("r", memory.clone())
+    let store = crate::named_store::NamedStore::new("r", memory.clone())
         .with_lock_ttl(Some(Duration::from_secs(3600)));
     let at = |id: &str, who: &str, created: &str| {
         Bytes::from(format!(

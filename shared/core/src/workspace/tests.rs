@@ -290,7 +290,7 @@ async fn one_lock_for_both_protocols() {
 #[tokio::test]
 async fn a_configured_workspace_path_maps_the_workspace_there() {
     let backend = Backend::default();
-    let store = crate::store::NamedStore::new("prod", MemoryStore::named("prod"))
+    let store = crate::named_store::NamedStore::new("prod", MemoryStore::named("prod"))
         .with_workspace_path(WorkspacePath::parse("envs/{name}/terraform.tfstate").unwrap());
     let spaces = Workspaces::on(&backend, &store);
     let app = name("app");
