@@ -12,6 +12,7 @@ mod handlers;
 mod inspect;
 mod ready;
 mod recorder;
+mod request_metrics;
 mod tfe;
 mod ui;
 

@@ -118,7 +118,7 @@ async fn observed(
     let pattern = matched.as_ref().map_or("/api/v2/{*rest}", |m| m.as_str());
     let operation = format!("API {method} {pattern}");
     let response = next.run(request).await;
-    crate::handlers::observe_request(operation, started, response.status());
+    crate::request_metrics::observe_request(operation, started, response.status());
     response
 }
 
