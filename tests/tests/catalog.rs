@@ -1114,3 +1114,91 @@ fn links_across_states_follow_terraform_applies() {
         all_dangle.then_some(()).ok_or(format!("{links:#}"))
     });
 }
+
+/// The workspace API's writes are recorded as the http protocol's are (issue 56): a workspace's
+/// lock, state version and unlock show in `gitstate catalog states` and its audit trail, under
+/// the workspace's state path.
+#[test]
+fn the_workspace_api_is_recorded_in_the_catalog() {
+    let moto = MotoServer::start();
+    let (ok, _, err) = catalog(&moto, &["create-table"]);
+    assert!(ok, "{err}");
+    let (cwd, server) = serve_with_catalog(&moto);
+    let api = |method: &str, path: &str, body: Option<&str>, expected: u16| -> Value {
+        let (status, answer) = http(
+            method,
+            &format!("{}/api/v2{path}", server.base_url()),
+            body,
+            Some(("ci", "workspace-caller-token")),
+        )
+        .unwrap();
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+        serde_json::from_str(&answer).unwrap_or(Value::Null)
+    };
+    let create = r#"{"data":{"type":"workspaces","attributes":{"name":"app"}}}"#;
+    let id = api(
+        "POST",
+        "/organizations/default/workspaces",
+        Some(create),
+        201,
+    )["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let state = serde_json::json!({
+        "version": 4, "terraform_version": "1.15.5", "serial": 1, "lineage": "catalog-ws",
+        "outputs": {}, "resources": [{
+            "mode": "managed", "type": "null_resource", "name": "r",
+            "provider": "provider[\"registry.terraform.io/hashicorp/null\"]",
+            "instances": [{"schema_version": 0, "attributes": {"id": "1"}}]
+        }]
+    });
+    use base64::Engine;
+    let version = serde_json::json!({"data": {"type": "state-versions", "attributes": {
+        "serial": 1,
+        "state": base64::engine::general_purpose::STANDARD.encode(state.to_string()),
+    }}});
+    api(
+        "POST",
+        &format!("/workspaces/{id}/actions/lock"),
+        Some("{}"),
+        200,
+    );
+    eventually("the API's lock shows", || {
+        let states = json(&moto, &["states"]);
+        let s = state_entry(&states, "workspaces/app.tfstate").ok_or("no entry")?;
+        (s["lock"]["who"] == "ci")
+            .then_some(())
+            .ok_or(format!("{s}"))
+    });
+    api(
+        "POST",
+        &format!("/workspaces/{id}/state-versions"),
+        Some(&version.to_string()),
+        201,
+    );
+    api(
+        "POST",
+        &format!("/workspaces/{id}/actions/unlock"),
+        Some("{}"),
+        200,
+    );
+    assert_eq!(serial_in_git(cwd.path(), "workspaces/app.tfstate"), 1);
+    eventually("the state version and the unlock show", || {
+        let states = json(&moto, &["states"]);
+        let s = state_entry(&states, "workspaces/app.tfstate").ok_or("no entry")?;
+        let trail = json(&moto, &["audit", "default", "workspaces/app.tfstate"]);
+        let actions: Vec<&str> = trail
+            .as_array()
+            .ok_or("not a list")?
+            .iter()
+            .filter_map(|e| e["action"].as_str())
+            .collect();
+        (s["serial"] == 1
+            && s["resource_count"] == 1
+            && s["lock"].is_null()
+            && actions == ["lock", "write", "unlock"])
+        .then_some(())
+        .ok_or(format!("{s} {actions:?}"))
+    });
+}
