@@ -391,16 +391,7 @@ impl<'a> Workspaces<'a> {
                 return Err(not_found(self.store.repository(), name));
             }
             if let Some(lock) = &snapshot.lock {
-                return Err(match self.locked(name, lock) {
-                    WorkspaceError::Locked { sentence, holder } => WorkspaceError::Locked {
-                        sentence: sentence.replace(
-                            "not by this caller; wait for it",
-                            "and cannot be deleted while locked; wait for it",
-                        ),
-                        holder,
-                    },
-                    other => other,
-                });
+                return Err(self.held_by(name, lock, "and cannot be deleted while locked"));
             }
             if let (Some(stored), false) = (&snapshot.state, force) {
                 // The API's safe delete: refused while the state manages resources (a state that
@@ -573,6 +564,12 @@ impl<'a> Workspaces<'a> {
 
     /// The refusal of an operation on `name` while `held` holds its lock.
     pub(super) fn locked(&self, name: &WorkspaceName, held: &Bytes) -> WorkspaceError {
+        self.held_by(name, held, "not by this caller")
+    }
+
+    /// The refusal of an operation on `name` while `held` holds its lock, saying `why` after the
+    /// holder.
+    fn held_by(&self, name: &WorkspaceName, held: &Bytes, why: &str) -> WorkspaceError {
         let info = LockInfo::stored(held);
         let who = if info.who.is_empty() {
             "an unknown holder".to_owned()
@@ -586,7 +583,7 @@ impl<'a> Workspaces<'a> {
         };
         WorkspaceError::Locked {
             sentence: format!(
-                "the workspace {name} is locked by User {who} (lock ID {}{since}), not by this caller; wait for it, or remove it with `terraform force-unlock`",
+                "the workspace {name} is locked by User {who} (lock ID {}{since}), {why}; wait for it, or remove it with `terraform force-unlock`",
                 escape_controls(&info.id)
             ),
             holder: held.clone(),
