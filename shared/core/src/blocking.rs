@@ -34,6 +34,24 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// See [`StateStore::snapshot`].
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
 
+    /// See [`StateStore::snapshot_beside`]; the default reads each file of `beside` at the tip
+    /// the snapshot of `path` saw ([`BlockingStore::read_version_blocking`]).
+    fn snapshot_beside_blocking(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
+        let snapshot = self.snapshot_blocking(path)?;
+        let files = match &snapshot.state_tip {
+            Some(tip) => beside
+                .iter()
+                .map(|other| self.read_version_blocking(other, tip))
+                .collect::<Result<_, _>>()?,
+            None => vec![None; beside.len()],
+        };
+        Ok((snapshot, files))
+    }
+
     /// See [`StateStore::update_state`]. A store with its own write attempts
     /// ([`BlockingStore::OWN_WRITE_SESSIONS`]) writes through them instead: one write path.
     fn update_state_blocking(
@@ -127,6 +145,16 @@ impl<S: BlockingStore> StateStore for S {
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let path = path.clone();
         self.run(move |store| store.snapshot_blocking(&path)).await
+    }
+
+    async fn snapshot_beside(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
+        let (path, beside) = (path.clone(), beside.to_vec());
+        self.run(move |store| store.snapshot_beside_blocking(&path, &beside))
+            .await
     }
 
     async fn update_state(

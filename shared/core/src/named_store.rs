@@ -64,6 +64,14 @@ impl StateStore for NamedStore {
         self.inner.snapshot(path).await
     }
 
+    async fn snapshot_beside(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
+        self.inner.snapshot_beside(path, beside).await
+    }
+
     async fn update_state(
         &self,
         path: &StatePath,

@@ -153,6 +153,23 @@ pub trait StateStore: Send + Sync + 'static {
     /// available, and returns both files.
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
 
+    /// [`StateStore::snapshot`] of `path`, and the files at `beside` (in order; `None` where
+    /// there is none) at the same state tip, read with it: for a remote, fetched in the same
+    /// requests as `path`'s file, with no second look at the tips. The default takes each from a
+    /// snapshot of its own (a store whose reads cost no request; the tips may then differ).
+    async fn snapshot_beside(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
+        let snapshot = self.snapshot(path).await?;
+        let mut files = Vec::with_capacity(beside.len());
+        for other in beside {
+            files.push(self.snapshot(other).await?.state);
+        }
+        Ok((snapshot, files))
+    }
+
     /// Builds one commit on top of `base` (the state tip the caller read; `None` when the branch
     /// does not exist) whose only change is `change` to `path`, and moves the state branch from
     /// `base` to it. Returns the new commit id, or [`StoreError::Stale`] when the branch is no
@@ -187,9 +204,10 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// The file at `path` at the tip of the state branch this store last saw (its last read or
     /// its own push), without asking the remote and without fetching: `None` when it remembers
-    /// none (the default: a store without such a memory, or whose reads cost no request). It may
-    /// be stale, so it decides nothing: a caller uses it only for content that is named by its
-    /// digest (a workspace's state version) and reads fresh otherwise.
+    /// none (the default: a store without such a memory). A store whose reads cost no request
+    /// (a local repository) answers from its current tip. It may be stale, so it decides
+    /// nothing: a caller uses it only for content that is named by its digest (a workspace's
+    /// state version) and reads fresh otherwise.
     async fn recalled_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
         let _ = path;
         Ok(None)

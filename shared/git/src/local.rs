@@ -251,6 +251,24 @@ impl BlockingStore for LocalStore {
         })
     }
 
+    /// A local repository's reads cost no request: what it "remembers" is its current tip.
+    fn recalled_state_blocking(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        match self.tip(&self.state_ref)? {
+            Some(tip) => read_file(&self.repo.to_thread_local(), tip, path.as_str()),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the current tip holds a file at `path` (see
+    /// [`LocalStore::recalled_state_blocking`]).
+    fn recalled_exists_blocking(&self, path: &StatePath) -> Result<Option<bool>, StoreError> {
+        let entry = match self.tip(&self.state_ref)? {
+            Some(tip) => crate::lookup::entry_at(&self.repo.to_thread_local(), tip, path.as_str())?,
+            None => None,
+        };
+        Ok(Some(entry.is_some_and(|e| e.is_file())))
+    }
+
     fn update_state_blocking(
         &self,
         path: &StatePath,

@@ -28,6 +28,13 @@ pub struct Entry {
     pub id: ObjectId,
 }
 
+impl Entry {
+    /// Whether the entry is a file (a blob, executable or not), not a tree, link or submodule.
+    pub fn is_file(&self) -> bool {
+        matches!(self.kind, EntryKind::Blob | EntryKind::BlobExecutable)
+    }
+}
+
 type Index = Arc<HashMap<Vec<u8>, Entry>>;
 
 #[derive(Default)]

@@ -267,19 +267,38 @@ fn nesting_in_files(files: &BTreeMap<String, Bytes>, path: &StatePath) -> Option
     }
 }
 
+/// The snapshot of `path` in `repo` as it is.
+fn snapshot_in(repo: &Repository, path: &StatePath) -> Snapshot {
+    let lock = repo.locks.get(path.as_str());
+    Snapshot {
+        state_tip: repo.tip.clone(),
+        state: repo.files.get(path.as_str()).cloned(),
+        lock_tip: lock.map(|(tip, _, _)| tip.clone()),
+        lock: lock.map(|(_, content, _)| content.clone()),
+        lock_token: lock
+            .and_then(|(_, _, message)| crate::lock_token::LockToken::recorded(message)),
+    }
+}
+
 #[async_trait]
 impl StateStore for MemoryStore {
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        Ok(snapshot_in(&self.repo(), path))
+    }
+
+    async fn snapshot_beside(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
+        // One read of the repository: every file at the same tip.
         let repo = self.repo();
-        let lock = repo.locks.get(path.as_str());
-        Ok(Snapshot {
-            state_tip: repo.tip.clone(),
-            state: repo.files.get(path.as_str()).cloned(),
-            lock_tip: lock.map(|(tip, _, _)| tip.clone()),
-            lock: lock.map(|(_, content, _)| content.clone()),
-            lock_token: lock
-                .and_then(|(_, _, message)| crate::lock_token::LockToken::recorded(message)),
-        })
+        let snapshot = snapshot_in(&repo, path);
+        let files = beside
+            .iter()
+            .map(|other| repo.files.get(other.as_str()).cloned())
+            .collect();
+        Ok((snapshot, files))
     }
 
     async fn update_state(

@@ -169,13 +169,16 @@ impl<'a> Workspaces<'a> {
         holder: Option<&Holder>,
     ) -> Result<Workspace, WorkspaceError> {
         let path = self.path(name)?;
-        let snapshot = self.store.snapshot(&path).await?;
-        // The record holds the tags: read at the tip the snapshot has just seen when the store's
-        // memory holds it (no second request to a remote), else read fresh.
-        let record = match self.recalled_record(name).await? {
-            Some(known) => known,
-            None => self.record(name).await?,
-        };
+        // The record holds the tags: read at the tip the state's is read at, in the same
+        // requests to a remote.
+        let (snapshot, beside) = self
+            .store
+            .snapshot_beside(&path, &[record_path(name)?])
+            .await?;
+        let record = beside
+            .first()
+            .and_then(Option::as_deref)
+            .map(Record::stored);
         let has_state = snapshot.state.is_some();
         if !has_state && record.is_none() {
             return Err(not_found(self.store.repository(), name));

@@ -25,24 +25,24 @@ impl Cache {
         endpoint: &Endpoint,
         names: &[&str],
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
-        self.refresh_reading(endpoint, names, &|_| None)
+        self.refresh_reading(endpoint, names, &|_| Vec::new())
     }
 
-    /// [`Cache::refresh`], and then makes sure the blob at `file(name)` of each tip found is
-    /// in the cache, fetching those missing over the same session (a partial cache has the
-    /// trees of its tips, and only the blobs something read).
+    /// [`Cache::refresh`], and then makes sure the blobs at the paths `files(name)` of each tip
+    /// found are in the cache, fetching those missing over the same session, level by level
+    /// (a partial cache has the trees of its tips, and only the blobs something read).
     pub fn refresh_reading(
         &self,
         endpoint: &Endpoint,
         names: &[&str],
-        file: &dyn Fn(&str) -> Option<String>,
+        files: &dyn Fn(&str) -> Vec<String>,
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
         // Another process sharing the cache directory may hold its `shallow.lock` for the
         // duration of a fetch; gix then fails at once. Wait for it a little, bounded.
         FETCHED.with(|f| f.set(false));
         let mut attempt = 0u32;
         loop {
-            match self.refresh_once(endpoint, names, file)? {
+            match self.refresh_once(endpoint, names, files)? {
                 Some(tips) => {
                     let result = if FETCHED.with(Cell::get) {
                         "miss"
@@ -81,7 +81,7 @@ impl Cache {
         &self,
         endpoint: &Endpoint,
         names: &[&str],
-        file: &dyn Fn(&str) -> Option<String>,
+        files: &dyn Fn(&str) -> Vec<String>,
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
         let prefixes: Vec<&str> = names
             .iter()
@@ -94,7 +94,7 @@ impl Cache {
             if let Some(mut session) = sessions::take(endpoint) {
                 match session.ls_refs(&prefixes) {
                     Ok(listed) => {
-                        match self.refresh_partial(session, endpoint, names, listed, file) {
+                        match self.refresh_partial(session, endpoint, names, listed, files) {
                             // A fetch on another of the session's kept connections, which the
                             // server closed while it was idle (its keep-alive timeout): a read
                             // changes nothing, so it goes again on a new session.
@@ -122,7 +122,7 @@ impl Cache {
                     return self.refresh_blobless(endpoint, names, &prefixes).map(Some);
                 }
                 let listed = session.ls_refs(&prefixes)?;
-                return self.refresh_partial(session, endpoint, names, listed, file);
+                return self.refresh_partial(session, endpoint, names, listed, files);
             }
         }
         self.refresh_whole(endpoint, names)

@@ -24,14 +24,14 @@ use crate::plumbing::transport::Endpoint;
 
 impl Cache {
     /// The partial fetch over a protocol-v2 `session`: `ls-refs` for `names` only, the missing
-    /// tips (depth 1), then the trees and blob on the path `file` names of each.
+    /// tips (depth 1), then the trees and blobs on the paths `files` names of each.
     pub(super) fn refresh_partial(
         &self,
         mut session: UploadPack,
         endpoint: &Endpoint,
         names: &[&str],
         listed: Vec<(String, ObjectId)>,
-        file: &dyn Fn(&str) -> Option<String>,
+        files: &dyn Fn(&str) -> Vec<String>,
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
         let mut tips = HashMap::new();
         for (name, id) in listed {
@@ -47,7 +47,7 @@ impl Cache {
         }
         let files: Vec<(ObjectId, String)> = tips
             .iter()
-            .filter_map(|(name, tip)| file(name).map(|path| (*tip, path)))
+            .flat_map(|(name, tip)| files(name).into_iter().map(|path| (*tip, path)))
             .collect();
         let files: Vec<(ObjectId, &str)> = files.iter().map(|(c, p)| (*c, p.as_str())).collect();
         self.complete(&mut session, endpoint, &files, true)?;

@@ -230,9 +230,9 @@ impl RemoteStore {
         };
         let file = |name: &str| {
             if name == self.target.state_ref {
-                Some(path.as_str().to_owned())
+                vec![path.as_str().to_owned()]
             } else {
-                Some(path.lock_file())
+                vec![path.lock_file()]
             }
         };
         let fresh = self

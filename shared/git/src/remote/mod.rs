@@ -26,7 +26,6 @@ use gitstate_core::{
     BlockingStore, Credentials, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath,
     StoreError, WriteAttempt,
 };
-use gix::objs::tree::EntryKind;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
@@ -306,26 +305,42 @@ impl BlockingStore for RemoteStore {
     }
 
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
+        Ok(self.snapshot_beside_blocking(path, &[])?.0)
+    }
+
+    fn snapshot_beside_blocking(
+        &self,
+        path: &StatePath,
+        beside: &[StatePath],
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
         let lock_ref = path.lock_ref();
         let lock_file = path.lock_file();
-        // The state and lock blobs come over the same session as the tips.
-        let file = |name: &str| {
+        // The state, lock and `beside` blobs come over the same session as the tips.
+        let files = |name: &str| {
             if name == self.target.state_ref {
-                Some(path.as_str().to_owned())
+                std::iter::once(path)
+                    .chain(beside)
+                    .map(|p| p.as_str().to_owned())
+                    .collect()
             } else if name == lock_ref {
-                Some(lock_file.clone())
+                vec![lock_file.clone()]
             } else {
-                None
+                Vec::new()
             }
         };
         let tips = self.cache()?.refresh_reading(
             &self.target.endpoint,
             &[&self.target.state_ref, &lock_ref],
-            &file,
+            &files,
         )?;
         let state_tip = tips.get(&self.target.state_ref).copied();
         let lock_tip = tips.get(&lock_ref).copied();
-        self.snapshot_at(path, state_tip, lock_tip)
+        let snapshot = self.snapshot_at(path, state_tip, lock_tip)?;
+        let files = beside
+            .iter()
+            .map(|other| self.read(state_tip, other.as_str()))
+            .collect::<Result<_, _>>()?;
+        Ok((snapshot, files))
     }
 
     fn recalled_state_blocking(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
@@ -337,8 +352,7 @@ impl BlockingStore for RemoteStore {
         // Only what is here: a tree or blob this partial cache lacks is not fetched for a memory.
         match crate::lookup::reach(&repo, tip, path.as_str())? {
             crate::lookup::Reach::Found(Some(entry))
-                if matches!(entry.kind, EntryKind::Blob | EntryKind::BlobExecutable)
-                    && repo.has_object(entry.id) =>
+                if entry.is_file() && repo.has_object(entry.id) =>
             {
                 read_file(&repo, tip, path.as_str())
             }
@@ -354,9 +368,7 @@ impl BlockingStore for RemoteStore {
         // A tree on the path that this partial cache lacks: it cannot tell.
         Ok(
             match crate::lookup::reach(&cache.repo(), tip, path.as_str())? {
-                crate::lookup::Reach::Found(entry) => Some(entry.is_some_and(|e| {
-                    matches!(e.kind, EntryKind::Blob | EntryKind::BlobExecutable)
-                })),
+                crate::lookup::Reach::Found(entry) => Some(entry.is_some_and(|e| e.is_file())),
                 crate::lookup::Reach::Lacks(_) => None,
             },
         )
@@ -377,7 +389,7 @@ impl BlockingStore for RemoteStore {
         let tips = self
             .cache()?
             .refresh_reading(&self.target.endpoint, &[&lock_ref], &|_| {
-                Some(lock_file.clone())
+                vec![lock_file.clone()]
             })?;
         match tips.get(&lock_ref) {
             Some(tip) => Ok(Some(LockRead {
@@ -466,6 +478,8 @@ impl BlockingStore for RemoteStore {
             name.strip_prefix(crate::LOCK_REF_PREFIX)
                 .and_then(|p| StatePath::parse(p).ok())
                 .map(|p| p.lock_file())
+                .into_iter()
+                .collect()
         };
         let tips = self
             .cache()?

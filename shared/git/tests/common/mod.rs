@@ -245,6 +245,40 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     sessions(store, prefix).await;
     nesting(store, prefix).await;
     delete_with(store, prefix).await;
+    beside(store, prefix).await;
+}
+
+/// [`StateStore::snapshot_beside`](gitstate_core::StateStore::snapshot_beside): the files beside
+/// a state at the tip its snapshot saw, in order, `None` where there is none; after another
+/// write, the new tip's.
+pub async fn beside(store: &dyn gitstate_core::StateStore, prefix: &str) {
+    let path = sp(&format!("{prefix}beside/a.tfstate"));
+    let record = StatePath::gitstate_file(&sp(&format!("{prefix}beside/a.json")));
+    let none = sp(&format!("{prefix}beside/none/b.tfstate"));
+    write_retrying(store, &path, b"{\"serial\":1}", "Update a").await;
+    write_retrying(store, &record, b"{\"name\":\"a\"}", "Create a").await;
+    let (snap, files) = store
+        .snapshot_beside(&path, &[record.clone(), none.clone()])
+        .await
+        .expect("snapshot_beside");
+    assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":1}"[..]));
+    assert_eq!(snap.lock, None);
+    assert_eq!(
+        files,
+        vec![Some(bytes::Bytes::from_static(b"{\"name\":\"a\"}")), None]
+    );
+    let tip = store.snapshot(&record).await.expect("snapshot").state_tip;
+    assert_eq!(snap.state_tip, tip, "the tip both were read at");
+    write_retrying(store, &record, b"{\"name\":\"a\",\"tags\":[]}", "Tag a").await;
+    let (snap, files) = store
+        .snapshot_beside(&path, std::slice::from_ref(&record))
+        .await
+        .expect("snapshot_beside");
+    assert_ne!(snap.state_tip, tip);
+    assert_eq!(
+        files[0].as_deref(),
+        Some(&b"{\"name\":\"a\",\"tags\":[]}"[..])
+    );
 }
 
 /// [`gitstate_core::StateChange::DeleteWith`] through a write attempt (a remote store's write
