@@ -36,6 +36,7 @@ pub mod crypto;
 pub mod keys;
 pub mod oidc;
 pub mod proxy;
+pub mod workspace_host;
 
 mod direct;
 mod git;

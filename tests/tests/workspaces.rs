@@ -4,182 +4,12 @@
 //! `remote` backend with Terraform 1.0.3 and the 1.11.4. One state, one lock for both protocols:
 //! the http protocol reaches the workspace's state at its path. Requests the tests make themselves go through `curl` with the CA.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use gitstate_tests::certs::signed_by_a_ca;
+use gitstate_tests::workspace_host::*;
 use gitstate_tests::*;
 
-const TOKEN: &str = "team-token-ws";
-const RUN_KEY: &str = "workspaces-test-run-key-0123456789abcdef";
-
-/// A gitstate serving the workspace API over TLS in team mode, with the embedded repository.
-struct Host {
-    server: Gitstate,
-    cwd: TempDir,
-    certs: TempDir,
-    ca: PathBuf,
-}
-
-fn hash(token: &str) -> String {
-    format!("sha256:{}", gitstate_tests::crypto::sha256_hex(token))
-}
-
-impl Host {
-    /// Team mode with [`TOKEN`] (read-write on every state) and the further `tokens` entries.
-    fn start(tokens: &[String]) -> Host {
-        Host::serving(tokens, &[], &[])
-    }
-
-    /// [`Host::start`] with further `args` and `env` (a remote repository).
-    fn serving(tokens: &[String], more_args: &[&str], env: &[(&str, &str)]) -> Host {
-        Host::configured(tokens, more_args, env, None)
-    }
-
-    /// [`Host::serving`] with `config` as the server's `gitstate.hcl`.
-    fn configured(
-        tokens: &[String],
-        more_args: &[&str],
-        env: &[(&str, &str)],
-        config: Option<&str>,
-    ) -> Host {
-        let certs = tempfile::tempdir().unwrap();
-        let (ca, cert, key) = signed_by_a_ca(
-            certs.path(),
-            "localhost",
-            "server",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        );
-        let cwd = tempfile::tempdir().unwrap();
-        if let Some(config) = config {
-            std::fs::write(cwd.path().join("gitstate.hcl"), config).unwrap();
-        }
-        let mut hashes = vec![hash(TOKEN)];
-        hashes.extend(tokens.iter().cloned());
-        let mut args = vec![
-            "--tls-cert".to_owned(),
-            cert.to_str().unwrap().to_owned(),
-            "--tls-key".to_owned(),
-            key.to_str().unwrap().to_owned(),
-            "--auth-mode".to_owned(),
-            "team".to_owned(),
-        ];
-        for h in &hashes {
-            args.push("--token-hash".to_owned());
-            args.push(h.clone());
-        }
-        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-        args.extend_from_slice(more_args);
-        let mut env = env.to_vec();
-        env.push(("GITSTATE_RUN_KEY", RUN_KEY));
-        let server = Gitstate::start_tls(&args, &env, cwd.path());
-        Host {
-            server,
-            cwd,
-            certs,
-            ca,
-        }
-    }
-
-    /// `localhost:PORT`: the `cloud` block's hostname.
-    fn hostname(&self) -> String {
-        format!("localhost:{}", self.server.port())
-    }
-
-    /// The embedded repository.
-    fn bare(&self) -> PathBuf {
-        self.cwd.path().join(".gitstate/default.git")
-    }
-
-    /// `terraform` of `version` ("1.15.5", or "path" for the one on PATH) with this host's
-    /// CA and `token` as the host's credential.
-    fn terraform(&self, tf: &Terraform, token: &str) -> Terraform {
-        let mut tf = tf.clone();
-        let config = self
-            .certs
-            .path()
-            .join(format!("terraformrc-{}", tf.version));
-        let mirror = std::fs::read_to_string(&tf.cli_config).unwrap();
-        std::fs::write(
-            &config,
-            format!(
-                "{mirror}\ncredentials {:?} {{\n  token = {token:?}\n}}\n",
-                self.hostname()
-            ),
-        )
-        .unwrap();
-        tf.cli_config = config;
-        tf.env
-            .push(("SSL_CERT_FILE".into(), self.ca.to_str().unwrap().into()));
-        tf
-    }
-
-    /// `curl -X METHOD https://localhost:PORT{path}` with `authorization` and `body`:
-    /// (status, body).
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        authorization: Option<&str>,
-        body: Option<&str>,
-    ) -> (u16, String) {
-        let mut cmd = Command::new("curl");
-        cmd.args(["-sS", "--cacert"])
-            .arg(&self.ca)
-            .args(["-X", method, "-w", "\n%{http_code}"])
-            .arg(format!("https://{}{path}", self.hostname()));
-        if let Some(value) = authorization {
-            cmd.args(["-H", &format!("Authorization: {value}")]);
-        }
-        if let Some(body) = body {
-            cmd.args([
-                "-H",
-                "Content-Type: application/vnd.api+json",
-                "--data-binary",
-                body,
-            ]);
-        }
-        let out = cmd.output().expect("run curl");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
-        (
-            status
-                .trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("curl: {text}")),
-            body.to_owned(),
-        )
-    }
-
-    /// [`Host::request`] with `token` as a Bearer token.
-    fn with_token(
-        &self,
-        token: &str,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> (u16, String) {
-        self.request(method, path, Some(&format!("Bearer {token}")), body)
-    }
-
-    /// The id of the workspace `name` (read through the API with [`TOKEN`]).
-    fn workspace_id(&self, name: &str) -> String {
-        let (status, body) = self.with_token(
-            TOKEN,
-            "GET",
-            &format!("/api/v2/organizations/default/workspaces/{name}"),
-            None,
-        );
-        assert_eq!(status, 200, "{body}");
-        json(&body)["data"]["id"].as_str().unwrap().to_owned()
-    }
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-/// Terraform 1.15.5 and the 1.11.4 on PATH (when it is there).
 fn versions() -> Vec<Terraform> {
     let mut all = vec![Terraform::installed("1.15.5")];
     match Terraform::from_path() {
@@ -191,7 +21,7 @@ fn versions() -> Vec<Terraform> {
 
 /// `main.tf` with the `cloud` block naming `workspace` at `host` and one `null_resource` (the
 /// one [`write_main_tf`] writes).
-fn cloud_config(dir: &Path, host: &Host, workspace: &str, generation: &str) {
+fn cloud_config(dir: &Path, host: &WorkspaceHost, workspace: &str, generation: &str) {
     std::fs::write(
         dir.join("main.tf"),
         format!(
@@ -219,7 +49,7 @@ resource "null_resource" "r0" {{
 }
 
 /// `main.tf` with a `backend "http"` at the workspace's state path, [`TOKEN`] as its password.
-fn http_config(dir: &Path, host: &Host, generation: &str) {
+fn http_config(dir: &Path, host: &WorkspaceHost, generation: &str) {
     let address = format!(
         "https://{}/state/default/workspaces/app-prod.tfstate",
         host.hostname()
@@ -232,14 +62,14 @@ fn http_config(dir: &Path, host: &Host, generation: &str) {
     write_main_tf(dir, &backend, 1, generation);
 }
 
-fn state_commits(host: &Host) -> Vec<String> {
+fn state_commits(host: &WorkspaceHost) -> Vec<String> {
     git_log_subjects(&host.bare(), "main", "workspaces/app-prod.tfstate")
 }
 
 #[test]
 fn the_cloud_block_creates_applies_pulls_and_force_unlocks_a_workspace() {
     for tf in versions() {
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let tf = host.terraform(&tf, TOKEN);
         let work = tempfile::tempdir().unwrap();
         cloud_config(work.path(), &host, "app-prod", "g1");
@@ -275,12 +105,53 @@ fn the_cloud_block_creates_applies_pulls_and_force_unlocks_a_workspace() {
             "the http GET reads what the cloud apply wrote"
         );
 
+        // `terraform state push` of a copy one serial on; then of another lineage, which only
+        // `-force` pushes (Terraform checks it itself; gitstate's state guard too).
+        let mut next = pulled.clone();
+        next["serial"] = (pulled["serial"].as_u64().unwrap() + 1).into();
+        std::fs::write(work.path().join("next.tfstate"), next.to_string()).unwrap();
+        tf.run(work.path(), &["state", "push", "next.tfstate"])
+            .expect_code(0, "state push");
+        let mut other = next.clone();
+        other["lineage"] = "another-lineage".into();
+        std::fs::write(work.path().join("other.tfstate"), other.to_string()).unwrap();
+        let refused = tf.run(work.path(), &["state", "push", "other.tfstate"]);
+        assert_ne!(refused.code, Some(0), "another lineage without -force");
+        tf.run(work.path(), &["state", "push", "-force", "other.tfstate"])
+            .expect_code(0, "state push -force");
+        let (_, over_http) = host.with_token(
+            TOKEN,
+            "GET",
+            "/state/default/workspaces/app-prod.tfstate",
+            None,
+        );
+        assert_eq!(
+            json(&over_http)["lineage"],
+            "another-lineage",
+            "{}",
+            tf.version
+        );
+
+        let pushed = state_commits(&host);
+        assert_eq!(pushed.len(), 3, "one commit per push: {pushed:?}");
+
         cloud_config(work.path(), &host, "app-prod", "g2");
         tf.apply(work.path()).expect_code(0, "a second apply");
         let second = state_commits(&host);
-        assert!(second.len() >= 2, "{second:?}");
+        assert_eq!(second.len(), 4, "{second:?}");
+        let (_, over_http) = host.with_token(
+            TOKEN,
+            "GET",
+            "/state/default/workspaces/app-prod.tfstate",
+            None,
+        );
+        let applied = json(&over_http);
+        assert_eq!(
+            applied["lineage"], "another-lineage",
+            "the apply continues it"
+        );
         assert!(
-            second[0].contains("(serial 3)") || second[0].contains("(serial 2)"),
+            second[0].contains(&format!("(serial {})", applied["serial"])),
             "{second:?}"
         );
         assert!(refs_under(&host.bare(), "refs/heads/locks/").is_empty());
@@ -314,7 +185,7 @@ fn the_cloud_block_on_a_remote_repository() {
     let (user, password) = ("ws-bot", "ws-Pa55");
     let git_server = GitHttpServer::start(repos.path(), user, password);
     let repository = format!("default={}", git_server.url("states"));
-    let host = Host::serving(
+    let host = WorkspaceHost::serving(
         &[],
         &["--repository", &repository],
         &[("GIT_USERNAME", user), ("GIT_PASSWORD", password)],
@@ -377,7 +248,7 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
     let repository = format!("default={}", git_server.url("states"));
     let other = "other-team-token";
     let serve = || {
-        Host::serving(
+        WorkspaceHost::serving(
             &[hash(other)],
             &["--repository", &repository],
             &[("GIT_USERNAME", user), ("GIT_PASSWORD", password)],
@@ -405,13 +276,17 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
         )
     };
     // A request of the API on the workspace: its answer's body, once its status is `expected`.
-    let call =
-        |host: &Host, token: &str, method: &str, what: &str, body: Option<&str>, expected: u16| {
-            let (status, answer) = host.with_token(token, method, &format!("{ws}/{what}"), body);
-            assert_eq!(status, expected, "{method} {what}: {answer}");
-            answer
-        };
-    let action = |host: &Host, token: &str, what: &str, expected: u16| {
+    let call = |host: &WorkspaceHost,
+                token: &str,
+                method: &str,
+                what: &str,
+                body: Option<&str>,
+                expected: u16| {
+        let (status, answer) = host.with_token(token, method, &format!("{ws}/{what}"), body);
+        assert_eq!(status, expected, "{method} {what}: {answer}");
+        answer
+    };
+    let action = |host: &WorkspaceHost, token: &str, what: &str, expected: u16| {
         call(
             host,
             token,
@@ -421,7 +296,7 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
             expected,
         )
     };
-    let write = |host: &Host, token: &str, serial: u64, expected: u16| {
+    let write = |host: &WorkspaceHost, token: &str, serial: u64, expected: u16| {
         call(
             host,
             token,
@@ -431,7 +306,7 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
             expected,
         )
     };
-    let current = |host: &Host| {
+    let current = |host: &WorkspaceHost| {
         json(&call(
             host,
             TOKEN,
@@ -441,7 +316,7 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
             200,
         ))
     };
-    let cycle = |host: &Host, serial: u64| -> String {
+    let cycle = |host: &WorkspaceHost, serial: u64| -> String {
         action(host, TOKEN, "lock", 200);
         write(host, TOKEN, serial, 201);
         action(host, TOKEN, "unlock", 200);
@@ -497,7 +372,7 @@ fn two_processes_on_one_remote_decide_locks_and_versions_fresh() {
 
 #[test]
 fn one_state_and_one_lock_over_both_protocols() {
-    let host = Host::start(&[]);
+    let host = WorkspaceHost::start(&[]);
     let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
     let work = tempfile::tempdir().unwrap();
     cloud_config(work.path(), &host, "app-prod", "g1");
@@ -579,7 +454,7 @@ fn one_state_and_one_lock_over_both_protocols() {
 
 #[test]
 fn a_state_moves_from_the_http_backend_to_the_cloud_block_and_back_with_its_history() {
-    let host = Host::start(&[]);
+    let host = WorkspaceHost::start(&[]);
     let tf = host.terraform(&Terraform::installed("1.15.5"), TOKEN);
     let work = tempfile::tempdir().unwrap();
     http_config(work.path(), &host, "g1");
@@ -634,7 +509,7 @@ fn team_mode_boundaries_hold_on_the_workspace_api() {
     let narrow = "narrow-token-ws";
     let reader = "reader-token-ws";
     let outputs = "outputs-token-ws";
-    let host = Host::start(&[
+    let host = WorkspaceHost::start(&[
         format!("{};paths=other/**", hash(narrow)),
         format!("{};access=read-only;paths=workspaces/**", hash(reader)),
         format!("{};access=outputs-only", hash(outputs)),
@@ -729,7 +604,7 @@ fn team_mode_boundaries_hold_on_the_workspace_api() {
 
 #[test]
 fn what_gitstate_does_not_do_is_a_404_that_says_so() {
-    let host = Host::start(&[]);
+    let host = WorkspaceHost::start(&[]);
     let (status, body) = host.with_token(TOKEN, "GET", "/.well-known/terraform.json", None);
     assert_eq!(status, 200);
     assert_eq!(json(&body)["tfe.v2"], "/api/v2/");
@@ -775,7 +650,7 @@ fn what_gitstate_does_not_do_is_a_404_that_says_so() {
 }
 
 /// The state the team token reads at the workspace's path, base64.
-fn base64_state(host: &Host) -> String {
+fn base64_state(host: &WorkspaceHost) -> String {
     use base64::Engine;
     let (status, body) = host.with_token(
         TOKEN,
@@ -789,7 +664,7 @@ fn base64_state(host: &Host) -> String {
 
 /// `main.tf` with the `cloud` block selecting its workspaces by `tags`, one `null_resource`
 /// and an output naming the workspace.
-fn cloud_tags_config(dir: &Path, host: &Host, tags: &[&str], generation: &str) {
+fn cloud_tags_config(dir: &Path, host: &WorkspaceHost, tags: &[&str], generation: &str) {
     let tags = tags
         .iter()
         .map(|t| format!("{t:?}"))
@@ -831,7 +706,7 @@ output "secret" {{
 }
 
 /// Creates the workspace `name` with `tags` through the API (as the team token).
-fn create_workspace(host: &Host, name: &str, tags: &[&str]) {
+fn create_workspace(host: &WorkspaceHost, name: &str, tags: &[&str]) {
     let tags = tags
         .iter()
         .map(|t| format!(r#"{{"type":"tags","attributes":{{"name":{t:?}}}}}"#))
@@ -849,7 +724,7 @@ fn create_workspace(host: &Host, name: &str, tags: &[&str]) {
 }
 
 /// The names a list through the API gives `token` (every page of `size`), and its total.
-fn listed(host: &Host, token: &str, query: &str) -> (Vec<String>, u64) {
+fn listed(host: &WorkspaceHost, token: &str, query: &str) -> (Vec<String>, u64) {
     let mut names = Vec::new();
     let mut next = Some(format!("/api/v2/organizations/default/workspaces?{query}"));
     let mut total = 0;
@@ -867,7 +742,7 @@ fn listed(host: &Host, token: &str, query: &str) -> (Vec<String>, u64) {
 }
 
 /// The tags the API gives the workspace `name`.
-fn tag_names(host: &Host, name: &str) -> Vec<String> {
+fn tag_names(host: &WorkspaceHost, name: &str) -> Vec<String> {
     let (status, body) = host.with_token(
         TOKEN,
         "GET",
@@ -881,7 +756,7 @@ fn tag_names(host: &Host, name: &str) -> Vec<String> {
 #[test]
 fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
     for tf in versions() {
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let tf = host.terraform(&tf, TOKEN);
         // One tagged workspace for init to select, and one without the tags.
         create_workspace(&host, "seed", &["app", "gitstate"]);
@@ -1020,7 +895,7 @@ fn the_cloud_block_by_tags_creates_lists_selects_and_applies_workspaces() {
 }
 
 /// `main.tf` with the `remote` backend and `workspaces { prefix = "app-" }`, and an output.
-fn remote_prefix_config(dir: &Path, host: &Host, generation: &str) {
+fn remote_prefix_config(dir: &Path, host: &WorkspaceHost, generation: &str) {
     std::fs::write(
         dir.join("main.tf"),
         format!(
@@ -1063,7 +938,7 @@ fn remote_versions() -> Vec<Terraform> {
 #[test]
 fn the_remote_backend_with_a_prefix_lists_its_workspaces_and_another_reads_their_outputs() {
     for tf in remote_versions() {
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let tf = host.terraform(&tf, TOKEN);
         // The remote backend's init needs a workspace of the prefix to select.
         create_workspace(&host, "app-first", &[]);
@@ -1145,7 +1020,7 @@ fn team_mode_lists_tags_deletes_and_reads_outputs_only_as_each_token_may() {
     let narrow = "narrow-token-list";
     let reader = "reader-token-list";
     let outputs = "outputs-token-list";
-    let host = Host::start(&[
+    let host = WorkspaceHost::start(&[
         format!("{};paths=workspaces/team-a-*", hash(narrow)),
         format!("{};access=read-only", hash(reader)),
         format!("{};access=outputs-only", hash(outputs)),
@@ -1357,7 +1232,7 @@ fn wait_for(child: &mut std::process::Child, what: &str) -> Option<i32> {
 }
 
 /// The state at `workspaces/{name}.tfstate`, read over the http protocol with [`TOKEN`].
-fn state_over_http(host: &Host, name: &str) -> serde_json::Value {
+fn state_over_http(host: &WorkspaceHost, name: &str) -> serde_json::Value {
     let (status, body) = host.with_token(
         TOKEN,
         "GET",
@@ -1380,7 +1255,7 @@ fn state_over_http(host: &Host, name: &str) -> serde_json::Value {
 fn provider_terraform_drives_many_workspaces_from_one_directory() {
     for tf in versions() {
         let v = tf.version.clone();
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let mut tf = host.terraform(&tf, TOKEN);
         let work = tempfile::tempdir().unwrap();
         let dir = work.path();
@@ -1529,7 +1404,7 @@ fn provider_terraform_drives_many_workspaces_from_one_directory() {
 #[test]
 fn two_applies_on_one_workspace_at_once_wait_or_fail_on_the_lock() {
     for tf in versions() {
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let tf = host.terraform(&tf, TOKEN);
         let v = tf.version.clone();
         let jobs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
@@ -1635,7 +1510,7 @@ fn two_applies_on_one_workspace_at_once_wait_or_fail_on_the_lock() {
 
 /// A Workspace object's module as the README gives it: the `cloud` block naming the object's
 /// workspace, a `null_resource` whose trigger and an output name `terraform.workspace`.
-fn object_module(dir: &Path, host: &Host, name: &str) {
+fn object_module(dir: &Path, host: &WorkspaceHost, name: &str) {
     std::fs::write(
         dir.join("main.tf"),
         format!(
@@ -1676,7 +1551,7 @@ output "workspace" {{
 fn provider_terraform_in_a_directory_per_object_names_the_workspace_in_the_module() {
     for tf in versions() {
         let v = tf.version.clone();
-        let host = Host::start(&[]);
+        let host = WorkspaceHost::start(&[]);
         let mut tf = host.terraform(&tf, TOKEN);
         let terraformrc = std::fs::read_to_string(&tf.cli_config).unwrap();
         tf.env
@@ -1805,7 +1680,7 @@ fn an_oidc_token_applies_through_the_workspace_api_and_the_state_is_sealed() {
     let keys = tempfile::tempdir().unwrap();
     let key = AgeKeyPair::generate();
     let key_file = key.write_key_file(keys.path(), "key");
-    let host = Host::configured(
+    let host = WorkspaceHost::configured(
         &[],
         &["--config", "gitstate.hcl", "--encryption-mode", "structure"],
         &[

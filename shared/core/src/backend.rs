@@ -177,10 +177,10 @@ impl Default for Backend {
 }
 
 /// What a write proposes: the new state as its one check read it (`None`: delete it), and
-/// whether the state guard applies to it.
+/// which of the state guard's rules apply to it.
 struct Proposal<'a> {
     content: Option<&'a CheckedState>,
-    guarded: bool,
+    guard: checks::Guard,
 }
 
 /// A write that made a commit: the commit, and the writer its message names.
@@ -209,7 +209,8 @@ pub struct Caller {
     /// The workspace API's state version: the write goes only under the lock this credential
     /// sealed ([`crate::LockToken::holds`], DESIGN §10), whatever its ID, and begins from the
     /// store's memory as a write naming its lock ID does. Not locked is
-    /// [`BackendError::NotLocked`]; another holder's lock, [`BackendError::Locked`].
+    /// [`BackendError::NotLocked`]; another holder's lock, [`BackendError::Locked`]. The state
+    /// guard applies within the stored state's lineage only (`backend/checks.rs`, `Guard`).
     pub sealed_by: Option<crate::lock_token::LockToken>,
 }
 
@@ -354,13 +355,22 @@ impl Backend {
         caller: &Caller,
     ) -> Result<Option<Written>, BackendError> {
         let message_serial = state.file.serial;
-        let guarded = self.state_guard && store.guards_states() && !caller.force;
+        // A state version of the workspace API (`sealed_by`) is guarded within its lineage only
+        // ([`checks::Guard::WithinLineage`]).
+        let guard = match (
+            self.state_guard && store.guards_states() && !caller.force,
+            caller.sealed_by.is_some(),
+        ) {
+            (false, _) => checks::Guard::Off,
+            (true, false) => checks::Guard::Whole,
+            (true, true) => checks::Guard::WithinLineage,
+        };
         self.write(
             store,
             path,
             Proposal {
                 content: Some(state),
-                guarded,
+                guard,
             },
             lock_id,
             caller,
@@ -384,7 +394,7 @@ impl Backend {
     ) -> Result<Option<Written>, BackendError> {
         let deletion = Proposal {
             content: None,
-            guarded: false,
+            guard: checks::Guard::Off,
         };
         self.write(store, path, deletion, lock_id, caller, |who| {
             format!("Delete {path} by {who}")

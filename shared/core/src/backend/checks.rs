@@ -8,23 +8,37 @@ use super::{Backend, BackendError};
 use crate::seal::{Place, SealError};
 use crate::statefile::{CheckedState, StateFile};
 
+/// Which of the state guard's rules a write must pass (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Guard {
+    /// None: `?force=true`, a repository without the guard, a delete.
+    Off,
+    /// All: the same lineage, and a higher serial (or a replay).
+    Whole,
+    /// Within the stored state's lineage only: a state of another lineage replaces it. The
+    /// workspace API's state versions: Terraform's and OpenTofu's `state push` check the lineage
+    /// themselves and let another one through only with `-force`, and their `cloud` clients send
+    /// `force: false` even then, so the API cannot tell a forced push (DECISIONS "Workspaces").
+    WithinLineage,
+}
+
 impl Backend {
     /// The checks a write's read must pass before it is written, on one opening of the stored
     /// state: `Ok(true)` when it is a replay (the stored state already holds `content`: no
     /// commit), `Ok(false)` when it may be written, the guard's [`BackendError::Conflict`] when
-    /// it must not replace what is stored (when `guarded`: the state guard applies).
+    /// it must not replace what is stored (`guard`: the state guard's rules that apply).
     pub(super) async fn check_stored(
         &self,
         at: &Place,
         stored: &Option<Bytes>,
         content: Option<&CheckedState>,
-        guarded: bool,
+        guard: Guard,
     ) -> Result<bool, BackendError> {
         let (Some(stored), Some(incoming)) = (stored, content) else {
             return Ok(stored.is_none() && content.is_none());
         };
         let body = &incoming.body;
-        if !guarded {
+        if guard == Guard::Off {
             return self.is_replay(at, stored, body).await;
         }
         // The guard reads the stored state: opened once, read once, and the replay decided on
@@ -46,7 +60,7 @@ impl Backend {
         if same && !legacy {
             return Ok(true);
         }
-        self.check_guard(at, current.as_ref(), same, incoming)?;
+        self.check_guard(at, current.as_ref(), same, incoming, guard)?;
         Ok(false)
     }
 
@@ -102,13 +116,15 @@ impl Backend {
     /// `same`: it holds the same JSON value) only when it continues it: the same lineage, and a
     /// higher serial (or the same serial with the same content, a replay). A stored state that
     /// cannot be read (no serial or lineage, or not openable here) does not guard anything: the
-    /// write replaces it as before.
+    /// write replaces it as before. With [`Guard::WithinLineage`], a state of another lineage
+    /// replaces it too (its serials are not comparable).
     fn check_guard(
         &self,
         at: &Place,
         current: Option<&StateFile>,
         same: bool,
         incoming: &CheckedState,
+        guard: Guard,
     ) -> Result<(), BackendError> {
         let incoming = &incoming.file;
         let Some(current) = current else {
@@ -116,6 +132,10 @@ impl Backend {
         };
         let force = "; if this is intended (terraform state push -force), send it to the address with ?force=true";
         if let (Some(was), Some(now)) = (&current.lineage, &incoming.lineage) {
+            if was != now && guard == Guard::WithinLineage {
+                tracing::info!(path = %at.path, was = %was, now = %now, "a state of another lineage replaces the stored one (workspace API)");
+                return Ok(());
+            }
             if was != now {
                 return Err(BackendError::Conflict(format!(
                     "{} holds the state of lineage {was}, and this write is of lineage {now}: it is another state, and nothing was written{force}",

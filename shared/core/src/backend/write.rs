@@ -34,7 +34,7 @@ impl Backend {
         caller: &Caller,
         message: impl Fn(&str) -> String,
     ) -> Result<Option<Written>, BackendError> {
-        let Proposal { content, guarded } = proposal;
+        let Proposal { content, guard } = proposal;
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
         let _serialized = serialized(store).await;
@@ -60,7 +60,7 @@ impl Backend {
             }
             let at = Place::new(store.repository(), path);
             let writer = match self
-                .decide(&at, session.snapshot(), content, guarded, lock_id, caller)
+                .decide(&at, session.snapshot(), content, guard, lock_id, caller)
                 .await
             {
                 Ok(Decision::Write { writer }) => writer,
@@ -111,7 +111,7 @@ impl Backend {
         at: &Place,
         snapshot: &crate::store::Snapshot,
         content: Option<&CheckedState>,
-        guarded: bool,
+        guard: super::checks::Guard,
         lock_id: Option<&str>,
         caller: &Caller,
     ) -> Result<Decision, BackendError> {
@@ -150,7 +150,7 @@ impl Backend {
             }
         }
         if self
-            .check_stored(at, &snapshot.state, content, guarded)
+            .check_stored(at, &snapshot.state, content, guard)
             .await?
         {
             return Ok(Decision::Replay);

@@ -27,8 +27,12 @@ fn holder(credential: &str, who: &str) -> Holder {
 }
 
 fn state(serial: u64) -> Bytes {
+    of_lineage("l-1", serial)
+}
+
+fn of_lineage(lineage: &str, serial: u64) -> Bytes {
     Bytes::from(format!(
-        r#"{{"version":4,"terraform_version":"1.11.4","serial":{serial},"lineage":"l-1","outputs":{{}},"resources":[]}}"#
+        r#"{{"version":4,"terraform_version":"1.11.4","serial":{serial},"lineage":"{lineage}","outputs":{{}},"resources":[]}}"#
     ))
 }
 
@@ -190,6 +194,26 @@ async fn only_the_caller_that_locked_writes_a_state_version_and_unlocks() {
         matches!(guarded, WorkspaceError::Backend(BackendError::Conflict(_))),
         "{guarded:?}"
     );
+    // Another lineage is `terraform state push -force` (the client checked it; its `cloud`
+    // client sends `force: false`): it replaces the state, and the guard holds within it.
+    let other = backend.check(of_lineage("l-2", 1), false).unwrap();
+    assert!(spaces
+        .write_state(&app, &other, &alice, &caller("alice"))
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(spaces.current(&app, None).await.unwrap().lineage, "l-2");
+    let older = backend.check(of_lineage("l-2", 0), false).unwrap();
+    assert!(spaces
+        .write_state(&app, &older, &alice, &caller("alice"))
+        .await
+        .is_err());
+    let back = backend.check(state(1), false).unwrap();
+    spaces
+        .write_state(&app, &back, &alice, &caller("alice"))
+        .await
+        .unwrap()
+        .expect("back to l-1");
 
     let current = spaces.current(&app, None).await.unwrap();
     assert_eq!(current.state, state(1));

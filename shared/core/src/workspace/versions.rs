@@ -55,17 +55,39 @@ impl Workspaces<'_> {
         name: &WorkspaceName,
         token: Option<&LockToken>,
     ) -> Result<Current, WorkspaceError> {
+        self.current_if_any(name, token).await?.ok_or_else(|| {
+            WorkspaceError::NotFound(format!(
+                "the workspace {name} has no state yet, or this credential may not use it"
+            ))
+        })
+    }
+
+    /// The current state of the workspace `name` for its outputs: `None` while a workspace that
+    /// exists has no state (no outputs, as `terraform output` finds none in an empty state:
+    /// OpenTofu's `output` fails on a 404 here); 404 for a workspace that does not exist.
+    pub async fn current_for_outputs(
+        &self,
+        name: &WorkspaceName,
+        token: Option<&LockToken>,
+    ) -> Result<Option<Current>, WorkspaceError> {
+        match self.current_if_any(name, token).await? {
+            Some(current) => Ok(Some(current)),
+            None => self.read(name, None).await.map(|_| None),
+        }
+    }
+
+    /// The current state of the workspace `name`, opened, when it has one.
+    async fn current_if_any(
+        &self,
+        name: &WorkspaceName,
+        token: Option<&LockToken>,
+    ) -> Result<Option<Current>, WorkspaceError> {
         let path = self.path(name)?;
-        match self
+        Ok(self
             .backend
             .get_with_token(self.store, &path, token)
             .await?
-        {
-            Some(state) => Ok(Current::of(state)),
-            None => Err(WorkspaceError::NotFound(format!(
-                "the workspace {name} has no state yet, or this credential may not use it"
-            ))),
-        }
+            .map(Current::of))
     }
 
     /// The state version `digest` of the workspace `name`, while it is the current one (`None`

@@ -98,7 +98,7 @@ pub(super) async fn download(
 }
 
 /// `GET /api/v2/workspaces/:id/current-state-version-outputs`: the current state's outputs,
-/// sensitive values hidden (an outputs-only credential gets these too); 404 while the workspace
+/// sensitive values hidden (an outputs-only credential gets these too); none while the workspace
 /// has no state.
 pub(super) async fn current_outputs(
     State(app): State<AppState>,
@@ -109,13 +109,18 @@ pub(super) async fn current_outputs(
     let named = Named::by_id(&app, &called, &id, Use::Read).await?;
     let current = named
         .workspaces(&app)
-        .current(&named.name, called.token())
+        .current_for_outputs(&named.name, called.token())
         .await?;
-    let version = StateVersionId {
-        workspace: named.id(),
-        digest: current.digest.clone(),
+    let outputs = match current {
+        Some(current) => {
+            let version = StateVersionId {
+                workspace: named.id(),
+                digest: current.digest.clone(),
+            };
+            outputs_of(&version, &current.state, true)
+        }
+        None => Vec::new(),
     };
-    let outputs = outputs_of(&version, &current.state, true);
     Ok(documents::answer(
         StatusCode::OK,
         documents::outputs(&outputs),
