@@ -10,6 +10,7 @@ BENCHES = {
     "scaling": "scaling",
     "many-states": "many_states",
     "write-queue": "write_queue",
+    "cycles": "cycles",
     "wire-bytes": "wire_bytes",
     "freeze": "freeze",
     "large-state": "large_state",

@@ -1,0 +1,228 @@
+"""Terraform's request shape under load: whole cycles across processes that start cold.
+
+A Terraform run does not POST alone: `terraform apply` over the http protocol sends LOCK, GET,
+POST with the lock's ID and UNLOCK; through the `cloud` block it reads the workspace, locks it,
+reads the current state version and downloads it, creates a state version (first without the
+state, as go-tfe's upload flow does, then inline) and unlocks. On Lambda each request may reach
+another container.
+
+Setup: lighttpd + `git http-backend` (partial fetch on) serving one bare repository, behind
+scripts/latency-proxy.py (--delay-ms per chunk each way; --rate-mbps per connection and
+direction); a CGI wrapper logs each request that reaches `git http-backend` before its answer
+(lighttpd's own access log is written about once a second, and not at all for a quiet run). For each protocol of
+--protocols and each P of --processes: P `gitstate serve` processes in team mode (one Bearer
+token, one run key), each with an empty cache, started right before the timed run; W = --writers
+writers, each on a state of its own (added at serial 1 with git fast-import first, untimed), run
+--cycles cycles each, all started on a barrier. Request j of cycle k of writer w goes to process
+(w + k + j) mod P, each on a new connection (separate Terraform processes behind a Function URL).
+A 503 is sent again, as Terraform retries; anything else but the expected status fails the cycle.
+
+  http  LOCK, GET, POST ?ID=, UNLOCK on `c/<cell>/wNNN.tfstate`
+  api   GET the workspace `<cell>-wNNN` by name, lock, current state version, its download, the
+        create without `state` (422) and with it (201), unlock (`workspaces/<cell>-wNNN.tfstate`)
+
+Checked after each run with the git CLI: the branch gained one commit per answered cycle (each
+writes serial + 1), every state ends at its last serial, no lock branch is left.
+
+Usage: scripts/bench cycles [--protocols http,api] [--processes 1,8] [--writers 64] [--cycles 5]
+                            [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--gitstate PATH]
+Prints one markdown table: per protocol and process count, cycles/s, p50/p99 of a cycle,
+non-2xx, lost, and the git requests per cycle by kind.
+"""
+import http.client
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+from benchlib import support as s
+from benchlib.benches import write_queue
+from benchlib.benches.workspaces import API, RUN_KEY, TOKEN, state_version, team_args
+
+
+def add_arguments(parser):
+    parser.add_argument("--protocols", default="http,api")
+    parser.add_argument("--processes", default="1,8")
+    parser.add_argument("--writers", type=int, default=64)
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--delay-ms", type=float, default=30.0)
+    parser.add_argument("--rate-mbps", type=float, default=0.0)
+    parser.add_argument("--size", type=int, default=2000, help="bytes of each state")
+    s.add_gitstate_argument(parser)
+
+
+class Router:
+    """One new connection per request, to process (w + k + j) mod P; counts what it sent."""
+
+    def __init__(self, servers):
+        self.servers = servers
+        self.non2xx = []
+
+    def send(self, route, method, path, body=None, expect=(200,), content_type="application/json"):
+        """The answer's body; a 503 is sent again (on a new connection, to the same process)."""
+        port = self.servers[route % len(self.servers)].port
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
+        while True:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            finally:
+                conn.close()
+            if response.status in expect:
+                return data
+            self.non2xx.append((response.status, data[:200]))
+            if response.status != 503:
+                raise RuntimeError(f"{method} {path}: {response.status} {data[:200]!r}")
+
+    def api(self, route, method, path, document=None, expect=(200,)):
+        body = json.dumps(document).encode() if document is not None else None
+        data = self.send(route, method, path, body, expect, API)
+        return json.loads(data) if data else None
+
+
+def http_cycle(router, w, k, path, serial, size):
+    """Terraform's http cycle: LOCK, GET, POST ?ID=, UNLOCK."""
+    lock_id = f"cycle-{w}-{k}"
+    lock = s.lock_body(lock_id)
+    base = w + k
+    router.send(base, "LOCK", f"/state/default/{path}", lock)
+    router.send(base + 1, "GET", f"/state/default/{path}")
+    router.send(base + 2, "POST", f"/state/default/{path}?ID={lock_id}", s.state_body(serial, size))
+    router.send(base + 3, "UNLOCK", f"/state/default/{path}", lock)
+
+
+def api_cycle(router, w, k, name, serial, size):
+    """The `cloud` block's cycle on workspace `name`."""
+    base = w + k
+    found = router.api(base, "GET", f"/api/v2/organizations/default/workspaces/{name}")["data"]["id"]
+    ws = f"/api/v2/workspaces/{found}"
+    router.api(base + 1, "POST", f"{ws}/actions/lock", {"data": {"type": "", "attributes": {"reason": "bench"}}})
+    current = router.api(base + 2, "GET", f"{ws}/current-state-version")
+    router.send(base + 3, "GET", current["data"]["attributes"]["hosted-state-download-url"])
+    inline = state_version(serial, size)
+    upload = {"data": {"type": "state-versions", "attributes": {
+        k: v for k, v in inline["data"]["attributes"].items() if k != "state"}}}
+    router.api(base + 4, "POST", f"{ws}/state-versions", upload, expect=(422,))
+    router.api(base + 5, "POST", f"{ws}/state-versions", inline, expect=(201,))
+    router.api(base + 6, "POST", f"{ws}/actions/unlock")
+
+
+def measure(args, root, bare, remote, protocol, processes):
+    """One cell: the row's numbers."""
+    cell = f"p{processes}"
+    if protocol == "http":
+        names = [f"c/{cell}/w{w:03}.tfstate" for w in range(args.writers)]
+        paths = names
+    else:
+        names = [f"{cell}-w{w:03}" for w in range(args.writers)]
+        paths = [f"workspaces/{name}.tfstate" for name in names]
+    # The writers' states, at serial 1 (their lineage is the bench's), added without gitstate.
+    s.fast_import(bare, [(path, s.state_body(1, args.size)) for path in paths], b"writers' states",
+                  on_main=True)
+    cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
+    env = dict(s.git_credentials_env("warn"), GITSTATE_RUN_KEY=RUN_KEY)
+    servers = [s.Gitstate(args.gitstate, team_args() + ["--repository", f"default={remote}", "--cache-dir",
+                                                        os.path.join(cache_root, str(p))],
+                          env, root, log=f"{protocol}-{cell}-{p}.log", wait="health")
+               for p in range(processes)]
+    router = Router(servers)
+    try:
+        before_tip = s.git("--git-dir", bare, "rev-parse", "main").decode().strip()
+        latencies = [[] for _ in range(args.writers)]
+        errors = []
+        barrier = threading.Barrier(args.writers + 1)
+
+        def writer(w):
+            barrier.wait()
+            for k in range(args.cycles):
+                start = time.perf_counter()
+                try:
+                    if protocol == "http":
+                        http_cycle(router, w, k, names[w], k + 2, args.size)
+                    else:
+                        api_cycle(router, w, k, names[w], k + 2, args.size)
+                except BaseException as e:  # noqa: BLE001 (reported below)
+                    errors.append(f"writer {w}: {e}")
+                    return
+                latencies[w].append(s.ms_since(start))
+
+        logged_from = write_queue.git_requests(args.request_log)
+        wall = s.run_together(writer, args.writers, barrier)
+        logged_to = write_queue.git_requests(args.request_log)
+        expected = [(paths[w], serial) for w in range(args.writers)
+                    for serial in range(2, 2 + len(latencies[w]))]
+        lost, extra, wrong = write_queue.check_branch(bare, before_tip, expected)
+        locks_left = s.git("--git-dir", bare, "for-each-ref", "refs/heads/locks/").decode().strip()
+    finally:
+        for server in servers:
+            server.stop()
+        shutil.rmtree(cache_root, ignore_errors=True)
+    answered = sum(len(x) for x in latencies)
+    return {"protocol": protocol, "processes": processes, "cycles": args.writers * args.cycles,
+            "answered": answered, "wall": wall, "lat": [x for lat in latencies for x in lat],
+            "lost": lost + wrong, "extra": extra, "locks_left": len(locks_left.splitlines()),
+            "non2xx": len(router.non2xx), "codes": sorted({c for c, _ in router.non2xx}), "errors": errors,
+            "git": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to}}
+
+
+def per_cycle(row, *kinds):
+    """Git requests of `kinds` (all when none) per answered cycle."""
+    counts = row["git"]
+    total = sum(v for kind, v in counts.items() if not kinds or kind in kinds)
+    return total / max(1, row["answered"])
+
+
+def run(args):
+    """Every (protocol, processes) cell; the table."""
+    s.require_lighttpd()
+    root = tempfile.mkdtemp(prefix="gitstate-bench-cycles-")
+    repos = os.path.join(root, "repos")
+    os.makedirs(repos)
+    bare = s.init_bare(os.path.join(repos, "cycles.git"), allow_filter=True)
+    s.fast_import(bare, [("README.tfstate", s.state_body(1, 200))], b"seed")
+    http_port = s.free_port()
+    args.request_log = os.path.join(root, "requests.log")
+    lighttpd = s.start_lighttpd(root, repos, http_port, request_log=args.request_log)
+    proxy = s.LatencyProxy(root, http_port, args.delay_ms, args.rate_mbps)
+    remote = proxy.url("/git/cycles.git")
+    rows = []
+    try:
+        for protocol in filter(None, args.protocols.split(",")):
+            if protocol not in ("http", "api"):
+                raise SystemExit(f"unknown protocol {protocol!r}: http or api")
+            for processes in s.int_list(args.processes):
+                s.log(f"cycles: {protocol}, {processes} processes, {args.writers} writers x {args.cycles}")
+                row = measure(args, root, bare, remote, protocol, processes)
+                rows.append(row)
+                lat = row["lat"] or [0]
+                s.log(f"  {row['answered'] / row['wall']:.1f} cycles/s, p50 {s.percentile(lat, 50):.0f} ms, "
+                      f"p99 {s.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
+                      f"{row['codes']}, errors {row['errors'][:2]}, git {row['git']}")
+    finally:
+        proxy.stop()
+        s.stop(lighttpd)
+        s.remove_root(root, bool(os.environ.get("BENCH_KEEP")), " (BENCH_KEEP)")
+
+    rate = f", at most {args.rate_mbps:g} MB/s per connection and direction" if args.rate_mbps else ""
+    print(f"lighttpd + git http-backend (partial fetch) behind a proxy adding {args.delay_ms:g} ms per chunk "
+          f"each way{rate}; {os.cpu_count()} cores; {args.writers} writers x {args.cycles} cycles, states of "
+          f"{args.size} bytes; cold processes, request j of cycle k of writer w on process (w + k + j) mod P, "
+          "each on a new connection")
+    print()
+    print("| protocol | processes | cycles answered | cycles/s | p50 ms | p99 ms | lost | locks left | "
+          "non-2xx (codes) | git requests per cycle | fetches | pushes | upload-pack adverts | "
+          "receive-pack adverts |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lat = r["lat"] or [0]
+        print(f"| {r['protocol']} | {r['processes']} | {r['answered']} / {r['cycles']} | "
+              f"{r['answered'] / r['wall']:.1f} | {s.percentile(lat, 50):.0f} | {s.percentile(lat, 99):.0f} | "
+              f"{r['lost']} | {r['locks_left']} | {r['non2xx']} {tuple(r['codes']) or ''} | "
+              f"{per_cycle(r):.2f} | {per_cycle(r, 'POST upload-pack'):.2f} | "
+              f"{per_cycle(r, 'POST receive-pack'):.2f} | {per_cycle(r, 'advert upload-pack'):.2f} | "
+              f"{per_cycle(r, 'advert receive-pack'):.2f} |")
+    return 0
