@@ -206,8 +206,6 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-/// Terraform 1.15.5 and the 1.11.4 on PATH (when it is there).
-
 /// An answer of [`WorkspaceHost::exchange`].
 #[derive(Debug)]
 pub struct Answer {

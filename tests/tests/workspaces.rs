@@ -10,6 +10,7 @@ use std::process::Command;
 use gitstate_tests::workspace_host::*;
 use gitstate_tests::*;
 
+/// Terraform 1.15.5 and the 1.11.4 on PATH (when it is there).
 fn versions() -> Vec<Terraform> {
     let mut all = vec![Terraform::installed("1.15.5")];
     match Terraform::from_path() {
