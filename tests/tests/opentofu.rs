@@ -169,6 +169,14 @@ impl Tofu<'_> {
         created
     }
 
+    fn unlock(&self, id: &str) -> Answer {
+        self.send(
+            "POST",
+            &format!("/api/v2/workspaces/{id}/actions/unlock"),
+            None,
+        )
+    }
+
     fn lock(&self, id: &str) -> Answer {
         let body = serde_json::json!({"data": {"type": "", "attributes": {"reason": "Locked by OpenTofu"}}});
         self.send(
@@ -355,11 +363,7 @@ fn opentofu_cloud_block_requests_init_apply_pull_push_unlock_and_delete() {
     assert_eq!(tofu.pull(&id), None, "no state yet");
     let first = tofu_state(1, "4b2bd6c0-tofu", 2);
     tofu.persist(&id, &first, false);
-    let unlocked = tofu.send(
-        "POST",
-        &format!("/api/v2/workspaces/{id}/actions/unlock"),
-        None,
-    );
+    let unlocked = tofu.unlock(&id);
     assert_eq!(
         unlocked.status, 200,
         "an unlock without a body: {}",
@@ -394,15 +398,7 @@ fn opentofu_cloud_block_requests_init_apply_pull_push_unlock_and_delete() {
     .to_string();
     assert_eq!(tofu.lock(&id).status, 200);
     tofu.persist(&id, &envelope, false);
-    assert_eq!(
-        tofu.send(
-            "POST",
-            &format!("/api/v2/workspaces/{id}/actions/unlock"),
-            None
-        )
-        .status,
-        200
-    );
+    assert_eq!(tofu.unlock(&id).status, 200);
     assert_eq!(
         tofu.pull(&id).as_deref(),
         Some(envelope.as_str()),
@@ -414,15 +410,7 @@ fn opentofu_cloud_block_requests_init_apply_pull_push_unlock_and_delete() {
     assert_eq!(tofu.lock(&id).status, 200);
     assert!(tofu.pull(&id).is_some());
     tofu.persist(&id, &pushed, false);
-    assert_eq!(
-        tofu.send(
-            "POST",
-            &format!("/api/v2/workspaces/{id}/actions/unlock"),
-            None
-        )
-        .status,
-        200
-    );
+    assert_eq!(tofu.unlock(&id).status, 200);
     assert_eq!(tofu.pull(&id).as_deref(), Some(pushed.as_str()));
 
     // `tofu force-unlock org/app-dev` after a lock left behind.
@@ -452,15 +440,7 @@ fn opentofu_cloud_block_requests_init_apply_pull_push_unlock_and_delete() {
     assert_eq!(refused.status, 409, "{}", refused.body);
     assert_eq!(tofu.lock(&id).status, 200);
     tofu.persist(&id, &tofu_state(4, "pushed-lineage", 0), false);
-    assert_eq!(
-        tofu.send(
-            "POST",
-            &format!("/api/v2/workspaces/{id}/actions/unlock"),
-            None
-        )
-        .status,
-        200
-    );
+    assert_eq!(tofu.unlock(&id).status, 200);
     let deleted = tofu.send("POST", safe, None);
     assert_eq!(deleted.status, 204, "{}", deleted.body);
     let gone = tofu.send(
@@ -515,15 +495,7 @@ fn opentofu_remote_backend_requests_with_a_prefix_and_remote_state() {
     assert_eq!(tofu.lock(&id).status, 200);
     assert_eq!(tofu.pull(&id), None);
     tofu.persist(&id, &state, false);
-    assert_eq!(
-        tofu.send(
-            "POST",
-            &format!("/api/v2/workspaces/{id}/actions/unlock"),
-            None
-        )
-        .status,
-        200
-    );
+    assert_eq!(tofu.unlock(&id).status, 200);
 
     // `terraform_remote_state` with `backend = "remote"` in another configuration: its own
     // configure, the workspace by name, the full state (outputs read from it).
@@ -545,15 +517,7 @@ fn opentofu_remote_backend_requests_with_a_prefix_and_remote_state() {
     tofu.state_mgr("app-dev", &[], serde_json::json!({}));
     assert_eq!(tofu.lock(&id).status, 200);
     assert!(tofu.pull(&id).is_some());
-    assert_eq!(
-        tofu.send(
-            "POST",
-            &format!("/api/v2/workspaces/{id}/actions/unlock"),
-            None
-        )
-        .status,
-        200
-    );
+    assert_eq!(tofu.unlock(&id).status, 200);
     let deleted = tofu.send(
         "DELETE",
         "/api/v2/organizations/default/workspaces/app-dev",
