@@ -377,7 +377,7 @@ pub async fn unlock(args: UnlockArgs) -> Result<String, String> {
     };
     let unlocked = repositories
         .backend
-        .unlock(store.as_ref(), &path, &request)
+        .unlock(store.as_ref(), &path, &request, None)
         .await
         .map_err(|e| match e {
             BackendError::Locked(_) => format!(

@@ -228,18 +228,10 @@ impl Caller {
 }
 
 impl Backend {
-    /// `GET`: the state bytes, or `None` when there is no state.
+    /// `GET`: the state bytes, or `None` when there is no state. A caller with an expired OIDC
+    /// `token` reads only while the lock it took is held (Terraform reads the state back before
+    /// its first write).
     pub async fn get(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-    ) -> Result<Option<Bytes>, BackendError> {
-        self.get_with_token(store, path, None).await
-    }
-
-    /// [`Backend::get`] by a caller with an OIDC `token`: an expired one reads only while the
-    /// lock it took is held (Terraform reads the state back before its first write).
-    pub async fn get_with_token(
         &self,
         store: &dyn StateStore,
         path: &StatePath,

@@ -273,7 +273,7 @@ impl Backend {
                 "version {spec} of {path} is a deletion; there is no state to restore"
             )));
         };
-        let current = match self.get(store, path).await? {
+        let current = match self.get(store, path, None).await? {
             // A current state Terraform cannot read (one written before gitstate checked states)
             // has no serial to continue: restoring over it is how it is mended.
             Some(current) => crate::statefile::read(&current)

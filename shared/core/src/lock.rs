@@ -80,11 +80,6 @@ impl LockInfo {
         serde_json::from_slice(content).unwrap_or_default()
     }
 
-    /// The holder's ID from a stored lock file ([`LockInfo::stored`]), when it has one.
-    pub fn holder_id(stored: &[u8]) -> Option<String> {
-        Some(LockInfo::stored(stored).id).filter(|id| !id.is_empty())
-    }
-
     /// Whether this (stored) lock is held by the lock ID `id`.
     pub fn is_held_by(&self, id: &str) -> bool {
         !self.id.is_empty() && self.id == id
@@ -147,7 +142,7 @@ pub enum Unlock {
     },
     /// The workspace API's unlock: the caller releasing the lock its credential sealed
     /// (DESIGN §10, "One lock"), whatever its ID: released only while the held lock is sealed
-    /// by the token the release is made with ([`crate::Backend::unlock_with_token`]).
+    /// by the token the release is made with ([`crate::Backend::unlock`]).
     Sealed,
 }
 
@@ -302,7 +297,7 @@ mod tests {
         // A lock file that is not LockInfo admits nobody, not even an empty ID.
         let odd = LockInfo::stored(b"written by hand");
         assert!(!odd.admits(Some("")) && !odd.admits(None));
-        assert_eq!(LockInfo::holder_id(b"[]"), None);
+        assert!(!LockInfo::stored(b"[]").is_held_by(""));
     }
 
     #[test]

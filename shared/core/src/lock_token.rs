@@ -82,6 +82,20 @@ pub struct LockToken {
     pub expired: bool,
 }
 
+/// What a request of the http protocol begins, as an expired token's rights see it
+/// ([`LockToken::may_begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begun {
+    /// A GET; `version`: of an earlier version (`?version=`).
+    Read { version: bool },
+    /// A POST or DELETE; `names_lock`: with a lock ID (`?ID=`).
+    Write { names_lock: bool },
+    /// A LOCK.
+    Lock,
+    /// An UNLOCK.
+    Unlock,
+}
+
 impl LockToken {
     /// The trailer line that seals the lock of `lock_id` at `at` with this token:
     /// `Gitstate-Lock-Token: hmac-sha256:<hex>`, the MAC keyed by the token's mark over the
@@ -101,6 +115,26 @@ impl LockToken {
             let value = line.strip_prefix(LOCK_TOKEN_TRAILER)?.strip_prefix(": ")?;
             Some(value.trim_end().to_owned())
         })
+    }
+
+    /// Whether a request of kind `request` may begin with `token`: always with a token that has
+    /// not expired (or none); with an expired one only what finishes the run whose lock it took
+    /// (a write or delete naming a lock ID, the state read back without `?version=`, an UNLOCK),
+    /// each then admitted only under that very lock ([`LockToken::admits`]). The HTTP layer asks
+    /// this before reading anything, so the rest is refused at once. Every other request (a list
+    /// across states, a workspace's create, tags, delete or lock) refuses an expired token
+    /// outright ([`crate::Authenticated::expired`]).
+    pub fn may_begin(token: Option<&LockToken>, request: Begun) -> bool {
+        if !token.is_some_and(|t| t.expired) {
+            return true;
+        }
+        match request {
+            Begun::Write { names_lock } => names_lock,
+            // Terraform reads a new state back before its first write (no lock ID on a GET).
+            Begun::Read { version } => !version,
+            Begun::Unlock => true,
+            Begun::Lock => false,
+        }
     }
 
     /// Whether this caller may act on the state at `at` while the lock file `held` is held there
@@ -165,6 +199,35 @@ fn hex_32(hex: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expired_token_begins_only_what_finishes_its_run() {
+        let token = |expired: bool| LockToken {
+            mark: Mark::new([7; 32]),
+            expired,
+        };
+        let all = [
+            Begun::Read { version: false },
+            Begun::Read { version: true },
+            Begun::Write { names_lock: true },
+            Begun::Write { names_lock: false },
+            Begun::Lock,
+            Begun::Unlock,
+        ];
+        for request in all {
+            assert!(LockToken::may_begin(None, request), "{request:?}");
+            assert!(
+                LockToken::may_begin(Some(&token(false)), request),
+                "{request:?}"
+            );
+        }
+        let expired = token(true);
+        let begins: Vec<bool> = all
+            .iter()
+            .map(|r| LockToken::may_begin(Some(&expired), *r))
+            .collect();
+        assert_eq!(begins, [true, false, true, false, false, true]);
+    }
 
     #[test]
     fn a_seal_binds_its_mark_repository_path_and_id() {

@@ -23,7 +23,7 @@ proptest! {
     #[test]
     fn lockinfo_parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = LockInfo::parse(&bytes);
-        let _ = LockInfo::holder_id(&bytes);
+        let _ = LockInfo::stored(&bytes);
     }
 
     #[test]

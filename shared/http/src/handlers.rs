@@ -13,6 +13,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use gitstate_core::backend::Caller;
+use gitstate_core::lock_token::{Begun, LockToken};
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
 use gitstate_core::{Authenticated, Credentials, StateStore, Written};
@@ -424,16 +425,19 @@ async fn dispatch(
     let Authenticated {
         scope, name, token, ..
     } = app.registry.authenticate(credentials.as_ref()).await?;
-    // An expired OIDC token may only finish the run whose lock it took: writes naming a lock ID
-    // and UNLOCK (the backend checks the lock is that token's).
-    let finishing = match operation {
-        Operation::Write | Operation::Delete => address.lock_id.is_some(),
-        // Terraform reads a new state back before its first write (no lock ID on a GET).
-        Operation::Get => address.version.is_none(),
-        Operation::Unlock => true,
-        Operation::Lock => false,
+    // What an expired OIDC token may begin is core's rule (the backend then checks the lock is
+    // that token's).
+    let begun = match operation {
+        Operation::Write | Operation::Delete => Begun::Write {
+            names_lock: address.lock_id.is_some(),
+        },
+        Operation::Get => Begun::Read {
+            version: address.version.is_some(),
+        },
+        Operation::Unlock => Begun::Unlock,
+        Operation::Lock => Begun::Lock,
     };
-    if token.as_ref().is_some_and(|t| t.expired) && !finishing {
+    if !LockToken::may_begin(token.as_ref(), begun) {
         return Err(BackendError::from_expired_token().into());
     }
     let used = match operation {
@@ -480,10 +484,7 @@ async fn dispatch(
         }
         Operation::Lock => {
             let body = read_body(headers, body, MAX_LOCK_BODY, lock_body_too_large).await?;
-            let acquired = match backend
-                .lock_with_token(store, path, body, caller.token.as_ref())
-                .await
-            {
+            let acquired = match backend.lock(store, path, body, caller.token.as_ref()).await {
                 Ok(acquired) => acquired,
                 Err(BackendError::Conflict(sentence)) => {
                     return Err(ApiError::Unwritable(sentence))
@@ -528,10 +529,7 @@ async fn get(
             };
             (state, Some(info))
         }
-        None => match backend
-            .get_with_token(store, path, caller.token.as_ref())
-            .await?
-        {
+        None => match backend.get(store, path, caller.token.as_ref()).await? {
             Some(state) => (state, None),
             None => return Ok(StatusCode::NO_CONTENT.into_response()),
         },

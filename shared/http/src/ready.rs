@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use gitstate_core::StoreRegistry;
 
 use crate::error::{Advice, ApiError};
-use crate::handlers::caller_credentials;
+use crate::handlers::authenticated_caller;
 use crate::AppState;
 
 /// How long a readiness result is served before the repositories are asked again.
@@ -121,14 +121,11 @@ fn not_ready(failed: &[(&str, &str)], age: Duration, operator: bool) -> ApiError
     )
 }
 
-/// Whether the caller may see each repository's result.
+/// Whether the caller may see each repository's result: an operator's credential, checked as
+/// every request across states is ([`authenticated_caller`]).
 async fn operator(app: &AppState, headers: &HeaderMap) -> bool {
-    let Ok(credentials) = caller_credentials(headers) else {
-        return false;
-    };
-    app.registry
-        .authenticate(credentials.as_ref())
-        .await
-        .is_ok_and(|caller| !caller.expired() && caller.scope.admit_across_states().is_ok())
-        && app.registry.admit_operator(credentials.as_ref()).is_ok()
+    match authenticated_caller(app, headers).await {
+        Ok(credentials) => app.registry.admit_operator(credentials.as_ref()).is_ok(),
+        Err(_) => false,
+    }
 }

@@ -23,20 +23,11 @@ impl Backend {
     /// a `lock_ttl` ([`StateStore::lock_ttl`]) and that lock has outlived it: then the old lock
     /// branch is deleted by compare-and-swap (only if it is still that lock) and the lock taken,
     /// and the answer says whose lock was taken over. Answers the LockInfo as read (the body
-    /// itself is what is stored).
+    /// itself is what is stored). With an OIDC `token` (or the workspace API's credential mark)
+    /// the lock is sealed with the token's mark (a trailer of its commit, bound to this
+    /// repository, path and lock ID), so that the same token may finish the run after it
+    /// expires; an expired token takes no lock.
     pub async fn lock(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        body: Bytes,
-    ) -> Result<Acquired, BackendError> {
-        self.lock_with_token(store, path, body, None).await
-    }
-
-    /// [`Backend::lock`] by a caller with an OIDC `token`: the lock is sealed with the token's
-    /// mark (a trailer of its commit, bound to this repository, path and lock ID), so that the
-    /// same token may finish the run after it expires; an expired token takes no lock.
-    pub async fn lock_with_token(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
@@ -97,9 +88,7 @@ impl Backend {
                     takeovers += 1;
                     match store.delete_lock(path, &tip).await {
                         Ok(()) => {
-                            record_lock_age(&content, "takeover");
-                            metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
-                            metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
+                            released(&content, "takeover");
                             tracing::warn!(
                                 %path,
                                 old_lock_id = %escape_controls(&expired.id),
@@ -121,7 +110,7 @@ impl Backend {
     }
 
     /// `UNLOCK` with the body a client sent (Terraform's, OpenTofu's, or empty for a
-    /// force-unlock): read here, as a LOCK's body is, then [`Backend::unlock_with_token`].
+    /// force-unlock): read here, as a LOCK's body is, then [`Backend::unlock`].
     pub async fn unlock_body(
         &self,
         store: &dyn StateStore,
@@ -130,26 +119,16 @@ impl Backend {
         token: Option<&LockToken>,
     ) -> Result<Unlocked, BackendError> {
         let request = Unlock::parse(body)?;
-        self.unlock_with_token(store, path, &request, token).await
+        self.unlock(store, path, &request, token).await
     }
 
     /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
     /// whatever lock is held for a force-unlock). Not locked is a success. Answers what the
-    /// release was ([`Unlock::answer`]).
-    pub async fn unlock(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        request: &Unlock,
-    ) -> Result<Unlocked, BackendError> {
-        self.unlock_with_token(store, path, request, None).await
-    }
-
-    /// [`Backend::unlock`] by a caller with an OIDC `token`: an expired one may only release,
+    /// release was ([`Unlock::answer`]). A caller with an expired OIDC `token` may only release,
     /// as its holder, the lock it took. [`Unlock::Sealed`] releases the lock only while it is
     /// sealed by `token` (the workspace API's caller; another holder's lock is
     /// [`BackendError::Locked`]), from the store's memory first, as a holder's UNLOCK is.
-    pub async fn unlock_with_token(
+    pub async fn unlock(
         &self,
         store: &dyn StateStore,
         path: &StatePath,
@@ -218,9 +197,7 @@ impl Backend {
             let held = content.clone();
             match session.delete_lock().await {
                 Ok(()) => {
-                    record_lock_age(&held, "release");
-                    metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
-                    metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
+                    released(&held, "release");
                     tracing::info!(%path, force = answer.force, "lock released");
                     answer.released = true;
                     return Ok(answer);
@@ -257,6 +234,14 @@ fn expired(store: &dyn StateStore, held: &LockInfo) -> Option<TakenOver> {
 
 /// Records the age of the lock whose LockInfo is `content` ([`LockInfo::age_secs`]: nothing
 /// when its `Created` is not an RFC 3339 time, as in a lock written by hand).
+/// Counts a lock branch deleted (an UNLOCK's `release`, or a lock_ttl `takeover`): the
+/// releases, the locks held, and the lock's age.
+fn released(content: &[u8], event: &'static str) {
+    record_lock_age(content, event);
+    metrics::counter!(crate::metrics::LOCK_RELEASES).increment(1);
+    metrics::gauge!(crate::metrics::LOCKS_HELD).decrement(1.0);
+}
+
 fn record_lock_age(content: &[u8], event: &'static str) {
     if let Some(age) = LockInfo::stored(content).age_secs(crate::time::now_secs()) {
         metrics::histogram!(crate::metrics::LOCK_AGE_SECONDS, "event" => event).record(age as f64);

@@ -83,7 +83,7 @@ fn sealing_store() -> (Arc<MemoryStore>, Arc<MemorySealer>, Backend) {
 async fn locked_by_bob() -> (Arc<MemoryStore>, Backend) {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"), None)
         .await
         .expect("lock");
     (store, b)
@@ -108,11 +108,11 @@ fn alice() -> Caller {
 async fn get_answers_what_was_posted_and_nothing_before() {
     let store = MemoryStore::named("r");
     let b = backend();
-    assert_eq!(b.get(&*store, &path()).await, Ok(None));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(None));
     b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post");
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(1))));
 }
 
 #[tokio::test]
@@ -266,17 +266,17 @@ async fn a_lock_file_that_is_not_lockinfo_blocks_every_writer() {
 #[tokio::test]
 async fn locking_is_idempotent_for_the_holder_and_reports_it_to_others() {
     let (store, b) = locked_by_bob().await;
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"), None)
         .await
         .expect("the holder locking again (a client retry) succeeds");
     assert_eq!(
-        b.lock(&*store, &path(), lock_info("id-2", "eve@laptop"))
+        b.lock(&*store, &path(), lock_info("id-2", "eve@laptop"), None)
             .await,
         Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
     );
     assert_eq!(store.lock_file(P), Some(lock_info("id-1", "bob@ci")));
     assert!(matches!(
-        b.lock(&*store, &path(), Bytes::from(r#"{"Who":"x"}"#))
+        b.lock(&*store, &path(), Bytes::from(r#"{"Who":"x"}"#), None)
             .await,
         Err(BackendError::BadRequest(_))
     ));
@@ -293,7 +293,7 @@ async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing(
     let at = |p: &str| StatePath::parse(p).expect("a valid path");
     store.plant("prod", &state(1));
     store.plant("other/x", &state(1));
-    b.lock(&*store, &at("held"), lock_info("h", "bob@ci"))
+    b.lock(&*store, &at("held"), lock_info("h", "bob@ci"), None)
         .await
         .expect("lock");
     let commits = store.commits().len();
@@ -304,7 +304,10 @@ async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing(
         ("held/net", "held is locked"),
     ];
     for (path, why) in cases {
-        match b.lock(&*store, &at(path), lock_info("id-2", "eve")).await {
+        match b
+            .lock(&*store, &at(path), lock_info("id-2", "eve"), None)
+            .await
+        {
             Err(BackendError::Conflict(sentence)) => {
                 assert!(sentence.contains(why), "{path}: {sentence}");
                 assert!(
@@ -317,24 +320,24 @@ async fn a_lock_where_no_state_could_be_written_is_a_conflict_and_takes_nothing(
         assert_eq!(store.lock_file(path), None, "{path}: no lock taken");
     }
     // The mirror image: a lock under the path.
-    b.lock(&*store, &at("team/a/net"), lock_info("n", "bob@ci"))
+    b.lock(&*store, &at("team/a/net"), lock_info("n", "bob@ci"), None)
         .await
         .expect("lock");
     assert_eq!(
-        b.lock(&*store, &at("team/a"), lock_info("id-2", "eve")).await,
+        b.lock(&*store, &at("team/a"), lock_info("id-2", "eve"), None).await,
         Err(BackendError::Conflict(
             "the state path team/a cannot be created because team/a/net is locked, and its state would make team/a a directory".into()
         ))
     );
     assert_eq!(store.commits().len(), commits, "nothing written");
     for beside in ["prod-a", "other/y", "heldx"] {
-        b.lock(&*store, &at(beside), lock_info("id-3", "eve"))
+        b.lock(&*store, &at(beside), lock_info("id-3", "eve"), None)
             .await
             .unwrap_or_else(|e| panic!("{beside}: {e}"));
     }
 
     // A state written at a folder of a held lock after it was taken: the POST is refused.
-    b.lock(&*store, &at("late/net"), lock_info("id-4", "eve"))
+    b.lock(&*store, &at("late/net"), lock_info("id-4", "eve"), None)
         .await
         .expect("lock");
     store.plant("late", &state(1));
@@ -369,27 +372,31 @@ async fn a_lock_past_the_repositorys_ttl_is_taken_over_and_said_so() {
 
     // Younger than the TTL: 423 with the holder.
     let young = at("young", "bob@ci", &rfc3339(now - 60));
-    b.lock(&store, &path(), young.clone()).await.expect("lock");
+    b.lock(&store, &path(), young.clone(), None)
+        .await
+        .expect("lock");
     assert_eq!(
-        b.lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+        b.lock(&store, &path(), lock_info("id-2", "eve@laptop"), None)
             .await,
         Err(BackendError::Locked(young.clone()))
     );
     // The same lock without a TTL is never taken over, however old.
-    b.unlock(&store, &path(), &Unlock::Force)
+    b.unlock(&store, &path(), &Unlock::Force, None)
         .await
         .expect("force-unlock");
     let old = at("old", "bob@ci", &rfc3339(now - 7200));
-    b.lock(&store, &path(), old.clone()).await.expect("lock");
+    b.lock(&store, &path(), old.clone(), None)
+        .await
+        .expect("lock");
     assert_eq!(
-        b.lock(&*memory, &path(), lock_info("id-2", "eve@laptop"))
+        b.lock(&*memory, &path(), lock_info("id-2", "eve@laptop"), None)
             .await,
         Err(BackendError::Locked(old.clone())),
         "no TTL: an old lock stays"
     );
     // Past the TTL: taken over.
     let acquired = b
-        .lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+        .lock(&store, &path(), lock_info("id-2", "eve@laptop"), None)
         .await
         .expect("an expired lock is taken over");
     let taken = acquired.took_over.expect("said so");
@@ -398,20 +405,20 @@ async fn a_lock_past_the_repositorys_ttl_is_taken_over_and_said_so() {
     assert_eq!(memory.lock_file(P), Some(lock_info("id-2", "eve@laptop")));
     // Eve's retry of the same LOCK is the usual idempotent success, taking nothing over.
     let again = b
-        .lock(&store, &path(), lock_info("id-2", "eve@laptop"))
+        .lock(&store, &path(), lock_info("id-2", "eve@laptop"), None)
         .await
         .expect("retry");
     assert_eq!(again.took_over, None);
     // A lock whose Created cannot be read never expires.
-    b.unlock(&store, &path(), &Unlock::Force)
+    b.unlock(&store, &path(), &Unlock::Force, None)
         .await
         .expect("force-unlock");
     let unreadable = at("hand", "ops", "sometime");
-    b.lock(&store, &path(), unreadable.clone())
+    b.lock(&store, &path(), unreadable.clone(), None)
         .await
         .expect("lock");
     assert_eq!(
-        b.lock(&store, &path(), lock_info("id-3", "eve@laptop"))
+        b.lock(&store, &path(), lock_info("id-3", "eve@laptop"), None)
             .await,
         Err(BackendError::Locked(unreadable))
     );
@@ -425,6 +432,7 @@ async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
         &*store,
         &path(),
         lock_info("id\\n1", "bob\\nSigned-off-by: mallory"),
+        None,
     )
     .await
     .expect("lock");
@@ -444,20 +452,25 @@ async fn caller_chosen_lock_fields_stay_on_one_line_of_the_commit_message() {
 async fn unlock_needs_the_holders_id_unless_forced() {
     let store = MemoryStore::named("r");
     let b = backend();
-    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
+    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")), None)
         .await
         .expect("unlocking what is not locked succeeds");
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"), None)
         .await
         .expect("lock");
     assert_eq!(
-        b.unlock(&*store, &path(), &unlock(lock_info("id-2", "eve@laptop")))
-            .await,
+        b.unlock(
+            &*store,
+            &path(),
+            &unlock(lock_info("id-2", "eve@laptop")),
+            None
+        )
+        .await,
         Err(BackendError::Locked(lock_info("id-1", "bob@ci")))
     );
     assert!(store.lock_file(P).is_some());
     let released = b
-        .unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
+        .unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")), None)
         .await
         .expect("the holder unlocks");
     assert_eq!(store.lock_file(P), None);
@@ -476,11 +489,11 @@ async fn unlock_needs_the_holders_id_unless_forced() {
         Bytes::from(" \n"),
         Bytes::from(r#"{"ID":"id-9"}"#),
     ] {
-        b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+        b.lock(&*store, &path(), lock_info("id-1", "bob@ci"), None)
             .await
             .expect("lock");
         let released = b
-            .unlock(&*store, &path(), &unlock(force.clone()))
+            .unlock(&*store, &path(), &unlock(force.clone()), None)
             .await
             .unwrap_or_else(|e| panic!("force-unlock with {force:?}: {e}"));
         assert_eq!(store.lock_file(P), None, "{force:?}");
@@ -500,25 +513,28 @@ async fn a_release_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     let alice = lock_info("id-2", "alice@laptop");
     store.remember_lock(P, "c-gone", &alice);
     assert_eq!(
-        b.unlock(&*store, &path(), &unlock(alice.clone())).await,
+        b.unlock(&*store, &path(), &unlock(alice.clone()), None)
+            .await,
         Err(BackendError::Locked(bob.clone())),
         "alice's remembered lock is not the lock"
     );
     assert!(store.lock_file(P).is_some());
     store.remember_lock(P, "c-gone", &alice);
-    b.unlock(&*store, &path(), &unlock(bob.clone()))
+    b.unlock(&*store, &path(), &unlock(bob.clone()), None)
         .await
         .expect("bob, the holder, unlocks although the memory names alice");
     assert_eq!(store.lock_file(P), None);
     store.remember_lock(P, "c-gone", &bob);
-    b.unlock(&*store, &path(), &unlock(bob.clone()))
+    b.unlock(&*store, &path(), &unlock(bob.clone()), None)
         .await
         .expect("a remembered lock that is gone: not locked");
     // A memory that is right: the release deletes exactly that lock.
-    b.lock(&*store, &path(), bob.clone()).await.expect("lock");
+    b.lock(&*store, &path(), bob.clone(), None)
+        .await
+        .expect("lock");
     let tip = store.list_locks().await.expect("locks")[0].tip.clone();
     store.remember_lock(P, &tip, &bob);
-    b.unlock(&*store, &path(), &unlock(bob))
+    b.unlock(&*store, &path(), &unlock(bob), None)
         .await
         .expect("release");
     assert_eq!(store.lock_file(P), None);
@@ -583,10 +599,10 @@ async fn a_held_write_from_an_out_of_date_memory_is_decided_on_a_fresh_read() {
     // The lock was replaced by force (alice holds it now) while bob's memory still names his:
     // the push's lock check fails, the fresh read finds alice, bob gets the 423.
     let remembered = current().await;
-    b.unlock(&*store, &path(), &unlock(Bytes::new()))
+    b.unlock(&*store, &path(), &unlock(Bytes::new()), None)
         .await
         .expect("terraform force-unlock");
-    b.lock(&*store, &path(), alices.clone())
+    b.lock(&*store, &path(), alices.clone(), None)
         .await
         .expect("alice locks");
     assert_eq!(
@@ -685,7 +701,7 @@ async fn a_write_past_the_requests_deadline_is_not_made() {
 async fn unlock_retries_when_the_lock_branch_moves_under_it() {
     let (store, b) = locked_by_bob().await;
     store.lose_next(3);
-    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")))
+    b.unlock(&*store, &path(), &unlock(lock_info("id-1", "bob@ci")), None)
         .await
         .expect("unlock after retries");
     assert_eq!(store.lock_file(P), None);
@@ -700,7 +716,7 @@ async fn sealed_states_are_stored_sealed_and_served_open() {
         .expect("post");
     let stored = store.file(P).expect("stored");
     assert!(stored.starts_with(FAKE_SEAL_PREFIX.as_bytes()));
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(1))));
     assert_eq!(
         b.post_body(&*store, &path(), state(1), None, &alice())
             .await,
@@ -727,14 +743,14 @@ async fn a_state_sealed_for_another_place_is_never_served_and_is_replaced_by_a_w
         .expect("seal");
     store.plant(P, &elsewhere);
     assert!(matches!(
-        b.get(&*store, &path()).await,
+        b.get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::Misplaced(_)))
     ));
     b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post")
         .expect("the copied document is replaced, not taken as a replay");
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(1))));
 }
 
 #[tokio::test]
@@ -743,7 +759,7 @@ async fn enforced_sealing_replaces_plaintext_and_never_serves_it() {
     store.plant(P, &state(1));
     let b = sealing(MemorySealer::enforced());
     assert!(matches!(
-        b.get(&*store, &path()).await,
+        b.get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::NotSealedHere(_)))
     ));
     b.post_body(&*store, &path(), state(1), None, &alice())
@@ -778,7 +794,7 @@ async fn a_key_service_outage_is_an_error_and_writes_nothing() {
         );
     }
     assert!(matches!(
-        b.get(&*store, &path()).await,
+        b.get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::Unavailable { .. }))
     ));
     assert_eq!(store.commits_of(P).len(), 1);
@@ -943,7 +959,7 @@ async fn ciphertext_is_never_served_as_a_state() {
     let store = MemoryStore::named("r");
     let b = backend();
     store.plant(P, SOPS_DOCUMENT.as_bytes());
-    match b.get(&*store, &path()).await {
+    match b.get(&*store, &path(), None).await {
         Err(BackendError::Seal(SealError::NoKey { sentence, .. })) => {
             assert!(
                 sentence.contains("kms:arn:aws:kms:eu-west-1:111122223333:key/team-a")
@@ -956,26 +972,29 @@ async fn ciphertext_is_never_served_as_a_state() {
     // terraform-backend-git's legacy aes: nonce + ciphertext, binary.
     store.plant(P, &[0x9c, 0x01, 0xfe, 0x7b, 0x00, 0x42]);
     assert!(matches!(
-        b.get(&*store, &path()).await,
+        b.get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::NoKey { .. }))
     ));
     // A sealer that passes plaintext through does not pass these through either.
     let (sealed_store, _sealer, sealing_backend) = sealing_store();
     sealed_store.plant(P, SOPS_DOCUMENT.as_bytes());
-    assert!(sealing_backend.get(&*sealed_store, &path()).await.is_err());
+    assert!(sealing_backend
+        .get(&*sealed_store, &path(), None)
+        .await
+        .is_err());
     // Plain states, and a state that merely mentions sops, are served.
     let mentions = Bytes::from(
         r#"{"version":4,"serial":1,"lineage":"l","outputs":{"sops":{"value":"ENC[x]","type":"string"}}}"#,
     );
     store.plant(P, &mentions);
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(mentions)));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(mentions)));
     // The next full write replaces what could not be served.
     store.plant(P, SOPS_DOCUMENT.as_bytes());
     b.post_body(&*store, &path(), state(1), None, &alice())
         .await
         .expect("post")
         .expect("a commit");
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(1))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(1))));
 }
 
 /// A backend that reads the fake legacy format under `key`, sealing with `sealer` when given.
@@ -993,7 +1012,7 @@ async fn a_legacy_aes_state_is_served_open_and_resealed_by_the_next_write() {
     store.plant(P, &MemoryOpener::seal("pass", &state(3)));
     let sealer = MemorySealer::new();
     let b = legacy("pass", Some(sealer.clone()));
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(3))));
     // The guard reads the opened state: an older serial is refused.
     assert!(matches!(
         b.post_body(&*store, &path(), state(2), None, &alice())
@@ -1009,7 +1028,7 @@ async fn a_legacy_aes_state_is_served_open_and_resealed_by_the_next_write() {
         .file(P)
         .expect("stored")
         .starts_with(FAKE_SEAL_PREFIX.as_bytes()));
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(3))));
 
     // Without sealing keys the next write stores plaintext.
     let plain = MemoryStore::named("r");
@@ -1032,7 +1051,7 @@ async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
         backend(),
         sealing(MemorySealer::new()),
     ] {
-        match b.get(&*store, &path()).await {
+        match b.get(&*store, &path(), None).await {
             Err(BackendError::Seal(SealError::NoKey { sentence, .. })) => {
                 assert!(sentence.contains("passphrase"), "{sentence}");
                 assert!(!sentence.contains("fake-aes"), "{sentence}");
@@ -1040,7 +1059,7 @@ async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
             other => panic!("a legacy file was served without its passphrase: {other:?}"),
         }
     }
-    match legacy("another", None).get(&*store, &path()).await {
+    match legacy("another", None).get(&*store, &path(), None).await {
         Err(e) => assert!(
             e.to_string()
                 .contains("does not open as fake legacy aes with the configured fake passphrase"),
@@ -1051,13 +1070,13 @@ async fn a_legacy_aes_state_without_its_passphrase_is_never_served() {
     // Plaintext still passes, as terraform-backend-git passed it through.
     store.plant(P, &state(5));
     assert_eq!(
-        legacy("another", None).get(&*store, &path()).await,
+        legacy("another", None).get(&*store, &path(), None).await,
         Ok(Some(state(5)))
     );
     // A binary file that happens to start with `{` is not JSON either.
     store.plant(P, b"{\x9c\x01\xfe\x7b\x00\x42");
     assert!(matches!(
-        backend().get(&*store, &path()).await,
+        backend().get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::NoKey { .. }))
     ));
 }
@@ -1139,8 +1158,14 @@ async fn migrate_reseals_legacy_and_plaintext_states_in_one_commit_each() {
             .expect("stored")
             .starts_with(FAKE_SEAL_PREFIX.as_bytes()));
     }
-    assert_eq!(b.get(&*store, &at(paths[0])).await, Ok(Some(state(3))));
-    assert_eq!(b.get(&*store, &at(paths[1])).await, Ok(Some(state(7))));
+    assert_eq!(
+        b.get(&*store, &at(paths[0]), None).await,
+        Ok(Some(state(3)))
+    );
+    assert_eq!(
+        b.get(&*store, &at(paths[1]), None).await,
+        Ok(Some(state(7)))
+    );
 
     // Again: everything is sealed, absent or not a state; nothing is written.
     for (p, form) in [
@@ -1190,7 +1215,7 @@ async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
     let store = MemoryStore::named("r");
     store.plant(P, &MemoryOpener::seal("pass", &state(3)));
     let b = legacy("pass", Some(MemorySealer::new()));
-    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"))
+    b.lock(&*store, &path(), lock_info("id-1", "bob@ci"), None)
         .await
         .expect("lock");
     let commits = store.commits().len();
@@ -1201,7 +1226,7 @@ async fn migrate_leaves_locked_states_and_files_it_cannot_open_untouched() {
         ));
     }
     let other = legacy("another", Some(MemorySealer::new()));
-    b.unlock(&*store, &path(), &unlock(Bytes::new()))
+    b.unlock(&*store, &path(), &unlock(Bytes::new()), None)
         .await
         .expect("unlock");
     match other.migrate(&*store, &path(), false, &operator()).await {
@@ -1226,7 +1251,7 @@ async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_
         ..sealing(MemorySealer::enforced())
     };
     assert!(matches!(
-        b.get(&*store, &path()).await,
+        b.get(&*store, &path(), None).await,
         Err(BackendError::Seal(SealError::NotSealedHere(_)))
     ));
     let done = b
@@ -1237,7 +1262,7 @@ async fn enforced_sealing_does_not_serve_an_opened_legacy_aes_state_but_migrate_
         (done.from, done.to),
         (StoredForm::LegacyAes, Some(StoredForm::Sealed))
     );
-    assert_eq!(b.get(&*store, &path()).await, Ok(Some(state(3))));
+    assert_eq!(b.get(&*store, &path(), None).await, Ok(Some(state(3))));
 }
 
 /// An OIDC token as the app hands it over: its mark (here made up) and whether it has expired.
@@ -1261,7 +1286,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     let stranger = oidc_token(2, true);
     assert!(
         matches!(
-            b.lock_with_token(
+            b.lock(
                 &*store,
                 &path(),
                 lock_info("id-1", "ci@runner"),
@@ -1272,7 +1297,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         ),
         "an expired token takes no lock"
     );
-    b.lock_with_token(
+    b.lock(
         &*store,
         &path(),
         lock_info("id-1", "ci@runner"),
@@ -1285,12 +1310,12 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         .expect("the same token, expired, under its lock")
         .expect("a commit");
     assert_eq!(
-        b.get_with_token(&*store, &path(), Some(&expired)).await,
+        b.get(&*store, &path(), Some(&expired)).await,
         Ok(Some(state(1))),
         "and it reads the state back while its lock is held"
     );
     assert!(unauthenticated(
-        &b.get_with_token(&*store, &path(), Some(&stranger)).await
+        &b.get(&*store, &path(), Some(&stranger)).await
     ));
     let commits = store.commits().len();
     assert!(unauthenticated(
@@ -1303,7 +1328,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
     assert!(unauthenticated(&release(&b, &store, &stranger).await));
     assert!(
         matches!(
-            b.unlock_with_token(&*store, &path(), &Unlock::Force, Some(&expired))
+            b.unlock(&*store, &path(), &Unlock::Force, Some(&expired))
                 .await,
             Err(BackendError::Unauthenticated(_))
         ),
@@ -1321,7 +1346,7 @@ async fn an_expired_token_finishes_only_the_run_whose_lock_it_took() {
         "nor may it unlock what is not locked"
     );
     // A lock taken without a token records none: an expired token never acts on it.
-    b.lock(&*store, &path(), lock_info("id-2", "bob@ci"))
+    b.lock(&*store, &path(), lock_info("id-2", "bob@ci"), None)
         .await
         .expect("lock");
     assert!(unauthenticated(
@@ -1342,7 +1367,7 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
     let (valid, expired) = (oidc_token(1, false), oidc_token(1, true));
     let other = StatePath::parse("team/other.tfstate").unwrap();
     for (at, id) in [(&path(), "id-1"), (&other, "id-2")] {
-        b.lock_with_token(&*store, at, lock_info(id, "ci@runner"), Some(&valid))
+        b.lock(&*store, at, lock_info(id, "ci@runner"), Some(&valid))
             .await
             .expect("lock");
     }
@@ -1354,7 +1379,7 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
     };
     assert!(sealed(&genuine).contains(": hmac-sha256:"), "{genuine}");
     let in_other_repository = MemoryStore::named("s");
-    b.lock_with_token(
+    b.lock(
         &*in_other_repository,
         &path(),
         lock_info("id-1", "ci@runner"),
@@ -1400,7 +1425,7 @@ async fn a_lock_seal_counts_only_for_its_token_repository_path_and_id() {
             );
         }
         assert!(
-            unauthenticated(&b.get_with_token(&*store, &path(), Some(&expired)).await),
+            unauthenticated(&b.get(&*store, &path(), Some(&expired)).await),
             "{what}"
         );
         assert!(
@@ -1459,8 +1484,7 @@ async fn release(
     token: &LockToken,
 ) -> Result<Unlocked, BackendError> {
     let request = unlock(lock_info("id-1", "x"));
-    b.unlock_with_token(store, &path(), &request, Some(token))
-        .await
+    b.unlock(store, &path(), &request, Some(token)).await
 }
 
 /// A POST of `state(serial)` at [`P`] naming `lock_id`, by a caller with `token`.

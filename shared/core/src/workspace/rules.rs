@@ -465,7 +465,7 @@ impl<'a> Workspaces<'a> {
         let body = Bytes::from(info.to_string());
         match self
             .backend
-            .lock_with_token(self.store, &path, body.clone(), Some(&holder.token))
+            .lock(self.store, &path, body.clone(), Some(&holder.token))
             .await
         {
             Ok(_) => {}
@@ -487,12 +487,7 @@ impl<'a> Workspaces<'a> {
                     Err(e) => {
                         let release = self
                             .backend
-                            .unlock_with_token(
-                                self.store,
-                                &path,
-                                &Unlock::Sealed,
-                                Some(&holder.token),
-                            )
+                            .unlock(self.store, &path, &Unlock::Sealed, Some(&holder.token))
                             .await;
                         if let Err(release) = release {
                             tracing::warn!(%path, error = %release, "a lock taken on no workspace could not be released");
@@ -523,7 +518,7 @@ impl<'a> Workspaces<'a> {
         let path = self.path(name)?;
         match self
             .backend
-            .unlock_with_token(self.store, &path, &Unlock::Sealed, Some(&holder.token))
+            .unlock(self.store, &path, &Unlock::Sealed, Some(&holder.token))
             .await
         {
             // The caller's own lock is proof enough that the workspace is there: it is answered
@@ -559,7 +554,7 @@ impl<'a> Workspaces<'a> {
             return Err(not_locked(name));
         }
         self.backend
-            .unlock_with_token(self.store, &workspace.path, &Unlock::Force, token)
+            .unlock(self.store, &workspace.path, &Unlock::Force, token)
             .await?;
         tracing::info!(workspace = %name, path = %workspace.path, "workspace force-unlocked");
         Ok(workspace)

@@ -241,7 +241,7 @@ async fn one_lock_for_both_protocols() {
     // state version, and writes nothing.
     let http_lock = Bytes::from_static(br#"{"ID":"http-1","Who":"ci@runner","Operation":"OperationTypeApply","Created":"2026-11-29T10:00:00Z"}"#);
     backend
-        .lock(store.as_ref(), &path, http_lock.clone())
+        .lock(store.as_ref(), &path, http_lock.clone(), None)
         .await
         .unwrap();
     let read = spaces.read(&app, Some(&alice)).await.unwrap();
@@ -285,6 +285,7 @@ async fn one_lock_for_both_protocols() {
             store.as_ref(),
             &path,
             Bytes::from_static(br#"{"ID":"http-2"}"#),
+            None,
         )
         .await
         .unwrap_err();
@@ -302,7 +303,7 @@ async fn one_lock_for_both_protocols() {
     ));
     // The http force-unlock removes it too.
     backend
-        .unlock(store.as_ref(), &path, &Unlock::Force)
+        .unlock(store.as_ref(), &path, &Unlock::Force, None)
         .await
         .unwrap();
     assert!(matches!(

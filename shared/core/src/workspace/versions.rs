@@ -85,7 +85,7 @@ impl Workspaces<'_> {
         let path = self.path(name)?;
         Ok(self
             .backend
-            .get_with_token(self.store, &path, token)
+            .get(self.store, &path, token)
             .await?
             .map(Current::of))
     }
