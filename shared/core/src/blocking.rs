@@ -23,7 +23,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// Whether writes begin with [`BlockingStore::begin_blocking`] (one attempt that reads and
     /// then pushes, see [`StateStore::begin`]; [`StateStore::update_state`] too goes through
     /// one); otherwise they read and write through separate calls.
-    const OWN_WRITE_SESSIONS: bool = false;
+    const OWN_WRITE_ATTEMPTS: bool = false;
 
     /// Runs `work` on a clone of this store where it may block, and returns its result.
     fn run<T, F>(&self, work: F) -> impl Future<Output = Result<T, StoreError>> + Send
@@ -53,7 +53,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     }
 
     /// See [`StateStore::update_state`]. A store with its own write attempts
-    /// ([`BlockingStore::OWN_WRITE_SESSIONS`]) writes through them instead: one write path.
+    /// ([`BlockingStore::OWN_WRITE_ATTEMPTS`]) writes through them instead: one write path.
     fn update_state_blocking(
         &self,
         _path: &StatePath,
@@ -126,7 +126,7 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         Ok(None)
     }
 
-    /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_SESSIONS`] says the
+    /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_ATTEMPTS`] says the
     /// store has its own (see [`StateStore::begin`]). Never called otherwise.
     fn begin_blocking(
         &self,
@@ -164,7 +164,7 @@ impl<S: BlockingStore> StateStore for S {
         change: StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
-        if S::OWN_WRITE_SESSIONS {
+        if S::OWN_WRITE_ATTEMPTS {
             // The write path every request takes: an attempt that read `base`, then its write.
             let attempt = self.begin(path, Intent::Write).await?;
             if attempt.snapshot().state_tip.as_ref() != base {
@@ -256,13 +256,13 @@ impl<S: BlockingStore> StateStore for S {
         path: &StatePath,
         intent: Intent,
     ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
-        if !S::OWN_WRITE_SESSIONS {
+        if !S::OWN_WRITE_ATTEMPTS {
             return begin_with_separate_calls(self, path, intent).await;
         }
         let path = path.clone();
-        let session = self
+        let attempt = self
             .run(move |store| store.begin_blocking(&path, intent))
             .await?;
-        Ok(session)
+        Ok(attempt)
     }
 }

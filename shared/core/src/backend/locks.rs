@@ -143,23 +143,23 @@ impl Backend {
         let mut answer = request.answer();
         let started = Instant::now();
         let deadline = self.retry.deadline(started, None);
-        let mut attempt = 0;
+        let mut attempts = 0;
         // First from what the store remembers of the lock it wrote (the common case: the holder
         // releases what it took through this deployment), then, after any doubt, from a fresh
         // read.
         let mut intent = Intent::Release;
         loop {
-            let session = match store.begin(path, intent).await {
-                Ok(session) => session,
+            let attempt = match store.begin(path, intent).await {
+                Ok(attempt) => attempt,
                 Err(StoreError::Stale) => {
                     intent = Intent::Unlock;
-                    self.retry_or_busy(&mut attempt, started, deadline).await?;
+                    self.retry_or_busy(&mut attempts, started, deadline).await?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
-            let recalled = session.begun_from_memory();
-            let Some(content) = &session.snapshot().lock else {
+            let recalled = attempt.begun_from_memory();
+            let Some(content) = &attempt.snapshot().lock else {
                 if recalled {
                     intent = Intent::Unlock;
                     continue;
@@ -179,7 +179,7 @@ impl Backend {
                 }
             }
             let at = Place::new(store.repository(), path);
-            let recorded = session.snapshot().lock_token.as_deref();
+            let recorded = attempt.snapshot().lock_token.as_deref();
             if sealed && !token.is_some_and(|t| t.holds(&at, content, recorded)) {
                 if recalled {
                     intent = Intent::Unlock;
@@ -195,7 +195,7 @@ impl Backend {
                 return Err(expired_token());
             }
             let held = content.clone();
-            match session.delete_lock().await {
+            match attempt.delete_lock().await {
                 Ok(()) => {
                     released(&held, "release");
                     tracing::info!(%path, force = answer.force, "lock released");
@@ -204,7 +204,7 @@ impl Backend {
                 }
                 Err(StoreError::Stale) => {
                     intent = Intent::Unlock;
-                    self.retry_or_busy(&mut attempt, started, deadline).await?
+                    self.retry_or_busy(&mut attempts, started, deadline).await?
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -92,17 +92,17 @@ impl Backend {
         let deadline = self.retry.deadline(started, caller.deadline);
         let _serialized = super::serialized(store).await;
         let at = Place::new(store.repository(), path);
-        let mut attempt = 0;
+        let mut attempts = 0;
         loop {
-            let session = self
+            let attempt = self
                 .begin_write(
                     store,
                     path,
                     Intent::Write,
-                    (&mut attempt, started, deadline),
+                    (&mut attempts, started, deadline),
                 )
                 .await?;
-            let snapshot = session.snapshot();
+            let snapshot = attempt.snapshot();
             let Some(stored) = snapshot.state.clone() else {
                 return Ok(Migration::left(StoredForm::Absent, None));
             };
@@ -145,10 +145,10 @@ impl Backend {
             };
             // The operator is the author; without a name, the committer.
             let message = Message::by(message, &caller.name);
-            let timing = (&mut attempt, started, deadline);
+            let timing = (&mut attempts, started, deadline);
             let change = StateChange::Write(content);
             if let Some(revision) = self
-                .push_attempt(session, change, &message, "migration", timing)
+                .push_attempt(attempt, change, &message, "migration", timing)
                 .await?
             {
                 tracing::info!(%path, %revision, %from, %to, "state migrated");

@@ -1,4 +1,4 @@
-//! The read-then-write loop of a `POST` or `DELETE` (and a migration): begin a session, decide
+//! The read-then-write loop of a `POST` or `DELETE` (and a migration): begin an attempt, decide
 //! from what it read (the lock, a replay, the state guard), seal, push; read again after a lost
 //! compare-and-swap, within the retry policy and the caller's deadline.
 
@@ -38,7 +38,7 @@ impl Backend {
         let started = Instant::now();
         let deadline = self.retry.deadline(started, caller.deadline);
         let _serialized = serialized(store).await;
-        let mut attempt = 0;
+        let mut attempts = 0;
         // The holder of the lock may begin from the store's memory (one request to the remote,
         // the push confirming the state tip and the lock); whatever that memory alone would
         // answer (423, a replay, the guard's 409, a lost push) is decided again on a fresh read.
@@ -49,18 +49,18 @@ impl Backend {
             } else {
                 Intent::Write
             };
-            // One session: the read and the compare-and-swap push share one remote check.
-            let session = self
-                .begin_write(store, path, intent, (&mut attempt, started, deadline))
+            // One attempt: the read and the compare-and-swap push share one remote check.
+            let attempt = self
+                .begin_write(store, path, intent, (&mut attempts, started, deadline))
                 .await?;
-            let recalled = session.begun_from_memory();
-            if recalled && session.snapshot().lock.is_none() {
+            let recalled = attempt.begun_from_memory();
+            if recalled && attempt.snapshot().lock.is_none() {
                 recall = false;
                 continue;
             }
             let at = Place::new(store.repository(), path);
             let writer = match self
-                .decide(&at, session.snapshot(), content, guard, lock_id, caller)
+                .decide(&at, attempt.snapshot(), content, guard, lock_id, caller)
                 .await
             {
                 Ok(Decision::Write { writer }) => writer,
@@ -84,16 +84,16 @@ impl Backend {
                 (Some(state), None) => StateChange::Write(state.body.clone()),
                 (None, _) => StateChange::Delete,
             };
-            let timing = (&mut attempt, started, deadline);
+            let timing = (&mut attempts, started, deadline);
             let who = writer.as_deref().unwrap_or(ANONYMOUS).to_owned();
             let message = Message::by(message(&who), writer.as_deref().unwrap_or_default());
-            // A recalled session that lost goes again at once, on a fresh read.
+            // A recalled attempt that lost goes again at once, on a fresh read.
             recall = false;
             if let Some(revision) = self
-                .push_attempt(session, change, &message, "write", timing)
+                .push_attempt(attempt, change, &message, "write", timing)
                 .await?
             {
-                tracing::info!(%path, %revision, attempt, recalled, "state written");
+                tracing::info!(%path, %revision, attempt = attempts, recalled, "state written");
                 return Ok(Some(Written {
                     commit: revision,
                     who,
@@ -102,7 +102,7 @@ impl Backend {
         }
     }
 
-    /// What a write decides from what its session read at `at`: refused while another holds
+    /// What a write decides from what its attempt read at `at`: refused while another holds
     /// the lock ([`BackendError::Locked`]), a replay when the stored state already holds
     /// `content`, refused by the state guard ([`BackendError::Conflict`]), else written, in the
     /// name of the lock's holder (its `Who`) or the caller.
@@ -167,7 +167,7 @@ impl Backend {
         store: &'a dyn StateStore,
         path: &StatePath,
         intent: Intent,
-        (attempt, started, deadline): (&mut u32, Instant, Instant),
+        (attempts, started, deadline): (&mut u32, Instant, Instant),
     ) -> Result<Box<dyn crate::store::WriteAttempt + 'a>, BackendError> {
         loop {
             // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
@@ -176,13 +176,13 @@ impl Backend {
             let Ok(begun) = begun.await else {
                 return Err(busy_error(
                     "reading the state branch took all of this write's time, before anything was pushed",
-                    *attempt + 1,
+                    *attempts + 1,
                     started,
                 ));
             };
             match begun {
-                Ok(session) => return Ok(session),
-                Err(StoreError::Stale) => self.retry_or_busy(attempt, started, deadline).await?,
+                Ok(attempt) => return Ok(attempt),
+                Err(StoreError::Stale) => self.retry_or_busy(attempts, started, deadline).await?,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -193,37 +193,37 @@ impl Backend {
     /// writer: the loop reads again (after the retry policy's pause).
     pub(crate) async fn push_attempt(
         &self,
-        mut session: Box<dyn crate::store::WriteAttempt + '_>,
+        mut attempt: Box<dyn crate::store::WriteAttempt + '_>,
         change: StateChange,
         message: &Message,
         what: &str,
-        (attempt, started, deadline): (&mut u32, Instant, Instant),
+        (attempts, started, deadline): (&mut u32, Instant, Instant),
     ) -> Result<Option<Revision>, BackendError> {
         if Instant::now() >= deadline {
             return Err(busy_error(
                 &format!("this {what}'s time ran out before it could be pushed"),
-                *attempt + 1,
+                *attempts + 1,
                 started,
             ));
         }
-        session.set_budget(WriteBudget {
+        attempt.set_budget(WriteBudget {
             since: started,
             deadline,
         });
-        let recalled = session.begun_from_memory();
-        match session.update_state(change, message).await {
+        let recalled = attempt.begun_from_memory();
+        match attempt.update_state(change, message).await {
             Ok(revision) => Ok(Some(revision)),
             // Begun from the store's memory: nobody else's push is implied, read again at once.
             Err(StoreError::Stale) if recalled => Ok(None),
             Err(StoreError::Stale) => {
                 tracing::debug!(
-                    attempt = *attempt,
+                    attempt = *attempts,
                     "the state, its lock or the branch moved; reading again"
                 );
-                self.retry_or_busy(attempt, started, deadline).await?;
+                self.retry_or_busy(attempts, started, deadline).await?;
                 Ok(None)
             }
-            Err(StoreError::Busy(why)) => Err(busy_error(&why, *attempt + 1, started)),
+            Err(StoreError::Busy(why)) => Err(busy_error(&why, *attempts + 1, started)),
             Err(e) => Err(e.into()),
         }
     }
@@ -232,18 +232,18 @@ impl Backend {
     /// [`BackendError::Busy`] when the retry policy is spent.
     pub(super) async fn retry_or_busy(
         &self,
-        attempt: &mut u32,
+        attempts: &mut u32,
         started: Instant,
         deadline: Instant,
     ) -> Result<(), BackendError> {
-        if self.retry.back_off(*attempt, deadline).await {
+        if self.retry.back_off(*attempts, deadline).await {
             metrics::counter!(crate::metrics::WRITE_RETRIES).increment(1);
-            *attempt += 1;
+            *attempts += 1;
             Ok(())
         } else {
             Err(busy_error(
                 "other writers kept moving the state branch until this write's time ran out",
-                *attempt + 1,
+                *attempts + 1,
                 started,
             ))
         }

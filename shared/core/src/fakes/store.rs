@@ -86,7 +86,7 @@ impl MemoryStore {
     }
 
     /// Makes the store remember the lock of `path` as `(tip, content)`, whatever the lock is now
-    /// (a cache that another process made out of date): an [`Intent::Release`] session begins
+    /// (a cache that another process made out of date): an [`Intent::Release`] attempt begins
     /// from it.
     pub fn remember_lock(&self, path: &str, tip: &str, content: &[u8]) {
         self.remembered
@@ -99,7 +99,7 @@ impl MemoryStore {
     }
 
     /// Makes the store remember `snapshot` (state tip and file, lock tip and LockInfo) for
-    /// `path`, whatever is stored now: an [`Intent::HeldWrite`] session begins from it, and its
+    /// `path`, whatever is stored now: an [`Intent::HeldWrite`] attempt begins from it, and its
     /// write succeeds only if the branch is still at the remembered tip and the lock at the
     /// remembered one.
     pub fn remember_write(&self, path: &str, snapshot: Snapshot) {
@@ -448,7 +448,7 @@ impl StateStore for MemoryStore {
     }
 }
 
-/// A session begun from the store's memory ([`MemoryStore::remember_lock`],
+/// A attempt begun from the store's memory ([`MemoryStore::remember_lock`],
 /// [`MemoryStore::remember_write`]): a release deletes the remembered lock tip, if it is still
 /// the lock's; a write needs the remembered lock tip and state tip both still current.
 struct Recalled<'a> {
@@ -477,14 +477,14 @@ impl WriteAttempt for Recalled<'_> {
         if lock_now != self.snapshot.lock_tip {
             return Err(StoreError::Stale);
         }
-        // The lock still holds: the write is the default session's, from the remembered tip.
+        // The lock still holds: the write is the default attempt's, from the remembered tip.
         let this = *self;
-        let session = crate::store::SeparateCalls {
+        let attempt = crate::store::SeparateCalls {
             store: this.store,
             path: this.path,
             snapshot: this.snapshot,
         };
-        Box::new(session).update_state(change, message).await
+        Box::new(attempt).update_state(change, message).await
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {

@@ -338,23 +338,23 @@ impl<'a> Workspaces<'a> {
         let record_path = record_path(name)?;
         let started = std::time::Instant::now();
         let deadline = started + self.backend.retry.budget;
-        let mut attempt = 0;
+        let mut attempts = 0;
         let _serialized = crate::backend::serialized(self.store).await;
         loop {
-            let timing = (&mut attempt, started, deadline);
-            let session = self
+            let timing = (&mut attempts, started, deadline);
+            let attempt = self
                 .backend
                 .begin_write(self.store, &record_path, Intent::Write, timing)
                 .await?;
-            let (record, message) = match decide(session.snapshot().state.as_deref())? {
+            let (record, message) = match decide(attempt.snapshot().state.as_deref())? {
                 RecordWrite::Unchanged(record) => return Ok(record),
                 RecordWrite::Changed(record, message) => (record, message),
             };
-            let timing = (&mut attempt, started, deadline);
+            let timing = (&mut attempts, started, deadline);
             let change = StateChange::Write(record.to_bytes());
             let pushed = self
                 .backend
-                .push_attempt(session, change, &message, "workspace record", timing)
+                .push_attempt(attempt, change, &message, "workspace record", timing)
                 .await?;
             if let Some(revision) = pushed {
                 tracing::info!(workspace = %name, %revision, "workspace record written");
@@ -380,16 +380,16 @@ impl<'a> Workspaces<'a> {
         let message = Message::by(format!("Delete workspace {name} ({path}) by {who}"), &who);
         let started = std::time::Instant::now();
         let deadline = started + self.backend.retry.budget;
-        let mut attempt = 0;
+        let mut attempts = 0;
         let _serialized = crate::backend::serialized(self.store).await;
         loop {
             let has_record = self.record(name).await?.is_some();
-            let timing = (&mut attempt, started, deadline);
-            let session = self
+            let timing = (&mut attempts, started, deadline);
+            let attempt = self
                 .backend
                 .begin_write(self.store, &path, Intent::Write, timing)
                 .await?;
-            let snapshot = session.snapshot();
+            let snapshot = attempt.snapshot();
             if snapshot.state.is_none() && !has_record {
                 return Err(not_found(self.store.repository(), name));
             }
@@ -412,11 +412,11 @@ impl<'a> Workspaces<'a> {
                     )));
                 }
             }
-            let timing = (&mut attempt, started, deadline);
+            let timing = (&mut attempts, started, deadline);
             let change = StateChange::DeleteWith(vec![record_path.clone()]);
             let pushed = self
                 .backend
-                .push_attempt(session, change, &message, "workspace delete", timing)
+                .push_attempt(attempt, change, &message, "workspace delete", timing)
                 .await?;
             if let Some(revision) = pushed {
                 tracing::info!(workspace = %name, %path, %revision, "workspace deleted");

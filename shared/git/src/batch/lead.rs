@@ -53,7 +53,7 @@ pub(super) fn run_round(
     store: &Target,
     session: Option<ReceivePack>,
     batch: &Batch,
-    takeover: Duration,
+    stand_in: Duration,
     contended: bool,
     swept: Vec<RefUpdate>,
 ) -> Result<Round, StoreError> {
@@ -92,7 +92,7 @@ pub(super) fn run_round(
         }
         answers.updates.extend(swept);
     }
-    if queue && !leads(&listing, &answers.own, takeover, contended) {
+    if queue && !leads(&listing, &answers.own, stand_in, contended) {
         // Another process's write is older: it pushes, folding this batch's writes, which
         // are published for it here (DESIGN §9.4).
         let Answers {
@@ -521,13 +521,13 @@ fn fetch_for_fold(
 }
 
 /// Whether this process pushes the next chain (DESIGN §9.4): the oldest pending write on the
-/// remote is its own, or has waited longer than `takeover` (its process is slow or gone). With
+/// remote is its own, or has waited longer than `stand_in` (its process is slow or gone). With
 /// nothing pending, a process that writes alone goes at once; while others write to the branch
 /// (`contended`), it publishes first, and the oldest write's process leads.
 fn leads(
     listing: &pending::Listing,
     own: &HashMap<&str, usize>,
-    takeover: Duration,
+    stand_in: Duration,
     contended: bool,
 ) -> bool {
     let Some((oldest_id, _)) = listing.pending.first_key_value() else {
@@ -538,9 +538,9 @@ fn leads(
         tracing::debug!("leads: the oldest pending write is this process's");
         return true;
     }
-    if pending::older_than(oldest_id, takeover) {
+    if pending::older_than(oldest_id, stand_in) {
         tracing::debug!(
-            takeover_ms = takeover.as_millis() as u64,
+            stand_in_ms = stand_in.as_millis() as u64,
             "leads: the oldest pending write waited too long"
         );
         return true;

@@ -44,7 +44,7 @@ const BACK_OFF_BASE: Duration = Duration::from_millis(10);
 /// Cap of one back-off after a loss (the age-based yield below does the rest).
 const BACK_OFF_MAX: Duration = Duration::from_millis(50);
 /// Longest wait before any process folds a pending write whose own process does not.
-const MAX_TAKEOVER: Duration = Duration::from_secs(10);
+const MAX_STAND_IN: Duration = Duration::from_secs(10);
 /// Longest wait before a follower looks for its answers, however long answers took before.
 const MAX_ANSWER_WAIT: Duration = Duration::from_secs(1);
 /// First guess of how long a push attempt takes, before one was measured.
@@ -417,12 +417,12 @@ impl WriteQueue {
             .map(|w| ((w.write, w.published), (w.seq, w.reply, w.timeline)))
             .unzip();
         let count = writes.len();
-        let takeover = self.takeover();
+        let stand_in = self.stand_in();
         let contended = self.lock().map(|q| q.contended).unwrap_or(true);
         let swept = self.unswept.take();
         let outcome = store
             .run(move |store| {
-                let round = run_round(&store, session, &writes, takeover, contended, swept);
+                let round = run_round(&store, session, &writes, stand_in, contended, swept);
                 Ok((writes, round))
             })
             .await;
@@ -605,10 +605,10 @@ impl WriteQueue {
     /// How long the oldest pending write of the remote may wait before this process pushes
     /// in place of its (slow or gone) process: four attempts' time and twice the usual wait of
     /// a published write for its answer, at least two seconds (its own process looks again
-    /// within half an attempt's time; a takeover too early makes processes race for the
+    /// within half an attempt's time; standing in too early makes processes race for the
     /// branch again, as they did through a slow remote, where a follower's own attempts are
     /// few and its estimate the first guess).
-    fn takeover(&self) -> Duration {
+    fn stand_in(&self) -> Duration {
         let (estimate, answer_delay) = self
             .lock()
             .map(|q| (q.estimate, q.answer_delay))
@@ -617,7 +617,7 @@ impl WriteQueue {
             .unwrap_or(FIRST_ATTEMPT_ESTIMATE)
             .saturating_mul(4)
             .max(answer_delay.unwrap_or_default().saturating_mul(2))
-            .clamp(Duration::from_secs(2), MAX_TAKEOVER)
+            .clamp(Duration::from_secs(2), MAX_STAND_IN)
     }
 
     /// How long to wait before looking for the answers of this process's published writes

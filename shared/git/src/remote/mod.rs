@@ -284,7 +284,7 @@ impl RemoteStore {
 // No per-process write serializer (the default): concurrent writes share pushes through the
 // write queue.
 impl BlockingStore for RemoteStore {
-    const OWN_WRITE_SESSIONS: bool = true;
+    const OWN_WRITE_ATTEMPTS: bool = true;
 
     /// Runs blocking git work on a cache generation, bounded by the store timeout (see
     /// [`Target::run`]).
