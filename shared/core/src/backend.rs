@@ -48,6 +48,15 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The one back-off of every retry after a lost compare-and-swap (a request's write, a queue's
+/// batch): a uniformly random pause up to `base · 2^doublings`, capped at `cap` (full jitter),
+/// so that contending writers spread out.
+pub fn full_jitter(base: Duration, cap: Duration, doublings: u32) -> Duration {
+    let bound = base.saturating_mul(1u32 << doublings.min(16)).min(cap);
+    let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
+    Duration::from_nanos(rand::rng().random_range(0..=nanos))
+}
+
 impl RetryPolicy {
     /// Sleeps before attempt `attempt + 1`; `false` when the attempts are spent or the pause
     /// would reach `deadline`.
@@ -55,12 +64,7 @@ impl RetryPolicy {
         if attempt + 1 >= self.attempts || Instant::now() >= deadline {
             return false;
         }
-        let bound = self
-            .base_delay
-            .saturating_mul(1u32 << attempt.min(16))
-            .min(self.max_delay);
-        let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
-        let pause = Duration::from_nanos(rand::rng().random_range(0..=nanos));
+        let pause = full_jitter(self.base_delay, self.max_delay, attempt);
         if Instant::now() + pause >= deadline {
             return false;
         }

@@ -1,7 +1,7 @@
 //! Pushing: the objects a push carries, the push itself over an open receive-pack session or in
-//! one request, and what the server's report means ([`Pushed`]). Knows the remote's endpoint,
-//! nothing of stores, sessions or queues: the remote store and the write queue's rounds both
-//! push through here.
+//! one request, and what the server's report means ([`Pushed`]). Knows the remote's endpoint
+//! and the receive-pack session it is given, nothing of stores, attempts or queues: the remote
+//! store and the write queue's rounds both push through here.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};

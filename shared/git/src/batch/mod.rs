@@ -665,12 +665,8 @@ impl WriteQueue {
     }
 }
 
-/// A uniformly random pause up to `BACK_OFF_BASE · 2^(losses-1)`, capped (full jitter).
+/// The pause after a batch's `losses`-th lost push in a row: core's one back-off, up to
+/// `BACK_OFF_BASE · 2^(losses-1)`, capped at `BACK_OFF_MAX`.
 fn back_off(losses: u32) -> Duration {
-    use rand::Rng;
-    let bound = BACK_OFF_BASE
-        .saturating_mul(1u32 << losses.saturating_sub(1).min(16))
-        .min(BACK_OFF_MAX);
-    let nanos = bound.as_nanos().min(u64::MAX as u128) as u64;
-    Duration::from_nanos(rand::rng().random_range(0..=nanos))
+    gitstate_core::backend::full_jitter(BACK_OFF_BASE, BACK_OFF_MAX, losses.saturating_sub(1))
 }
