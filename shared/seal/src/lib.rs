@@ -27,7 +27,7 @@
 mod config;
 mod gcpkms;
 mod kms;
-mod legacy;
+mod legacy_aes;
 mod memory;
 mod pgp;
 mod recent;
@@ -38,7 +38,7 @@ pub use config::{Mode, SealConfigError, SealerConfig};
 pub use gcpkms::{check_resource_id as check_gcp_kms_key, GcpKmsKey, GCP_KMS_ENDPOINT};
 pub use gitstate_sops::Zeroizing;
 pub use kms::{arn_region, decrypt_secret, load_aws_config, KmsKey};
-pub use legacy::{LegacyAes, Passphrase};
+pub use legacy_aes::{LegacyAes, Passphrase};
 pub use memory::DataKeyMemory;
 pub use pgp::{normalize_fingerprint, PgpKey, SOPS_GPG_EXEC};
 pub use recent::RecentlySealed;

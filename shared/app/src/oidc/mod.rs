@@ -11,8 +11,8 @@
 //! the token, the log tells why), `keys.rs` holds an issuer's keys, `rules.rs` matches claims
 //! and refuses, at start, rules a stranger could match.
 
-mod keys;
-mod rules;
+mod claim_rules;
+mod jwks;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ use serde::Deserialize;
 use crate::blocks::one_or_more;
 /// How often a `jwks_file` is looked at, at most (tests wait this long after changing one).
 #[cfg(test)]
-pub(crate) use keys::FILE_RECHECK;
+pub(crate) use jwks::FILE_RECHECK;
 pub use verify::{Refused, Verified};
 
 /// A token may claim a life (`exp` − `iat`) this long at most, unless `max_token_life` says
@@ -166,13 +166,13 @@ fn issuer(config: &OidcConfig) -> Result<verify::Issuer, String> {
                 None => Rights::ReadWrite,
             };
             let scope = Scope::new(rights, &rule.paths)?;
-            rules::Rule::new(&config.issuer, &rule.claims, &rule.name, scope)
+            claim_rules::Rule::new(&config.issuer, &rule.claims, &rule.name, scope)
                 .map_err(|e| format!("rule {} ('{}'): {e}", i + 1, rule.name))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let keys = match &config.jwks_file {
-        Some(file) => keys::Keys::File(keys::KeyFile::open(&config.issuer, file)?),
-        None => keys::Keys::Issuer(keys::Fetched::new(&config.issuer)?),
+        Some(file) => jwks::Keys::File(jwks::KeyFile::open(&config.issuer, file)?),
+        None => jwks::Keys::Issuer(jwks::Fetched::new(&config.issuer)?),
     };
     Ok(verify::Issuer::new(
         config.issuer.clone(),

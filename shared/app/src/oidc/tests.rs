@@ -230,9 +230,9 @@ fn every_wrong_token_is_refused_with_what_failed() {
     assert!(refusal(&issuers, &confused).contains("algorithm 'HS256'"));
 }
 
-/// Past [`keys::FILE_RECHECK`], the next use of a `jwks_file` looks at it again.
+/// Past [`jwks::FILE_RECHECK`], the next use of a `jwks_file` looks at it again.
 fn after_a_recheck() {
-    std::thread::sleep(keys::FILE_RECHECK);
+    std::thread::sleep(jwks::FILE_RECHECK);
 }
 
 #[test]
@@ -483,7 +483,7 @@ fn the_readme_examples_start() {
             issuers.push(config.issuer);
         }
     }
-    for shared in &rules::SHARED_ISSUERS {
+    for shared in &claim_rules::SHARED_ISSUERS {
         assert!(issuers.iter().any(|i| i == shared.issuer), "{issuers:?}");
     }
     assert!(issuers.len() >= 3, "{issuers:?}");

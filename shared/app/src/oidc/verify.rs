@@ -17,8 +17,8 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use super::keys::Keys;
-use super::rules::Rule;
+use super::claim_rules::Rule;
+use super::jwks::Keys;
 
 /// The algorithms a token may be signed with.
 const ACCEPTED: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];

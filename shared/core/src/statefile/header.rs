@@ -8,7 +8,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
 use super::checked::Checked;
 use super::facts::Facts;
-use super::keys::{go_key_matches, KeySeed, Keys};
+use super::go_keys::{go_key_matches, KeySeed, Keys};
 use super::mismatch::{Mismatch, Seen};
 use super::shape::{
     Scope, Shape, BACKEND_V3, CHECK_RESULTS_V4, MODULE_V3, OUTPUT_V4, REMOTE_V3, RESOURCE_V4,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-use super::keys::go_key_matches;
+use super::go_keys::go_key_matches;
 use super::{read, Form, StateError};
 
 /// Why a body cannot be reduced to its outputs.

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::addrs;
 use super::cty;
 use super::facts::{Check, Facts, Instance, Output, Resource};
-use super::keys::go_key_matches;
+use super::go_keys::go_key_matches;
 use super::StateError;
 
 /// An instance's identity for the duplicate rule, borrowed from the facts: its module (the

@@ -30,7 +30,7 @@ pub(crate) enum Shape {
     /// `map[string]T`: an object whose values have this shape.
     Map(&'static Shape),
     /// A struct (or a pointer to one): an object whose keys are matched to the fields as Go
-    /// matches them ([`super::keys::go_key_matches`]); other keys are ignored. A struct of a
+    /// matches them ([`super::go_keys::go_key_matches`]); other keys are ignored. A struct of a
     /// [`Scope`] is one record of [`super::facts::Facts`] (also when it is `null`: Go reads a zero
     /// struct).
     Struct(Scope, &'static [Field]),

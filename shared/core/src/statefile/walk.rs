@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::checked::Checked;
 use super::facts::{Facts, Kept};
-use super::keys::{KeySeed, MapKeys, StructKeys};
+use super::go_keys::{KeySeed, MapKeys, StructKeys};
 use super::mismatch::{Mismatch, Seen, Step};
 use super::shape::{Fact, Scope, Shape};
 use super::strings::{AttributeStrings, Wanted};

@@ -2,7 +2,7 @@
 //! outputs, for the catalog's resource index and for comparing two versions. Values are only
 //! compared, never shown. A v3 state (Terraform 0.11) reads as a v4 one ([`legacy`]).
 
-mod legacy;
+mod v3;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub fn instances(state: &Value) -> Vec<Instance<'_>> {
     let mut found = Vec::new();
     let Some(resources) = state.get("resources").and_then(Value::as_array) else {
         if let Some(modules) = state.get("modules").and_then(Value::as_array) {
-            return legacy::instances(modules);
+            return v3::instances(modules);
         }
         return found;
     };
@@ -60,12 +60,12 @@ pub fn instances(state: &Value) -> Vec<Instance<'_>> {
 
 /// A v3 state's resource instances, from its `modules` (see [`instances`]).
 pub(crate) fn legacy_instances(modules: &[Value]) -> Vec<Instance<'_>> {
-    legacy::instances(modules)
+    v3::instances(modules)
 }
 
 /// A v3 state's root outputs by name, from its `modules`.
 pub(crate) fn legacy_outputs(modules: &[Value]) -> Option<&serde_json::Map<String, Value>> {
-    legacy::root_outputs(modules)
+    v3::root_outputs(modules)
 }
 
 /// A resource instance's address as Terraform prints it: `[module.…]` + `[data.]` +
@@ -161,7 +161,7 @@ pub fn outputs(state: &Value) -> BTreeMap<String, &Value> {
         None => state
             .get("modules")
             .and_then(Value::as_array)
-            .and_then(|modules| legacy::root_outputs(modules)),
+            .and_then(|modules| v3::root_outputs(modules)),
     };
     outputs
         .map(|o| o.iter().map(|(k, v)| (k.clone(), v)).collect())

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::rules::{Workspace, WorkspaceError, Workspaces};
+use super::operations::{Workspace, WorkspaceError, Workspaces};
 use super::{admit, Record, WorkspaceName};
 use crate::scope::{Scope, Use};
 

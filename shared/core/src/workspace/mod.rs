@@ -14,18 +14,18 @@
 mod ids;
 mod list;
 mod mapping;
+mod operations;
 mod outputs;
 mod record;
-mod rules;
 mod tags;
 mod versions;
 
 pub use ids::{OutputId, StateVersionId, WorkspaceId};
 pub use list::{Listed, PageRequest, Search, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use mapping::{NameError, WorkspaceName, WorkspacePath, DEFAULT_WORKSPACE_PATH, MAX_NAME_LEN};
+pub use operations::{admit, Holder, Workspace, WorkspaceError, Workspaces};
 pub use outputs::{outputs_of, Output};
 pub use record::Record;
-pub use rules::{admit, Holder, Workspace, WorkspaceError, Workspaces};
 pub use tags::{parse_tag, parse_tags, TagError, MAX_TAG_LEN};
 pub use versions::Current;
 

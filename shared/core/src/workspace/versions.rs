@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::rules::{Holder, WorkspaceError, Workspaces};
+use super::operations::{Holder, WorkspaceError, Workspaces};
 use super::WorkspaceName;
 use crate::backend::{BackendError, Caller, Written};
 use crate::lock_token::LockToken;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
-use super::write::{Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
+use super::queued::{Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use crate::pending::{self, Kind, QueueRefs};
 use crate::plumbing::sendpack::RefUpdate;
 

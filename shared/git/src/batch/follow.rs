@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
+use super::queued::{busy, Outcome, Published, QueuedWrite};
 use super::round::{refuse_queue, Round};
-use super::write::{busy, Outcome, Published, QueuedWrite};
 use crate::pending::{self, pending_commit, Kind, Publication, QueueRefs, QUEUE_ROOT};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{pack_objects, push_updates, Pushed};

@@ -12,9 +12,9 @@ use gix::ObjectId;
 
 use super::answers::{delete, read_answers, stale_answers, Answers};
 use super::follow::follow;
+use super::queued::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use super::round::{queue_refused, refuse_queue, Round};
 use super::sweep::still_listed;
-use super::write::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
 use crate::plumbing::pack::Pack;

@@ -16,10 +16,10 @@
 mod answers;
 mod follow;
 mod lead;
+mod queued;
 mod round;
 mod sweep;
 mod timeline;
-mod write;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,10 +34,10 @@ use crate::plumbing::sendpack::ReceivePack;
 use crate::target::Target;
 use follow::publish;
 use lead::run_round;
+use queued::{busy, Outcome};
+pub(crate) use queued::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
 use round::Round;
 use timeline::Timeline;
-use write::{busy, Outcome};
-pub(crate) use write::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
 
 /// First back-off bound after a lost compare-and-swap; doubles per loss in a row.
 const BACK_OFF_BASE: Duration = Duration::from_millis(10);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gix::ObjectId;
 
-use super::write::{Outcome, Published, QueuedWrite};
+use super::queued::{Outcome, Published, QueuedWrite};
 use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::plumbing::transport::Endpoint;
 use gitstate_core::StoreError;

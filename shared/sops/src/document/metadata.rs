@@ -3,8 +3,8 @@
 
 use zeroize::Zeroizing;
 
+use super::encryption_rules::Rules;
 use super::options::EncryptOptions;
-use super::rules::Rules;
 use crate::cipher::{ValueCipher, ValueType};
 use crate::keys::{key_fingerprint, KeyEntry, KeySource, MasterKey};
 use crate::tree::Node;

@@ -3,25 +3,25 @@
 //! and decrypting leaves), [`metadata`] (the `sops` member), [`stream`] (encryption in one pass),
 //! [`options`].
 
+mod encryption_rules;
 mod jobs;
 mod metadata;
 mod options;
-mod rules;
 mod stream;
 mod walker;
 
 use zeroize::Zeroizing;
 
+pub use encryption_rules::Rules;
 pub use metadata::{now_rfc3339, SOPS_VERSION};
 pub use options::{EncryptOptions, Reuse};
-pub use rules::Rules;
 
 use crate::cipher::ValueCipher;
 use crate::keys::{KeyEntry, KeySource, MasterKey};
 use crate::tree::{json_error, Node, MAX_DEPTH};
 use crate::SopsError;
+use encryption_rules::CompiledRules;
 use metadata::Metadata;
-use rules::CompiledRules;
 use walker::{Mode, Walker};
 
 /// A decrypted sops document.

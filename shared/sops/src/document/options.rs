@@ -2,7 +2,7 @@
 
 use zeroize::Zeroizing;
 
-use super::rules::Rules;
+use super::encryption_rules::Rules;
 use crate::keys::KeyEntry;
 use crate::tree::Node;
 

@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha512};
 
-use super::rules::{CompiledRules, KeyMatches, RuleCounts};
+use super::encryption_rules::{CompiledRules, KeyMatches, RuleCounts};
 use crate::cipher::ValueCipher;
 use crate::tree::{go_format_float, Node, MAX_DEPTH};
 use crate::SopsError;
