@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{dir_bytes, git, git_ok, sp};
-use gitstate_core::{Credentials, LockCreate, StateChange, StateStore};
+use gitstate_core::{LockCreate, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, bare_repo_without_filter, GitDaemon, GitHttpServer};
+use gitstate_url::Credentials;
 
 /// The small state read, and the big ones next to it.
 const SMALL: &str = "small.tfstate";

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{git, other_writer, seed_files, sp};
-use gitstate_core::{Credentials, Intent, Message, StateChange, StateStore};
+use gitstate_core::{Intent, Message, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::proxy::CountingProxy;
 use gitstate_tests::{bare_repo, GitHttpServer};
+use gitstate_url::Credentials;
 
 /// States in the folders test: `FOLDERS` folders of `PER_FOLDER`.
 const FOLDERS: usize = 40;

@@ -15,8 +15,9 @@ use bytes::Bytes;
 use gitstate_core::backend::Caller;
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
-use gitstate_core::{Authenticated, Credentials, StateStore, Written};
+use gitstate_core::{Authenticated, StateStore, Written};
 use gitstate_core::{BackendError, CatalogChange, LockFacts, Unlocked};
+use gitstate_url::Credentials;
 use md5::{Digest, Md5};
 use tracing::Instrument;
 

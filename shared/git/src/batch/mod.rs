@@ -25,7 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gitstate_core::{Credentials, Revision, StoreError};
+use gitstate_core::{Revision, StoreError};
+use gitstate_url::Credentials;
 use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;

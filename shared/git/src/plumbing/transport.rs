@@ -8,8 +8,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gitstate_core::url::{redact_in_text, RepoUrl};
-use gitstate_core::{Credentials, NetworkGuard, StoreError};
+use gitstate_core::StoreError;
+use gitstate_url::{redact_in_text, Credentials, NetworkGuard, RepoUrl};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
     file, http, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse, Transport,

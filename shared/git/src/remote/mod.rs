@@ -23,9 +23,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Credentials, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath,
-    StoreError, WriteAttempt,
+    BlockingStore, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath, StoreError,
+    WriteAttempt,
 };
+use gitstate_url::Credentials;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
@@ -63,7 +64,7 @@ pub struct RemoteConfig {
 impl std::fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("url", &gitstate_core::url::redact_in_text(&self.url))
+            .field("url", &gitstate_url::redact_in_text(&self.url))
             .field("git_ref", &self.git_ref)
             .field("credentials", &self.credentials)
             .field("cache_dir", &self.cache_dir)
@@ -115,7 +116,7 @@ impl RemoteStore {
 
     /// The same store with `network` enforced on every connection (an ad-hoc repository: its
     /// resolved addresses checked against the policy, no redirects).
-    pub fn with_network(mut self, network: gitstate_core::NetworkGuard) -> Self {
+    pub fn with_network(mut self, network: gitstate_url::NetworkGuard) -> Self {
         self.target.endpoint.network = network;
         self
     }
