@@ -10,7 +10,7 @@ use std::time::Duration;
 use gitstate_core::StoreError;
 
 use crate::cache::{Cache, CacheHandle};
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::transport::Endpoint;
 
 /// A remote's state branch and its cache.
 #[derive(Clone, Debug)]

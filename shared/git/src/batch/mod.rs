@@ -31,9 +31,9 @@ use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::plumbing::sendpack::ReceivePack;
 use crate::target::Target;
 use follow::publish;
+use gitstate_wire::sendpack::ReceivePack;
 use lead::run_round;
 use round::Round;
 use timeline::Timeline;

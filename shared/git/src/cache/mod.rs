@@ -44,7 +44,7 @@ use gix::refs::Target;
 use gix::ObjectId;
 
 use crate::objects::internal;
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::transport::Endpoint;
 
 mod blobless;
 mod fetch;
@@ -126,7 +126,7 @@ fn open_options() -> gix::open::Options {
             // the deployment's object limit (a zip bomb is refused, not inflated in memory).
             format!(
                 "gitoxide.objects.allocLimit={}",
-                crate::plumbing::limits::max_object_bytes()
+                gitstate_wire::limits::max_object_bytes()
             ),
         ])
 }

@@ -12,7 +12,7 @@
 //! that is two requests (advertisement, push) when the tips are already in the cache.
 //!
 //! Over smart HTTP, a lock is created and a lock this process wrote is released in one request
-//! ([`crate::plumbing::onepost`]): the push alone, with the old id it must replace (none for a new
+//! ([`gitstate_wire::onepost`]): the push alone, with the old id it must replace (none for a new
 //! lock, the recorded one for a release) checked by the server; a new lock also asserts the state
 //! branch at the tip whose trees admit it (`lock.rs`). Any doubt takes the two-request way.
 
@@ -30,12 +30,13 @@ use gitstate_url::Credentials;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
+use crate::errors::from_wire;
 use crate::objects::{parse_id, read_file};
-use crate::plumbing::pack::Pack;
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::plumbing::transport::Endpoint;
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
+use gitstate_wire::pack::Pack;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
+use gitstate_wire::transport::Endpoint;
 
 mod attempt;
 mod lock;
@@ -93,7 +94,8 @@ struct Outgoing {
 impl RemoteStore {
     /// Sets up the store; touches only the local cache directory (no network).
     pub fn new(config: RemoteConfig) -> Result<Self, StoreError> {
-        let endpoint = Endpoint::parse(&config.url, config.credentials, config.timeout)?;
+        let endpoint =
+            Endpoint::parse(&config.url, config.credentials, config.timeout).map_err(from_wire)?;
         let handle = CacheHandle::for_url(&config.cache_dir, &endpoint.display)?;
         Ok(RemoteStore {
             target: Target {
@@ -122,7 +124,7 @@ impl RemoteStore {
     }
 
     /// The same store accepting answers of at most `max_bytes` from the remote (see
-    /// [`crate::plumbing::limits`]).
+    /// [`gitstate_wire::limits`]).
     pub fn with_answer_limit(mut self, max_bytes: u64) -> Self {
         self.target.endpoint.limits.max_bytes = max_bytes;
         self
@@ -407,7 +409,7 @@ impl BlockingStore for RemoteStore {
     fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
         let lock_ref = path.lock_ref();
         let old = parse_id(tip)?;
-        let session = ReceivePack::connect(&self.target.endpoint)?;
+        let session = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
         if session.tip(&lock_ref) != Some(old) {
             return Err(StoreError::Stale);
         }
@@ -497,6 +499,8 @@ impl BlockingStore for RemoteStore {
     }
 
     fn check_blocking(&self) -> Result<(), StoreError> {
-        ReceivePack::connect(&self.target.endpoint).map(|_| ())
+        ReceivePack::connect(&self.target.endpoint)
+            .map(|_| ())
+            .map_err(from_wire)
     }
 }
