@@ -30,7 +30,7 @@
 //! fetch (tips with their root trees, the paths by id); `loose.rs` how a fetch by id lands;
 //! `whole.rs` the fetch of whole trees through gix;
 //! `shallow.rs` the depth-1 boundary file; `pushed.rs` the record of what this process pushed.
-//! The pool of kept upload-pack sessions is `plumbing::sessions`.
+//! The pool of kept upload-pack sessions is `gitstate_wire::sessions`.
 
 use std::cell::Cell;
 use std::collections::HashMap;
