@@ -2,8 +2,8 @@
 """Checks the dashboards: the SAM template's CloudWatch dashboard body, with the !Sub variables
 filled in, is JSON with widgets whose metrics name a namespace the function writes or
 AWS/Lambda; and every gitstate series the template, that body and infra/grafana-dashboard.json
-name is one the code defines (shared/core/src/metrics.rs). Run by scripts/lint-infra.sh with the
-SAM CLI's Python (for its YAML loader).
+name is one the code defines (shared/core/src/metrics.rs, shared/wire/src/metrics.rs). Run by
+scripts/lint-infra.sh with the SAM CLI's Python (for its YAML loader).
 
 Usage: check-template-dashboard.py TEMPLATE
 """
@@ -29,7 +29,9 @@ def main(path):
                 assert "SEARCH('{gitstate," in first["expression"], first
             else:
                 assert first in ("AWS/Lambda", "gitstate", ".", "..."), line
-    defined = set(re.findall(r'"(gitstate_[a-z_]+)"', open("shared/core/src/metrics.rs").read()))
+    defined = set()
+    for names in ("shared/core/src/metrics.rs", "shared/wire/src/metrics.rs"):
+        defined |= set(re.findall(r'"(gitstate_[a-z_]+)"', open(names).read()))
     with open("infra/grafana-dashboard.json") as f:
         grafana = f.read()
     json.loads(grafana)

@@ -168,7 +168,7 @@ fn passthrough_with_real_terraform() {
 /// Query-style addresses with an allow list of `*`: internal targets are still refused with a
 /// 403 naming the rule, before any connection. (Only loopback and file:// targets here, so a
 /// regression could never send traffic off this machine; private and link-local ranges are
-/// covered by the unit tests of `gitstate_app::url_policy`.)
+/// covered by the unit tests of `gitstate_url::policy`.)
 #[test]
 fn ssrf_targets_are_refused_even_when_everything_is_allowed() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -3,7 +3,8 @@
 //! caller that reached it (its network boundary decides: loopback, IAM); pass-through leaves the
 //! decision to the git server, per repository, and so refuses what spans repositories.
 
-use gitstate_core::{Authenticated, Credentials, RegistryError, Rights, Scope};
+use gitstate_core::{Authenticated, RegistryError, Rights, Scope};
+use gitstate_url::Credentials;
 
 use crate::config::{AuthConfig, AuthMode, CertificateConfig, ConfigError};
 use crate::oidc::Issuers;

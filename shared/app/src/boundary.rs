@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use gitstate_core::BranchName;
 
 use crate::config::{AuthMode, Config, RepositoryConfig};
-use gitstate_core::url::redact_in_text;
+use gitstate_url::redact_in_text;
 
 /// Why a configuration was refused: one sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

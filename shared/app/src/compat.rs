@@ -363,8 +363,8 @@ fn apply_with(
             )?;
             if input.standalone {
                 // Exactly this repository (no wildcard), for its query addresses.
-                let url = gitstate_core::url::redact_in_text(&repository.value);
-                match crate::url_policy::AllowPattern::parse(&url) {
+                let url = gitstate_url::redact_in_text(&repository.value);
+                match gitstate_url::AllowPattern::parse(&url) {
                     Ok(_) if url == repository.value => {
                         config.allow_with_credential.push(url);
                         out.sources.insert(

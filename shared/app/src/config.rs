@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gitstate_core::url::redact_in_text;
-use gitstate_core::Credentials;
+use gitstate_url::{redact_in_text, Credentials};
 use serde::Deserialize;
 
 use crate::blocks::one_or_more;
@@ -272,7 +271,7 @@ pub struct Config {
     /// Named repositories. Empty: the embedded default.
     #[serde(default, rename = "repository")]
     pub repositories: BTreeMap<String, RepositoryConfig>,
-    /// URL patterns allowed for query-style ad-hoc addresses (see `url_policy`). Those
+    /// URL patterns allowed for query-style ad-hoc addresses (see `gitstate_url::policy`). Those
     /// repositories are contacted with the caller's credential (pass-through) or with none.
     #[serde(default)]
     pub allow: Vec<String>,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use gitstate_core::Credentials;
+use gitstate_url::Credentials;
 
 use crate::config::{git_credentials_from_env, key_value_pairs, ConfigError};
 

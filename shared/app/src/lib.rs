@@ -19,7 +19,6 @@ pub mod settings;
 pub mod setup;
 pub mod stores;
 pub mod tokens;
-pub mod url_policy;
 pub mod users;
 
 pub use catalog::{catalog_from_config, catalog_index_kms_arn};

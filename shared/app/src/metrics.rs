@@ -99,6 +99,7 @@ fn install() -> Result<Prometheus, metrics_exporter_prometheus::BuildError> {
         )?
         .install_recorder()?;
     gitstate_core::metrics::describe();
+    gitstate_wire::metrics::describe();
     let upkeep = handle.clone();
     let spawned = std::thread::Builder::new()
         .name("gitstate-metrics".into())
@@ -145,6 +146,7 @@ pub fn emf() -> Option<Emf> {
         match builder.init() {
             Ok(collector) => {
                 gitstate_core::metrics::describe();
+                gitstate_wire::metrics::describe();
                 Some(collector)
             }
             Err(e) => {

@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use gitstate_core::{
-    Authenticated, Credentials, RegistryError, StateStore, StoreError, StoreRegistry,
-};
+use gitstate_core::{Authenticated, RegistryError, StateStore, StoreError, StoreRegistry};
+use gitstate_url::Credentials;
 
 use crate::access::Access;
 use crate::config::{Config, ConfigError};

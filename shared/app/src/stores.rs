@@ -7,16 +7,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, RwLock};
 
-use gitstate_core::url::redact_in_text;
-use gitstate_core::{Credentials, NamedStore, RegistryError, StateStore, StoreError};
+use gitstate_core::{NamedStore, RegistryError, StateStore, StoreError};
 use gitstate_git::{Committer, LocalStore, RemoteConfig, RemoteStore};
+use gitstate_url::{redact_in_text, Credentials, RepoUrl, Scheme, UrlPolicy};
 
 use crate::config::{
     AuthMode, Config, ConfigError, RepositoryConfig, DEFAULT_REF, DEFAULT_REPOSITORY,
 };
 use crate::credentials::ServerCredential;
 use crate::identity::Identities;
-use crate::url_policy::UrlPolicy;
 
 /// The deployment's repositories.
 pub struct Stores {
@@ -116,7 +115,7 @@ fn open_unnamed_store(
         return Ok(Arc::new(store));
     }
     // A configuration mistake, told as one (not as a store failure).
-    gitstate_core::RepoUrl::parse(url).map_err(|e| {
+    RepoUrl::parse(url).map_err(|e| {
         RegistryError::BadAddress(format!(
             "the repository URL {} cannot be used: {e}",
             redact_in_text(url)
@@ -357,7 +356,7 @@ impl Stores {
         } else if admission.server_credential {
             let current = self.current()?;
             (current.credentials.clone(), Some(current.generation))
-        } else if scheme == gitstate_core::url::Scheme::Ssh {
+        } else if scheme == Scheme::Ssh {
             return Err(RegistryError::NotAllowed(format!(
                 "the repository {shown} is refused: ssh would use this deployment's own key, which only repositories matching 'allow_with_credential' get"
             )));

@@ -7,7 +7,7 @@ use gitstate_app::compat::TbgConfig;
 use gitstate_app::config::format_lock_ttl;
 use gitstate_app::settings::SETTINGS;
 use gitstate_app::{Config, Settings};
-use gitstate_core::url::redact_in_text;
+use gitstate_url::redact_in_text;
 
 /// Which top-level keys (attributes and blocks) a configuration file sets.
 fn file_keys(path: &std::path::Path) -> Vec<String> {

@@ -24,8 +24,8 @@ use std::time::Duration;
 use clap::Args;
 use gitstate_app::config::{AuthConfig, DEFAULT_REPOSITORY};
 use gitstate_app::{AuthMode, Config, Settings};
-use gitstate_core::url::redact_in_text;
 use gitstate_core::StatePath;
+use gitstate_url::redact_in_text;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Name of the generated backend file. An `_override` file, so it also replaces a `backend` block

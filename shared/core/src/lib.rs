@@ -10,7 +10,6 @@ pub mod commit;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
 pub mod flatmap;
-pub mod glob;
 pub mod history;
 pub mod identifiers;
 pub mod links;
@@ -28,7 +27,6 @@ pub mod store;
 pub mod text;
 pub mod tfstate;
 pub mod time;
-pub mod url;
 pub mod workspace;
 
 pub use backend::{Acquired, Backend, BackendError, RetryPolicy, Written};
@@ -46,7 +44,6 @@ pub use path::{BranchName, PathConflict, PathError, RefError, StatePath, TreeEnt
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
-    Authenticated, Credentials, HeldLock, Intent, LockCreate, LockRead, RegistryError, Revision,
-    Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
+    Authenticated, HeldLock, Intent, LockCreate, LockRead, RegistryError, Revision, Snapshot,
+    StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
 };
-pub use url::{NetworkGuard, RepoUrl, UrlError};

@@ -1,5 +1,6 @@
-//! The names of gitstate's metrics, in one place (docs/METRICS.md lists them with their types
-//! and labels). Every crate records through the `metrics` facade, which does nothing until a
+//! The names of gitstate's metrics, in one place but for the wire protocol's own
+//! (gitstate-wire's `metrics`: round trips, pushes, renewed connections), which knows no core
+//! (docs/METRICS.md lists them all with their types and labels). Every crate records through the `metrics` facade, which does nothing until a
 //! runtime installs an exporter (`gitstate serve` and `gitstate wrap`: Prometheus at
 //! `/_/metrics`).
 //!
@@ -28,22 +29,12 @@ pub const LOCK_AGE_SECONDS: &str = "gitstate_lock_age_seconds";
 /// seen by the protocol layer).
 pub const WRITE_RETRIES: &str = "gitstate_write_retries_total";
 
-/// Requests to a git server, by `service` (upload-pack, receive-pack) and `step`
-/// (advertisement, ls-refs, fetch, push).
-pub const GIT_ROUND_TRIPS: &str = "gitstate_git_round_trips_total";
 /// Packs fetched, by `kind` (tips: commits and trees; blobs: files by id; whole: gix's fetch).
 pub const GIT_FETCHES: &str = "gitstate_git_fetches_total";
 /// Bytes of the packs fetched, by `kind`.
 pub const GIT_FETCHED_BYTES: &str = "gitstate_git_fetched_bytes_total";
-/// Pushes sent (one receive-pack request each).
-pub const GIT_PUSHES: &str = "gitstate_git_pushes_total";
-/// Bytes of the packs pushed.
-pub const GIT_PUSHED_BYTES: &str = "gitstate_git_pushed_bytes_total";
 /// Batched pushes that lost a compare-and-swap on the state branch (and were retried).
 pub const GIT_CAS_LOSSES: &str = "gitstate_git_cas_losses_total";
-/// Requests sent again on a new connection because a kept one was closed before the git server
-/// answered (its idle timeout, a frozen Lambda container).
-pub const GIT_CONNECTIONS_RENEWED: &str = "gitstate_git_connections_renewed_total";
 
 /// State writes of this process waiting for the push that carries them (group commit, DESIGN
 /// §9.2): the depth of its write queues.
@@ -108,25 +99,15 @@ pub fn describe() {
         WRITE_RETRIES,
         "Writes retried because the state branch moved under them"
     );
-    describe_counter!(
-        GIT_ROUND_TRIPS,
-        "Requests to a git server, by service and step"
-    );
     describe_counter!(GIT_FETCHES, "Packs fetched from a git server, by kind");
     describe_counter!(
         GIT_FETCHED_BYTES,
         Unit::Bytes,
         "Bytes of the packs fetched, by kind"
     );
-    describe_counter!(GIT_PUSHES, "Pushes sent to a git server");
-    describe_counter!(GIT_PUSHED_BYTES, Unit::Bytes, "Bytes of the packs pushed");
     describe_counter!(
         GIT_CAS_LOSSES,
         "Batched pushes that lost a compare-and-swap on the state branch"
-    );
-    describe_counter!(
-        GIT_CONNECTIONS_RENEWED,
-        "Requests sent again on a new connection: a kept one was closed before the git server answered"
     );
     describe_gauge!(
         WRITES_WAITING,

@@ -9,7 +9,8 @@
 
 use std::fmt;
 
-use crate::glob::SegmentPattern;
+use gitstate_url::glob::SegmentPattern;
+
 use crate::path::StatePath;
 
 /// What a credential may do with a state it may use.

@@ -2,11 +2,11 @@
 //! The git engine implements it for a local bare repository and for remotes; tests can implement it
 //! for anything. All ids are hex object ids of commits.
 
-use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use gitstate_url::Credentials;
 
 use crate::commit::Message;
 use crate::listing::{ListQuery, StatePage, Version};
@@ -15,34 +15,6 @@ use crate::scope::Scope;
 
 /// A commit id (hex) as the store reported it.
 pub type Revision = String;
-
-/// A git credential (basic-auth pair or token). `Debug` never shows the secret, and both parts
-/// are overwritten with zeros when the value is dropped (copies a `String` left behind when it
-/// grew are out of reach; the values are built once and never grown).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// User name (for tokens, anything the server accepts, e.g. `x-access-token`).
-    pub username: String,
-    /// Password or token.
-    pub password: String,
-}
-
-impl Drop for Credentials {
-    fn drop(&mut self) {
-        use zeroize::Zeroize;
-        self.username.zeroize();
-        self.password.zeroize();
-    }
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
 
 /// What a request read: the state branch tip and the file at the path, the lock branch tip and its
 /// lock file. `None` means absent.

@@ -4,8 +4,10 @@
 //!
 //! Porcelain: the stores (`local`, `remote`), the per-remote cache (`cache`), the write path
 //! across writes and processes (`batch`: group commit; `pending`: the queue's refs on the remote),
-//! history (`history`), paged listings (`listing`) and object reading/writing (`objects`); protocol plumbing
-//! (transports, pkt-lines, send-pack, fetch, pack writing, kept HTTP clients) in `plumbing`.
+//! history (`history`), paged listings (`listing`) and object reading/writing (`objects`). The
+//! wire protocol under them (transports, pkt-lines, send-pack, fetch, pack writing, kept HTTP
+//! clients) is gitstate-wire's, which knows no states or locks; its errors become
+//! [`gitstate_core::StoreError`]s here (`errors::from_wire`).
 
 pub mod batch;
 pub mod cache;
@@ -16,21 +18,27 @@ pub mod local;
 mod lookup;
 pub mod objects;
 mod pending;
-pub mod plumbing;
 mod push;
 pub mod remote;
 pub mod signing;
 mod target;
 
-pub use local::LocalStore;
-pub use objects::Committer;
-pub use plumbing::limits::{
+pub use gitstate_wire::limits::{
     max_object_bytes, object_limit, set_max_object_bytes, DEFAULT_MAX_ANSWER_BYTES,
 };
+pub use local::LocalStore;
+pub use objects::Committer;
 pub use remote::{RemoteConfig, RemoteStore, DEFAULT_TIMEOUT};
 pub use signing::Signer;
 
 pub(crate) use gitstate_core::lock::LOCK_REF_PREFIX;
+
+// The wire's object limit before one is set is the core's default largest state, said twice
+// because gitstate-wire knows no core: held equal here.
+const _: () = assert!(
+    gitstate_wire::limits::DEFAULT_MAX_STATE_BYTES
+        == gitstate_core::backend::DEFAULT_MAX_STATE_BYTES as u64
+);
 
 /// The locks behind `tips` (lock ref name → tip), read from `repo`, sorted by path. A branch
 /// under `locks/` whose name is not a valid state path is not a gitstate lock and is skipped.

@@ -10,11 +10,12 @@ use gitstate_core::StoreError;
 use gix::objs::Kind;
 use gix::ObjectId;
 
+use crate::errors::from_wire;
 use crate::objects::internal;
-use crate::plumbing::onepost;
-use crate::plumbing::pack::{write_pack, Delta, Pack};
-use crate::plumbing::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::onepost;
+use gitstate_wire::pack::{write_pack, Delta, Pack};
+use gitstate_wire::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
+use gitstate_wire::transport::Endpoint;
 
 /// How the server answered a push.
 pub enum Pushed {
@@ -136,7 +137,7 @@ fn deltas(
                 .map(|o| Cow::Owned(o.data.clone())),
         };
         let Some(base_data) = base_data else { continue };
-        let delta = crate::plumbing::delta::encode(&base_data, data);
+        let delta = gitstate_wire::delta::encode(&base_data, data);
         if delta.len() < data.len() / 2 {
             deltas.insert(
                 *id,
@@ -158,7 +159,7 @@ pub fn push_report(
     pack: &Pack,
 ) -> Result<Report, StoreError> {
     let bytes = write_pack(pack, !session.offers("no-thin")).map_err(StoreError::Internal)?;
-    session.push(updates, &bytes)
+    session.push(updates, &bytes).map_err(from_wire)
 }
 
 /// Pushes `updates` (see [`push_report`]) and judges the report. A push of

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gitstate_core::StoreError;
 
 use crate::cache::{Cache, CacheHandle};
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::transport::Endpoint;
 
 /// A remote's state branch and its cache.
 #[derive(Clone, Debug)]
@@ -80,9 +80,9 @@ impl Target {
                 result
             }
             // The blocking task finishes on its own (every answer it reads must come within the
-            // timeout, see plumbing::limits; ssh's pipes have a watchdog, plumbing::ssh); a push
-            // still in flight is atomic on the server, so the remote is either unchanged or
-            // fully updated.
+            // timeout, see gitstate_wire::limits; ssh's pipes have a watchdog,
+            // gitstate_wire::ssh); a push still in flight is atomic on the server, so the remote
+            // is either unchanged or fully updated.
             Err(_) => Err(StoreError::Unavailable(format!(
                 "{} did not answer within {} s",
                 self.endpoint.display,

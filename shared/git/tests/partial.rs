@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{dir_bytes, git, git_ok, sp};
-use gitstate_core::{Credentials, LockCreate, StateChange, StateStore};
+use gitstate_core::{LockCreate, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, bare_repo_without_filter, GitDaemon, GitHttpServer};
+use gitstate_url::Credentials;
 
 /// The small state read, and the big ones next to it.
 const SMALL: &str = "small.tfstate";
@@ -611,8 +612,8 @@ async fn blob_fetches_stay_within_the_answer_limit() {
 /// A `want` the server cannot serve ends with the server's own sentence, as a remote error.
 #[test]
 fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
-    use gitstate_git::plumbing::fetchpack::{FetchRequest, UploadPack};
-    use gitstate_git::plumbing::transport::Endpoint;
+    use gitstate_wire::fetchpack::{FetchRequest, UploadPack};
+    use gitstate_wire::transport::Endpoint;
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "states");
     let scratch = tempfile::tempdir().unwrap();
@@ -642,7 +643,7 @@ fn a_want_the_server_lacks_is_a_remote_error_with_its_sentence() {
         )
         .expect_err("the server has no such object");
     match error {
-        gitstate_core::StoreError::Remote(message) => {
+        gitstate_wire::WireError::Remote(message) => {
             assert!(message.contains("not our ref"), "{message}");
             assert!(message.contains(&missing.to_string()), "{message}");
         }

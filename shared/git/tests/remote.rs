@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{git, sp, write_retrying};
-use gitstate_core::{Credentials, LockCreate, StateChange, StateStore, StoreError};
+use gitstate_core::{LockCreate, StateChange, StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, free_port, GitDaemon, GitHttpServer};
+use gitstate_url::Credentials;
 
 fn store(url: &str, cache: &Path, credentials: Option<Credentials>) -> RemoteStore {
     RemoteStore::new(RemoteConfig {

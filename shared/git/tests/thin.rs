@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{git, other_writer, seed_files, sp};
-use gitstate_core::{Credentials, Intent, Message, StateChange, StateStore};
+use gitstate_core::{Intent, Message, StateChange, StateStore};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::proxy::CountingProxy;
 use gitstate_tests::{bare_repo, GitHttpServer};
+use gitstate_url::Credentials;
 
 /// States in the folders test: `FOLDERS` folders of `PER_FOLDER`.
 const FOLDERS: usize = 40;
@@ -231,8 +232,8 @@ fn stored_blob(bare: &Path, data: &[u8]) -> gix::ObjectId {
 /// losing its compare-and-swap. Every pack puts a base before the deltas made from it.
 #[test]
 fn a_pack_of_objects_the_server_already_has_unpacks() {
-    use gitstate_git::plumbing::delta;
-    use gitstate_git::plumbing::pack::{write_pack, Delta, Pack};
+    use gitstate_wire::delta;
+    use gitstate_wire::pack::{write_pack, Delta, Pack};
     use gix::objs::Kind;
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "r");

@@ -3,7 +3,7 @@
 //! policy read it (scheme, host, port, path), and parsing that URL again changes nothing. A
 //! disagreement here is how an allow-list check gets bypassed.
 
-use gitstate_core::url::{Host, RepoUrl, Scheme};
+use gitstate_url::{Host, RepoUrl, Scheme};
 use gix::bstr::ByteSlice;
 use proptest::prelude::*;
 

@@ -16,8 +16,9 @@ use gitstate_core::backend::Caller;
 use gitstate_core::lock_token::{Begun, LockToken};
 use gitstate_core::scope::{Admitted, Use};
 use gitstate_core::statefile::{outputs_only, OutputsError};
-use gitstate_core::{Authenticated, Credentials, StateStore, Written};
+use gitstate_core::{Authenticated, StateStore, Written};
 use gitstate_core::{BackendError, CatalogChange, LockFacts, Unlocked};
+use gitstate_url::Credentials;
 use md5::{Digest, Md5};
 use tracing::Instrument;
 
@@ -664,9 +665,9 @@ fn tell_catalog(
     };
     let repository = match &address.repository {
         Repository::Named(name) => name.clone(),
-        Repository::AdHoc { url, .. } => gitstate_core::RepoUrl::parse(url)
+        Repository::AdHoc { url, .. } => gitstate_url::RepoUrl::parse(url)
             .map(|u| u.display())
-            .unwrap_or_else(|_| gitstate_core::url::redact_in_text(url)),
+            .unwrap_or_else(|_| gitstate_url::redact_in_text(url)),
     };
     recorder.tell(repository, address.path.as_str().to_owned(), who, change);
 }

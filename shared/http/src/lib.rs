@@ -215,7 +215,8 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
-    use gitstate_core::{Credentials, RegistryError, StateStore};
+    use gitstate_core::{RegistryError, StateStore};
+    use gitstate_url::Credentials;
     use tower::ServiceExt;
 
     /// A registry with a bug: every lookup panics.

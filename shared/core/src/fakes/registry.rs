@@ -4,10 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use gitstate_url::Credentials;
 
 use super::MemoryStore;
 use crate::scope::Scope;
-use crate::store::{Authenticated, Credentials, RegistryError, StateStore, StoreRegistry};
+use crate::store::{Authenticated, RegistryError, StateStore, StoreRegistry};
 
 /// A [`StoreRegistry`] of named [`MemoryStore`]s that admits every caller and refuses every
 /// ad-hoc address (a deployment without an `allow` list).

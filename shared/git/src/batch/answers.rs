@@ -9,7 +9,7 @@ use gix::ObjectId;
 
 use super::queued::{Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use crate::pending::{self, Kind, QueueRefs};
-use crate::plumbing::sendpack::RefUpdate;
+use gitstate_wire::sendpack::RefUpdate;
 
 /// What the listing of the remote's queue says of this batch's published writes.
 pub(super) struct Answers<'a> {

@@ -9,10 +9,11 @@ use gix::ObjectId;
 
 use super::queued::{busy, Outcome, Published, QueuedWrite};
 use super::round::{refuse_queue, Round};
+use crate::errors::from_wire;
 use crate::pending::{self, pending_commit, Kind, Publication, QueueRefs, QUEUE_ROOT};
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// A round of a process that does not lead: publishes the batch's new writes, withdraws those
 /// past their deadline and deletes the answers it read, in one push over `session` (none when
@@ -129,7 +130,7 @@ pub(super) fn publish(
     store: &Target,
     batch: &[(QueuedWrite, Option<Published>)],
 ) -> Result<Vec<Option<Published>>, StoreError> {
-    let session = ReceivePack::connect(store.endpoint())?;
+    let session = ReceivePack::connect(store.endpoint()).map_err(from_wire)?;
     let none = batch.iter().map(|_| None).collect();
     let round = follow(store, session, batch, Vec::new(), &[], none, false)?;
     Ok(round

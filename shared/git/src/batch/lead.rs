@@ -15,12 +15,13 @@ use super::follow::follow;
 use super::queued::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
 use super::round::{queue_refused, refuse_queue, Round};
 use super::sweep::still_listed;
+use crate::errors::from_wire;
 use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
-use crate::plumbing::pack::Pack;
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
+use gitstate_wire::pack::Pack;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// A batch as the driver hands it over: each write, with its publication when it has one.
 type Batch = [(QueuedWrite, Option<Published>)];
@@ -59,7 +60,7 @@ pub(super) fn run_round(
 ) -> Result<Round, StoreError> {
     let session = match session {
         Some(session) => session,
-        None => ReceivePack::connect(store.endpoint())?,
+        None => ReceivePack::connect(store.endpoint()).map_err(from_wire)?,
     };
     let refs = QueueRefs::new(store.state_ref());
     let queue = session.offers("atomic")

@@ -25,14 +25,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gitstate_core::{Credentials, Revision, StoreError};
+use gitstate_core::{Revision, StoreError};
+use gitstate_url::Credentials;
 use gix::ObjectId;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::plumbing::sendpack::ReceivePack;
 use crate::target::Target;
 use follow::publish;
+use gitstate_wire::sendpack::ReceivePack;
 use lead::run_round;
 use queued::{busy, Outcome};
 pub(crate) use queued::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};

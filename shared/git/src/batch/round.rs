@@ -8,9 +8,9 @@ use std::time::Duration;
 use gix::ObjectId;
 
 use super::queued::{Outcome, Published, QueuedWrite};
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::plumbing::transport::Endpoint;
 use gitstate_core::StoreError;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
+use gitstate_wire::transport::Endpoint;
 
 /// What one round (one push attempt) did.
 pub(crate) struct Round {

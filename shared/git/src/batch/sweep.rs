@@ -11,10 +11,10 @@ use std::time::Duration;
 use gix::ObjectId;
 
 use crate::pending::{Kind, Listing, QueueRefs};
-use crate::plumbing::pack::Pack;
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::push_updates;
 use crate::target::Target;
+use gitstate_wire::pack::Pack;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// How long read answers wait for a push of this process to go with before they are pushed
 /// alone.

@@ -11,8 +11,10 @@ use gitstate_core::StoreError;
 use gix::ObjectId;
 
 use super::{all_arrived, ref_matches, Cache};
-use crate::plumbing::fetchpack::{FetchRequest, UploadPack};
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::fetchpack::{FetchRequest, UploadPack};
+use gitstate_wire::transport::Endpoint;
+
+use crate::errors::from_wire;
 
 impl Cache {
     /// Lists `names` (prefixes `prefixes`) and fetches the tips the history cache lacks without
@@ -39,7 +41,8 @@ impl Cache {
         prefixes: &[&str],
     ) -> Result<HashMap<String, ObjectId>, StoreError> {
         let tips: HashMap<String, ObjectId> = session
-            .ls_refs(prefixes)?
+            .ls_refs(prefixes)
+            .map_err(from_wire)?
             .into_iter()
             .filter(|(name, _)| names.iter().any(|n| ref_matches(n, name.as_bytes().into())))
             .collect();
@@ -59,18 +62,20 @@ impl Cache {
             .lock()
             .map_err(|_| StoreError::Internal("the cache lock is poisoned".into()))?;
         let haves = self.tracked_tips(&repo, &tips);
-        let fetched = session.fetch(
-            &FetchRequest {
-                wants,
-                haves,
-                filter: Some("blob:none".into()),
-                ..Default::default()
-            },
-            &self.pack_dir(),
-            // Not thin: every tree of the history must arrive, and a delta whose base the
-            // server misjudged would leave one out.
-            None,
-        )?;
+        let fetched = session
+            .fetch(
+                &FetchRequest {
+                    wants,
+                    haves,
+                    filter: Some("blob:none".into()),
+                    ..Default::default()
+                },
+                &self.pack_dir(),
+                // Not thin: every tree of the history must arrive, and a delta whose base the
+                // server misjudged would leave one out.
+                None,
+            )
+            .map_err(from_wire)?;
         self.fetched_pack("history", fetched.pack.as_deref());
         // A fresh handle: it sees the pack just written.
         let repo = self.repo();

@@ -11,9 +11,11 @@ use gix::ObjectId;
 
 use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::{Cache, FETCHED};
-use crate::plumbing::fetchpack::{NotOffered, UploadPack};
-use crate::plumbing::sessions;
-use crate::plumbing::transport::{closed_before_answer, Endpoint};
+use gitstate_wire::fetchpack::{NotOffered, UploadPack};
+use gitstate_wire::sessions;
+use gitstate_wire::transport::{closed_before_answer, Endpoint};
+
+use crate::errors::from_wire;
 
 impl Cache {
     /// Asks the remote for the current tips of `names` (one ref advertisement: the authorization
@@ -98,9 +100,10 @@ impl Cache {
                             // A fetch on another of the session's kept connections, which the
                             // server closed while it was idle (its keep-alive timeout): a read
                             // changes nothing, so it goes again on a new session.
-                            Err(e) if closed_before_answer(&e) => {
+                            Err(e) if matches!(&e, StoreError::Unavailable(text) if closed_before_answer(text)) =>
+                            {
                                 tracing::info!(error = %e, "a kept connection was closed before the git server answered; reading again on a new session");
-                                metrics::counter!(gitstate_core::metrics::GIT_CONNECTIONS_RENEWED)
+                                metrics::counter!(gitstate_wire::metrics::GIT_CONNECTIONS_RENEWED)
                                     .increment(1);
                             }
                             done => return done,
@@ -121,7 +124,7 @@ impl Cache {
                     sessions::keep(endpoint, session);
                     return self.refresh_blobless(endpoint, names, &prefixes).map(Some);
                 }
-                let listed = session.ls_refs(&prefixes)?;
+                let listed = session.ls_refs(&prefixes).map_err(from_wire)?;
                 return self.refresh_partial(session, endpoint, names, listed, files);
             }
         }
@@ -134,7 +137,7 @@ impl Cache {
 /// `shallow`); otherwise `None`, and the remote is fetched whole from now on (logged once, with
 /// the reason).
 pub(super) fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>, StoreError> {
-    let why = match UploadPack::connect(endpoint)? {
+    let why = match UploadPack::connect(endpoint).map_err(from_wire)? {
         Ok(session) if session.offers("filter") && session.offers("shallow") => {
             set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);
             return Ok(Some(session));

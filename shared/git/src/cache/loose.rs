@@ -12,8 +12,9 @@ use gix::objs::Find;
 
 use super::pushed::write_objects;
 use super::Cache;
+use crate::errors::from_wire;
 use crate::objects::internal;
-use crate::plumbing::fetchpack::{FetchRequest, UploadPack};
+use gitstate_wire::fetchpack::{FetchRequest, UploadPack};
 
 /// A fetch by id with at most this many objects, and a pack of at most [`LOOSE_BYTES`], is
 /// written loose.
@@ -41,6 +42,7 @@ impl Cache {
             .map_err(internal("making the cache's scratch directory"))?;
         let taken = session
             .fetch(request, &scratch.join("pack"), None)
+            .map_err(from_wire)
             .and_then(|fetched| match fetched.pack {
                 Some(pack) => self.take_in(&scratch, &pack, fetched.objects),
                 None => Ok(()),

@@ -30,7 +30,7 @@
 //! fetch (tips with their root trees, the paths by id); `loose.rs` how a fetch by id lands;
 //! `whole.rs` the fetch of whole trees through gix;
 //! `shallow.rs` the depth-1 boundary file; `pushed.rs` the record of what this process pushed.
-//! The pool of kept upload-pack sessions is `plumbing::sessions`.
+//! The pool of kept upload-pack sessions is `gitstate_wire::sessions`.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ use gix::refs::Target;
 use gix::ObjectId;
 
 use crate::objects::internal;
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::transport::Endpoint;
 
 mod blobless;
 mod fetch;
@@ -126,7 +126,7 @@ fn open_options() -> gix::open::Options {
             // the deployment's object limit (a zip bomb is refused, not inflated in memory).
             format!(
                 "gitoxide.objects.allocLimit={}",
-                crate::plumbing::limits::max_object_bytes()
+                gitstate_wire::limits::max_object_bytes()
             ),
         ])
 }

@@ -16,11 +16,12 @@ use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
 use super::shallow::{read_shallow, write_shallow};
 use super::Cache;
 use super::{all_arrived, ref_matches};
+use crate::errors::from_wire;
 use crate::lookup::{reach, Reach};
-use crate::plumbing::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
-use crate::plumbing::sessions;
-use crate::plumbing::thin::Have;
-use crate::plumbing::transport::Endpoint;
+use gitstate_wire::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
+use gitstate_wire::sessions;
+use gitstate_wire::thin::Have;
+use gitstate_wire::transport::Endpoint;
 
 impl Cache {
     /// The partial fetch over a protocol-v2 `session`: `ls-refs` for `names` only, the missing
@@ -139,7 +140,9 @@ impl Cache {
                 deepen: Some(1),
                 filter: Some(filter.into()),
             };
-            session.fetch(&request, &self.pack_dir(), thin)
+            session
+                .fetch(&request, &self.pack_dir(), thin)
+                .map_err(from_wire)
         })?;
         if fetched.left_out > 0 {
             // Every commit here has its root tree: one left out of the thin pack comes by id.
@@ -233,7 +236,7 @@ impl Cache {
         }
         let mut session = match first.or_else(|| sessions::take(endpoint)) {
             Some(session) => session,
-            None => match UploadPack::connect(endpoint)? {
+            None => match UploadPack::connect(endpoint).map_err(from_wire)? {
                 Ok(session) => session,
                 Err(_) => return Ok(false),
             },
@@ -455,12 +458,14 @@ fn is_file(kind: EntryKind) -> bool {
 
 /// A new protocol-v2 session with `endpoint` (after an error ended the last one).
 fn reconnect(endpoint: &Endpoint) -> Result<UploadPack, StoreError> {
-    UploadPack::connect(endpoint)?.map_err(|why| {
-        StoreError::Remote(format!(
-            "{} cannot be fetched from by id: {why}",
-            endpoint.display
-        ))
-    })
+    UploadPack::connect(endpoint)
+        .map_err(from_wire)?
+        .map_err(|why| {
+            StoreError::Remote(format!(
+                "{} cannot be fetched from by id: {why}",
+                endpoint.display
+            ))
+        })
 }
 
 /// Runs `fetch` over `session` with `filter`. When that is a tree filter the server refuses,

@@ -5,7 +5,7 @@ use std::path::Path;
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
-use crate::plumbing::fetchpack::ShallowUpdate;
+use gitstate_wire::fetchpack::ShallowUpdate;
 
 /// The commits of the cache's `shallow` file (none when there is no file).
 pub(super) fn read_shallow(path: &Path) -> Result<Vec<ObjectId>, StoreError> {

@@ -10,8 +10,9 @@ use gix::ObjectId;
 
 use super::{all_arrived, ref_matches};
 use super::{tracking_ref, Cache};
+use crate::errors::from_wire;
 use crate::objects::internal;
-use crate::plumbing::transport::{classify, connect, http_options, Endpoint};
+use gitstate_wire::transport::{classify, connect, http_options, Endpoint};
 
 impl Cache {
     /// Today's fetch through gix: shallow (depth 1, whole trees) for a request cache, the whole
@@ -22,7 +23,8 @@ impl Cache {
         names: &[&str],
     ) -> Result<Option<HashMap<String, ObjectId>>, StoreError> {
         let repo = self.repo();
-        let transport = connect(endpoint, gix::protocol::transport::Protocol::V1)?;
+        let transport =
+            connect(endpoint, gix::protocol::transport::Protocol::V1).map_err(from_wire)?;
         let is_http = matches!(
             endpoint.url.scheme,
             gix::url::Scheme::Http | gix::url::Scheme::Https
@@ -45,13 +47,13 @@ impl Cache {
         if is_http {
             connection = connection.with_transport_options(Box::new(http_options(endpoint)));
         }
-        crate::plumbing::fetchpack::round_trip("upload-pack", "advertisement");
+        gitstate_wire::fetchpack::round_trip("upload-pack", "advertisement");
         let prepare = connection
             .prepare_fetch(
                 gix::progress::Discard,
                 gix::remote::ref_map::Options::default(),
             )
-            .map_err(|e| classify(endpoint, "listing the refs of", &e))?;
+            .map_err(|e| from_wire(classify(endpoint, "listing the refs of", &e)))?;
         let mut tips = HashMap::new();
         for r in &prepare.ref_map().remote_refs {
             let (name, id, _) = r.unpack();
@@ -79,12 +81,12 @@ impl Cache {
         } else {
             prepare
         };
-        crate::plumbing::fetchpack::round_trip("upload-pack", "fetch");
+        gitstate_wire::fetchpack::round_trip("upload-pack", "fetch");
         let received = prepare.receive(gix::progress::Discard, &AtomicBool::new(false));
         let received = match received {
             Ok(received) => received,
             Err(e) if is_local_lock_busy(&e) => return Ok(None),
-            Err(e) => return Err(classify(endpoint, "fetching from", &e)),
+            Err(e) => return Err(from_wire(classify(endpoint, "fetching from", &e))),
         };
         let pack = match &received.status {
             gix::remote::fetch::Status::Change {

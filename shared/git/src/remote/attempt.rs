@@ -13,11 +13,12 @@ use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
+use crate::errors::from_wire;
 use crate::objects::{entry_id, lock_token_at, state_commit};
-use crate::plumbing::onepost;
-use crate::plumbing::pack::{write_pack, Pack};
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{judge, push_in_one_request, Pushed};
+use gitstate_wire::onepost;
+use gitstate_wire::pack::{write_pack, Pack};
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// A write or unlock in progress: what it read (and the files at those tips), and how its
 /// compare-and-swap push goes.
@@ -156,7 +157,7 @@ impl RemoteStore {
         } else {
             Intent::Unlock
         };
-        let receive_pack = ReceivePack::connect(&self.target.endpoint)?;
+        let receive_pack = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
         let state_tip = if writes {
             receive_pack.tip(&self.target.state_ref)
         } else {

@@ -17,10 +17,11 @@ use gitstate_core::{LockCreate, PathConflict, StatePath, StoreError};
 use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
+use crate::errors::from_wire;
 use crate::objects::{lock_commit, path_conflict};
-use crate::plumbing::onepost;
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
 use crate::push::{judge, Pushed};
+use gitstate_wire::onepost;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// Advertisements a LOCK reads at most: a push lost to a lock taken meanwhile (on the path, above
 /// or below it) is decided on the next one; a lock that keeps coming and going is a
@@ -59,7 +60,7 @@ impl RemoteStore {
             }
         }
         for _ in 0..MAX_ADVERTISEMENTS {
-            let session = ReceivePack::connect(&self.target.endpoint)?;
+            let session = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
             if let Some(tip) = session.tip(&lock_ref) {
                 drop(session);
                 return self.held_at(path, tip);
@@ -103,7 +104,7 @@ impl RemoteStore {
     ) -> Result<bool, StoreError> {
         let endpoint = &self.target.endpoint;
         let bytes =
-            crate::plumbing::pack::write_pack(&outgoing.pack, onepost::takes_thin_packs(endpoint))
+            gitstate_wire::pack::write_pack(&outgoing.pack, onepost::takes_thin_packs(endpoint))
                 .map_err(StoreError::Internal)?;
         Ok(match onepost::push(endpoint, updates, &bytes) {
             Some(report) => matches!(judge(endpoint, updates, report), Ok(Pushed::Accepted)),

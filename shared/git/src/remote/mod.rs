@@ -12,7 +12,7 @@
 //! that is two requests (advertisement, push) when the tips are already in the cache.
 //!
 //! Over smart HTTP, a lock is created and a lock this process wrote is released in one request
-//! ([`crate::plumbing::onepost`]): the push alone, with the old id it must replace (none for a new
+//! ([`gitstate_wire::onepost`]): the push alone, with the old id it must replace (none for a new
 //! lock, the recorded one for a release) checked by the server; a new lock also asserts the state
 //! branch at the tip whose trees admit it (`lock.rs`). Any doubt takes the two-request way.
 
@@ -23,18 +23,20 @@ use std::time::Duration;
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Credentials, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath,
-    StoreError, WriteAttempt,
+    BlockingStore, Intent, LockCreate, LockRead, Revision, Snapshot, StatePath, StoreError,
+    WriteAttempt,
 };
+use gitstate_url::Credentials;
 use gix::ObjectId;
 
 use crate::cache::{Cache, CacheHandle};
+use crate::errors::from_wire;
 use crate::objects::{parse_id, read_file};
-use crate::plumbing::pack::Pack;
-use crate::plumbing::sendpack::{ReceivePack, RefUpdate};
-use crate::plumbing::transport::Endpoint;
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
+use gitstate_wire::pack::Pack;
+use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
+use gitstate_wire::transport::Endpoint;
 
 mod attempt;
 mod lock;
@@ -63,7 +65,7 @@ pub struct RemoteConfig {
 impl std::fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("url", &gitstate_core::url::redact_in_text(&self.url))
+            .field("url", &gitstate_url::redact_in_text(&self.url))
             .field("git_ref", &self.git_ref)
             .field("credentials", &self.credentials)
             .field("cache_dir", &self.cache_dir)
@@ -92,7 +94,8 @@ struct Outgoing {
 impl RemoteStore {
     /// Sets up the store; touches only the local cache directory (no network).
     pub fn new(config: RemoteConfig) -> Result<Self, StoreError> {
-        let endpoint = Endpoint::parse(&config.url, config.credentials, config.timeout)?;
+        let endpoint =
+            Endpoint::parse(&config.url, config.credentials, config.timeout).map_err(from_wire)?;
         let handle = CacheHandle::for_url(&config.cache_dir, &endpoint.display)?;
         Ok(RemoteStore {
             target: Target {
@@ -115,13 +118,13 @@ impl RemoteStore {
 
     /// The same store with `network` enforced on every connection (an ad-hoc repository: its
     /// resolved addresses checked against the policy, no redirects).
-    pub fn with_network(mut self, network: gitstate_core::NetworkGuard) -> Self {
+    pub fn with_network(mut self, network: gitstate_url::NetworkGuard) -> Self {
         self.target.endpoint.network = network;
         self
     }
 
     /// The same store accepting answers of at most `max_bytes` from the remote (see
-    /// [`crate::plumbing::limits`]).
+    /// [`gitstate_wire::limits`]).
     pub fn with_answer_limit(mut self, max_bytes: u64) -> Self {
         self.target.endpoint.limits.max_bytes = max_bytes;
         self
@@ -406,7 +409,7 @@ impl BlockingStore for RemoteStore {
     fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
         let lock_ref = path.lock_ref();
         let old = parse_id(tip)?;
-        let session = ReceivePack::connect(&self.target.endpoint)?;
+        let session = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
         if session.tip(&lock_ref) != Some(old) {
             return Err(StoreError::Stale);
         }
@@ -496,6 +499,8 @@ impl BlockingStore for RemoteStore {
     }
 
     fn check_blocking(&self) -> Result<(), StoreError> {
-        ReceivePack::connect(&self.target.endpoint).map(|_| ())
+        ReceivePack::connect(&self.target.endpoint)
+            .map(|_| ())
+            .map_err(from_wire)
     }
 }

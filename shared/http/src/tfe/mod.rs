@@ -18,7 +18,8 @@ use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use gitstate_core::scope::Use;
 use gitstate_core::workspace::{admit, Holder, WorkspaceError, WorkspaceName, Workspaces};
-use gitstate_core::{Authenticated, Credentials, LockToken, StatePath, StateStore};
+use gitstate_core::{Authenticated, LockToken, StatePath, StateStore};
+use gitstate_url::Credentials;
 
 use crate::error::ApiError;
 use crate::handlers::{caller_credentials, read_body};

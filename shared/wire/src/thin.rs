@@ -184,7 +184,7 @@ fn inflate(entry: &gix_pack::data::input::Entry, limit: u64) -> Result<Vec<u8>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plumbing::pack::{write_pack, Delta, Pack};
+    use crate::pack::{write_pack, Delta, Pack};
 
     fn object(kind: Kind, data: &[u8]) -> Object {
         let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data).unwrap();

@@ -1,5 +1,5 @@
 //! Which ad-hoc repository URLs a deployment will contact (query-style addresses), on the one
-//! URL model of [`gitstate_core::url`]: the URL and every `allow` pattern are parsed by the same
+//! URL model of [`crate::model`]: the URL and every `allow` pattern are parsed by the same
 //! parser and compared part by part (scheme, host, port, path segments), never as text.
 //!
 //! On top of the `allow` list gitstate refuses what would let a caller reach inside the
@@ -14,9 +14,10 @@
 //! path segment is a glob where `*` matches within that one segment, and a last segment `**`
 //! matches any number of segments ([`SegmentPattern`], also the matcher of scoped tokens' paths). The single pattern `*` admits every http(s), git and ssh URL.
 
-use gitstate_core::glob::SegmentPattern;
-use gitstate_core::url::{internal_host_rule, Host, RepoUrl, Scheme};
-use gitstate_core::NetworkGuard;
+use crate::address::internal_host_rule;
+use crate::glob::SegmentPattern;
+use crate::guard::NetworkGuard;
+use crate::model::{Host, RepoUrl, Scheme};
 
 /// One parsed `allow` pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]

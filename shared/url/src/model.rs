@@ -566,117 +566,10 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     IpAddr::V6(v6)
 }
 
-/// The rule an address inside a deployment's network breaks (SSRF), or `None` for a public
-/// address: loopback, link-local (169.254.0.0/16: instance metadata), private (RFC 1918,
-/// fc00::/7), carrier-grade NAT (100.64.0.0/10), unspecified, broadcast, multicast, reserved.
-pub fn internal_address_rule(ip: IpAddr) -> Option<&'static str> {
-    match canonical_ip(ip) {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            if v4.is_loopback() {
-                Some("loopback addresses are refused")
-            } else if v4.is_link_local() {
-                Some("link-local addresses (169.254.0.0/16, instance metadata) are refused")
-            } else if v4.is_private() {
-                Some("private network addresses are refused")
-            } else if a == 100 && (64..128).contains(&b) {
-                Some("carrier-grade NAT addresses (100.64.0.0/10) are refused")
-            } else if v4.is_unspecified() || v4.is_broadcast() || a == 0 || a >= 224 {
-                Some("unroutable, multicast and reserved addresses are refused")
-            } else {
-                None
-            }
-        }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            if v6.is_loopback() {
-                Some("loopback addresses are refused")
-            } else if v6.is_unspecified() || v6.is_multicast() {
-                Some("unroutable, multicast and reserved addresses are refused")
-            } else if first & 0xffc0 == 0xfe80 {
-                Some("link-local addresses are refused")
-            } else if first & 0xfe00 == 0xfc00 {
-                Some("private network addresses (fc00::/7) are refused")
-            } else {
-                None
-            }
-        }
-    }
-}
-
-/// The rule a host breaks by its name or literal address, before any resolution: `localhost`
-/// and `*.localhost` are loopback by definition; numeric hosts by [`internal_address_rule`].
-pub fn internal_host_rule(host: &Host) -> Option<&'static str> {
-    match host {
-        Host::Domain(name) if name == "localhost" || name.ends_with(".localhost") => {
-            Some("loopback addresses are refused")
-        }
-        Host::Domain(_) => None,
-        other => other.ip().and_then(internal_address_rule),
-    }
-}
-
-/// What a transport enforces on the network for one repository.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NetworkGuard {
-    /// Refuse to connect to an address inside the deployment's network
-    /// ([`internal_address_rule`]), checked on every address a name resolves to, at connect time.
-    pub refuse_internal: bool,
-    /// Follow HTTP redirects (to the same scheme or https). Off for ad-hoc repositories: a
-    /// redirect would lead the transport where the policy never looked.
-    pub follow_redirects: bool,
-}
-
-impl NetworkGuard {
-    /// A repository the operator configured: no address rule, redirects followed as git does.
-    pub const TRUSTED: NetworkGuard = NetworkGuard {
-        refuse_internal: false,
-        follow_redirects: true,
-    };
-
-    /// `Err` with the rule when the guard refuses to connect to `ip`.
-    pub fn check(&self, ip: IpAddr) -> Result<(), &'static str> {
-        match internal_address_rule(ip) {
-            Some(rule) if self.refuse_internal => Err(rule),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl Default for NetworkGuard {
-    fn default() -> Self {
-        NetworkGuard::TRUSTED
-    }
-}
-
-/// Replaces `user:password@` in every URL inside free `text` (an error message from a
-/// dependency, say) with `***@`: the last line of defence, for text not built from a [`RepoUrl`].
-pub fn redact_in_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(pos) = rest.find("://") {
-        let (head, tail) = rest.split_at(pos + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace() || c == '"' || c == '\'')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => {
-                out.push_str("***@");
-                out.push_str(&authority[at + 1..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redact::redact_in_text;
 
     fn parse(raw: &str) -> RepoUrl {
         RepoUrl::parse(raw).unwrap_or_else(|e| panic!("{raw}: {e}"))
@@ -730,38 +623,6 @@ mod tests {
     }
 
     #[test]
-    fn hosts_are_read_the_way_resolvers_read_them() {
-        for (raw, ip) in [
-            ("http://127.1/x", "127.0.0.1"),
-            ("http://2130706433/x", "127.0.0.1"),
-            ("http://0x7f000001/x", "127.0.0.1"),
-            ("http://0177.0.0.1/x", "127.0.0.1"),
-            ("http://%31%32%37.0.0.1/x", "127.0.0.1"),
-            ("git://%31%32%37.0.0.1:9418/x", "127.0.0.1"),
-            ("http://127.0.0.1./x", "127.0.0.1"),
-            ("http://[::ffff:127.0.0.1]/x", "127.0.0.1"),
-            ("http://[::ffff:7f00:1]/x", "127.0.0.1"),
-            ("http://[64:ff9b::a9fe:a9fe]/x", "169.254.169.254"),
-            ("http://[2002:a9fe:a9fe::]/x", "169.254.169.254"),
-        ] {
-            let host = parse(raw).host().unwrap().clone();
-            assert_eq!(host.ip(), Some(ip.parse().unwrap()), "{raw}");
-            assert!(internal_host_rule(&host).is_some(), "{raw}");
-        }
-        assert_eq!(
-            parse("https://EXAMPLE.com./x").host(),
-            Some(&Host::Domain("example.com".into()))
-        );
-        assert_eq!(
-            parse("https://bücher.example/x").host(),
-            Some(&Host::Domain("xn--bcher-kva.example".into()))
-        );
-        assert!(internal_host_rule(&Host::Domain("LOCALHOST".to_ascii_lowercase())).is_some());
-        assert!(internal_host_rule(&Host::Domain("a.localhost".into())).is_some());
-        assert!(internal_host_rule(&Host::Domain("example.com".into())).is_none());
-    }
-
-    #[test]
     fn paths_that_parsers_disagree_on_are_refused() {
         for raw in [
             "http://h/git/team-a.git\\..\\secret.git",
@@ -810,32 +671,5 @@ mod tests {
             redact_in_text("failed for \"https://bob:s3cret@host/x.git\" and http://h/y"),
             "failed for \"https://***@host/x.git\" and http://h/y"
         );
-    }
-
-    #[test]
-    fn internal_addresses() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "0.1.2.3",
-            "255.255.255.255",
-            "224.0.0.1",
-            "::1",
-            "::",
-            "fe80::1",
-            "fd00::1",
-            "ff02::1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(internal_address_rule(ip.parse().unwrap()).is_some(), "{ip}");
-        }
-        for ip in ["8.8.8.8", "140.82.112.3", "2606:4700::1111"] {
-            assert!(internal_address_rule(ip.parse().unwrap()).is_none(), "{ip}");
-        }
     }
 }

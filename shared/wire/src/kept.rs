@@ -240,7 +240,7 @@ impl Http for Kept {
                 error = %e,
                 "a kept connection was closed before the git server answered; sending the request again on a new connection"
             );
-            metrics::counter!(gitstate_core::metrics::GIT_CONNECTIONS_RENEWED).increment(1);
+            metrics::counter!(crate::metrics::GIT_CONNECTIONS_RENEWED).increment(1);
             self.renew()?;
             (response, request) = self.request(|remote| remote.get(url, base_url, &headers))?;
         }

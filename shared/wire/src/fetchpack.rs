@@ -14,7 +14,6 @@ use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use gitstate_core::StoreError;
 use gix::bstr::ByteSlice;
 use gix::protocol::transport::client::blocking_io::{ExtendedBufRead, ReadlineBufRead, Transport};
 use gix::protocol::transport::client::{MessageKind, TransportWithoutIO, WriteMode};
@@ -22,6 +21,7 @@ use gix::protocol::transport::packetline::PacketLineRef;
 use gix::protocol::transport::{Protocol, Service};
 use gix::ObjectId;
 
+use super::error::WireError;
 use super::pack::{write_pack, Pack};
 use super::pktline;
 use super::thin::{self, Have};
@@ -111,7 +111,7 @@ impl UploadPack {
     /// Connects asking for protocol v2 and reads the capability advertisement (with the
     /// caller's credentials: the authorization check of a read). `Ok(Err(..))` when the server
     /// answered with protocol v0/v1 or offers no `ls-refs`/`fetch`.
-    pub fn connect(endpoint: &Endpoint) -> Result<Result<UploadPack, NotOffered>, StoreError> {
+    pub fn connect(endpoint: &Endpoint) -> Result<Result<UploadPack, NotOffered>, WireError> {
         let mut transport = connect(endpoint, Protocol::V2)?;
         round_trip("upload-pack", "advertisement");
         let handshake = gix::protocol::handshake(
@@ -152,9 +152,9 @@ impl UploadPack {
     /// `ls-refs` without peeling, symrefs or unborn refs: every ref whose name starts with one
     /// of `prefixes`, with its id. The server may list more (a prefix is a hint): callers match
     /// names themselves.
-    pub fn ls_refs(&mut self, prefixes: &[&str]) -> Result<Vec<(String, ObjectId)>, StoreError> {
+    pub fn ls_refs(&mut self, prefixes: &[&str]) -> Result<Vec<(String, ObjectId)>, WireError> {
         if !self.ls_refs {
-            return Err(StoreError::Remote(format!(
+            return Err(WireError::Remote(format!(
                 "{} speaks protocol v2 but offers no ls-refs",
                 self.endpoint.display
             )));
@@ -203,7 +203,7 @@ impl UploadPack {
         request: &FetchRequest,
         pack_dir: &Path,
         have: Option<Have<'_>>,
-    ) -> Result<Fetched, StoreError> {
+    ) -> Result<Fetched, WireError> {
         if request.wants.is_empty() {
             return Ok(Fetched::default());
         }
@@ -212,7 +212,7 @@ impl UploadPack {
             (request.filter.is_some(), "filter", "filtered"),
         ] {
             if asked && !self.offers(feature) {
-                return Err(StoreError::Remote(format!(
+                return Err(WireError::Remote(format!(
                     "{} does not offer {what} fetches",
                     self.endpoint.display
                 )));
@@ -230,7 +230,7 @@ impl UploadPack {
         let mut pack = SideBand::new(&mut *reader);
         let aborted = |pack: &mut SideBand<'_, _>| {
             pack.remote_error.take().map(|sentence| {
-                StoreError::Remote(endpoint.scrub(&format!(
+                WireError::Remote(endpoint.scrub(&format!(
                     "{} aborted the fetch: {sentence}",
                     endpoint.display
                 )))
@@ -246,14 +246,14 @@ impl UploadPack {
                 }
                 let resolved = thin::resolve(&bytes, have, super::limits::max_object_bytes())
                     .map_err(|e| {
-                        StoreError::Remote(format!(
+                        WireError::Remote(format!(
                             "{} sent a pack that cannot be read: {e}",
                             endpoint.display
                         ))
                     })?;
                 fetched.left_out = resolved.left_out;
                 let whole = write_pack(&Pack::from(resolved.objects), false)
-                    .map_err(StoreError::Internal)?;
+                    .map_err(WireError::Internal)?;
                 index_pack(&mut &whole[..], pack_dir)
             }
         };
@@ -303,7 +303,7 @@ impl UploadPack {
         name: &'static str,
         arguments: &[u8],
         what: &str,
-    ) -> Result<Box<dyn ExtendedBufRead<'_> + Unpin + '_>, StoreError> {
+    ) -> Result<Box<dyn ExtendedBufRead<'_> + Unpin + '_>, WireError> {
         let mut request = Vec::new();
         line(&mut request, format!("command={name}\n").as_bytes())?;
         line(
@@ -354,10 +354,10 @@ fn index_pack(
     )
 }
 
-/// Counts one request to a git server (see [`gitstate_core::metrics::GIT_ROUND_TRIPS`]).
-pub(crate) fn round_trip(service: &'static str, step: impl Into<metrics::SharedString>) {
+/// Counts one request to a git server (see [`crate::metrics::GIT_ROUND_TRIPS`]).
+pub fn round_trip(service: &'static str, step: impl Into<metrics::SharedString>) {
     metrics::counter!(
-        gitstate_core::metrics::GIT_ROUND_TRIPS,
+        crate::metrics::GIT_ROUND_TRIPS,
         "service" => service,
         "step" => step.into()
     )
@@ -365,12 +365,12 @@ pub(crate) fn round_trip(service: &'static str, step: impl Into<metrics::SharedS
 }
 
 /// Appends one pkt-line.
-fn line(out: &mut Vec<u8>, data: &[u8]) -> Result<(), StoreError> {
-    pktline::encode(data, out).map_err(StoreError::Internal)
+fn line(out: &mut Vec<u8>, data: &[u8]) -> Result<(), WireError> {
+    pktline::encode(data, out).map_err(WireError::Internal)
 }
 
-fn malformed(endpoint: &Endpoint, what: &str) -> StoreError {
-    StoreError::Remote(format!(
+fn malformed(endpoint: &Endpoint, what: &str) -> WireError {
+    WireError::Remote(format!(
         "{} sent a malformed protocol-v2 answer: {what}",
         endpoint.display
     ))
@@ -382,14 +382,14 @@ fn packet_data<'a>(
     endpoint: &Endpoint,
     what: &str,
     packet: io::Result<gix::error::Result<PacketLineRef<'a>>>,
-) -> Result<Option<&'a [u8]>, StoreError> {
+) -> Result<Option<&'a [u8]>, WireError> {
     let packet = packet
         .map_err(|e| classify_client(endpoint, what, e.into()))?
         .map_err(|e| malformed(endpoint, &e.to_string()))?;
     match packet {
         PacketLineRef::Data(data) => {
             if let Some(message) = data.strip_prefix(b"ERR ") {
-                return Err(StoreError::Remote(endpoint.scrub(&format!(
+                return Err(WireError::Remote(endpoint.scrub(&format!(
                     "{what} {}: {}",
                     endpoint.display,
                     message.to_str_lossy().trim()
@@ -405,7 +405,7 @@ fn packet_data<'a>(
 fn read_shallow_info<R: ReadlineBufRead + ?Sized>(
     reader: &mut R,
     endpoint: &Endpoint,
-) -> Result<Vec<ShallowUpdate>, StoreError> {
+) -> Result<Vec<ShallowUpdate>, WireError> {
     let mut updates = Vec::new();
     while let Some(packet) = reader.readline() {
         let Some(data) = packet_data(endpoint, "fetching from", packet)? else {
@@ -514,7 +514,7 @@ impl<R: ReadlineBufRead + ?Sized> Read for SideBand<'_, R> {
 fn read_sections(
     reader: &mut (dyn ExtendedBufRead<'_> + Unpin + '_),
     endpoint: &Endpoint,
-) -> Result<Vec<ShallowUpdate>, StoreError> {
+) -> Result<Vec<ShallowUpdate>, WireError> {
     let what = "fetching from";
     let mut shallow = Vec::new();
     loop {
@@ -551,7 +551,7 @@ fn read_sections(
 
 /// The pkt-lines of a `fetch` command for `request`, ending with `done` (no negotiation);
 /// `thin`: a thin pack is welcome.
-fn fetch_arguments(request: &FetchRequest, thin: bool) -> Result<Vec<u8>, StoreError> {
+fn fetch_arguments(request: &FetchRequest, thin: bool) -> Result<Vec<u8>, WireError> {
     let mut arguments = Vec::new();
     line(&mut arguments, b"no-progress\n")?;
     line(&mut arguments, b"ofs-delta\n")?;

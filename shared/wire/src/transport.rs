@@ -1,15 +1,14 @@
 //! Opening a git transport to a remote with gitstate's rules: credentials set up front (no 401
 //! round trip), a connect timeout and an I/O timeout on every connection, `TCP_NODELAY` for
 //! `git://`, and a guard against gix turning a shallow fetch into a full one over protocol v1.
-//! Also maps transport failures to [`StoreError`] kinds without ever showing a credential.
+//! Also maps transport failures to [`WireError`] kinds without ever showing a credential.
 
 use std::borrow::Cow;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gitstate_core::url::{redact_in_text, RepoUrl};
-use gitstate_core::{Credentials, NetworkGuard, StoreError};
+use gitstate_url::{redact_in_text, Credentials, NetworkGuard, RepoUrl};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::protocol::transport::client::blocking_io::{
     file, http, ExtendedBufRead, ReadlineBufRead, RequestWriter, SetServiceResponse, Transport,
@@ -20,6 +19,7 @@ use gix::protocol::transport::client::{
 use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
 
+use super::error::WireError;
 use super::kept::Kept;
 use super::limits::{AnswerLimits, AnswerRefused, Limited, Pace, Paced, DEFAULT_MAX_ANSWER_BYTES};
 use super::ssh::SshTransport;
@@ -60,9 +60,9 @@ impl Endpoint {
         raw: &str,
         credentials: Option<Credentials>,
         timeout: Duration,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, WireError> {
         let url = RepoUrl::parse(raw).map_err(|e| {
-            StoreError::Internal(format!(
+            WireError::Internal(format!(
                 "'{}' is not a usable git repository URL: {e}",
                 redact_in_text(raw)
             ))
@@ -78,7 +78,7 @@ impl Endpoint {
         credentials: Option<Credentials>,
         timeout: Duration,
         network: NetworkGuard,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, WireError> {
         let embedded = match url.userinfo() {
             Some(info) if url.scheme().carries_basic_auth() => {
                 info.password.as_ref().map(|password| Credentials {
@@ -90,7 +90,7 @@ impl Endpoint {
         };
         let transport_url = url.transport_url();
         let parsed = gix::url::parse(transport_url.as_bytes().as_bstr()).map_err(|_| {
-            StoreError::Internal(format!(
+            WireError::Internal(format!(
                 "'{}' is not a git repository URL gix reads",
                 url.display()
             ))
@@ -123,21 +123,21 @@ impl Endpoint {
 
 /// Opens a transport to `endpoint` asking for protocol `version`. Nothing is sent yet, except
 /// for `git://` where the TCP connection is made here.
-pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, StoreError> {
+pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, WireError> {
     let url = endpoint.url.clone();
     let mut transport: Box<dyn Transport + Send> = match url.scheme {
         Scheme::Git => Box::new(connect_git(endpoint, version)?),
         Scheme::File => Box::new(
             file::connect(url.path.clone(), version, false)
-                .map_err(|e| StoreError::Internal(format!("file transport: {e}")))?,
+                .map_err(|e| WireError::Internal(format!("file transport: {e}")))?,
         ),
         Scheme::Http | Scheme::Https => {
             let options = http_options(endpoint);
             let kept = kept_client(endpoint, &options)
-                .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
+                .map_err(|e| WireError::Internal(format!("configuring HTTP: {e}")))?;
             let mut t = http::Transport::new_http(kept, url, version, false);
             t.configure(&options)
-                .map_err(|e| StoreError::Internal(format!("configuring HTTP: {e}")))?;
+                .map_err(|e| WireError::Internal(format!("configuring HTTP: {e}")))?;
             Box::new(t)
         }
         Scheme::Ssh => {
@@ -160,12 +160,12 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
                     endpoint.limits.within,
                 )
                 .map_err(|e| {
-                    StoreError::Internal(endpoint.scrub(&format!("ssh transport: {e}")))
+                    WireError::Internal(endpoint.scrub(&format!("ssh transport: {e}")))
                 })?,
             )
         }
         other => {
-            return Err(StoreError::Internal(format!(
+            return Err(WireError::Internal(format!(
                 "the URL scheme '{other}' is not supported; use https://, http://, ssh://, git:// or file://"
             )))
         }
@@ -178,7 +178,7 @@ pub fn connect(endpoint: &Endpoint, version: Protocol) -> Result<ShallowSafe, St
                     password: c.password.clone(),
                     oauth_refresh_token: None,
                 })
-                .map_err(|e| StoreError::Internal(endpoint.scrub(&e.to_string())))?;
+                .map_err(|e| WireError::Internal(endpoint.scrub(&e.to_string())))?;
         }
     }
     Ok(ShallowSafe {
@@ -275,7 +275,7 @@ struct GuardedResolver {
 }
 
 /// The error a resolver gives when every address of a name was refused (found again by
-/// [`classify`], which answers [`StoreError::Refused`]).
+/// [`classify`], which answers [`WireError::Refused`]).
 #[derive(Debug, thiserror::Error)]
 #[error("{host} resolves only to addresses the deployment refuses: {rule}")]
 struct AddressRefused {
@@ -310,10 +310,10 @@ fn guarded_addresses(
     endpoint: &Endpoint,
     host: &str,
     port: u16,
-) -> Result<Vec<std::net::SocketAddr>, StoreError> {
+) -> Result<Vec<std::net::SocketAddr>, WireError> {
     let found: Vec<std::net::SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| StoreError::Unavailable(format!("cannot resolve {}: {e}", endpoint.display)))?
+        .map_err(|e| WireError::Unavailable(format!("cannot resolve {}: {e}", endpoint.display)))?
         .collect();
     let mut refused = None;
     let admitted: Vec<std::net::SocketAddr> = found
@@ -328,11 +328,11 @@ fn guarded_addresses(
         .collect();
     match (admitted.is_empty(), refused) {
         (false, _) => Ok(admitted),
-        (true, Some(rule)) => Err(StoreError::Refused(format!(
+        (true, Some(rule)) => Err(WireError::Refused(format!(
             "{} resolves only to addresses the deployment refuses: {rule}",
             endpoint.display
         ))),
-        (true, None) => Err(StoreError::Unavailable(format!(
+        (true, None) => Err(WireError::Unavailable(format!(
             "{} does not resolve to an address",
             endpoint.display
         ))),
@@ -363,15 +363,15 @@ fn native_roots() -> &'static [reqwest::Certificate] {
 fn connect_git(
     endpoint: &Endpoint,
     version: Protocol,
-) -> Result<client::git::blocking_io::Connection<Paced<TcpStream>, Paced<TcpStream>>, StoreError> {
+) -> Result<client::git::blocking_io::Connection<Paced<TcpStream>, Paced<TcpStream>>, WireError> {
     let host = endpoint
         .url
         .host()
-        .ok_or_else(|| StoreError::Internal(format!("{} has no host", endpoint.display)))?
+        .ok_or_else(|| WireError::Internal(format!("{} has no host", endpoint.display)))?
         .to_owned();
     let port = endpoint.url.port.unwrap_or(9418);
     let unavailable = |e: std::io::Error| {
-        StoreError::Unavailable(format!("cannot connect to {}: {e}", endpoint.display))
+        WireError::Unavailable(format!("cannot connect to {}: {e}", endpoint.display))
     };
     let addr = guarded_addresses(endpoint, &host, port)?[0];
     let stream = TcpStream::connect_timeout(&addr, endpoint.timeout).map_err(unavailable)?;
@@ -523,16 +523,17 @@ impl Transport for ShallowSafe {
 /// server answered anything ([`super::kept::closed_before_answer`]).
 const CLOSED_BEFORE_ANSWER: &str = "the connection was closed before the git server answered";
 
-/// Whether `error` is a request whose connection was closed before the git server answered
-/// anything (see [`classify`]): a read may go again on a new connection.
-pub fn closed_before_answer(error: &StoreError) -> bool {
-    matches!(error, StoreError::Unavailable(text) if text.ends_with(CLOSED_BEFORE_ANSWER))
+/// Whether `unavailable`, the text of an `Unavailable` error, says its request's connection was
+/// closed before the git server answered anything (see [`classify`]): a read may go again on a
+/// new connection.
+pub fn closed_before_answer(unavailable: &str) -> bool {
+    unavailable.ends_with(CLOSED_BEFORE_ANSWER)
 }
 
-/// Maps a failure of a network operation to a [`StoreError`] kind: 401 → `Unauthorized`,
+/// Maps a failure of a network operation to a [`WireError`] kind: 401 → `Unauthorized`,
 /// 403 → `Forbidden`, unreachable or timed out → `Unavailable`, anything else the server said →
 /// `Remote`. `what` says what was being done. The message never holds credentials.
-pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreError {
+pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> WireError {
     let text = endpoint.scrub(&format!("{what} {}: {}", endpoint.display, chain(error)));
     if error
         .downcast_any_ref::<client::AuthenticationRequired>()
@@ -545,36 +546,36 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
             (Some(_), _) => "the credentials were not accepted",
             (None, _) => "it requires credentials and none were given",
         };
-        return StoreError::Unauthorized(format!("{what} {}: {how}", endpoint.display));
+        return WireError::Unauthorized(format!("{what} {}: {how}", endpoint.display));
     }
     for e in error.iter_errors() {
         if let Some(refused) = find_source::<AddressRefused>(e) {
-            return StoreError::Refused(refused.to_string());
+            return WireError::Refused(refused.to_string());
         }
         if super::kept::closed_before_answer(e) {
             // The server never answered (the request may not have reached it): not its error.
-            return StoreError::Unavailable(format!(
+            return WireError::Unavailable(format!(
                 "{what} {}: {CLOSED_BEFORE_ANSWER}",
                 endpoint.display
             ));
         }
         if let Some(e) = e.downcast_ref::<reqwest::Error>() {
             if e.is_timeout() || e.is_connect() {
-                return StoreError::Unavailable(text);
+                return WireError::Unavailable(text);
             }
             if e.is_request() && e.status().is_none() {
                 // reqwest's "error sending request": the request failed before any answer was
                 // heard (a kept connection reset while it was written, issue 48).
-                return StoreError::Unavailable(format!(
+                return WireError::Unavailable(format!(
                     "{what} {}: {CLOSED_BEFORE_ANSWER}",
                     endpoint.display
                 ));
             }
             if e.status() == Some(reqwest::StatusCode::FORBIDDEN) {
-                return StoreError::Forbidden(text);
+                return WireError::Forbidden(text);
             }
             if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) {
-                return StoreError::Unauthorized(text);
+                return WireError::Unauthorized(text);
             }
         }
         if let Some(classified) = e
@@ -587,21 +588,21 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> StoreErr
     if error.is_resource_exhausted() {
         // gix refused an allocation beyond `gitoxide.objects.allocLimit`: an object inflating
         // to more (a zip bomb), or a pack announcing more objects than its index could hold.
-        return StoreError::Remote(format!(
+        return WireError::Remote(format!(
             "{what} {}: the git server sent a pack with an object (or an object count) that would take more than {} bytes of memory, the most this deployment allows (6 × max_state_bytes + 64 MiB)",
             endpoint.display,
             super::limits::max_object_bytes()
         ));
     }
     if error.is_permission_denied() {
-        return StoreError::Forbidden(text);
+        return WireError::Forbidden(text);
     }
     if error.is_unsupported() && text.contains("Could not decode object ID") {
-        return StoreError::Remote(format!(
+        return WireError::Remote(format!(
             "{text} (the repository may use SHA-256 object ids, which gitstate does not support)"
         ));
     }
-    StoreError::Remote(text)
+    WireError::Remote(text)
 }
 
 /// [`classify`] for an I/O error in the chain: an answer the limits refused, or the network
@@ -611,17 +612,17 @@ fn classify_io(
     what: &str,
     text: &str,
     e: &std::io::Error,
-) -> Option<StoreError> {
+) -> Option<WireError> {
     use std::io::ErrorKind::*;
     let refused = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<AnswerRefused>());
     match refused {
-        Some(refused @ AnswerRefused::TooLarge { .. }) => Some(StoreError::Remote(format!(
+        Some(refused @ AnswerRefused::TooLarge { .. }) => Some(WireError::Remote(format!(
             "{what} {}: {refused}",
             endpoint.display
         ))),
-        Some(refused @ AnswerRefused::TooSlow { .. }) => Some(StoreError::Unavailable(format!(
+        Some(refused @ AnswerRefused::TooSlow { .. }) => Some(WireError::Unavailable(format!(
             "{what} {}: {refused}",
             endpoint.display
         ))),
@@ -639,7 +640,7 @@ fn classify_io(
                 | UnexpectedEof
         ) =>
         {
-            Some(StoreError::Unavailable(text.to_owned()))
+            Some(WireError::Unavailable(text.to_owned()))
         }
         None => None,
     }
@@ -660,7 +661,7 @@ fn find_source<'a, T: std::error::Error + 'static>(
 }
 
 /// Same as [`classify`] for a bare transport error.
-pub fn classify_client(endpoint: &Endpoint, what: &str, error: client::Error) -> StoreError {
+pub fn classify_client(endpoint: &Endpoint, what: &str, error: client::Error) -> WireError {
     classify(endpoint, what, &gix::Error::from_error(error))
 }
 

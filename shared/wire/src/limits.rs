@@ -60,8 +60,10 @@ pub fn max_object_bytes() -> u64 {
     }
 }
 
-/// gitstate-core's default largest state (`max_state_bytes`), 512 MiB.
-const DEFAULT_MAX_STATE_BYTES: u64 = gitstate_core::backend::DEFAULT_MAX_STATE_BYTES as u64;
+/// The largest state a deployment accepts when it sets no `max_state_bytes`, 512 MiB: the object
+/// limit before [`set_max_object_bytes`] is called. It is gitstate-core's default, said again
+/// here because this crate knows no core; gitstate-git holds the two equal at compile time.
+pub const DEFAULT_MAX_STATE_BYTES: u64 = 512 * 1024 * 1024;
 
 /// How much a remote may send in one answer, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,6 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use gitstate_core::StoreError;
 use gix::protocol::transport::client::blocking_io::Transport;
 use gix::protocol::transport::client::{MessageKind, WriteMode};
 use gix::protocol::transport::packetline::PacketLineRef;
@@ -17,6 +16,7 @@ use gix::protocol::transport::{Protocol, Service};
 use gix::url::Scheme;
 use gix::ObjectId;
 
+use super::error::WireError;
 use super::pktline::{self, Packet};
 use super::transport::{classify, classify_client, connect, Endpoint, ShallowSafe};
 
@@ -164,7 +164,7 @@ pub struct ReceivePack {
 
 impl ReceivePack {
     /// Connects and reads the advertisement (the authorization check for writes).
-    pub fn connect(endpoint: &Endpoint) -> Result<Self, StoreError> {
+    pub fn connect(endpoint: &Endpoint) -> Result<Self, WireError> {
         let asked = Instant::now();
         // receive-pack has no protocol v2.
         let mut transport = connect(endpoint, Protocol::V1)?;
@@ -230,7 +230,7 @@ impl ReceivePack {
     }
 
     /// Sends `updates` and, unless every update is a delete, `pack`; returns the server's report.
-    pub fn push(mut self, updates: &[RefUpdate], pack: &[u8]) -> Result<Report, StoreError> {
+    pub fn push(mut self, updates: &[RefUpdate], pack: &[u8]) -> Result<Report, WireError> {
         let (request, side_band) = push_request(&self.endpoint, &self.capabilities, updates, pack)?;
         let endpoint = self.endpoint.clone();
         let writer = self
@@ -252,7 +252,7 @@ impl ReceivePack {
                         classify_client(&endpoint, "reading the push result from", e.into())
                     })?
                     .map_err(|e| {
-                        StoreError::Remote(endpoint.scrub(&format!(
+                        WireError::Remote(endpoint.scrub(&format!(
                             "{} sent a malformed push result: {e}",
                             endpoint.display
                         )))
@@ -274,11 +274,11 @@ pub(crate) fn push_request(
     offers: &[String],
     updates: &[RefUpdate],
     pack: &[u8],
-) -> Result<(Vec<u8>, bool), StoreError> {
+) -> Result<(Vec<u8>, bool), WireError> {
     let offered = |capability: &str| offers.iter().any(|c| c == capability);
-    let remote = |what: String| StoreError::Remote(endpoint.scrub(&what));
+    let remote = |what: String| WireError::Remote(endpoint.scrub(&what));
     if updates.is_empty() {
-        return Err(StoreError::Internal("a push without ref updates".into()));
+        return Err(WireError::Internal("a push without ref updates".into()));
     }
     if !offered("report-status") {
         return Err(remote(format!(
@@ -313,16 +313,16 @@ pub(crate) fn push_request(
             line.extend_from_slice(capabilities.join(" ").as_bytes());
         }
         line.push(b'\n');
-        pktline::encode(&line, &mut request).map_err(StoreError::Internal)?;
+        pktline::encode(&line, &mut request).map_err(WireError::Internal)?;
     }
     request.extend_from_slice(pktline::FLUSH);
     if !all_deletes {
         request.extend_from_slice(pack);
     }
     super::fetchpack::round_trip("receive-pack", "push");
-    metrics::counter!(gitstate_core::metrics::GIT_PUSHES).increment(1);
+    metrics::counter!(crate::metrics::GIT_PUSHES).increment(1);
     if !all_deletes {
-        metrics::counter!(gitstate_core::metrics::GIT_PUSHED_BYTES).increment(pack.len() as u64);
+        metrics::counter!(crate::metrics::GIT_PUSHED_BYTES).increment(pack.len() as u64);
     }
     Ok((request, side_band))
 }
@@ -333,15 +333,15 @@ pub(crate) fn push_request(
 pub(crate) fn read_report(
     endpoint: &Endpoint,
     side_band: bool,
-    mut next_line: impl FnMut() -> Result<Option<Vec<u8>>, StoreError>,
-) -> Result<Report, StoreError> {
+    mut next_line: impl FnMut() -> Result<Option<Vec<u8>>, WireError>,
+) -> Result<Report, WireError> {
     let mut report_bytes = Vec::new();
     let mut plain_lines: Vec<Vec<u8>> = Vec::new();
     let mut messages = String::new();
     while let Some(data) = next_line()? {
         if !side_band {
             if plain_lines.len() > MAX_REPORT_LINES {
-                return Err(StoreError::Remote(format!(
+                return Err(WireError::Remote(format!(
                     "{} sent a push report of more than {MAX_REPORT_LINES} lines",
                     endpoint.display
                 )));
@@ -350,7 +350,7 @@ pub(crate) fn read_report(
             continue;
         }
         if report_bytes.len() + messages.len() > MAX_REPORT_BYTES {
-            return Err(StoreError::Remote(format!(
+            return Err(WireError::Remote(format!(
                 "{} sent a push report of more than {MAX_REPORT_BYTES} bytes",
                 endpoint.display
             )));
@@ -359,7 +359,7 @@ pub(crate) fn read_report(
             Some((1, rest)) => report_bytes.extend_from_slice(rest),
             Some((2, rest)) => messages.push_str(&String::from_utf8_lossy(rest)),
             Some((3, rest)) => {
-                return Err(StoreError::Remote(endpoint.scrub(&format!(
+                return Err(WireError::Remote(endpoint.scrub(&format!(
                     "{} aborted the push: {}",
                     endpoint.display,
                     String::from_utf8_lossy(rest).trim()
@@ -370,7 +370,7 @@ pub(crate) fn read_report(
     }
     if side_band {
         let packets = pktline::split(&report_bytes).map_err(|e| {
-            StoreError::Remote(format!(
+            WireError::Remote(format!(
                 "{} sent a malformed push report: {e}",
                 endpoint.display
             ))
@@ -384,7 +384,7 @@ pub(crate) fn read_report(
         }
     }
     parse_report(&plain_lines, messages)
-        .map_err(|e| StoreError::Remote(endpoint.scrub(&format!("{}: {e}", endpoint.display))))
+        .map_err(|e| WireError::Remote(endpoint.scrub(&format!("{}: {e}", endpoint.display))))
 }
 
 /// Parses `report-status` lines (`unpack …`, then `ok <ref>` / `ng <ref> <reason>`).
@@ -516,7 +516,7 @@ mod tests {
 #[cfg(test)]
 mod fuzz {
     use super::*;
-    use crate::plumbing::pktline;
+    use crate::pktline;
     use proptest::prelude::*;
 
     fn cases() -> u32 {
