@@ -1,6 +1,9 @@
 //! gitstate's wiring, shared by the standalone server, the wrapper and the Lambda handler: the
 //! configuration model, and [`Deployment::build`], the one place that turns it into what they
 //! serve (the caller check in [`access`], the stores in [`stores`], sealing, the catalog).
+//!
+//! It never decides a protocol rule (gitstate-core does) and never speaks git or HTTP itself: it
+//! reads configuration and assembles what the entrypoints serve.
 
 pub mod access;
 mod blocks;

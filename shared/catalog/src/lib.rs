@@ -22,6 +22,9 @@
 //! plaintext the server had in hand, never other attribute values; and it holds them as keyed
 //! hashes (`*_hmac`) and encrypted (`*_enc`) under the table's index key ([`index_key`]), never in
 //! clear. Without an index key (none in the table, and no KMS key to make one) nothing is indexed.
+//!
+//! It never decides an answer: git does. A catalog that fails is logged and counted, and the
+//! request is answered as git decided.
 
 mod codec;
 pub mod index_key;

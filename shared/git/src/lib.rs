@@ -8,6 +8,10 @@
 //! wire protocol under them (transports, pkt-lines, send-pack, fetch, pack writing, kept HTTP
 //! clients) is gitstate-wire's, which knows no states or locks; its errors become
 //! [`gitstate_core::StoreError`]s here (`errors::from_wire`).
+//!
+//! It never decides a protocol rule (whether a write may go, who holds a lock, what is a replay:
+//! gitstate-core's `Backend`), and never moves a ref without the old id it expects: no force-push,
+//! only compare-and-swap.
 
 pub mod batch;
 pub mod cache;

@@ -23,6 +23,9 @@
 //!   (the next write's state guard, a read after a write) decrypts nothing.
 //! - States an OpenTofu client encrypted itself (`gitstate_core::statefile::Form::ClientEncrypted`)
 //!   are stored untouched, unless sealing is enforced (then they are sealed like any state).
+//!
+//! It never decides whether a state may be written or read (gitstate-core's rules do), and never
+//! logs key material or a state's values.
 
 mod config;
 mod gcpkms;

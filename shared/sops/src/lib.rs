@@ -22,6 +22,9 @@
 //! assert_eq!(doc.to_json(), br#"{"serial":3,"outputs":{"pw":{"value":"s3cret"}}}"#.to_vec());
 //! # Ok::<(), gitstate_sops::SopsError>(())
 //! ```
+//!
+//! It never reaches a network, git or gitstate's other crates (it depends on none of them): a
+//! master key that needs a service is a [`MasterKey`] its caller implements.
 
 mod cipher;
 mod document;
