@@ -198,7 +198,15 @@ impl Backend {
             match attempt.delete_lock().await {
                 Ok(()) => {
                     released(&held, "release");
-                    tracing::info!(%path, force = answer.force, "lock released");
+                    // A force-unlock names the lock it removed (the audit of who broke whose).
+                    let removed = LockInfo::stored(&held);
+                    tracing::info!(
+                        %path,
+                        force = answer.force,
+                        lock_id = %escape_controls(&removed.id),
+                        lock_who = %escape_controls(&removed.who),
+                        "lock released"
+                    );
                     answer.released = true;
                     return Ok(answer);
                 }
