@@ -174,20 +174,25 @@ pub fn push_updates(
     judge(endpoint, updates, report)
 }
 
-/// Pushes `update` in one request (see [`onepost`]): `None` when that could not be tried or
-/// brought no report, and the caller goes the usual way.
+/// Pushes `updates` in one request (see [`onepost`]), thin where the server takes thin packs,
+/// no pack when every update is a delete: `Ok(true)` when the server made every update,
+/// `Ok(false)` when it could not be tried, brought no report or was not taken (the caller then
+/// decides again the usual way); an error only when the pack cannot be written. The one
+/// single-request push of a held write and of a release.
 pub fn push_in_one_request(
     endpoint: &Endpoint,
-    update: &RefUpdate,
+    updates: &[RefUpdate],
     pack: &Pack,
-) -> Option<Result<Pushed, StoreError>> {
-    let bytes = if update.new.is_null() {
+) -> Result<bool, StoreError> {
+    let bytes = if updates.iter().all(|u| u.new.is_null()) {
         Vec::new()
     } else {
-        write_pack(pack, onepost::takes_thin_packs(endpoint)).ok()?
+        write_pack(pack, onepost::takes_thin_packs(endpoint)).map_err(StoreError::Internal)?
     };
-    let report = onepost::push(endpoint, std::slice::from_ref(update), &bytes)?;
-    Some(judge(endpoint, std::slice::from_ref(update), report))
+    Ok(match onepost::push(endpoint, updates, &bytes) {
+        Some(report) => matches!(judge(endpoint, updates, report), Ok(Pushed::Accepted)),
+        None => false,
+    })
 }
 
 /// What the server's `report` to a push of `updates` means.

@@ -15,9 +15,9 @@ use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
 use crate::errors::from_wire;
 use crate::objects::{entry_id, lock_token_at, state_commit};
-use crate::push::{judge, push_in_one_request, Pushed};
+use crate::push::push_in_one_request;
 use gitstate_wire::onepost;
-use gitstate_wire::pack::{write_pack, Pack};
+use gitstate_wire::pack::Pack;
 use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// A write or unlock in progress: what it read (and the files at those tips), and how its
@@ -368,16 +368,7 @@ impl RemoteStore {
                 new: lock_tip,
             },
         ];
-        let bytes = write_pack(&pack, onepost::takes_thin_packs(&self.target.endpoint))
-            .map_err(StoreError::Internal)?;
-        let accepted = match onepost::push(&self.target.endpoint, &updates, &bytes) {
-            Some(report) => matches!(
-                judge(&self.target.endpoint, &updates, report),
-                Ok(Pushed::Accepted)
-            ),
-            None => false,
-        };
-        if !accepted {
+        if !push_in_one_request(&self.target.endpoint, &updates, &pack)? {
             return Err(StoreError::Stale);
         }
         metrics::histogram!(gitstate_core::metrics::BATCH_COMMITS).record(1.0);
@@ -397,10 +388,13 @@ impl RemoteStore {
             old,
             new: ObjectId::null(gix::hash::Kind::Sha1),
         };
-        let accepted = matches!(
-            push_in_one_request(&self.target.endpoint, &update, &Pack::default()),
-            Some(Ok(Pushed::Accepted))
-        );
+        // Nothing to pack for a delete: only a failure to push answers `false` here.
+        let accepted = push_in_one_request(
+            &self.target.endpoint,
+            std::slice::from_ref(&update),
+            &Pack::default(),
+        )
+        .unwrap_or(false);
         self.cache()?.record_pushed(&[], &lock_ref, None)?;
         if accepted {
             Ok(())
