@@ -7,7 +7,7 @@ use std::time::Instant;
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
-use super::queued::{Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
+use super::queued::{Outcome, PublishedWrite, QueuedWrite, MAX_BATCH_WRITES};
 use crate::pending::{self, Kind, QueueRefs};
 use gitstate_wire::sendpack::RefUpdate;
 
@@ -27,7 +27,7 @@ pub(super) struct Answers<'a> {
 /// Step 1 of a round (DESIGN §9.4): `done` → the write's commit, `rejected` → `Stale`, still
 /// pending → kept (or withdrawn past its deadline), gone without an answer → an error.
 pub(super) fn read_answers<'a>(
-    batch: &'a [(QueuedWrite, Option<Published>)],
+    batch: &'a [(QueuedWrite, Option<PublishedWrite>)],
     listing: &pending::Listing,
     refs: &QueueRefs,
 ) -> Answers<'a> {

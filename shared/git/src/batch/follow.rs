@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use gitstate_core::StoreError;
 use gix::ObjectId;
 
-use super::queued::{busy, Outcome, Published, QueuedWrite};
+use super::queued::{busy, Outcome, PublishedWrite, QueuedWrite};
 use super::round::{refuse_queue, Round};
 use crate::errors::from_wire;
 use crate::pending::{self, pending_commit, Kind, Publication, QueueRefs, QUEUE_ROOT};
@@ -21,7 +21,7 @@ use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 pub(super) fn follow(
     store: &Target,
     session: ReceivePack,
-    batch: &[(QueuedWrite, Option<Published>)],
+    batch: &[(QueuedWrite, Option<PublishedWrite>)],
     mut updates: Vec<RefUpdate>,
     withdrawn: &[usize],
     mut outcomes: Vec<Option<Outcome>>,
@@ -102,7 +102,7 @@ fn publication(
     repo: &gix::Repository,
     write: &QueuedWrite,
     committer: &crate::objects::Committer,
-) -> Result<Published, StoreError> {
+) -> Result<PublishedWrite, StoreError> {
     let id = pending::new_id();
     let remaining = write.deadline.map_or(Duration::from_secs(30), |d| {
         d.saturating_duration_since(Instant::now())
@@ -120,7 +120,7 @@ fn publication(
         },
         committer,
     )?;
-    Ok(Published { id, commit })
+    Ok(PublishedWrite { id, commit })
 }
 
 /// Publishes `batch` (this process's new writes) as pending refs of the remote's queue
@@ -128,8 +128,8 @@ fn publication(
 /// when the server did not take it (it stays this process's own).
 pub(super) fn publish(
     store: &Target,
-    batch: &[(QueuedWrite, Option<Published>)],
-) -> Result<Vec<Option<Published>>, StoreError> {
+    batch: &[(QueuedWrite, Option<PublishedWrite>)],
+) -> Result<Vec<Option<PublishedWrite>>, StoreError> {
     let session = ReceivePack::connect(store.endpoint()).map_err(from_wire)?;
     let none = batch.iter().map(|_| None).collect();
     let round = follow(store, session, batch, Vec::new(), &[], none, false)?;

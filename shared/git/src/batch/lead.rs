@@ -12,7 +12,7 @@ use gix::ObjectId;
 
 use super::answers::{delete, read_answers, stale_answers, Answers};
 use super::follow::follow;
-use super::queued::{busy, Outcome, Published, QueuedWrite, MAX_BATCH_WRITES};
+use super::queued::{busy, Outcome, PublishedWrite, QueuedWrite, MAX_BATCH_WRITES};
 use super::round::{queue_refused, refuse_queue, Round};
 use super::sweep::still_listed;
 use crate::errors::from_wire;
@@ -24,7 +24,7 @@ use gitstate_wire::pack::Pack;
 use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 
 /// A batch as the driver hands it over: each write, with its publication when it has one.
-type Batch = [(QueuedWrite, Option<Published>)];
+type Batch = [(QueuedWrite, Option<PublishedWrite>)];
 
 /// Per new write of the batch (its index): the commit made for it, or its own failure.
 type Results = Vec<(usize, Result<Revision, StoreError>)>;
@@ -552,7 +552,11 @@ fn leads(
 }
 
 /// Whether `id` is the publication of one of the `withdrawn` entries of `batch`.
-fn withdrawn_id(batch: &[(QueuedWrite, Option<Published>)], withdrawn: &[usize], id: &str) -> bool {
+fn withdrawn_id(
+    batch: &[(QueuedWrite, Option<PublishedWrite>)],
+    withdrawn: &[usize],
+    id: &str,
+) -> bool {
     withdrawn
         .iter()
         .any(|&i| batch[i].1.as_ref().is_some_and(|p| p.id == id))

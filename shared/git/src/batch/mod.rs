@@ -36,7 +36,7 @@ use follow::publish;
 use gitstate_wire::sendpack::ReceivePack;
 use lead::run_round;
 use queued::{busy, Outcome};
-pub(crate) use queued::{Published, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
+pub(crate) use queued::{PublishedWrite, QueuedWrite, MAX_BATCH_BYTES, MAX_BATCH_WRITES};
 use round::Round;
 use timeline::Timeline;
 
@@ -52,25 +52,25 @@ const MAX_ANSWER_WAIT: Duration = Duration::from_secs(1);
 const FIRST_ATTEMPT_ESTIMATE: Duration = Duration::from_millis(250);
 
 /// A write of a batch as a round takes it: the write, and its publication when it has one.
-type Entry = (QueuedWrite, Option<Published>);
+type Entry = (QueuedWrite, Option<PublishedWrite>);
 
 /// Where a write's answer goes: its order, its writer, its timeline.
 type Reply = (u64, oneshot::Sender<Result<Revision, StoreError>>, Timeline);
 
 /// A write in this process's queue, with where its answer goes.
-struct Waiting {
+struct WaitingWrite {
     write: QueuedWrite,
     seq: u64,
     reply: oneshot::Sender<Result<Revision, StoreError>>,
     /// The write is in the remote's queue (DESIGN §9.4) as this pending ref.
-    published: Option<Published>,
+    published: Option<PublishedWrite>,
     /// Its part of the queue's timeline (logged with its answer).
     timeline: Timeline,
 }
 
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<Waiting>,
+    waiting: Vec<WaitingWrite>,
     /// A driver task is running.
     driving: bool,
     next_seq: u64,
@@ -96,7 +96,7 @@ struct Queue {
 }
 
 /// Writes taken for one push, and the session to push over (when one is at hand).
-type Batch = (Vec<Waiting>, Option<ReceivePack>);
+type Batch = (Vec<WaitingWrite>, Option<ReceivePack>);
 
 /// Counts a write in [`gitstate_core::metrics::WRITES_WAITING`] while its request waits for its
 /// answer (or until the request goes away).
@@ -202,7 +202,7 @@ impl WriteQueue {
             let mut queue = self.lock()?;
             let seq = queue.next_seq;
             queue.next_seq += 1;
-            queue.waiting.push(Waiting {
+            queue.waiting.push(WaitingWrite {
                 write,
                 seq,
                 reply,
@@ -286,7 +286,7 @@ impl WriteQueue {
     }
 
     /// Puts writes of a batch back (after a lost compare-and-swap), keeping their order.
-    fn put_back(&self, writes: Vec<Waiting>) -> Result<(), StoreError> {
+    fn put_back(&self, writes: Vec<WaitingWrite>) -> Result<(), StoreError> {
         let mut queue = self.lock()?;
         queue.waiting.extend(writes);
         Ok(())
@@ -410,7 +410,7 @@ impl WriteQueue {
     async fn round(
         &self,
         store: &Target,
-        batch: Vec<Waiting>,
+        batch: Vec<WaitingWrite>,
         session: Option<ReceivePack>,
     ) -> Option<(Vec<Entry>, Vec<Reply>, Round)> {
         let (writes, replies): (Vec<Entry>, Vec<Reply>) = batch
@@ -508,7 +508,7 @@ impl WriteQueue {
         replies: Vec<Reply>,
         outcomes: Vec<Outcome>,
         round: &Round,
-    ) -> (Vec<Waiting>, Vec<Waiting>) {
+    ) -> (Vec<WaitingWrite>, Vec<WaitingWrite>) {
         let mut back = Vec::new();
         let mut unpublished = Vec::new();
         for (((write, published), (seq, reply, mut timeline)), outcome) in
@@ -516,7 +516,7 @@ impl WriteQueue {
         {
             timeline.rounds += 1;
             timeline.led += u32::from(round.led);
-            let waiting = Waiting {
+            let waiting = WaitingWrite {
                 write,
                 seq,
                 reply,
@@ -537,7 +537,7 @@ impl WriteQueue {
                     unpublished.push(waiting)
                 }
                 Outcome::Again => back.push(waiting),
-                Outcome::Queued(published) => back.push(Waiting {
+                Outcome::Queued(published) => back.push(WaitingWrite {
                     published: Some(published),
                     timeline: Timeline {
                         published: timeline.published.or(Some(Instant::now())),
@@ -552,11 +552,11 @@ impl WriteQueue {
 
     /// Publishes `writes` in the remote's queue; returns them, published where the server took
     /// them (the others stay this process's own and are retried as they are).
-    async fn publish_all(&self, store: &Target, writes: Vec<Waiting>) -> Vec<Waiting> {
+    async fn publish_all(&self, store: &Target, writes: Vec<WaitingWrite>) -> Vec<WaitingWrite> {
         if writes.is_empty() {
             return writes;
         }
-        let (queued, rest): (Vec<(QueuedWrite, Option<Published>)>, Vec<_>) = writes
+        let (queued, rest): (Vec<(QueuedWrite, Option<PublishedWrite>)>, Vec<_>) = writes
             .into_iter()
             .map(|w| ((w.write, None), (w.seq, w.reply, w.timeline)))
             .unzip();
@@ -587,7 +587,7 @@ impl WriteQueue {
             .zip(rest)
             .zip(published)
             .map(
-                |(((write, _), (seq, reply, timeline)), published)| Waiting {
+                |(((write, _), (seq, reply, timeline)), published)| WaitingWrite {
                     timeline: Timeline {
                         published: timeline
                             .published

@@ -41,7 +41,7 @@ impl QueuedWrite {
 
 /// A write of this process published as a pending ref of the remote's queue.
 #[derive(Debug, Clone)]
-pub(crate) struct Published {
+pub(crate) struct PublishedWrite {
     /// The id in `refs/gitstate/queue/<branch>/pending/<id>`.
     pub id: String,
     /// The pending commit the ref was created with.
@@ -64,5 +64,5 @@ pub(crate) enum Outcome {
     /// Back into the queue (with its publication, when it has one).
     Again,
     /// Back into the queue, now published in the remote's queue.
-    Queued(Published),
+    Queued(PublishedWrite),
 }

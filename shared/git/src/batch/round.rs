@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gix::ObjectId;
 
-use super::queued::{Outcome, Published, QueuedWrite};
+use super::queued::{Outcome, PublishedWrite, QueuedWrite};
 use gitstate_core::StoreError;
 use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 use gitstate_wire::transport::Endpoint;
@@ -42,7 +42,11 @@ pub(crate) struct Round {
 
 impl Round {
     /// A round that wrote nothing yet: every write goes again unless told otherwise.
-    pub(super) fn new(batch: &[(QueuedWrite, Option<Published>)], queue: bool, led: bool) -> Round {
+    pub(super) fn new(
+        batch: &[(QueuedWrite, Option<PublishedWrite>)],
+        queue: bool,
+        led: bool,
+    ) -> Round {
         Round {
             outcomes: batch.iter().map(|_| Outcome::Again).collect(),
             base: None,
@@ -60,12 +64,12 @@ impl Round {
     }
 
     /// A round that leaves the pushing to another process.
-    pub(super) fn waiting(batch: &[(QueuedWrite, Option<Published>)]) -> Round {
+    pub(super) fn waiting(batch: &[(QueuedWrite, Option<PublishedWrite>)]) -> Round {
         Round::new(batch, true, false)
     }
 
     /// A round that wrote nothing because the branch moved under it.
-    pub(super) fn lost(batch: &[(QueuedWrite, Option<Published>)], queue: bool) -> Round {
+    pub(super) fn lost(batch: &[(QueuedWrite, Option<PublishedWrite>)], queue: bool) -> Round {
         Round {
             lost: true,
             ..Round::new(batch, queue, true)
