@@ -127,20 +127,13 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// [`StateStore::snapshot`] of `path`, and the files at `beside` (in order; `None` where
     /// there is none) at the same state tip, read with it: for a remote, fetched in the same
-    /// requests as `path`'s file, with no second look at the tips. The default takes each from a
-    /// snapshot of its own (a store whose reads cost no request; the tips may then differ).
+    /// requests as `path`'s file, with no second look at the tips. No default: a default from
+    /// separate snapshots could mix two tips, which this promises never to do.
     async fn snapshot_beside(
         &self,
         path: &StatePath,
         beside: &[StatePath],
-    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
-        let snapshot = self.snapshot(path).await?;
-        let mut files = Vec::with_capacity(beside.len());
-        for other in beside {
-            files.push(self.snapshot(other).await?.state);
-        }
-        Ok((snapshot, files))
-    }
+    ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError>;
 
     /// Builds one commit on top of `base` (the state tip the caller read; `None` when the branch
     /// does not exist) whose only change is `change` to `path`, and moves the state branch from
