@@ -11,20 +11,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::commit::Message;
-use crate::store::{begin_with_separate_calls, LockRead};
+use crate::store::LockRead;
 use crate::{
-    HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StateChange, StatePage, StatePath,
-    StateStore, StoreError, Version, WriteAttempt,
+    HeldLock, Intent, ListQuery, LockCreate, Revision, Snapshot, StatePage, StatePath, StateStore,
+    StoreError, Version, WriteAttempt,
 };
 
 /// A [`StateStore`] written as blocking calls. Each `*_blocking` method has the contract of the
 /// `StateStore` method of the same name.
 pub trait BlockingStore: Clone + Send + Sync + 'static {
-    /// Whether writes begin with [`BlockingStore::begin_blocking`] (one attempt that reads and
-    /// then pushes, see [`StateStore::begin`]; [`StateStore::update_state`] too goes through
-    /// one); otherwise they read and write through separate calls.
-    const OWN_WRITE_ATTEMPTS: bool = false;
-
     /// Runs `work` on a clone of this store where it may block, and returns its result.
     fn run<T, F>(&self, work: F) -> impl Future<Output = Result<T, StoreError>> + Send
     where
@@ -50,20 +45,6 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
             None => vec![None; beside.len()],
         };
         Ok((snapshot, files))
-    }
-
-    /// See [`StateStore::update_state`]. A store with its own write attempts
-    /// ([`BlockingStore::OWN_WRITE_ATTEMPTS`]) writes through them instead: one write path.
-    fn update_state_blocking(
-        &self,
-        _path: &StatePath,
-        _base: Option<&Revision>,
-        _change: &StateChange,
-        _message: &Message,
-    ) -> Result<Revision, StoreError> {
-        Err(StoreError::Internal(
-            "this store writes through its write attempts".into(),
-        ))
     }
 
     /// See [`StateStore::create_lock`].
@@ -126,17 +107,13 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
         Ok(None)
     }
 
-    /// The attempt a write begins with, when [`BlockingStore::OWN_WRITE_ATTEMPTS`] says the
-    /// store has its own (see [`StateStore::begin`]). Never called otherwise.
+    /// See [`StateStore::begin`]: the attempt it returns may block in its own work, and runs it
+    /// through [`BlockingStore::run`] itself.
     fn begin_blocking(
         &self,
-        _path: &StatePath,
-        _intent: Intent,
-    ) -> Result<Box<dyn WriteAttempt>, StoreError> {
-        Err(StoreError::Internal(
-            "this store has no write attempts of its own".into(),
-        ))
-    }
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteAttempt>, StoreError>;
 }
 
 /// The adapter: every blocking store is a [`StateStore`].
@@ -154,26 +131,6 @@ impl<S: BlockingStore> StateStore for S {
     ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
         let (path, beside) = (path.clone(), beside.to_vec());
         self.run(move |store| store.snapshot_beside_blocking(&path, &beside))
-            .await
-    }
-
-    async fn update_state(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        if S::OWN_WRITE_ATTEMPTS {
-            // The write path every request takes: an attempt that read `base`, then its write.
-            let attempt = self.begin(path, Intent::Write).await?;
-            if attempt.snapshot().state_tip.as_ref() != base {
-                return Err(StoreError::Stale);
-            }
-            return attempt.update_state(change, message).await;
-        }
-        let (path, base, message) = (path.clone(), base.cloned(), message.to_owned());
-        self.run(move |store| store.update_state_blocking(&path, base.as_ref(), &change, &message))
             .await
     }
 
@@ -256,9 +213,6 @@ impl<S: BlockingStore> StateStore for S {
         path: &StatePath,
         intent: Intent,
     ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
-        if !S::OWN_WRITE_ATTEMPTS {
-            return begin_with_separate_calls(self, path, intent).await;
-        }
         let path = path.clone();
         let attempt = self
             .run(move |store| store.begin_blocking(&path, intent))

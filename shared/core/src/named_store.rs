@@ -11,8 +11,8 @@ use crate::commit::Message;
 use crate::listing::{ListQuery, StatePage, Version};
 use crate::path::StatePath;
 use crate::store::{
-    HeldLock, Intent, LockCreate, LockRead, Revision, Snapshot, StateChange, StateStore,
-    StoreError, WriteAttempt,
+    HeldLock, Intent, LockCreate, LockRead, Revision, Snapshot, StateStore, StoreError,
+    WriteAttempt,
 };
 
 /// A store with the name its repository has in this deployment ([`StateStore::repository`]);
@@ -70,16 +70,6 @@ impl StateStore for NamedStore {
         beside: &[StatePath],
     ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError> {
         self.inner.snapshot_beside(path, beside).await
-    }
-
-    async fn update_state(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        self.inner.update_state(path, base, change, message).await
     }
 
     async fn create_lock(

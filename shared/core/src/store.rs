@@ -135,19 +135,6 @@ pub trait StateStore: Send + Sync + 'static {
         beside: &[StatePath],
     ) -> Result<(Snapshot, Vec<Option<Bytes>>), StoreError>;
 
-    /// Builds one commit on top of `base` (the state tip the caller read; `None` when the branch
-    /// does not exist) whose only change is `change` to `path`, and moves the state branch from
-    /// `base` to it. Returns the new commit id, or [`StoreError::Stale`] when the branch is no
-    /// longer at `base`. A write of a file where `base` holds a folder, or under a file, is
-    /// [`StoreError::Conflict`] with the [`crate::PathConflict`] sentence, and writes nothing.
-    async fn update_state(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError>;
-
     /// Creates `refs/heads/locks/{path}` with a commit holding `{path}.lock` = `content`, only if
     /// the branch does not exist. When it does, reports its tip and lock file instead.
     ///
@@ -157,7 +144,7 @@ pub trait StateStore: Send + Sync + 'static {
     /// a folder there or has lock branches under it ([`crate::PathConflict::among_locks`]). The
     /// tree is read at the tip as the store reads it for this call (for a remote: its fresh
     /// check); a state written at a folder of the path afterwards is still refused by
-    /// [`StateStore::update_state`]. A lock branch that git refuses to create because of another
+    /// [`WriteAttempt::update_state`]. A lock branch that git refuses to create because of another
     /// one (a ref named like a folder of it, or a folder of refs named like it) is that answer
     /// too, never an error nor [`StoreError::Stale`].
     async fn create_lock(
@@ -188,8 +175,7 @@ pub trait StateStore: Send + Sync + 'static {
     }
 
     /// Reads only the lock branch: its tip, lock file and token, or `None` when unlocked. The
-    /// default takes a full snapshot; stores override it to skip reading the state (an UNLOCK
-    /// of a store without attempts of its own reads through it).
+    /// default takes a full snapshot; stores override it to skip reading the state.
     async fn read_lock(&self, path: &StatePath) -> Result<Option<LockRead>, StoreError> {
         let snapshot = self.snapshot(path).await?;
         Ok(snapshot.lock_tip.map(|tip| LockRead {
@@ -295,56 +281,18 @@ pub trait StateStore: Send + Sync + 'static {
         ))
     }
 
-    /// Starts a read-then-compare-and-swap: reads what `intent` needs (like [`snapshot`] or
-    /// [`read_lock`]) and returns a [`WriteAttempt`] that performs at most one ref update with the
-    /// ids it read as the expected old values.
-    ///
-    /// The default reads through [`snapshot`] / [`read_lock`] and writes through
-    /// [`update_state`] / [`delete_lock`]. A remote store overrides it to read the tips from the
-    /// receive-pack advertisement and push over that same session: one fresh remote check (with
-    /// the caller's credentials, who must be allowed to write) serves both the read and the
-    /// write. May return [`StoreError::Stale`] when the refs moved while being read; the caller
-    /// retries.
-    ///
-    /// [`snapshot`]: StateStore::snapshot
-    /// [`read_lock`]: StateStore::read_lock
-    /// [`update_state`]: StateStore::update_state
-    /// [`delete_lock`]: StateStore::delete_lock
+    /// Starts a read-then-compare-and-swap, the one way a state is written: reads what `intent`
+    /// needs (as [`StateStore::snapshot`] or [`StateStore::read_lock`] do) and returns a
+    /// [`WriteAttempt`] that performs at most one ref update with the ids it read as the
+    /// expected old values. A remote store reads the tips from the receive-pack advertisement and
+    /// pushes over that same session: one fresh remote check (with the caller's credentials, who
+    /// must be allowed to write) serves both the read and the write. May return
+    /// [`StoreError::Stale`] when the refs moved while being read; the caller retries.
     async fn begin<'a>(
         &'a self,
         path: &StatePath,
         intent: Intent,
-    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
-        begin_with_separate_calls(self, path, intent).await
-    }
-}
-
-/// The default [`StateStore::begin`]: reads through [`StateStore::snapshot`] /
-/// [`StateStore::read_lock`] and returns an attempt that writes through
-/// [`StateStore::update_state`] / [`StateStore::delete_lock`].
-pub(crate) async fn begin_with_separate_calls<'a, S: StateStore + ?Sized>(
-    store: &'a S,
-    path: &StatePath,
-    intent: Intent,
-) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
-    let snapshot = match intent {
-        Intent::Write | Intent::HeldWrite => store.snapshot(path).await?,
-        // The lock as its branch holds it (with what its commit records), without the state.
-        Intent::Unlock | Intent::Release => match store.read_lock(path).await? {
-            Some(held) => Snapshot {
-                lock_tip: Some(held.tip),
-                lock: Some(held.content),
-                lock_token: held.token,
-                ..Snapshot::default()
-            },
-            None => Snapshot::default(),
-        },
-    };
-    Ok(Box::new(SeparateCalls {
-        store,
-        path: path.clone(),
-        snapshot,
-    }))
+    ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError>;
 }
 
 /// A held lock: a branch `refs/heads/locks/{path}` and its LockInfo.
@@ -408,7 +356,12 @@ pub trait WriteAttempt: Send {
         let _ = budget;
     }
 
-    /// [`StateStore::update_state`] with `base` = the state tip that was read.
+    /// Builds one commit on top of the state tip that was read (none: the branch did not exist)
+    /// whose only change is `change` to the path, and moves the state branch from that tip to
+    /// it. Returns the new commit id, or [`StoreError::Stale`] when the branch moved (a store
+    /// may relax this to the write's own conditions, see above). A write of a file where the
+    /// tip holds a folder, or under a file, is [`StoreError::Conflict`] with the
+    /// [`crate::PathConflict`] sentence, and writes nothing.
     async fn update_state(
         self: Box<Self>,
         change: StateChange,
@@ -425,42 +378,6 @@ pub trait WriteAttempt: Send {
     /// decided again on a fresh read, and so must a lost push. The default is a fresh read.
     fn begun_from_memory(&self) -> bool {
         false
-    }
-}
-
-/// The default [`WriteAttempt`]: the store's separate read and write calls.
-pub(crate) struct SeparateCalls<'a, S: ?Sized> {
-    pub(crate) store: &'a S,
-    pub(crate) path: StatePath,
-    pub(crate) snapshot: Snapshot,
-}
-
-#[async_trait]
-impl<S: StateStore + ?Sized> WriteAttempt for SeparateCalls<'_, S> {
-    fn snapshot(&self) -> &Snapshot {
-        &self.snapshot
-    }
-
-    async fn update_state(
-        self: Box<Self>,
-        change: StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        self.store
-            .update_state(
-                &self.path,
-                self.snapshot.state_tip.as_ref(),
-                change,
-                message,
-            )
-            .await
-    }
-
-    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
-        match &self.snapshot.lock_tip {
-            Some(tip) => self.store.delete_lock(&self.path, tip).await,
-            None => Err(StoreError::Stale),
-        }
     }
 }
 

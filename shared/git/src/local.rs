@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, LockCreate, LockRead, PathConflict, Revision, Snapshot, StateChange, StatePath,
-    StoreError,
+    BlockingStore, Intent, LockCreate, LockRead, PathConflict, Revision, Snapshot, StateChange,
+    StatePath, StoreError, WriteAttempt,
 };
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
@@ -121,6 +121,26 @@ impl LocalStore {
     }
 
     /// Where the repository lives.
+    /// The compare-and-swap a write ends with: one commit on `base` changing `path`, and the
+    /// state branch moved from `base` to it ([`StoreError::Stale`] when it is not at `base`).
+    fn write_at(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: &StateChange,
+        message: &Message,
+    ) -> Result<Revision, StoreError> {
+        let repo = self.repo.to_thread_local();
+        let base = base.map(|b| parse_id(b)).transpose()?;
+        let commit = state_commit(&repo, base, path.as_str(), change, message, &self.committer)?;
+        let expected = match base {
+            Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old)),
+            None => PreviousValue::MustNotExist,
+        };
+        self.move_ref(&self.state_ref, expected, Some(commit), &message.text)?;
+        Ok(commit.to_string())
+    }
+
     pub fn location(&self) -> &Path {
         &self.location
     }
@@ -269,24 +289,6 @@ impl BlockingStore for LocalStore {
         Ok(Some(entry.is_some_and(|e| e.is_file())))
     }
 
-    fn update_state_blocking(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: &StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        let repo = self.repo.to_thread_local();
-        let base = base.map(|b| parse_id(b)).transpose()?;
-        let commit = state_commit(&repo, base, path.as_str(), change, message, &self.committer)?;
-        let expected = match base {
-            Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old)),
-            None => PreviousValue::MustNotExist,
-        };
-        self.move_ref(&self.state_ref, expected, Some(commit), &message.text)?;
-        Ok(commit.to_string())
-    }
-
     fn create_lock_blocking(
         &self,
         path: &StatePath,
@@ -360,6 +362,32 @@ impl BlockingStore for LocalStore {
             "unlock",
         )
     }
+    /// Reads what `intent` needs now (a local read costs no request, so there is no memory to
+    /// begin from): the state and the lock for a write, the lock alone for an unlock.
+    fn begin_blocking(
+        &self,
+        path: &StatePath,
+        intent: Intent,
+    ) -> Result<Box<dyn WriteAttempt>, StoreError> {
+        let snapshot = match intent {
+            Intent::Write | Intent::HeldWrite => self.snapshot_blocking(path)?,
+            Intent::Unlock | Intent::Release => match self.read_lock_blocking(path)? {
+                Some(held) => Snapshot {
+                    lock_tip: Some(held.tip),
+                    lock: Some(held.content),
+                    lock_token: held.token,
+                    ..Snapshot::default()
+                },
+                None => Snapshot::default(),
+            },
+        };
+        Ok(Box::new(LocalAttempt {
+            store: self.clone(),
+            path: path.clone(),
+            snapshot,
+        }))
+    }
+
     fn history_blocking(
         &self,
         path: &StatePath,
@@ -432,5 +460,41 @@ impl BlockingStore for LocalStore {
 
     fn check_blocking(&self) -> Result<(), StoreError> {
         self.tip(&self.state_ref).map(|_| ())
+    }
+}
+
+/// A write or unlock on the local repository: what was read, and the one ref update that
+/// expects it.
+struct LocalAttempt {
+    store: LocalStore,
+    path: StatePath,
+    snapshot: Snapshot,
+}
+
+#[async_trait::async_trait]
+impl WriteAttempt for LocalAttempt {
+    fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    async fn update_state(
+        self: Box<Self>,
+        change: StateChange,
+        message: &Message,
+    ) -> Result<Revision, StoreError> {
+        let (path, base, message) = (self.path, self.snapshot.state_tip, message.to_owned());
+        self.store
+            .run(move |store| store.write_at(&path, base.as_ref(), &change, &message))
+            .await
+    }
+
+    async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
+        let Some(tip) = self.snapshot.lock_tip else {
+            return Err(StoreError::Stale);
+        };
+        let path = self.path;
+        self.store
+            .run(move |store| store.delete_lock_blocking(&path, &tip))
+            .await
     }
 }

@@ -81,15 +81,14 @@ async fn other_branch_name() {
     let repo = dir.path().join("r.git");
     let store = LocalStore::open_or_init(&repo, "states").unwrap();
     let path = sp("x.tfstate");
-    store
-        .update_state(
-            &path,
-            None,
-            StateChange::Write(Bytes::from_static(b"x")),
-            &gitstate_core::Message::from("m"),
-        )
-        .await
-        .unwrap();
+    common::write(
+        &store,
+        &path,
+        StateChange::Write(Bytes::from_static(b"x")),
+        "m",
+    )
+    .await
+    .unwrap();
     assert_eq!(git(&repo, &["show", "states:x.tfstate"]), "x");
     assert_eq!(git(&repo, &["log", "--format=%s"]).trim(), "m");
 }

@@ -208,34 +208,32 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
         .collect();
 
     // A write on the partial cache: the new tree keeps the blobs of the states it lacks.
-    let snap = s.snapshot(&sp(SMALL)).await.unwrap();
-    let written = s
-        .update_state(
-            &sp(SMALL),
-            snap.state_tip.as_ref(),
-            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            &gitstate_core::Message::from("Update small by test"),
-        )
-        .await
-        .expect("write on a partial cache");
+    s.snapshot(&sp(SMALL)).await.unwrap();
+    common::write(
+        &s,
+        &sp(SMALL),
+        StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+        "Update small by test",
+    )
+    .await
+    .expect("write on a partial cache");
     // A nested state too (a new subtree next to trees whose blobs are absent).
-    let written = s
-        .update_state(
-            &sp("team/nested.tfstate"),
-            Some(&written),
-            StateChange::Write(Bytes::from_static(b"nested")),
-            &gitstate_core::Message::from("Update nested by test"),
-        )
-        .await
-        .expect("nested write on a partial cache");
+    common::write(
+        &s,
+        &sp("team/nested.tfstate"),
+        StateChange::Write(Bytes::from_static(b"nested")),
+        "Update nested by test",
+    )
+    .await
+    .expect("nested write on a partial cache");
     // And a state in a folder whose tree the cache lacks: the trees on its path come first.
     let unread = "teams/b/s2.tfstate";
     assert!(!cached(&dir, &object_id(bare, "teams/b")));
-    s.update_state(
+    common::write(
+        &s,
         &sp(unread),
-        Some(&written),
         StateChange::Write(Bytes::from_static(b"unread")),
-        &gitstate_core::Message::from("Update unread by test"),
+        "Update unread by test",
     )
     .await
     .expect("a write in a folder the cache lacks");
@@ -361,11 +359,11 @@ async fn falls_back_without_filter(url: &str, credentials: Option<Credentials>, 
     let s2 = store(url, other.path(), credentials);
     let snap = s2.snapshot(&sp(&big_name(1))).await.expect("read");
     assert_eq!(snap.state.as_deref(), Some(&files[2].1[..]));
-    s2.update_state(
+    common::write(
+        &s2,
         &sp(SMALL),
-        snap.state_tip.as_ref(),
         StateChange::Write(Bytes::from_static(b"2")),
-        &gitstate_core::Message::from("Update small by test"),
+        "Update small by test",
     )
     .await
     .expect("write");
@@ -434,11 +432,11 @@ async fn falls_back_without_tree_filter(url: &str, credentials: Option<Credentia
     let s2 = store(url, other.path(), credentials);
     let snap = s2.snapshot(&sp(SMALL)).await.expect("read");
     assert_eq!(snap.state.as_deref(), Some(&files[0].1[..]));
-    s2.update_state(
+    common::write(
+        &s2,
         &sp("other/s1.tfstate"),
-        snap.state_tip.as_ref(),
         StateChange::Write(Bytes::from_static(b"2")),
-        &gitstate_core::Message::from("Update other by test"),
+        "Update other by test",
     )
     .await
     .expect("write");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{git, sp, write_retrying};
-use gitstate_core::{LockCreate, StateChange, StateStore, StoreError};
+use gitstate_core::{Intent, LockCreate, StateChange, StateStore, StoreError};
 use gitstate_git::{RemoteConfig, RemoteStore};
 use gitstate_tests::{bare_repo, free_port, GitDaemon, GitHttpServer};
 use gitstate_url::Credentials;
@@ -127,16 +127,18 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
     let daemon = GitDaemon::start(repos.path());
     let s = store(&daemon.url("states"), cache.path(), None);
     let path = sp("prod.tfstate");
-    let v1 = s
-        .update_state(
-            &path,
-            None,
-            StateChange::Write(Bytes::from_static(b"1")),
-            &gitstate_core::Message::from("one"),
-        )
-        .await
-        .unwrap();
-    // Another client pushes on top of v1 with the git CLI.
+    let v1 = common::write(
+        &s,
+        &path,
+        StateChange::Write(Bytes::from_static(b"1")),
+        "one",
+    )
+    .await
+    .unwrap();
+    // A write that read v1 ...
+    let at_v1 = s.begin(&path, Intent::Write).await.unwrap();
+    assert_eq!(at_v1.snapshot().state_tip.as_deref(), Some(v1.as_str()));
+    // ... then another client pushes on top of v1 with the git CLI, changing that state.
     let work = repos.path().join("work");
     git(
         repos.path(),
@@ -147,16 +149,15 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
             work.to_str().unwrap(),
         ],
     );
+    std::fs::write(work.join("prod.tfstate"), "theirs").unwrap();
     std::fs::write(work.join("other.tfstate"), "x").unwrap();
-    git(&work, &["add", "other.tfstate"]);
+    git(&work, &["add", "prod.tfstate", "other.tfstate"]);
     git(&work, &["commit", "-q", "-m", "other"]);
     git(&work, &["push", "-q", "origin", "main"]);
     let moved = git(&bare, &["rev-parse", "main"]).trim().to_string();
-    // Writing from v1 loses.
-    let r = s
+    // Writing from v1 loses, and the branch stays where the other client put it.
+    let r = at_v1
         .update_state(
-            &path,
-            Some(&v1),
             StateChange::Write(Bytes::from_static(b"2")),
             &gitstate_core::Message::from("two"),
         )
@@ -166,12 +167,12 @@ async fn cas_rejected_when_someone_else_moved_the_branch() {
     // A fresh snapshot sees the new tip and the write succeeds on it.
     let snap = s.snapshot(&path).await.unwrap();
     assert_eq!(snap.state_tip.as_deref(), Some(moved.as_str()));
-    assert_eq!(snap.state.as_deref(), Some(&b"1"[..]));
-    s.update_state(
+    assert_eq!(snap.state.as_deref(), Some(&b"theirs"[..]));
+    common::write(
+        &s,
         &path,
-        Some(&moved),
         StateChange::Write(Bytes::from_static(b"2")),
-        &gitstate_core::Message::from("two"),
+        "two",
     )
     .await
     .unwrap();
@@ -257,12 +258,11 @@ async fn shallow_cache_stays_shallow() {
         assert_eq!(cache_commit_count(&s.cache_dir()), 1, "{url}: only the tip");
         assert!(s.cache_dir().join("shallow").exists(), "{url}");
         // Our write, then someone else's commit: the cache gets the new tips, never the history.
-        let tip = snap.state_tip.unwrap();
-        s.update_state(
+        common::write(
+            &s,
             &path,
-            Some(&tip),
             StateChange::Write(Bytes::from_static(b"{}")),
-            &gitstate_core::Message::from("w"),
+            "w",
         )
         .await
         .unwrap();
@@ -296,15 +296,14 @@ async fn unreachable_server_is_unavailable() {
         let started = Instant::now();
         let err = s.snapshot(&sp("a")).await.unwrap_err();
         assert!(matches!(err, StoreError::Unavailable(_)), "{url}: {err:?}");
-        let err = s
-            .update_state(
-                &sp("a"),
-                None,
-                StateChange::Write(Bytes::from_static(b"x")),
-                &gitstate_core::Message::from("m"),
-            )
-            .await
-            .unwrap_err();
+        let err = common::write(
+            &s,
+            &sp("a"),
+            StateChange::Write(Bytes::from_static(b"x")),
+            "m",
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, StoreError::Unavailable(_)), "{url}: {err:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }
@@ -389,15 +388,14 @@ async fn smart_http_with_basic_auth() {
     let ro = store(&http.read_only_url("states"), cache.path(), good.clone());
     let snap = ro.snapshot(&sp("team/a/prod.tfstate")).await.unwrap();
     assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
-    let err = ro
-        .update_state(
-            &sp("team/a/prod.tfstate"),
-            snap.state_tip.as_ref(),
-            StateChange::Write(Bytes::from_static(b"x")),
-            &gitstate_core::Message::from("m"),
-        )
-        .await
-        .unwrap_err();
+    let err = common::write(
+        &ro,
+        &sp("team/a/prod.tfstate"),
+        StateChange::Write(Bytes::from_static(b"x")),
+        "m",
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, StoreError::Forbidden(_)), "{err:?}");
 }
 
@@ -467,15 +465,14 @@ async fn refused_push_is_a_remote_error_with_the_reason() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let daemon = GitDaemon::start(repos.path());
     let s = store(&daemon.url("states"), cache.path(), None);
-    let err = s
-        .update_state(
-            &sp("a.tfstate"),
-            None,
-            StateChange::Write(Bytes::from_static(b"x")),
-            &gitstate_core::Message::from("m"),
-        )
-        .await
-        .unwrap_err();
+    let err = common::write(
+        &s,
+        &sp("a.tfstate"),
+        StateChange::Write(Bytes::from_static(b"x")),
+        "m",
+    )
+    .await
+    .unwrap_err();
     match err {
         StoreError::Remote(m) => {
             assert!(m.contains("pre-receive hook declined"), "{m}");
@@ -518,30 +515,18 @@ async fn latency() {
         let (mut snaps, mut pushes, mut big_pushes, mut locks) = (vec![], vec![], vec![], vec![]);
         for i in 0..15 {
             let t = Instant::now();
-            let snap = s.snapshot(&path).await.unwrap();
+            s.snapshot(&path).await.unwrap();
             snaps.push(t.elapsed());
             let t = Instant::now();
-            s.update_state(
-                &path,
-                snap.state_tip.as_ref(),
-                StateChange::Write(Bytes::from(format!("{{\"serial\":{i}}}"))),
-                &gitstate_core::Message::from("m"),
-            )
-            .await
-            .unwrap();
+            let small = StateChange::Write(Bytes::from(format!("{{\"serial\":{i}}}")));
+            common::write(&s, &path, small, "m").await.unwrap();
             pushes.push(t.elapsed());
-            let snap = s.snapshot(&path).await.unwrap();
             let mut body = big.to_vec();
             body[0] = b'0' + (i % 10) as u8;
             let t = Instant::now();
-            s.update_state(
-                &path,
-                snap.state_tip.as_ref(),
-                StateChange::Write(body.into()),
-                &gitstate_core::Message::from("m"),
-            )
-            .await
-            .unwrap();
+            common::write(&s, &path, StateChange::Write(body.into()), "m")
+                .await
+                .unwrap();
             big_pushes.push(t.elapsed());
             let t = Instant::now();
             assert_eq!(

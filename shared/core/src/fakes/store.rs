@@ -85,6 +85,45 @@ impl MemoryStore {
         format!("c{}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
+    /// The compare-and-swap every write ends with: one commit on `base` changing `path`, made
+    /// only while the branch is still at `base` ([`StoreError::Stale`] otherwise).
+    fn write_at(
+        &self,
+        path: &StatePath,
+        base: Option<&Revision>,
+        change: StateChange,
+        message: &Message,
+    ) -> Result<Revision, StoreError> {
+        if self.loses_this_one() {
+            self.move_branch();
+            let rival = self
+                .rival_lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone();
+            if let Some(lock_info) = rival {
+                self.plant_lock(path.as_str(), &lock_info);
+            }
+        }
+        let id = self.new_id();
+        let mut repo = self.repo();
+        if repo.tip.as_ref() != base {
+            return Err(StoreError::Stale);
+        }
+        if matches!(change, StateChange::Write(_)) {
+            if let Some(conflict) = nesting_in_files(&repo.files, path) {
+                return Err(StoreError::Conflict(conflict.to_string()));
+            }
+        }
+        let (content, also) = match change {
+            StateChange::Write(bytes) => (Some(bytes), Vec::new()),
+            StateChange::Delete => (None, Vec::new()),
+            StateChange::DeleteWith(also) => (None, also),
+        };
+        commit_with(&mut repo, &id, path.as_str(), content, &also, message);
+        Ok(id)
+    }
+
     /// Makes the store remember the lock of `path` as `(tip, content)`, whatever the lock is now
     /// (a cache that another process made out of date): an [`Intent::Release`] attempt begins
     /// from it.
@@ -301,43 +340,6 @@ impl StateStore for MemoryStore {
         Ok((snapshot, files))
     }
 
-    async fn update_state(
-        &self,
-        path: &StatePath,
-        base: Option<&Revision>,
-        change: StateChange,
-        message: &Message,
-    ) -> Result<Revision, StoreError> {
-        if self.loses_this_one() {
-            self.move_branch();
-            let rival = self
-                .rival_lock
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clone();
-            if let Some(lock_info) = rival {
-                self.plant_lock(path.as_str(), &lock_info);
-            }
-        }
-        let id = self.new_id();
-        let mut repo = self.repo();
-        if repo.tip.as_ref() != base {
-            return Err(StoreError::Stale);
-        }
-        if matches!(change, StateChange::Write(_)) {
-            if let Some(conflict) = nesting_in_files(&repo.files, path) {
-                return Err(StoreError::Conflict(conflict.to_string()));
-            }
-        }
-        let (content, also) = match change {
-            StateChange::Write(bytes) => (Some(bytes), Vec::new()),
-            StateChange::Delete => (None, Vec::new()),
-            StateChange::DeleteWith(also) => (None, also),
-        };
-        commit_with(&mut repo, &id, path.as_str(), content, &also, message);
-        Ok(id)
-    }
-
     async fn create_lock(
         &self,
         path: &StatePath,
@@ -424,14 +426,28 @@ impl StateStore for MemoryStore {
                 .remove(path.as_str()),
             Intent::Write | Intent::Unlock => None,
         };
-        match remembered {
-            Some(snapshot) => Ok(Box::new(Recalled {
-                store: self,
-                path: path.clone(),
-                snapshot,
-            })),
-            None => crate::store::begin_with_separate_calls(self, path, intent).await,
-        }
+        let from_memory = remembered.is_some();
+        let snapshot = match remembered {
+            Some(snapshot) => snapshot,
+            None => {
+                let repo = self.repo();
+                match intent {
+                    Intent::Write | Intent::HeldWrite => snapshot_in(&repo, path),
+                    // The lock as its branch holds it, without the state.
+                    Intent::Unlock | Intent::Release => Snapshot {
+                        state_tip: None,
+                        state: None,
+                        ..snapshot_in(&repo, path)
+                    },
+                }
+            }
+        };
+        Ok(Box::new(MemoryAttempt {
+            store: self,
+            path: path.clone(),
+            snapshot,
+            from_memory,
+        }))
     }
 
     async fn list_locks(&self) -> Result<Vec<HeldLock>, StoreError> {
@@ -448,17 +464,19 @@ impl StateStore for MemoryStore {
     }
 }
 
-/// A attempt begun from the store's memory ([`MemoryStore::remember_lock`],
-/// [`MemoryStore::remember_write`]): a release deletes the remembered lock tip, if it is still
-/// the lock's; a write needs the remembered lock tip and state tip both still current.
-struct Recalled<'a> {
+/// A write or unlock begun on the store: from a read, or from the store's memory
+/// ([`MemoryStore::remember_lock`], [`MemoryStore::remember_write`]). A write moves the branch
+/// only from the tip it began with; one begun from memory also needs the remembered lock tip
+/// still current. A release deletes the lock tip it began with, if it is still the lock's.
+struct MemoryAttempt<'a> {
     store: &'a MemoryStore,
     path: StatePath,
     snapshot: Snapshot,
+    from_memory: bool,
 }
 
 #[async_trait]
-impl WriteAttempt for Recalled<'_> {
+impl WriteAttempt for MemoryAttempt<'_> {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
@@ -468,32 +486,34 @@ impl WriteAttempt for Recalled<'_> {
         change: StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
-        let lock_now = self
-            .store
-            .repo()
-            .locks
-            .get(self.path.as_str())
-            .map(|(tip, _, _)| tip.clone());
-        if lock_now != self.snapshot.lock_tip {
-            return Err(StoreError::Stale);
+        if self.from_memory {
+            let lock_now = self
+                .store
+                .repo()
+                .locks
+                .get(self.path.as_str())
+                .map(|(tip, _, _)| tip.clone());
+            if lock_now != self.snapshot.lock_tip {
+                return Err(StoreError::Stale);
+            }
         }
-        // The lock still holds: the write is the default attempt's, from the remembered tip.
-        let this = *self;
-        let attempt = crate::store::SeparateCalls {
-            store: this.store,
-            path: this.path,
-            snapshot: this.snapshot,
-        };
-        Box::new(attempt).update_state(change, message).await
+        self.store.write_at(
+            &self.path,
+            self.snapshot.state_tip.as_ref(),
+            change,
+            message,
+        )
     }
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
-        let tip = self.snapshot.lock_tip.clone().unwrap_or_default();
-        self.store.delete_lock(&self.path, &tip).await
+        match &self.snapshot.lock_tip {
+            Some(tip) => self.store.delete_lock(&self.path, tip).await,
+            None => Err(StoreError::Stale),
+        }
     }
 
     fn begun_from_memory(&self) -> bool {
-        true
+        self.from_memory
     }
 }
 
@@ -510,36 +530,31 @@ mod tests {
         let store = MemoryStore::named("repo");
         let p = path("a.tfstate");
         let first = store
-            .update_state(
+            .write_at(
                 &p,
                 None,
                 StateChange::Write(Bytes::from("1")),
                 &crate::Message::from("m"),
             )
-            .await
             .expect("the first write creates the branch");
         assert_eq!(
-            store
-                .update_state(
-                    &p,
-                    None,
-                    StateChange::Write(Bytes::from("2")),
-                    &crate::Message::from("m")
-                )
-                .await,
+            store.write_at(
+                &p,
+                None,
+                StateChange::Write(Bytes::from("2")),
+                &crate::Message::from("m")
+            ),
             Err(StoreError::Stale),
             "a write from an old base is stale"
         );
         store.lose_next(1);
         assert_eq!(
-            store
-                .update_state(
-                    &p,
-                    Some(&first),
-                    StateChange::Write(Bytes::from("2")),
-                    &crate::Message::from("m")
-                )
-                .await,
+            store.write_at(
+                &p,
+                Some(&first),
+                StateChange::Write(Bytes::from("2")),
+                &crate::Message::from("m")
+            ),
             Err(StoreError::Stale),
             "a lost compare-and-swap is stale"
         );

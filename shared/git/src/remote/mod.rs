@@ -287,8 +287,6 @@ impl RemoteStore {
 // No per-process write serializer (the default): concurrent writes share pushes through the
 // write queue.
 impl BlockingStore for RemoteStore {
-    const OWN_WRITE_ATTEMPTS: bool = true;
-
     /// Runs blocking git work on a cache generation, bounded by the store timeout (see
     /// [`Target::run`]).
     async fn run<T, F>(&self, work: F) -> Result<T, StoreError>

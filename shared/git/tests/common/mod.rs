@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use gitstate_core::{LockRead, StatePath};
+use gitstate_core::{Intent, LockRead, StatePath};
 
 /// Runs `git args…` in `dir` and returns its stdout; panics with its output when git fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -46,7 +46,21 @@ pub fn each_commit_changes_one_file(repo: &Path, rev: &str) {
     }
 }
 
-/// Writes `content` to `path` from a fresh snapshot, retrying while other writers move the
+/// Writes `change` to `path` the one way a state is written: an attempt begun now
+/// ([`Intent::Write`]: a fresh read), then its compare-and-swap.
+pub async fn write(
+    store: &dyn gitstate_core::StateStore,
+    path: &StatePath,
+    change: gitstate_core::StateChange,
+    message: &str,
+) -> Result<gitstate_core::Revision, gitstate_core::StoreError> {
+    let attempt = store.begin(path, Intent::Write).await?;
+    attempt
+        .update_state(change, &gitstate_core::Message::from(message))
+        .await
+}
+
+/// Writes `content` to `path` from a fresh read, retrying while other writers move the
 /// branch (what the protocol layer does).
 pub async fn write_retrying(
     store: &dyn gitstate_core::StateStore,
@@ -55,16 +69,8 @@ pub async fn write_retrying(
     message: &str,
 ) -> String {
     for _ in 0..500 {
-        let snap = store.snapshot(path).await.expect("snapshot");
-        match store
-            .update_state(
-                path,
-                snap.state_tip.as_ref(),
-                gitstate_core::StateChange::Write(bytes::Bytes::copy_from_slice(content)),
-                &gitstate_core::Message::from(message),
-            )
-            .await
-        {
+        let change = gitstate_core::StateChange::Write(bytes::Bytes::copy_from_slice(content));
+        match write(store, path, change, message).await {
             Ok(rev) => return rev,
             Err(gitstate_core::StoreError::Stale) => {
                 tokio::time::sleep(std::time::Duration::from_millis(rand::random::<u64>() % 20))
@@ -92,37 +98,39 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.lock_tip, None);
     assert_eq!(snap.lock, None);
 
+    // An attempt begun before the branch exists: its write must later be refused.
+    let creator = store.begin(&path, Intent::Write).await.expect("begin");
+
     // Write, then replace.
-    let v1 = store
-        .update_state(
-            &path,
-            snap.state_tip.as_ref(),
-            StateChange::Write(Bytes::from_static(b"{\"serial\":1}")),
-            &gitstate_core::Message::from("Update prod (serial 1) by test"),
-        )
-        .await
-        .expect("first write");
+    let v1 = write(
+        store,
+        &path,
+        StateChange::Write(Bytes::from_static(b"{\"serial\":1}")),
+        "Update prod (serial 1) by test",
+    )
+    .await
+    .expect("first write");
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v1.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":1}"[..]));
-    let v2 = store
-        .update_state(
-            &path,
-            Some(&v1),
-            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            &gitstate_core::Message::from("Update prod (serial 2) by test"),
-        )
-        .await
-        .expect("replace");
+    // An attempt that read v1: its write must later be refused.
+    let at_v1 = store.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(at_v1.snapshot().state_tip.as_deref(), Some(v1.as_str()));
+    let v2 = write(
+        store,
+        &path,
+        StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+        "Update prod (serial 2) by test",
+    )
+    .await
+    .expect("replace");
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
 
     // CAS: writing from the old tip is stale and changes nothing.
-    let stale = store
+    let stale = at_v1
         .update_state(
-            &path,
-            Some(&v1),
             StateChange::Write(Bytes::from_static(b"{\"serial\":99}")),
             &gitstate_core::Message::from("stale"),
         )
@@ -131,27 +139,26 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
-    // A create (no base) when the branch exists is stale too.
-    let stale = store
+    // A create (read before the branch existed) when the branch exists is stale too.
+    let stale = creator
         .update_state(
-            &path,
-            None,
             StateChange::Write(Bytes::from_static(b"{}")),
             &gitstate_core::Message::from("stale"),
         )
         .await;
     assert_eq!(stale, Err(StoreError::Stale));
+    let snap = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
 
     // Nested path creates subtrees and leaves the other file alone.
-    let v3 = store
-        .update_state(
-            &nested,
-            Some(&v2),
-            StateChange::Write(Bytes::from_static(b"nested")),
-            &gitstate_core::Message::from("Update nested"),
-        )
-        .await
-        .expect("nested write");
+    let v3 = write(
+        store,
+        &nested,
+        StateChange::Write(Bytes::from_static(b"nested")),
+        "Update nested",
+    )
+    .await
+    .expect("nested write");
     let snap = store.snapshot(&nested).await.expect("snapshot");
     assert_eq!(snap.state.as_deref(), Some(&b"nested"[..]));
     let snap = store.snapshot(&path).await.expect("snapshot");
@@ -159,13 +166,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
 
     // Delete.
-    let v4 = store
-        .update_state(
-            &path,
-            Some(&v3),
-            StateChange::Delete,
-            &gitstate_core::Message::from("Delete prod by test"),
-        )
+    let v4 = write(store, &path, StateChange::Delete, "Delete prod by test")
         .await
         .expect("delete");
     let snap = store.snapshot(&path).await.expect("snapshot");
@@ -687,16 +688,14 @@ pub async fn many_states(
     // A write: git sees it, and the other states are untouched.
     let written = 777 + 2 * round;
     let path = sp(&many_path(written));
-    let snap = store.snapshot(&path).await.expect("read before write");
-    store
-        .update_state(
-            &path,
-            snap.state_tip.as_ref(),
-            StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
-            &gitstate_core::Message::from("Update by test"),
-        )
-        .await
-        .expect("write");
+    write(
+        store,
+        &path,
+        StateChange::Write(Bytes::from_static(b"{\"serial\":2}")),
+        "Update by test",
+    )
+    .await
+    .expect("write");
     assert_eq!(
         git(bare, &["show", &format!("main:{}", many_path(written))]),
         "{\"serial\":2}"
