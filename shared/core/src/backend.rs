@@ -338,65 +338,6 @@ impl Backend {
         self.check_size(body.len() as u64)?;
         Ok(crate::statefile::check(body, catalog)?)
     }
-
-    /// `POST` of a body [`Backend::check`]ed: stores it as the state unless another client holds
-    /// the lock, and returns the new commit and its writer. A body equal to what is stored is a
-    /// success without a commit (`None`), so client retries are safe.
-    pub async fn post(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        state: &CheckedState,
-        lock_id: Option<&str>,
-        caller: &Caller,
-    ) -> Result<Option<Written>, BackendError> {
-        let message_serial = state.file.serial;
-        // A state version of the workspace API (`sealed_by`) is guarded within its lineage only
-        // ([`checks::Guard::WithinLineage`]).
-        let guard = match (
-            self.state_guard && store.guards_states() && !caller.force,
-            caller.sealed_by.is_some(),
-        ) {
-            (false, _) => checks::Guard::Off,
-            (true, false) => checks::Guard::Whole,
-            (true, true) => checks::Guard::WithinLineage,
-        };
-        self.write(
-            store,
-            path,
-            Proposal {
-                content: Some(state),
-                guard,
-            },
-            lock_id,
-            caller,
-            move |who| match message_serial {
-                Some(serial) => format!("Update {path} (serial {serial}) by {who}"),
-                None => format!("Update {path} by {who}"),
-            },
-        )
-        .await
-    }
-
-    /// `DELETE`: removes the state file in a commit (returned with its writer); same lock rules
-    /// as `POST`.
-    /// Deleting a state that does not exist succeeds without a commit.
-    pub async fn delete(
-        &self,
-        store: &dyn StateStore,
-        path: &StatePath,
-        lock_id: Option<&str>,
-        caller: &Caller,
-    ) -> Result<Option<Written>, BackendError> {
-        let deletion = Proposal {
-            content: None,
-            guard: checks::Guard::Off,
-        };
-        self.write(store, path, deletion, lock_id, caller, |who| {
-            format!("Delete {path} by {who}")
-        })
-        .await
-    }
 }
 
 mod checks;
