@@ -68,13 +68,13 @@ async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
     let updates_before = ref_updates(&bare);
 
     const N: usize = 12;
-    let mut sessions = Vec::new();
+    let mut attempts = Vec::new();
     for i in 0..N {
         let path = sp(&format!("team/w{i:02}.tfstate"));
-        let session = s.begin(&path, Intent::Write).await.expect("begin");
-        sessions.push((i, session));
+        let attempt = s.begin(&path, Intent::Write).await.expect("begin");
+        attempts.push((i, attempt));
     }
-    let answers = futures_join(sessions.into_iter().map(|(i, session)| async move {
+    let answers = futures_join(attempts.into_iter().map(|(i, attempt)| async move {
         let body = format!("{{\"serial\":{}}}", i + 2);
         let message = format!(
             "Update team/w{i:02}.tfstate (serial {}) by writer-{i}",
@@ -82,7 +82,7 @@ async fn writes_waiting_together_share_one_push_and_each_is_its_own_commit() {
         );
         (
             i,
-            session
+            attempt
                 .update_state(
                     write(&body),
                     &gitstate_core::Message::from(message.as_str()),

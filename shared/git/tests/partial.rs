@@ -180,18 +180,18 @@ async fn partial_reads_and_a_write(url: &str, credentials: Option<Credentials>, 
     // A write attempt on a state whose blob the cache lacks (the tips are cached): its read
     // fetches that blob by id, and its write lands.
     let big2 = big_name(2);
-    let session = s
+    let attempt = s
         .begin(&sp(&big2), gitstate_core::Intent::Write)
         .await
         .expect("begin");
-    assert_eq!(session.snapshot().state.as_deref(), Some(&files[3].1[..]));
-    session
+    assert_eq!(attempt.snapshot().state.as_deref(), Some(&files[3].1[..]));
+    attempt
         .update_state(
             StateChange::Write(Bytes::from_static(b"{\"serial\":3}")),
             &gitstate_core::Message::from("Update big-2 by test"),
         )
         .await
-        .expect("write in a session");
+        .expect("write in an attempt");
     assert_eq!(
         git(bare, &["show", &format!("main:{big2}")]),
         "{\"serial\":3}"

@@ -86,11 +86,11 @@ async fn session_fetches_tips_missing_from_the_cache() {
             .await,
         Ok(LockCreate::Created)
     );
-    let session = b.begin(&path, Intent::Write).await.expect("begin");
-    assert_eq!(session.snapshot().state_tip.as_deref(), Some(v1.as_str()));
-    assert_eq!(session.snapshot().state.as_deref(), Some(&b"one"[..]));
-    assert_eq!(session.snapshot().lock, Some(info));
-    let v2 = session
+    let attempt = b.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(attempt.snapshot().state_tip.as_deref(), Some(v1.as_str()));
+    assert_eq!(attempt.snapshot().state.as_deref(), Some(&b"one"[..]));
+    assert_eq!(attempt.snapshot().lock, Some(info));
+    let v2 = attempt
         .update_state(
             StateChange::Write(Bytes::from_static(b"two")),
             &gitstate_core::Message::from("two"),
@@ -100,11 +100,11 @@ async fn session_fetches_tips_missing_from_the_cache() {
     assert_eq!(git(&bare, &["rev-parse", "main"]).trim(), v2);
     assert_eq!(git(&bare, &["show", "main:prod.tfstate"]), "two");
     // The other cache learns it the same way, and unlocks over its session.
-    let session = a.begin(&path, Intent::Unlock).await.expect("begin");
-    session.delete_lock().await.expect("unlock");
+    let attempt = a.begin(&path, Intent::Unlock).await.expect("begin");
+    attempt.delete_lock().await.expect("unlock");
     assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
-    let session = a.begin(&path, Intent::Write).await.expect("begin");
-    assert_eq!(session.snapshot().state.as_deref(), Some(&b"two"[..]));
+    let attempt = a.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(attempt.snapshot().state.as_deref(), Some(&b"two"[..]));
     git(&bare, &["fsck", "--strict", "--no-dangling"]);
 }
 

@@ -157,14 +157,14 @@ async fn a_write_into_a_folder_of_thousands_pushes_a_delta_of_its_tree() {
 
     let path = sp("states/s001234.tfstate");
     // The write reads first (the folder's tree comes whole: a cold read's floor here).
-    let session = s.begin(&path, Intent::Write).await.expect("begin");
+    let attempt = s.begin(&path, Intent::Write).await.expect("begin");
     assert_eq!(
-        session.snapshot().state.as_deref(),
+        attempt.snapshot().state.as_deref(),
         Some(content(1234, 1).as_bytes())
     );
     let (up_before, _) = proxy.bytes();
     let new = content(1234, 2);
-    session
+    attempt
         .update_state(
             StateChange::Write(Bytes::from(new.clone())),
             &Message::from("Update states/s001234.tfstate (serial 2)"),
@@ -193,9 +193,9 @@ async fn a_write_into_a_folder_of_thousands_pushes_a_delta_of_its_tree() {
 
     // A second write of the same folder (its base now the tree this store pushed) and a
     // fresh store's read agree.
-    let session = s.begin(&path, Intent::Write).await.expect("begin again");
+    let attempt = s.begin(&path, Intent::Write).await.expect("begin again");
     let newer = content(1234, 3);
-    session
+    attempt
         .update_state(
             StateChange::Write(Bytes::from(newer.clone())),
             &Message::from("Update states/s001234.tfstate (serial 3)"),

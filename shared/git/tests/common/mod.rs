@@ -243,7 +243,7 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v4.as_str()));
 
-    sessions(store, prefix).await;
+    attempts(store, prefix).await;
     nesting(store, prefix).await;
     delete_with(store, prefix).await;
     beside(store, prefix).await;
@@ -439,31 +439,31 @@ pub async fn nesting(store: &dyn gitstate_core::StateStore, prefix: &str) {
     }
 }
 
-/// [`StateStore::begin`](gitstate_core::StateStore::begin) sessions: a read followed by one
+/// [`StateStore::begin`](gitstate_core::StateStore::begin) attempts: a read followed by one
 /// compare-and-swap on exactly what was read (for a remote, over the same receive-pack session).
-pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
+pub async fn attempts(store: &dyn gitstate_core::StateStore, prefix: &str) {
     use bytes::Bytes;
     use gitstate_core::{Intent, LockCreate, StateChange, StoreError};
 
-    let path = sp(&format!("{prefix}session.tfstate"));
+    let path = sp(&format!("{prefix}attempt.tfstate"));
     let write = |s: &'static [u8]| StateChange::Write(Bytes::from_static(s));
 
     // Read, then write on what was read.
-    let session = store.begin(&path, Intent::Write).await.expect("begin");
-    assert_eq!(session.snapshot().state, None);
-    assert_eq!(session.snapshot().lock, None);
-    let v1 = session
+    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(attempt.snapshot().state, None);
+    assert_eq!(attempt.snapshot().lock, None);
+    let v1 = attempt
         .update_state(
             write(b"one"),
-            &gitstate_core::Message::from("Update session by test"),
+            &gitstate_core::Message::from("Update attempt by test"),
         )
         .await
-        .expect("write in a session");
+        .expect("write in an attempt");
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v1.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"one"[..]));
 
-    // Two sessions read the same tip: the first write wins, the second is stale.
+    // Two attempts read the same tip: the first write wins, the second is stale.
     let a = store.begin(&path, Intent::Write).await.expect("begin a");
     let b = store.begin(&path, Intent::Write).await.expect("begin b");
     assert_eq!(a.snapshot().state_tip.as_deref(), Some(v1.as_str()));
@@ -477,13 +477,13 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
             .await,
         Err(StoreError::Stale)
     );
-    // A session dropped without writing changes nothing.
+    // An attempt dropped without writing changes nothing.
     drop(store.begin(&path, Intent::Write).await.expect("begin"));
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v2.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"two"[..]));
 
-    // Unlock sessions read only the lock; the first delete wins, the second is stale.
+    // Unlock attempts read only the lock; the first delete wins, the second is stale.
     let info = Bytes::from_static(b"{\"ID\":\"s\"}");
     let created = store
         .create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
@@ -505,9 +505,9 @@ pub async fn sessions(store: &dyn gitstate_core::StateStore, prefix: &str) {
         .create_lock(&path, info.clone(), &gitstate_core::Message::from("Lock"))
         .await
         .expect("lock again");
-    let session = store.begin(&path, Intent::Write).await.expect("begin");
-    assert_eq!(session.snapshot().lock, Some(info));
-    drop(session);
+    let attempt = store.begin(&path, Intent::Write).await.expect("begin");
+    assert_eq!(attempt.snapshot().lock, Some(info));
+    drop(attempt);
     let LockRead { tip, .. } = store.read_lock(&path).await.expect("read").expect("locked");
     store.delete_lock(&path, &tip).await.expect("unlock");
 }
