@@ -1,7 +1,7 @@
-"""What checking a state body costs: `gitstate_core::statefile::read` on Terraform-shaped states,
+"""What checking a state body costs: `gitstate_statefile::read` on Terraform-shaped states,
 and `statefile::check` with the catalog's facts (a POST's one pass when there is a catalog).
 
-Builds and runs `cargo run --release -p gitstate-core --example statefile_speed`, which reads
+Builds and runs `cargo run --release -p gitstate-statefile --example statefile_speed`, which reads
 states of --resources `aws_instance` resources (each ~800 bytes pretty-printed) enough times for
 about 200 MB each and reports the medians. The CPU a whole POST costs is `scripts/bench cpu`.
 
@@ -21,7 +21,7 @@ def add_arguments(parser):
 def run(args):
     """Runs the example and prints its lines as a table."""
     out = subprocess.run(
-        ["cargo", "run", "--quiet", "--release", "-p", "gitstate-core", "--example",
+        ["cargo", "run", "--quiet", "--release", "-p", "gitstate-statefile", "--example",
          "statefile_speed", "--"] + [str(n) for n in args.resources],
         cwd=s.ROOT, check=True, capture_output=True, text=True).stdout
     print("| resources | bytes | reads | median ms / read | MB/s | median ms / read with the catalog's facts |")

@@ -210,7 +210,7 @@ async fn rebuild_repository(
         let path = StatePath::parse(&row.path).map_err(|e| e.to_string())?;
         let commit = row.commit.clone().unwrap_or_default();
         let state = read_state(repositories, name, &path, &commit).await?;
-        let mut facts = gitstate_core::statefile::catalog_facts(&state);
+        let mut facts = gitstate_statefile::catalog_facts(&state);
         facts.commit = Some(commit.clone());
         indexed += facts.identifiers.len();
         let lock = row.lock.as_ref().map(|l| LockFacts {
@@ -260,7 +260,7 @@ async fn rebuild_links(
     for (state, commit) in walked {
         let path = StatePath::parse(&state.path).map_err(|e| e.to_string())?;
         let body = read_state(repositories, &state.repository, &path, commit).await?;
-        let facts = gitstate_core::statefile::catalog_facts(&body);
+        let facts = gitstate_statefile::catalog_facts(&body);
         linked += catalog
             .sync_links(state, &facts.uses, &facts.reads)
             .await

@@ -14,8 +14,8 @@ use rand::Rng;
 use crate::lock::LockInfoError;
 use crate::path::StatePath;
 use crate::seal::{Opener, Place, SealError, Sealer};
-use crate::statefile::{CheckedState, StateError};
 use crate::store::{Revision, StateStore, StoreError};
+use gitstate_statefile::{CheckedState, StateError};
 
 /// Default largest accepted state, in bytes.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 512 * 1024 * 1024;
@@ -332,11 +332,11 @@ impl Backend {
     }
 
     /// The one check of a state body to be written: the size rule, then what the body is
-    /// ([`crate::statefile::check`], with the catalog's facts when `catalog`). The result
+    /// ([`gitstate_statefile::check`], with the catalog's facts when `catalog`). The result
     /// travels with the body: [`Backend::post`] parses nothing again.
     pub fn check(&self, body: Bytes, catalog: bool) -> Result<CheckedState, BackendError> {
         self.check_size(body.len() as u64)?;
-        Ok(crate::statefile::check(body, catalog)?)
+        Ok(gitstate_statefile::check(body, catalog)?)
     }
 }
 

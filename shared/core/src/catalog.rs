@@ -8,10 +8,11 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use crate::identifiers::{
-    ManagedBy, ResourceIdentifier, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES,
-};
+pub use crate::identifiers::ManagedBy;
 use crate::links::{Graph, Links, Order, StateRef, Use};
+/// What the checker reads of a state for the catalog: the port's events carry it as it is (the
+/// same concept on two layers; the types and their rules are `gitstate-statefile`'s).
+pub use gitstate_statefile::{ResourceIdentifier, StateFacts};
 
 use crate::listing::ListQuery;
 
@@ -48,35 +49,6 @@ pub struct CatalogEvent {
     /// What happened.
     pub change: CatalogChange,
 }
-
-/// The readable facts of a state version (plaintext, before sealing).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StateFacts {
-    /// `serial`.
-    pub serial: Option<u64>,
-    /// `lineage`.
-    pub lineage: Option<String>,
-    /// `terraform_version`.
-    pub terraform_version: Option<String>,
-    /// Number of resource instances (managed and data), when readable.
-    pub resource_count: Option<u64>,
-    /// Size of the state as POSTed.
-    pub size: u64,
-    /// The commit that stored this version (`None`: the write was a replay, no new commit).
-    pub commit: Option<String>,
-    /// The identifying attributes of its managed resource instances (the resource index).
-    pub identifiers: Vec<ResourceIdentifier>,
-    /// The strings it holds that may name another state's resources (the rules:
-    /// [`crate::statefile`]'s catalogued facts).
-    pub uses: Vec<crate::links::Use>,
-    /// The states it reads through `terraform_remote_state`.
-    pub reads: Vec<crate::links::StateRef>,
-}
-
-/// Largest state whose strings are looked at for links across states (and a v3 state's
-/// attributes rebuilt): the whole document is parsed into memory for that, some 5–10 times its
-/// size. Above it a state is indexed by its identifiers only (v4), and has no uses.
-pub const LINK_SCAN_MAX_BYTES: usize = 8 << 20;
 
 /// The lock as the catalog keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -301,110 +273,6 @@ pub trait Catalog: Send + Sync + fmt::Debug + 'static {
     /// ([`crate::links::order`]; links to other repositories do not order it).
     async fn order(&self, repository: &str) -> Result<Order, CatalogError> {
         Ok(self.graph(repository).await?.order())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The facts of a stored `state`, which a write of it has from its one check too.
-    fn facts_of(state: &[u8]) -> StateFacts {
-        let stored = crate::statefile::catalog_facts(state);
-        if let Ok(checked) = crate::statefile::check(bytes::Bytes::copy_from_slice(state), true) {
-            assert_eq!(
-                checked.facts.as_ref(),
-                Some(&stored),
-                "a write reads what is stored"
-            );
-        }
-        stored
-    }
-
-    #[test]
-    fn identifiers_of_managed_resources_only() {
-        let state = br#"{"version":4,"serial":3,"lineage":"l","resources":[
-            {"mode":"managed","type":"null_resource","name":"r0","provider":"p","instances":[
-                {"schema_version":0,"attributes":{"id":"123","triggers":{"a":"b"}},"sensitive_attributes":[]}]},
-            {"module":"module.m","mode":"managed","type":"aws_s3_bucket","name":"b","instances":[
-                {"index_key":"logs","attributes":{"id":"acme-logs","arn":"arn:aws:s3:::acme-logs","tags":{"x":"y"},"name":null}}]},
-            {"mode":"data","type":"aws_ami","name":"u","instances":[{"attributes":{"id":"ami-1"}}]}
-        ]}"#;
-        let facts = facts_of(state);
-        assert_eq!(facts.resource_count, Some(3));
-        let found: Vec<(String, String, String)> = facts
-            .identifiers
-            .iter()
-            .map(|i| (i.value.clone(), i.field.clone(), i.address.clone()))
-            .collect();
-        assert_eq!(
-            found,
-            [
-                ("123".into(), "id".into(), "null_resource.r0".into()),
-                (
-                    "acme-logs".into(),
-                    "id".into(),
-                    "module.m.aws_s3_bucket.b[\"logs\"]".into()
-                ),
-                (
-                    "arn:aws:s3:::acme-logs".into(),
-                    "arn".into(),
-                    "module.m.aws_s3_bucket.b[\"logs\"]".into()
-                ),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_state_over_the_link_scan_limit_is_indexed_without_uses() {
-        let padding = "x".repeat(LINK_SCAN_MAX_BYTES);
-        let state = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
-            {"mode": "managed", "type": "t", "name": "big", "instances": [{"attributes": {
-                "id": "big-1", "other": "vpc-1", "padding": padding}}]}]});
-        let facts = facts_of(&serde_json::to_vec(&state).unwrap());
-        assert_eq!(facts.identifiers.len(), 1);
-        assert_eq!(facts.identifiers[0].value, "big-1");
-        assert!(facts.uses.is_empty());
-        let small = serde_json::json!({"version": 4, "serial": 1, "lineage": "l", "resources": [
-            {"mode": "managed", "type": "t", "name": "s", "instances": [{"attributes": {
-                "id": "s-1", "other": "vpc-1"}}]}]});
-        let facts = facts_of(&serde_json::to_vec(&small).unwrap());
-        assert_eq!(facts.uses.len(), 1, "{:?}", facts.uses);
-        assert_eq!(facts.uses[0].value, "vpc-1");
-    }
-
-    #[test]
-    fn a_v3_state_is_indexed_like_a_v4_one() {
-        let state = br#"{"version":3,"terraform_version":"0.11.14","serial":2,"lineage":"l","modules":[
-            {"path":["root"],"outputs":{},"resources":{
-                "aws_vpc.main":{"type":"aws_vpc","primary":{"id":"vpc-1","attributes":{
-                    "id":"vpc-1","arn":"arn:aws:ec2:eu-west-1:1:vpc/vpc-1","tags.%":"1","tags.Name":"x"}}},
-                "data.aws_vpc.other":{"type":"aws_vpc","primary":{"id":"vpc-9","attributes":{"id":"vpc-9"}}}}},
-            {"path":["root","web"],"resources":{
-                "aws_instance.web.1":{"type":"aws_instance","primary":{"id":"i-1","attributes":{"id":"i-1","name":""}}}}}
-        ]}"#;
-        assert!(
-            crate::statefile::read(state).is_ok(),
-            "a state a write checks"
-        );
-        let facts = facts_of(state);
-        assert_eq!(facts.resource_count, Some(3));
-        assert_eq!(facts.serial, Some(2));
-        let found: Vec<(&str, &str, &str)> = facts
-            .identifiers
-            .iter()
-            .map(|i| (i.value.as_str(), i.field.as_str(), i.address.as_str()))
-            .collect();
-        assert_eq!(
-            found,
-            [
-                ("arn:aws:ec2:eu-west-1:1:vpc/vpc-1", "arn", "aws_vpc.main"),
-                ("i-1", "id", "module.web.aws_instance.web[1]"),
-                ("vpc-1", "id", "aws_vpc.main"),
-            ]
-        );
-        let encrypted = br#"{"serial":1,"lineage":"l","meta":{},"encrypted_data":"abc","encryption_version":"v0"}"#;
-        assert_eq!(facts_of(encrypted).resource_count, None);
     }
 }
 

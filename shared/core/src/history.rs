@@ -169,7 +169,7 @@ impl Backend {
                     Err(e) => return Err(e),
                 };
                 info.serial = state
-                    .and_then(|state| crate::statefile::read(&state).ok())
+                    .and_then(|state| gitstate_statefile::read(&state).ok())
                     .and_then(|summary| summary.serial);
             }
             listed.push(info);
@@ -276,7 +276,7 @@ impl Backend {
         let current = match self.get(store, path, None).await? {
             // A current state Terraform cannot read (one written before gitstate checked states)
             // has no serial to continue: restoring over it is how it is mended.
-            Some(current) => crate::statefile::read(&current)
+            Some(current) => gitstate_statefile::read(&current)
                 .ok()
                 .and_then(|file| file.serial),
             None => None,

@@ -1,7 +1,9 @@
 //! gitstate's core: what a state path is, what a lock is, and the rules of the Terraform `http`
 //! backend protocol (lock checks, idempotent replays, contention retries), written against the
 //! [`StateStore`] port. This crate knows neither HTTP nor git: the HTTP layer maps its results to
-//! status codes, the git engine implements the port.
+//! status codes, the git engine implements the port. It never parses a state body itself: the
+//! checker below it (`gitstate-statefile`) reads it once, and core decides on the
+//! `CheckedState` it gives.
 
 pub mod backend;
 pub mod blocking;
@@ -9,7 +11,6 @@ pub mod catalog;
 pub mod commit;
 #[cfg(any(test, feature = "fakes"))]
 pub mod fakes;
-pub mod flatmap;
 pub mod history;
 pub mod identifiers;
 pub mod links;
@@ -22,10 +23,8 @@ pub mod path;
 pub mod process;
 pub mod scope;
 pub mod seal;
-pub mod statefile;
 pub mod store;
 pub mod text;
-pub mod tfstate;
 pub mod time;
 pub mod workspace;
 

@@ -4,9 +4,9 @@
 //!
 //! The rules, shared by every catalog adapter:
 //! - a state's identifiers, *uses* and the states it reads are read in the one pass that checks
-//!   it (`crate::statefile`'s catalogued facts, which state those rules);
+//!   it (`gitstate-statefile`'s catalogued facts, which state those rules);
 //! - a *link* is a use whose value another state holds as an indexed identifier
-//!   ([`crate::identifiers::IDENTIFYING_ATTRIBUTES`]); it is `declared` when the consumer reads
+//!   ([`gitstate_statefile::IDENTIFYING_ATTRIBUTES`]); it is `declared` when the consumer reads
 //!   that state through a `terraform_remote_state` data source (its http backend `address`
 //!   names the state), `literal` otherwise (the identifier is copied by hand);
 //! - the order puts providers before their consumers; states that use each other in a circle
@@ -17,27 +17,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::identifiers::ManagedBy;
-
-/// One string a state holds, and where.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Use {
-    /// The string.
-    pub value: String,
-    /// The instance's address (`module.a.aws_s3_bucket.b`, `data.x.y`), or `output.NAME`.
-    pub address: String,
-    /// Where in its attributes (or the output's value): `tags.Name`, `ingress[0].cidr[1]`,
-    /// `tags["kubernetes.io/role"]`; empty for the whole value.
-    pub attribute: String,
-}
-
-/// A state of a deployment: repository name and path.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct StateRef {
-    /// Repository name.
-    pub repository: String,
-    /// State path.
-    pub path: String,
-}
+/// The uses and remote states the checker reads of a state (`gitstate-statefile`'s types, which
+/// the catalog port names as they are: the same concept on two layers).
+pub use gitstate_statefile::{StateRef, Use};
 
 /// Whether the consumer reads the provider's state or copied the identifier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -150,34 +132,6 @@ impl Link {
             },
         }
     }
-}
-
-/// The state a gitstate state address names: `{scheme}://{host}[/prefix]/state/{repo}/{path}`
-/// (or `/lock/`), percent-decoded; `None` for any other address.
-pub fn state_of_address(address: &str) -> Option<StateRef> {
-    let url = url::Url::parse(address).ok()?;
-    let segments: Vec<&str> = url.path_segments()?.collect();
-    let at = segments
-        .iter()
-        .position(|s| *s == "state" || *s == "lock")?;
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8()
-            .ok()
-            .map(|s| s.into_owned())
-    };
-    let repository = decode(segments.get(at + 1)?)?;
-    let rest = segments.get(at + 2..)?;
-    let path = rest
-        .iter()
-        .map(|s| decode(s))
-        .collect::<Option<Vec<String>>>()?
-        .join("/");
-    let path = crate::StatePath::parse(&path).ok()?;
-    (!repository.is_empty()).then(|| StateRef {
-        repository,
-        path: path.as_str().to_owned(),
-    })
 }
 
 /// The links of the `consumer` state: each of its `uses` whose value another state holds
@@ -389,12 +343,12 @@ mod tests {
 
     /// The uses of `state`, as the catalog reads them.
     fn uses(state: &Value) -> Vec<Use> {
-        crate::statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).uses
+        gitstate_statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).uses
     }
 
     /// The states `state` reads, as the catalog reads them.
     fn remote_states(state: &Value) -> Vec<StateRef> {
-        crate::statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).reads
+        gitstate_statefile::catalog_facts(&serde_json::to_vec(state).unwrap()).reads
     }
 
     fn state_ref(path: &str) -> StateRef {
@@ -427,57 +381,6 @@ mod tests {
                 "config": {"value": {"address": "http://127.0.0.1:6061/state/default/envs%2Fnetwork.tfstate"}, "type": ["object", {"address": "string"}]},
                 "outputs": {"value": {"vpc_id": "vpc-1"}, "type": ["object", {"vpc_id": "string"}]}}}]}
         ]})
-    }
-
-    #[test]
-    fn uses_are_every_string_but_a_managed_instances_own_identifiers() {
-        let found = uses(&consumer());
-        let vpc: Vec<(&str, &str)> = found
-            .iter()
-            .filter(|u| u.value == "vpc-1")
-            .map(|u| (u.address.as_str(), u.attribute.as_str()))
-            .collect();
-        assert_eq!(
-            vpc,
-            [
-                ("data.terraform_remote_state.net", "outputs.value.vpc_id"),
-                ("output.subnets", "[1]"),
-                ("terraform_data.app", "input.vpc"),
-            ]
-        );
-        assert!(found
-            .iter()
-            .any(|u| u.attribute == "input.tags[\"kubernetes.io/role\"]"));
-    }
-
-    #[test]
-    fn a_remote_state_names_the_state_its_address_does() {
-        assert_eq!(
-            remote_states(&consumer()),
-            [state_ref("envs/network.tfstate")]
-        );
-        for (address, expected) in [
-            (
-                "https://tf.example/prefix/state/team-a/a/b.tfstate",
-                Some(("team-a", "a/b.tfstate")),
-            ),
-            (
-                "http://h/lock/default/x.tfstate?ID=1",
-                Some(("default", "x.tfstate")),
-            ),
-            ("http://h/other/default/x.tfstate", None),
-            ("http://h/state/default/../x.tfstate", None),
-            ("not a url", None),
-        ] {
-            let found = state_of_address(address);
-            assert_eq!(
-                found
-                    .as_ref()
-                    .map(|s| (s.repository.as_str(), s.path.as_str())),
-                expected,
-                "{address}"
-            );
-        }
     }
 
     #[test]

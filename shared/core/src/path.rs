@@ -3,8 +3,7 @@
 
 use std::fmt;
 
-/// Longest accepted state path, in bytes.
-pub const MAX_PATH_LEN: usize = 512;
+pub use gitstate_url::state_path::{PathError, MAX_PATH_LEN};
 
 /// The folder of gitstate's own files on the state branch ([`StatePath::gitstate_file`]).
 pub const GITSTATE_FOLDER: &str = ".gitstate";
@@ -13,68 +12,10 @@ pub const GITSTATE_FOLDER: &str = ".gitstate";
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatePath(String);
 
-/// Why a path was refused; the message names the rule so a user can fix the address.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
-    /// Empty path.
-    #[error("the state path is empty; use an address like /state/default/prod.tfstate")]
-    Empty,
-    /// Over [`MAX_PATH_LEN`].
-    #[error("the state path is {0} bytes long; at most 512 bytes are allowed")]
-    TooLong(usize),
-    /// A byte outside `[A-Za-z0-9._/-]`.
-    #[error(
-        "the state path contains {0}; only letters, digits, '.', '_', '-' and '/' are allowed"
-    )]
-    BadCharacter(String),
-    /// `a//b`, a leading or trailing `/`.
-    #[error("the state path has an empty segment (leading, trailing or doubled '/')")]
-    EmptySegment,
-    /// A segment starting with `.`.
-    #[error("a segment of the state path starts with '.', which git ref names forbid")]
-    DotSegment,
-    /// `..` anywhere.
-    #[error("the state path contains '..', which is not allowed")]
-    DoubleDot,
-    /// A segment ending with `.lock`.
-    #[error("the state path or one of its segments ends with '.lock', which git ref names forbid")]
-    LockSuffix,
-}
-
 impl StatePath {
-    /// Validates `raw` against the path rules.
+    /// Validates `raw` against the path rules (the one rule: [`gitstate_url::state_path`]).
     pub fn parse(raw: &str) -> Result<Self, PathError> {
-        if raw.is_empty() {
-            return Err(PathError::Empty);
-        }
-        if raw.len() > MAX_PATH_LEN {
-            return Err(PathError::TooLong(raw.len()));
-        }
-        if let Some(c) = raw
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
-        {
-            let shown = if c.is_control() || c.is_whitespace() {
-                format!("the character U+{:04X}", c as u32)
-            } else {
-                format!("the character '{c}'")
-            };
-            return Err(PathError::BadCharacter(shown));
-        }
-        if raw.contains("..") {
-            return Err(PathError::DoubleDot);
-        }
-        for segment in raw.split('/') {
-            if segment.is_empty() {
-                return Err(PathError::EmptySegment);
-            }
-            if segment.starts_with('.') {
-                return Err(PathError::DotSegment);
-            }
-            if segment.ends_with(".lock") {
-                return Err(PathError::LockSuffix);
-            }
-        }
+        gitstate_url::state_path::check_state_path(raw)?;
         Ok(StatePath(raw.to_owned()))
     }
 

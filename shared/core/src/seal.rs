@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::path::StatePath;
-use crate::statefile::CheckedState;
+use gitstate_statefile::CheckedState;
 
 /// Where a state lives: the repository (its configured name, or the address of an ad-hoc
 /// repository without credentials) and the path. Sealed documents are bound to it.
@@ -94,8 +94,8 @@ pub enum SealError {
 #[async_trait]
 pub trait Sealer: Send + Sync + fmt::Debug + 'static {
     /// The bytes to store for the state `plain` at `at`, sealed under fresh key material and
-    /// bound to `at`. `plain` was read by [`crate::statefile::check`], whose reading the sealer
-    /// takes as it is; a state of [`crate::statefile::Form::ClientEncrypted`] (OpenTofu's own
+    /// bound to `at`. `plain` was read by [`gitstate_statefile::check`], whose reading the sealer
+    /// takes as it is; a state of [`gitstate_statefile::Form::ClientEncrypted`] (OpenTofu's own
     /// encryption) may be returned unchanged.
     async fn seal(&self, at: &Place, plain: &CheckedState) -> Result<Bytes, SealError>;
 
@@ -121,7 +121,7 @@ pub async fn holds_by_opening<S: Sealer + ?Sized>(
     plain: &Bytes,
 ) -> Result<bool, SealError> {
     let opened = sealer.open(at, stored).await?;
-    Ok(opened == *plain || crate::statefile::same_json(&opened, plain))
+    Ok(opened == *plain || gitstate_statefile::same_json(&opened, plain))
 }
 
 /// Opens a format gitstate reads but never writes: terraform-backend-git's legacy `aes` output

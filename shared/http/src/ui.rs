@@ -14,10 +14,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gitstate_core::history::{StateRow, StatesPage, VersionInfo};
 use gitstate_core::links::StateRef;
-use gitstate_core::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 use gitstate_core::time::{format_age, format_rfc3339};
 use gitstate_core::workspace::WorkspacePath;
 use gitstate_core::{BackendError, ListQuery, StatePath, StoreError};
+use gitstate_statefile::tfstate::{structure_diff, ChangeKind, Difference, StructureDiff};
 
 use crate::error::ApiError;
 use crate::inspect::{catalog, limit, list_query, query_string, state_path, store_for, url_part};

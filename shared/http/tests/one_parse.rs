@@ -1,6 +1,6 @@
 //! A POST parses its body once (issue 49): the check, the state guard, the seal, the push and
 //! the catalog's facts all take what that one pass read. The count is the process's count of
-//! state bodies parsed (`gitstate_core::statefile::parses`), so this binary holds this one
+//! state bodies parsed (`gitstate_statefile::parses`), so this binary holds this one
 //! test and nothing else parses while it runs.
 
 use std::time::Duration;
@@ -9,9 +9,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use gitstate_core::fakes::{MemoryCatalog, MemoryRegistry, MemorySealer};
-use gitstate_core::statefile::parses;
 use gitstate_core::{Backend, CatalogChange};
 use gitstate_http::{router, AppState};
+use gitstate_statefile::parses;
 use tower::ServiceExt;
 
 const ADDRESS: &str = "/state/default/team/app.tfstate";

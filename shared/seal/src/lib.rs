@@ -21,7 +21,7 @@
 //!   when dropped. For as long, what this process sealed is kept with its plaintext
 //!   ([`RecentlySealed`], within a byte budget): opening exactly those bytes at that place again
 //!   (the next write's state guard, a read after a write) decrypts nothing.
-//! - States an OpenTofu client encrypted itself (`gitstate_core::statefile::Form::ClientEncrypted`)
+//! - States an OpenTofu client encrypted itself (`gitstate_statefile::Form::ClientEncrypted`)
 //!   are stored untouched, unless sealing is enforced (then they are sealed like any state).
 //!
 //! It never decides whether a state may be written or read (gitstate-core's rules do), and never

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use gitstate_core::statefile::{CheckedState, Form, StateFile};
 use gitstate_core::{Place, SealError, Sealer};
 use gitstate_sops::{
     encrypt_groups, key_fingerprint, key_groups, reusable_data_key, AgeKey, DataKeyCache, Document,
     EncryptOptions, KeyEntry, KeySource, MasterKey, Node, Rules, SopsError,
 };
+use gitstate_statefile::{CheckedState, Form, StateFile};
 
 use crate::{
     load_aws_config, DataKeyMemory, GcpKmsKey, KmsKey, PgpKey, RecentlySealed, SealConfigError,
@@ -188,7 +188,7 @@ impl SopsSealer {
 
     /// Seals synchronously (KMS calls block; use from a blocking thread): a fresh data key,
     /// wrapped for the current key set with KMS contexts bound to `at`. `file` is what the one
-    /// check of `plain` read ([`gitstate_core::statefile::check`]): an envelope OpenTofu
+    /// check of `plain` read ([`gitstate_statefile::check`]): an envelope OpenTofu
     /// encrypted itself is already ciphertext, stored byte for byte.
     pub fn seal_blocking(
         &self,

@@ -290,7 +290,7 @@ fn the_sealer_writes_for_vault_keys_from_its_configuration() {
         .expect("valid")
         .expect("a sealer");
     let at = Place::new("default", &StatePath::parse("team/app").unwrap());
-    let file = gitstate_core::statefile::read(PLAIN.as_bytes()).expect("a state");
+    let file = gitstate_statefile::read(PLAIN.as_bytes()).expect("a state");
     let sealed = sealer
         .seal_blocking(&at, PLAIN.as_bytes(), &file)
         .expect("sealed");

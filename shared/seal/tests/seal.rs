@@ -3,10 +3,10 @@
 //! `enforced` only what this server sealed is opened.
 
 use bytes::Bytes;
-use gitstate_core::statefile::{self, CheckedState};
 use gitstate_core::{Place, SealError, StatePath};
 use gitstate_seal::{SealerConfig, SopsSealer, Zeroizing};
 use gitstate_sops::{encrypt, AgeKey, Document, EncryptOptions, KeySource, MasterKey};
+use gitstate_statefile::{self as statefile, CheckedState};
 
 const STATE: &str = r#"{"version":4,"serial":1,"lineage":"l","outputs":{"pw":{"value":"s3cret","type":"string"}},"resources":[]}"#;
 
@@ -331,7 +331,7 @@ fn a_document_this_process_sealed_opens_from_memory_only_where_and_as_it_was_sea
 }
 
 /// Only OpenTofu's own envelope (its sigil, a non-empty `encryption_version`, as
-/// `gitstate_core::statefile` reads it) is stored as it came: a state that merely carries an
+/// `gitstate_statefile` reads it) is stored as it came: a state that merely carries an
 /// `encrypted_data` key is sealed like any state, so its secrets never reach the repository in
 /// clear (the sealer used to key on `encrypted_data` alone).
 #[test]

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::{Backend, BackendError};
 use crate::seal::{Place, SealError};
-use crate::statefile::{CheckedState, StateFile};
+use gitstate_statefile::{CheckedState, StateFile};
 
 /// Which of the state guard's rules a write must pass (DESIGN §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,14 +48,14 @@ impl Backend {
             Opened::Legacy(plain) => (plain, true),
             Opened::Unreadable => return Ok(false),
         };
-        let current = crate::statefile::read(&plain).ok();
+        let current = gitstate_statefile::read(&plain).ok();
         // Equal JSON values have equal serials: only states of one serial are compared value by
         // value (a retry with other formatting), never every write.
         let same = plain == *body
             || (current
                 .as_ref()
                 .is_none_or(|c| c.serial == incoming.file.serial)
-                && crate::statefile::same_json(&plain, body));
+                && gitstate_statefile::same_json(&plain, body));
         // A legacy file is never a replay: the write stores it in today's format.
         if same && !legacy {
             return Ok(true);

@@ -13,9 +13,9 @@ use super::{Backend, BackendError, Caller};
 use crate::commit::Message;
 use crate::path::StatePath;
 use crate::seal::{is_json, is_sops_document, Place, SealError};
-use crate::statefile::{self, CheckedState};
 use crate::store::{Intent, Revision, StateChange, StateStore};
 use crate::text::escape_controls;
+use gitstate_statefile::{self as statefile, CheckedState};
 
 /// What a stored file is, as far as a migration is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

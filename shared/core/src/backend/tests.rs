@@ -737,7 +737,7 @@ async fn a_state_sealed_for_another_place_is_never_served_and_is_replaced_by_a_w
     let elsewhere = sealer
         .seal(
             &Place::new("r", &StatePath::parse("other.tfstate").expect("path")),
-            &crate::statefile::check(state(1), false).expect("a state"),
+            &gitstate_statefile::check(state(1), false).expect("a state"),
         )
         .await
         .expect("seal");

@@ -10,9 +10,9 @@ use crate::lock::LockInfo;
 use crate::lock_token::LockToken;
 use crate::path::StatePath;
 use crate::seal::Place;
-use crate::statefile::CheckedState;
 use crate::store::{Intent, Revision, StateChange, StateStore, StoreError, WriteBudget};
 use crate::text::escape_controls;
+use gitstate_statefile::CheckedState;
 
 /// What a write does with what it read.
 enum Decision {

@@ -406,7 +406,7 @@ mod tests {
             path: path.into(),
             who: "alice".into(),
             at: std::time::SystemTime::now(),
-            change: CatalogChange::Write(crate::statefile::catalog_facts(
+            change: CatalogChange::Write(gitstate_statefile::catalog_facts(
                 &serde_json::to_vec(&state).unwrap(),
             )),
         };

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::seal::{Opener, Place, SealError, Sealer};
-use crate::statefile::CheckedState;
+use gitstate_statefile::CheckedState;
 
 /// The prefix of every document [`MemorySealer`] seals; anything else it reads is plaintext.
 pub const FAKE_SEAL_PREFIX: &str = "fake-sealed ";
@@ -163,7 +163,7 @@ mod tests {
         let sealer = MemorySealer::new();
         let here = Place::new("repo", &path("a.tfstate"));
         let there = Place::new("repo", &path("b.tfstate"));
-        let state = crate::statefile::check(Bytes::from(r#"{"version":4}"#), false).unwrap();
+        let state = gitstate_statefile::check(Bytes::from(r#"{"version":4}"#), false).unwrap();
         let one = sealer.seal(&here, &state).await.expect("seal");
         let two = sealer.seal(&here, &state).await.expect("seal");
         assert_ne!(one, two, "every seal uses fresh key material");

@@ -403,7 +403,7 @@ impl<'a> Workspaces<'a> {
                     .backend
                     .open_stored(&self.place(&path), stored.clone())
                     .await?;
-                let resources = crate::statefile::catalog_facts(&state)
+                let resources = gitstate_statefile::catalog_facts(&state)
                     .resource_count
                     .unwrap_or(1);
                 if resources > 0 {

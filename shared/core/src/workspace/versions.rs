@@ -10,7 +10,7 @@ use super::operations::{Holder, WorkspaceError, Workspaces};
 use super::WorkspaceName;
 use crate::backend::{BackendError, Caller, Written};
 use crate::lock_token::LockToken;
-use crate::statefile::CheckedState;
+use gitstate_statefile::CheckedState;
 
 /// The current state of a workspace, opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ impl Current {
     /// The current state `state` (opened), its digest and header read.
     pub fn of(state: Bytes) -> Current {
         let digest = digest_of(&state);
-        let file = crate::statefile::read(&state).ok();
+        let file = gitstate_statefile::read(&state).ok();
         Current {
             serial: file.as_ref().and_then(|f| f.serial).unwrap_or(0),
             lineage: file.and_then(|f| f.lineage).unwrap_or_default(),

@@ -1,11 +1,23 @@
-//! What a state body must be for Terraform and OpenTofu to read it back: the one parser of a
-//! state, and the one definition of what gitstate accepts (DESIGN §2, DECISIONS "What a state
-//! body must be").
+//! gitstate's state-file checker, one job: read a Terraform state body once, streaming, decide
+//! whether Terraform and OpenTofu could read it back, and say what the catalog needs of it. It is
+//! the one parser of a state, and the one definition of what gitstate accepts (DESIGN §2,
+//! DECISIONS "What a state body must be").
+//!
+//! It never does I/O, touches git, takes or checks a lock, seals or opens a document, knows HTTP,
+//! or records anything in a catalog: it reads bytes it is given and answers values ([`StateFile`],
+//! [`CheckedState`], [`StateFacts`], [`StateError`]), so every rule is tested on bytes alone and
+//! the protocol core above it decides what to do with them. It depends on no gitstate crate but
+//! `gitstate-url`, for the one state path rule a `terraform_remote_state` address is read by.
+//! The catalog's facts it reads ([`StateFacts`], [`identifiers`], [`Use`], [`StateRef`]) are its
+//! own types; core's catalog port names them as they are, re-exporting them from its `catalog`
+//! and `links` modules (the same concept on two layers: read here, indexed and linked there).
+//! Beside the check: [`tfstate`] (a state's resource instances and structure diffs, v3 read as
+//! v4) and [`outputs_only`] (a state reduced to what `terraform_remote_state` reads).
 //!
 //! A body is one of two shapes, told apart by OpenTofu's own sigil:
 //! - **a Terraform state** (no `encryption_version`): `version` 4, or 3 for a legacy state kept as
 //!   it is, and every field Terraform (or OpenTofu) decodes with the JSON type its Go field takes
-//!   ([`shape`]): `serial` a whole number from 0 to 2^64−1 (v3: to 2^63−1), `lineage` and
+//!   (`shape.rs`): `serial` a whole number from 0 to 2^64−1 (v3: to 2^63−1), `lineage` and
 //!   `terraform_version` strings (a non-empty `terraform_version` a version go-version parses),
 //!   `outputs` an object, `resources` and `check_results` arrays (v3: `modules`), each of their
 //!   elements as deep as the decoder goes;
@@ -23,17 +35,22 @@ mod catalogued;
 mod checked;
 mod cty;
 mod facts;
+mod flatmap;
 mod go_keys;
 mod goversion;
 mod hcl;
 mod header;
+pub mod identifiers;
 mod mismatch;
 mod outputs;
 mod prepare;
 mod shape;
 mod strings;
+pub mod tfstate;
 mod walk;
 
+pub use catalogued::{state_of_address, StateFacts, StateRef, Use, LINK_SCAN_MAX_BYTES};
+pub use identifiers::{ResourceIdentifier, IDENTIFYING_ATTRIBUTES, MAX_IDENTIFIER_BYTES};
 pub use outputs::{outputs_only, OutputsError};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +60,6 @@ use bytes::Bytes;
 use header::{Header, Top, TopValue};
 use mismatch::Seen;
 use strings::Wanted;
-
-use crate::catalog::StateFacts;
 
 /// A state body that Terraform and OpenTofu read back: its form and the header the protocol
 /// uses.

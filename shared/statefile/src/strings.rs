@@ -1,8 +1,8 @@
 //! The strings of a resource instance's `attributes` that the catalog reads, collected while the
 //! body is walked (the one parse of a POST): the top-level identifying attributes of every
 //! instance ([`crate::identifiers::IDENTIFYING_ATTRIBUTES`]), and, for a state small enough to
-//! look at for links ([`crate::catalog::LINK_SCAN_MAX_BYTES`]), every string with its place
-//! ([`crate::links`]' uses). Nothing is built but the strings kept.
+//! look at for links ([`crate::LINK_SCAN_MAX_BYTES`]), every string with its place
+//! ([`crate::Use`]s). Nothing is built but the strings kept.
 
 use std::fmt::{self, Write};
 

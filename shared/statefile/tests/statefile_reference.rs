@@ -1,4 +1,4 @@
-//! The server's decision on a state body (`gitstate_core::statefile::read`: accepted, or 400)
+//! The server's decision on a state body (`gitstate_statefile::read`: accepted, or 400)
 //! against a reading of what Terraform's own decoder accepts, written here independently of it:
 //! - `internal/states/statefile/read.go`: the version sniff (`Version *uint64`), formats 3 and 4
 //!   (gitstate stores no older one: no client of an http backend writes it);
@@ -17,9 +17,9 @@
 //! `prepareStateV4`, for which field the reader takes it (for v3's fields: the decoder; the v3
 //! upgrade's own checks are not made by gitstate).
 //!
-//! `PROPTEST_CASES=100000 cargo test -p gitstate-core --test statefile_reference` for a long run.
+//! `PROPTEST_CASES=100000 cargo test -p gitstate-statefile --test statefile_reference` for a long run.
 
-use gitstate_core::statefile::{self, Form};
+use gitstate_statefile::{self as statefile, Form};
 use proptest::prelude::*;
 
 /// A JSON value as generated: its text, and what it is for Go's decoder.

@@ -1,4 +1,4 @@
-//! How fast `gitstate_core::statefile` reads a state body, for `scripts/bench state-check`:
+//! How fast `gitstate_statefile` reads a state body, for `scripts/bench state-check`:
 //! Terraform-shaped states of N `aws_instance` resources (the arguments; default 1, 2000, 40000),
 //! each read enough times for about 200 MB; prints one line per size: bytes, repetitions, the
 //! median ms per `read` (the check alone) and MB/s, and the median ms per `check` with the
@@ -41,11 +41,11 @@ fn main() {
         let body = state(resources);
         let repetitions = (200_000_000 / body.len()).clamp(5, 20_000);
         let median = read_median(repetitions, || {
-            gitstate_core::statefile::read(&body).expect("a state");
+            gitstate_statefile::read(&body).expect("a state");
         });
         let bytes = bytes::Bytes::from(body.clone());
         let with_facts = read_median(repetitions, || {
-            gitstate_core::statefile::check(bytes.clone(), true).expect("a state");
+            gitstate_statefile::check(bytes.clone(), true).expect("a state");
         });
         println!(
             "{} {} {:.3} {:.0} {:.3}",
