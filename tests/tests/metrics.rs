@@ -36,11 +36,16 @@ fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
 
 /// The sum of every sample of `name` whose labels contain `with` (e.g. `kind="tips"`).
 fn sum(samples: &BTreeMap<String, f64>, name: &str, with: &str) -> f64 {
+    sum_of_all(samples, name, &[with])
+}
+
+/// The sum of every sample of `name` whose labels contain each of `with`, in any order.
+fn sum_of_all(samples: &BTreeMap<String, f64>, name: &str, with: &[&str]) -> f64 {
     samples
         .iter()
         .filter(|(series, _)| {
             (series.as_str() == name || series.starts_with(&format!("{name}{{")))
-                && series.contains(with)
+                && with.iter().all(|label| series.contains(label))
         })
         .map(|(_, v)| v)
         .sum()
@@ -225,20 +230,20 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
     assert!(commits >= 2.0, "two applies commit at least twice");
     let pushes = value(&m, "gitstate_git_pushes_total");
     assert_eq!(pushes, 3.0 + 3.0 + commits, "pushes\n{text}");
-    assert_eq!(
-        value(
-            &m,
-            "gitstate_git_round_trips_total{service=\"receive-pack\",step=\"push\"}"
-        ),
-        pushes,
-        "{text}"
-    );
+    let git_requests = |with: &[&str]| sum_of_all(&m, "gitstate_git_round_trips_total", with);
+    let (receive_pack, push) = ("service=\"receive-pack\"", "step=\"push\"");
+    assert_eq!(git_requests(&[receive_pack, push]), pushes, "{text}");
+    // Each under the operation it served: the 3 locks taken and the 3 released, and every commit
+    // by a POST (a holder's write in one request) or by the write queue's rounds.
+    let pushes_of = |operation: &str| {
+        git_requests(&[receive_pack, push, &format!("operation=\"{operation}\"")])
+    };
+    assert_eq!(pushes_of("LOCK"), 3.0, "{text}");
+    assert_eq!(pushes_of("UNLOCK"), 3.0, "{text}");
+    assert_eq!(pushes_of("POST") + pushes_of("queue"), commits, "{text}");
     // The first push follows an advertisement; once the server's capabilities are known, a
     // lock is taken and released, and the holder's state write pushed, by the push alone.
-    let advertisements = value(
-        &m,
-        "gitstate_git_round_trips_total{service=\"receive-pack\",step=\"advertisement\"}",
-    );
+    let advertisements = git_requests(&[receive_pack, "step=\"advertisement\""]);
     assert!(advertisements >= 1.0, "{text}");
     assert!(
         advertisements < pushes,
@@ -282,11 +287,11 @@ fn metrics_after_a_terraform_apply_count_requests_locks_and_git_and_need_the_tea
         sum(&m, "gitstate_git_fetched_bytes_total", "") > 0.0,
         "{text}"
     );
+    let fetch = ["service=\"upload-pack\"", "step=\"fetch\""];
+    assert!(git_requests(&fetch) >= 2.0, "{text}");
+    // The read after the other writer's push fetched what it lacked, as the GET it served.
     assert!(
-        value(
-            &m,
-            "gitstate_git_round_trips_total{service=\"upload-pack\",step=\"fetch\"}"
-        ) >= 2.0,
+        git_requests(&[fetch[0], fetch[1], "operation=\"GET\""]) >= 1.0,
         "{text}"
     );
 

@@ -24,14 +24,23 @@ A 503 is sent again, as Terraform retries; anything else but the expected status
 Checked after each run with the git CLI: the branch gained one commit per answered cycle (each
 writes serial + 1), every state ends at its last serial, no lock branch is left.
 
+Where a cycle's cost goes: each request's time by its kind (the http protocol's method, the
+API's step), and the git server's requests by the request operation they served, summed from
+every process's `gitstate_git_round_trips_total{operation=…}` (scraped at /_/metrics after the
+run; `queue` is the write queue's rounds, which push the writes of many requests).
+
 Usage: scripts/bench cycles [--protocols http,api] [--processes 1,8] [--writers 64] [--cycles 5]
                             [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--gitstate PATH]
-Prints one markdown table: per protocol and process count, cycles/s, p50/p99 of a cycle,
-non-2xx, lost, and the git requests per cycle by kind.
+Prints two markdown tables: per protocol and process count, cycles/s, p50/p99 of a cycle,
+non-2xx, lost, and the git requests per cycle by kind; then per request kind, its p50/p99 and
+the git requests per cycle it caused, by step.
 """
+import base64
+import collections
 import http.client
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -59,11 +68,15 @@ class Router:
     def __init__(self, servers):
         self.servers = servers
         self.non2xx = []
+        self.times = collections.defaultdict(list)
 
-    def send(self, route, method, path, body=None, expect=(200,), content_type="application/json"):
-        """The answer's body; a 503 is sent again (on a new connection, to the same process)."""
+    def send(self, route, method, path, body=None, expect=(200,), content_type="application/json",
+             kind=None):
+        """The answer's body; a 503 is sent again (on a new connection, to the same process). Its
+        time, the retries' included, counts under `kind` (the method when none)."""
         port = self.servers[route % len(self.servers)].port
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
+        start = time.perf_counter()
         while True:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
             try:
@@ -73,14 +86,15 @@ class Router:
             finally:
                 conn.close()
             if response.status in expect:
+                self.times[kind or method].append(s.ms_since(start))
                 return data
             self.non2xx.append((response.status, data[:200]))
             if response.status != 503:
                 raise RuntimeError(f"{method} {path}: {response.status} {data[:200]!r}")
 
-    def api(self, route, method, path, document=None, expect=(200,)):
+    def api(self, route, method, path, document=None, expect=(200,), kind=None):
         body = json.dumps(document).encode() if document is not None else None
-        data = self.send(route, method, path, body, expect, API)
+        data = self.send(route, method, path, body, expect, API, kind)
         return json.loads(data) if data else None
 
 
@@ -98,17 +112,19 @@ def http_cycle(router, w, k, path, serial, size):
 def api_cycle(router, w, k, name, serial, size):
     """The `cloud` block's cycle on workspace `name`."""
     base = w + k
-    found = router.api(base, "GET", f"/api/v2/organizations/default/workspaces/{name}")["data"]["id"]
+    found = router.api(base, "GET", f"/api/v2/organizations/default/workspaces/{name}",
+                       kind="workspace")["data"]["id"]
     ws = f"/api/v2/workspaces/{found}"
-    router.api(base + 1, "POST", f"{ws}/actions/lock", {"data": {"type": "", "attributes": {"reason": "bench"}}})
-    current = router.api(base + 2, "GET", f"{ws}/current-state-version")
-    router.send(base + 3, "GET", current["data"]["attributes"]["hosted-state-download-url"])
+    router.api(base + 1, "POST", f"{ws}/actions/lock", {"data": {"type": "", "attributes": {"reason": "bench"}}},
+               kind="lock")
+    current = router.api(base + 2, "GET", f"{ws}/current-state-version", kind="current version")
+    router.send(base + 3, "GET", current["data"]["attributes"]["hosted-state-download-url"], kind="download")
     inline = state_version(serial, size)
     upload = {"data": {"type": "state-versions", "attributes": {
         k: v for k, v in inline["data"]["attributes"].items() if k != "state"}}}
-    router.api(base + 4, "POST", f"{ws}/state-versions", upload, expect=(422,))
-    router.api(base + 5, "POST", f"{ws}/state-versions", inline, expect=(201,))
-    router.api(base + 6, "POST", f"{ws}/actions/unlock")
+    router.api(base + 4, "POST", f"{ws}/state-versions", upload, expect=(422,), kind="create (422)")
+    router.api(base + 5, "POST", f"{ws}/state-versions", inline, expect=(201,), kind="create")
+    router.api(base + 6, "POST", f"{ws}/actions/unlock", kind="unlock")
 
 
 def measure(args, root, bare, remote, protocol, processes):
@@ -157,6 +173,9 @@ def measure(args, root, bare, remote, protocol, processes):
                     for serial in range(2, 2 + len(latencies[w]))]
         lost, extra, wrong = write_queue.check_branch(bare, before_tip, expected)
         locks_left = s.git("--git-dir", bare, "for-each-ref", "refs/heads/locks/").decode().strip()
+        by_operation = collections.Counter()
+        for server in servers:
+            by_operation.update(round_trips(server.port))
     finally:
         for server in servers:
             server.stop()
@@ -166,7 +185,45 @@ def measure(args, root, bare, remote, protocol, processes):
             "answered": answered, "wall": wall, "lat": [x for lat in latencies for x in lat],
             "lost": lost + wrong, "extra": extra, "locks_left": len(locks_left.splitlines()),
             "non2xx": len(router.non2xx), "codes": sorted({c for c, _ in router.non2xx}), "errors": errors,
+            "times": dict(router.times), "by_operation": by_operation,
             "git": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to}}
+
+
+ROUND_TRIP = re.compile(r'^gitstate_git_round_trips_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def round_trips(port):
+    """A process's requests to the git server so far, by (operation, step), from its /_/metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    auth = base64.b64encode(f"bench:{TOKEN}".encode()).decode()
+    try:
+        conn.request("GET", "/_/metrics", headers={"Authorization": f"Basic {auth}"})
+        response = conn.getresponse()
+        text = response.read().decode()
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise RuntimeError(f"/_/metrics: {response.status} {text[:200]!r}")
+    counts = collections.Counter()
+    for line in text.splitlines():
+        m = ROUND_TRIP.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
+            step = f"{labels.get('service', '').replace('-pack', '')} {labels.get('step', '')}"
+            counts[(labels.get("operation", "other"), step)] += float(m.group("value"))
+    return counts
+
+
+def operation_of(protocol, kind):
+    """The `operation` label the server counts a request kind's git requests under."""
+    if protocol == "http":
+        return kind
+    return {"workspace": "API GET /api/v2/organizations/{org}/workspaces/{name}",
+            "lock": "API POST /api/v2/workspaces/{id}/actions/lock",
+            "current version": "API GET /api/v2/workspaces/{id}/current-state-version",
+            "download": "API GET /api/v2/state-versions/{id}/download",
+            "create (422)": None, "create": "API POST /api/v2/workspaces/{id}/state-versions",
+            "unlock": "API POST /api/v2/workspaces/{id}/actions/unlock"}.get(kind)
 
 
 def per_cycle(row, *kinds):
@@ -225,4 +282,23 @@ def run(args):
               f"{per_cycle(r):.2f} | {per_cycle(r, 'POST upload-pack'):.2f} | "
               f"{per_cycle(r, 'POST receive-pack'):.2f} | {per_cycle(r, 'advert upload-pack'):.2f} | "
               f"{per_cycle(r, 'advert receive-pack'):.2f} |")
+    print()
+    steps = ["receive advertisement", "upload advertisement", "upload ls-refs", "upload fetch", "receive push"]
+    print("| protocol | processes | request | p50 ms | p99 ms | git requests per cycle | "
+          + " | ".join(steps) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(steps))
+    for r in rows:
+        answered = max(1, r["answered"])
+        counted = r["by_operation"]
+        kinds = list(r["times"]) + ["queue", "other"]
+        for kind in kinds:
+            lat = r["times"].get(kind)
+            operation = kind if kind in ("queue", "other") else operation_of(r["protocol"], kind)
+            mine = {step: v for (op, step), v in counted.items() if op == operation}
+            if not lat and not any(mine.values()):
+                continue
+            times = f"{s.percentile(lat, 50):.0f} | {s.percentile(lat, 99):.0f}" if lat else "– | –"
+            print(f"| {r['protocol']} | {r['processes']} | {kind} | {times} | "
+                  f"{sum(mine.values()) / answered:.2f} | "
+                  + " | ".join(f"{mine.get(step, 0) / answered:.2f}" for step in steps) + " |")
     return 0

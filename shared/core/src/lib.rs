@@ -19,6 +19,7 @@ pub mod lock;
 pub mod lock_token;
 pub mod metrics;
 pub mod named_store;
+pub mod operation;
 pub mod path;
 pub mod process;
 pub mod scope;

@@ -71,7 +71,11 @@ impl Target {
             pinned: Some(cache.clone()),
             ..self.clone()
         };
-        let task = tokio::task::spawn_blocking(move || work(target));
+        // The git requests the work sends count under the operation the caller serves.
+        let operation = gitstate_core::operation::current();
+        let task = tokio::task::spawn_blocking(move || {
+            gitstate_wire::metrics::serving(operation, || work(target))
+        });
         match tokio::time::timeout(self.timeout, task).await {
             Ok(joined) => {
                 let result =

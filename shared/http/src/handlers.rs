@@ -254,7 +254,12 @@ pub async fn state_address(
     };
     let started = Instant::now();
     let result = match address {
-        Ok(address) => dispatch(&app, address, operation, deadline, &headers, body).await,
+        // What the request costs further down (the git server's requests) counts under its
+        // operation too.
+        Ok(address) => {
+            let answer = dispatch(&app, address, operation, deadline, &headers, body);
+            gitstate_core::operation::serving(operation.label(), answer).await
+        }
         Err(e) => Err(e),
     };
     operation.observe(started, status_of(&result));

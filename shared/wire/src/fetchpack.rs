@@ -359,7 +359,8 @@ pub fn round_trip(service: &'static str, step: impl Into<metrics::SharedString>)
     metrics::counter!(
         crate::metrics::GIT_ROUND_TRIPS,
         "service" => service,
-        "step" => step.into()
+        "step" => step.into(),
+        "operation" => crate::metrics::operation()
     )
     .increment(1);
 }

@@ -41,6 +41,10 @@ use round::Round;
 use timeline::Timeline;
 
 /// First back-off bound after a lost compare-and-swap; doubles per loss in a row.
+/// The `operation` label of the git requests the queue's own tasks send (its rounds and
+/// sweeps), which serve the writes of many requests (docs/METRICS.md).
+const QUEUE_OPERATION: &str = "queue";
+
 const BACK_OFF_BASE: Duration = Duration::from_millis(10);
 /// Cap of one back-off after a loss (the age-based yield below does the rest).
 const BACK_OFF_MAX: Duration = Duration::from_millis(50);
@@ -229,9 +233,12 @@ impl WriteQueue {
             // A task of its own: a request that goes away (the client hung up) must not stop
             // the batch the other writers wait for.
             let (queue, store) = (self.clone(), store.clone());
+            // Its git requests serve the writes of many requests: counted as the queue's.
             tokio::spawn(
-                async move { queue.drive(store).await }
-                    .instrument(tracing::info_span!("write_batch")),
+                gitstate_core::operation::serving(QUEUE_OPERATION, async move {
+                    queue.drive(store).await
+                })
+                .instrument(tracing::info_span!("write_batch")),
             );
         }
         answer
@@ -372,9 +379,12 @@ impl WriteQueue {
             if let Some((session, updates)) = cleanup {
                 if self.unswept.keep(session, updates) {
                     let (queue, store) = (self.clone(), store.clone());
-                    tokio::spawn(async move {
-                        sweep::sweep_later(&queue.unswept, &store, || queue.pushed()).await
-                    });
+                    tokio::spawn(gitstate_core::operation::serving(
+                        QUEUE_OPERATION,
+                        async move {
+                            sweep::sweep_later(&queue.unswept, &store, || queue.pushed()).await
+                        },
+                    ));
                 }
             }
             // Lost: the writes go into the remote's queue, where whichever process wins the

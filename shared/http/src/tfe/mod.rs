@@ -117,8 +117,8 @@ async fn observed(
         _ => "OTHER",
     };
     let pattern = matched.as_ref().map_or("/api/v2/{*rest}", |m| m.as_str());
-    let operation = format!("API {method} {pattern}");
-    let response = next.run(request).await;
+    let operation: metrics::SharedString = format!("API {method} {pattern}").into();
+    let response = gitstate_core::operation::serving(operation.clone(), next.run(request)).await;
     crate::request_metrics::observe_request(operation, started, response.status());
     response
 }
