@@ -689,3 +689,53 @@ async fn a_fetch_closed_before_any_answer_is_read_again() {
         "the proxy cut the fetch: the test made its case"
     );
 }
+
+/// An UNLOCK that reaches a process other than the one that took the lock (Lambda routes each
+/// request anywhere, issue 58) reads the lock branch fresh: its commit, which holds one small
+/// file, comes whole in one fetch, not its root tree first and then each level of the path and
+/// the file (4 fetches for a lock two folders deep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unlock_elsewhere_fetches_the_lock_commit_in_one_request() {
+    use gitstate_core::Intent;
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "locks");
+    let file = |serial: u32| format!("{{\"serial\":{serial}}}");
+    let path = "c/p8/w001.tfstate";
+    common::seed_files(&bare, [(path.to_string(), file(1))].into_iter());
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
+    let credentials = || {
+        Some(Credentials {
+            username: "alice".into(),
+            password: "s3cret".into(),
+        })
+    };
+    let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = store(&http.url("locks"), cache_a.path(), credentials());
+    let b = store(&http.url("locks"), cache_b.path(), credentials());
+    // b has read the state before (a warm process), then a takes the lock.
+    b.snapshot(&sp(path)).await.expect("b reads");
+    let info = Bytes::from_static(b"{\"ID\":\"elsewhere\"}");
+    let created = a
+        .create_lock(
+            &sp(path),
+            info.clone(),
+            &gitstate_core::Message::from("Lock"),
+        )
+        .await;
+    assert_eq!(created, Ok(LockCreate::Created));
+
+    let before = http.requests().len();
+    let attempt = b.begin(&sp(path), Intent::Release).await.expect("begin");
+    assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
+    attempt
+        .delete_lock()
+        .await
+        .expect("b releases the lock a took");
+    let requests = http.requests()[before..].to_vec();
+    let fetches = requests
+        .iter()
+        .filter(|r| r.starts_with("POST") && r.ends_with("git-upload-pack"))
+        .count();
+    assert_eq!(fetches, 1, "{requests:#?}");
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+}

@@ -41,7 +41,7 @@ impl Cache {
             }
         }
         if self
-            .fetch_tips(&mut session, endpoint, &tips, &[])?
+            .fetch_tips(&mut session, endpoint, &tips, &[], Objects::Filtered)?
             .is_none()
         {
             return Ok(None);
@@ -65,6 +65,7 @@ impl Cache {
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
         roots: &[ObjectId],
+        objects: Objects,
     ) -> Result<Option<()>, StoreError> {
         if !tips
             .values()
@@ -100,7 +101,13 @@ impl Cache {
                         )))
                     }
                 };
-                self.fetch_locked(session, endpoint, tips, roots, missing, lock)?;
+                let wanted = Wanted {
+                    tips,
+                    roots,
+                    missing,
+                    objects,
+                };
+                self.fetch_locked(session, endpoint, wanted, lock)?;
             }
         }
         Ok(Some(()))
@@ -113,11 +120,15 @@ impl Cache {
         &self,
         session: &mut UploadPack,
         endpoint: &Endpoint,
-        tips: &HashMap<String, ObjectId>,
-        roots: &[ObjectId],
-        missing: Vec<ObjectId>,
+        wanted: Wanted<'_>,
         lock: gix::lock::File,
     ) -> Result<(), StoreError> {
+        let Wanted {
+            tips,
+            roots,
+            missing,
+            objects,
+        } = wanted;
         let shallow = read_shallow(&self.dir.join("shallow"))?;
         let repo = self.repo();
         // A moved tip costs only the new trees.
@@ -132,18 +143,24 @@ impl Cache {
         // (DESIGN §9.5); deltas whose base this cache never read are left out.
         let bases = objects_of(&repo);
         let thin = (!haves.is_empty()).then_some(&bases as Have<'_>);
-        let fetched = filtered(session, endpoint, filter, |session, filter| {
+        let fetch = |session: &mut UploadPack, filter: Option<&str>| {
             let request = FetchRequest {
                 wants: missing.clone(),
                 haves: haves.clone(),
                 shallow: shallow.clone(),
                 deepen: Some(1),
-                filter: Some(filter.into()),
+                filter: filter.map(str::to_owned),
             };
             session
                 .fetch(&request, &self.pack_dir(), thin)
                 .map_err(from_wire)
-        })?;
+        };
+        let fetched = match objects {
+            Objects::Whole => fetch(session, None)?,
+            Objects::Filtered => filtered(session, endpoint, filter, |session, filter| {
+                fetch(session, Some(filter))
+            })?,
+        };
         if fetched.left_out > 0 {
             // Every commit here has its root tree: one left out of the thin pack comes by id.
             self.fetch_root_trees(session, endpoint, tips.values().chain(roots))?;
@@ -206,7 +223,20 @@ impl Cache {
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
     ) -> Result<bool, StoreError> {
-        self.fetch_advertised_and(endpoint, tips, &[])
+        self.fetch_advertised_as(endpoint, tips, &[], Objects::Filtered)
+    }
+
+    /// [`Cache::fetch_advertised`] of lock branches only: a lock commit holds one small file
+    /// (its LockInfo), so each comes whole (commit, trees and file) in the one request, where a
+    /// filtered fetch would then ask for the trees on the file's path level by level and for the
+    /// file (4 requests for `a/b/c.tfstate`'s lock instead of 1). What a lock branch may hold is
+    /// bounded as every answer is (`gitstate_wire::limits`).
+    pub fn fetch_locks_advertised(
+        &self,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+    ) -> Result<bool, StoreError> {
+        self.fetch_advertised_as(endpoint, tips, &[], Objects::Whole)
     }
 
     /// [`Cache::fetch_advertised`], and in the same request the root commits `roots` with their
@@ -217,6 +247,17 @@ impl Cache {
         endpoint: &Endpoint,
         tips: &HashMap<String, ObjectId>,
         roots: &[ObjectId],
+    ) -> Result<bool, StoreError> {
+        self.fetch_advertised_as(endpoint, tips, roots, Objects::Filtered)
+    }
+
+    /// [`Cache::fetch_advertised_and`], with the objects `objects` says.
+    fn fetch_advertised_as(
+        &self,
+        endpoint: &Endpoint,
+        tips: &HashMap<String, ObjectId>,
+        roots: &[ObjectId],
+        objects: Objects,
     ) -> Result<bool, StoreError> {
         // This process's own last push may still be being recorded: wait for it before asking
         // the remote for what it is writing.
@@ -241,7 +282,7 @@ impl Cache {
                 Err(_) => return Ok(false),
             },
         };
-        match self.fetch_tips(&mut session, endpoint, tips, roots) {
+        match self.fetch_tips(&mut session, endpoint, tips, roots, objects) {
             Ok(Some(())) => {
                 sessions::keep(endpoint, session);
                 Ok(true)
@@ -466,6 +507,28 @@ fn reconnect(endpoint: &Endpoint) -> Result<UploadPack, StoreError> {
                 endpoint.display
             ))
         })
+}
+
+/// What a fetch of advertised tips brings of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Objects {
+    /// The commit and the trees the cache's fetch mode says, no file: the state branch, whose
+    /// tree holds every state.
+    Filtered,
+    /// The commit with all it holds: a lock branch's, one small file.
+    Whole,
+}
+
+/// The objects one fetch of advertised tips asks for.
+struct Wanted<'a> {
+    /// The advertised tips (name → id), whose tracking refs the fetch moves.
+    tips: &'a HashMap<String, ObjectId>,
+    /// Root commits wanted with their trees (the pending writes a leader folds).
+    roots: &'a [ObjectId],
+    /// The ids of `tips` and `roots` the cache lacks.
+    missing: Vec<ObjectId>,
+    /// What comes of each.
+    objects: Objects,
 }
 
 /// Runs `fetch` over `session` with `filter`. When that is a tree filter the server refuses,

@@ -217,8 +217,13 @@ impl RemoteStore {
         .into_iter()
         .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
         .collect();
-        self.cache()?
-            .fetch_advertised(&self.target.endpoint, &advertised)?;
+        let cache = self.cache()?;
+        if state_tip.is_some() {
+            cache.fetch_advertised(&self.target.endpoint, &advertised)?;
+        } else {
+            // An unlock reads the lock branch alone: its commit comes whole.
+            cache.fetch_locks_advertised(&self.target.endpoint, &advertised)?;
+        }
         if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
         }

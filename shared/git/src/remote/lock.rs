@@ -179,7 +179,7 @@ impl RemoteStore {
         let advertised = HashMap::from([(path.lock_ref(), tip)]);
         if !self
             .cache()?
-            .fetch_advertised(&self.target.endpoint, &advertised)?
+            .fetch_locks_advertised(&self.target.endpoint, &advertised)?
         {
             return self.held(path);
         }
