@@ -189,7 +189,8 @@ def measure(args, root, bare, remote, protocol, processes):
             "git": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to}}
 
 
-ROUND_TRIP = re.compile(r'^gitstate_git_round_trips_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+# Label values may hold braces (the API's address patterns): the labels end at the last `} `.
+ROUND_TRIP = re.compile(r'^gitstate_git_round_trips_total\{(?P<labels>.*)\} (?P<value>\S+)$')
 
 
 def round_trips(port):

@@ -11,11 +11,16 @@ use super::transport::Endpoint;
 /// Protocol-v2 sessions over HTTP(S) kept between requests, by remote and credential: a kept
 /// session sends its next command without a new capability advertisement. Every command still
 /// carries the credential and is authorized by the server. Bounded: a few per remote and
-/// credential, [`MAX_KEPT_SESSIONS`] in all, none older than [`KEPT_SESSION_AGE`].
+/// credential ([`MAX_KEPT_PER_REMOTE`]), [`MAX_KEPT_SESSIONS`] in all, none older than
+/// [`KEPT_SESSION_AGE`].
 type KeptSessions =
     HashMap<(String, Option<(String, String)>), Vec<(std::time::Instant, UploadPack)>>;
 
-const MAX_KEPT_SESSIONS: usize = 16;
+const MAX_KEPT_SESSIONS: usize = 64;
+/// Sessions kept per remote and credential: as many as a busy process's reads of one repository
+/// run at once (measured: with 4, a quarter of the reads at 8 processes under 64 writers opened a
+/// new session, each a capability advertisement more; docs/BENCHMARKS.md, issue 58).
+const MAX_KEPT_PER_REMOTE: usize = 16;
 const KEPT_SESSION_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn kept_sessions() -> &'static Mutex<KeptSessions> {
@@ -68,7 +73,7 @@ pub fn keep(endpoint: &Endpoint, session: UploadPack) {
         return; // dropped: the next request of this remote makes a new one
     }
     let sessions = kept.entry(session_key(endpoint)).or_default();
-    if sessions.len() < 4 {
+    if sessions.len() < MAX_KEPT_PER_REMOTE {
         sessions.push((std::time::Instant::now(), session));
     }
 }
