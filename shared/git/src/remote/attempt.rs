@@ -221,7 +221,8 @@ impl RemoteStore {
         if state_tip.is_some() {
             cache.fetch_advertised(&self.target.endpoint, &advertised)?;
         } else {
-            // An unlock reads the lock branch alone: its commit comes whole.
+            // Only the lock branch is read (an unlock, or a write before the state branch
+            // exists): a lock commit holds one small file, so it comes whole.
             cache.fetch_locks_advertised(&self.target.endpoint, &advertised)?;
         }
         if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
