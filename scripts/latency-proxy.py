@@ -10,17 +10,23 @@ also sends no faster than X: a chunk of n bytes leaves n / X seconds after the p
 left (or after its delay, whichever is later), in order. 0 = unlimited. Each connection gets its
 own upstream connection.
 
-Bytes forwarded are counted: up (client to target) and down (target to client), and connections
-accepted. With --stats-port PORT, a connection to 127.0.0.1:PORT gets the totals so far as one
-line of text, `UP DOWN CONNECTIONS`, and is closed.
+A link that drops: with --cut-percent P, each connection is cut with probability P / 100, after
+a random number of bytes (uniform below --cut-within, default 4096) in a random direction: what
+passed up to there is forwarded, then both sides are closed.
+
+Bytes forwarded are counted: up (client to target) and down (target to client), connections
+accepted, and connections cut. With --stats-port PORT, a connection to 127.0.0.1:PORT gets the
+totals so far as one line of text, `UP DOWN CONNECTIONS CUTS`, and is closed.
 
 Usage: scripts/latency-proxy.py --listen PORT --target HOST:PORT [--delay-ms 30] [--chunk 65536]
-                                [--rate-mbps 0] [--stats-port PORT]
+                                [--rate-mbps 0] [--cut-percent 0] [--cut-within 4096]
+                                [--stats-port PORT]
 Also importable: `start(listen_port, target_host, target_port, delay_ms, rate_mbps=0)` runs it in
 a thread; the thread's `counters` (a Counters) holds the totals.
 """
 import argparse
 import asyncio
+import random
 import sys
 import threading
 import time
@@ -34,22 +40,30 @@ class Counters:
         self.up = 0
         self.down = 0
         self.connections = 0
+        self.cuts = 0
 
     def totals(self):
-        """(up, down, connections)."""
-        return self.up, self.down, self.connections
+        """(up, down, connections, cuts)."""
+        return self.up, self.down, self.connections, self.cuts
 
 
-async def _pipe(reader, writer, delay, chunk, rate, count):
+async def _pipe(reader, writer, delay, chunk, rate, count, cut=None):
     """Forwards reader to writer chunk by chunk: each waits `delay` seconds, then (with `rate`,
     bytes per second) until the previous chunk has had its n / rate seconds; `count(n)` after
-    each write."""
+    each write. With `cut` (bytes, and a function that closes both sides), once that many bytes
+    passed, the rest is dropped and both sides are closed."""
     free_at = 0.0  # when this direction's "wire" is free again (monotonic seconds)
+    passed = 0
     try:
         while True:
             data = await reader.read(chunk)
             if not data:
                 break
+            if cut is not None and passed + len(data) > cut[0]:
+                writer.write(data[:cut[0] - passed])
+                cut[1]()
+                break
+            passed += len(data)
             await asyncio.sleep(delay)
             if rate:
                 now = time.monotonic()
@@ -68,7 +82,7 @@ async def _pipe(reader, writer, delay, chunk, rate, count):
 
 
 async def _serve(listen_port, target_host, target_port, delay, chunk, rate, counters, stats_port=None,
-                 ready=None):
+                 ready=None, cut_percent=0.0, cut_within=4096):
     def up(n):
         counters.up += n
 
@@ -82,11 +96,22 @@ async def _serve(listen_port, target_host, target_port, delay, chunk, rate, coun
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pipe(client_reader, upstream_writer, delay, chunk, rate, up),
-                             _pipe(upstream_reader, client_writer, delay, chunk, rate, down))
+        up_cut = down_cut = None
+        if cut_percent and random.random() * 100 < cut_percent:
+            def close_both():
+                counters.cuts += 1
+                for side in (client_writer, upstream_writer):
+                    side.transport.abort()
+            cut = (random.randrange(max(1, cut_within)), close_both)
+            if random.random() < 0.5:
+                up_cut = cut
+            else:
+                down_cut = cut
+        await asyncio.gather(_pipe(client_reader, upstream_writer, delay, chunk, rate, up, up_cut),
+                             _pipe(upstream_reader, client_writer, delay, chunk, rate, down, down_cut))
 
     async def stats(_reader, writer):
-        writer.write(("%d %d %d\n" % counters.totals()).encode())
+        writer.write(("%d %d %d %d\n" % counters.totals()).encode())
         try:
             await writer.drain()
         except ConnectionError:
@@ -126,12 +151,17 @@ def main():
     parser.add_argument("--chunk", type=int, default=65536)
     parser.add_argument("--rate-mbps", type=float, default=0.0,
                         help="megabytes per second per connection and direction (0: unlimited)")
+    parser.add_argument("--cut-percent", type=float, default=0.0,
+                        help="share of connections cut at random (after a random number of bytes)")
+    parser.add_argument("--cut-within", type=int, default=4096,
+                        help="a cut connection is cut before this many bytes of its direction")
     parser.add_argument("--stats-port", type=int, default=0,
-                        help="a port answering `UP DOWN CONNECTIONS` (bytes forwarded so far)")
+                        help="a port answering `UP DOWN CONNECTIONS CUTS` (so far)")
     args = parser.parse_args()
     host, port = args.target.rsplit(":", 1)
     asyncio.run(_serve(args.listen, host, int(port), args.delay_ms / 1000, args.chunk,
-                       args.rate_mbps * 1_000_000, Counters(), args.stats_port))
+                       args.rate_mbps * 1_000_000, Counters(), args.stats_port,
+                       cut_percent=args.cut_percent, cut_within=args.cut_within))
 
 
 if __name__ == "__main__":

@@ -282,14 +282,18 @@ class GitHttp:
         stop(self.proc)
 
 
-def start_latency_proxy(root, target_port, delay_ms, rate_mbps=0, stats_port=None, log_name="proxy.log"):
+def start_latency_proxy(root, target_port, delay_ms, rate_mbps=0, stats_port=None, log_name="proxy.log",
+                        cut_percent=0):
     """scripts/latency-proxy.py in front of 127.0.0.1:target_port, adding `delay_ms` per chunk
     each way and (`rate_mbps` > 0) limiting each connection, each direction, to that many
-    megabytes per second; with `stats_port`, it answers its byte counters there (see
-    LatencyProxy). Returns (process, port)."""
+    megabytes per second, and (`cut_percent` > 0) cutting that share of its connections at
+    random; with `stats_port`, it answers its counters there (see LatencyProxy). Returns
+    (process, port)."""
     port = free_port()
     log = log_file(root, log_name)
     extra = ["--rate-mbps", str(rate_mbps)] if rate_mbps else []
+    if cut_percent:
+        extra += ["--cut-percent", str(cut_percent)]
     if stats_port:
         extra += ["--stats-port", str(stats_port)]
     proc = spawn([sys.executable, os.path.join(SCRIPTS, "latency-proxy.py"), "--listen", str(port),
@@ -307,10 +311,10 @@ class LatencyProxy:
 
     `url(path)`: the proxy's URL for a path on the target (e.g. "/git/states.git")."""
 
-    def __init__(self, root, target_port, delay_ms=0, rate_mbps=0, name="proxy"):
+    def __init__(self, root, target_port, delay_ms=0, rate_mbps=0, name="proxy", cut_percent=0):
         self.stats_port = free_port()
         self.proc, self.port = start_latency_proxy(root, target_port, delay_ms, rate_mbps, self.stats_port,
-                                                   f"{name}.log")
+                                                   f"{name}.log", cut_percent)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
@@ -324,8 +328,14 @@ class LatencyProxy:
                 if not chunk:
                     break
                 data += chunk
-        up, down, connections = (int(x) for x in data.split())
+        up, down, connections, _cuts = (int(x) for x in data.split())
         return up, down, connections
+
+    def cuts(self):
+        """Connections cut so far (`cut_percent`)."""
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=10) as conn:
+            data = conn.makefile("rb").readline()
+        return int(data.split()[3])
 
     def totals(self, settle=0.0, timeout=30.0):
         """(up, down, connections) once nothing has moved through the proxy for `settle` seconds

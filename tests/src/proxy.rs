@@ -10,6 +10,8 @@
 //!   on it after it was idle for a while is read and answered with nothing but the close, as when
 //!   a server's idle timeout crosses the client's request (a Lambda container thawed after a
 //!   freeze sends its first request on connections the server closed meanwhile).
+//! - [`DroppingProxy`] cuts a share of its connections at random: after a random number of
+//!   bytes, in a random direction, both ways are closed (a link that drops now and then).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -286,4 +288,107 @@ impl ClosingProxy {
     pub fn port(&self) -> u16 {
         self.port
     }
+}
+
+/// Cuts `per_cent` of its connections, chosen at random, after a random number of bytes in a
+/// random direction ([module documentation](self)); it stops with the test process.
+pub struct DroppingProxy {
+    port: u16,
+    cut: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+}
+
+/// Where a connection chosen to drop is cut: after this many bytes passed the way it says.
+#[derive(Clone, Copy)]
+struct Cut {
+    upload: bool,
+    after: usize,
+}
+
+impl DroppingProxy {
+    /// Forwards connections on a new port to `127.0.0.1:target`; each one is cut with
+    /// probability `per_cent` / 100, after up to `within` bytes of the direction drawn. `seed`
+    /// makes the draws repeatable (the order connections arrive in still varies).
+    pub fn start(target: u16, per_cent: u32, within: usize, seed: u64) -> DroppingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let cut = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (counted_cuts, counted) = (cut.clone(), connections.clone());
+        std::thread::spawn(move || {
+            let mut random = seed;
+            let mut draw = move || {
+                // splitmix64: well spread from any seed, and repeatable.
+                random = random.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = random;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^ (z >> 31)
+            };
+            for client in listener.incoming().flatten() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(client_in), Ok(server_in)) = (client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                let cut = (draw() % 100 < u64::from(per_cent)).then(|| Cut {
+                    upload: draw() % 2 == 0,
+                    after: (draw() % within.max(1) as u64) as usize,
+                });
+                let limit = |upload: bool| cut.filter(|c| c.upload == upload).map(|c| c.after);
+                let (up, down) = (limit(true), limit(false));
+                let (cuts_up, cuts_down) = (counted_cuts.clone(), counted_cuts.clone());
+                std::thread::spawn(move || cut_after(client_in, server, up, &cuts_up));
+                std::thread::spawn(move || cut_after(server_in, client, down, &cuts_down));
+            }
+        });
+        DroppingProxy {
+            port,
+            cut,
+            connections,
+        }
+    }
+
+    /// The port to connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Connections cut so far.
+    pub fn cut(&self) -> usize {
+        self.cut.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Forwards `from` to `to`; once `limit` bytes passed (if given), closes both ways of both
+/// sockets and counts the cut in `cuts`.
+fn cut_after(mut from: TcpStream, mut to: TcpStream, limit: Option<usize>, cuts: &AtomicUsize) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut passed = 0usize;
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(limit) = limit.filter(|limit| passed + n > *limit) {
+            let _ = to.write_all(&buffer[..limit - passed]);
+            cuts.fetch_add(1, Ordering::SeqCst);
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            return;
+        }
+        if to.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+        passed += n;
+    }
+    let _ = to.shutdown(Shutdown::Write);
 }

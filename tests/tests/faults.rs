@@ -1,8 +1,10 @@
 //! Faults on the wire during a push, injected by a TCP proxy between gitstate and `git daemon`:
-//! the connection is cut while the pack is being uploaded, or after the whole push went out but
-//! before `report-status` came back. Each time the API answers 502/503, and afterwards the remote
-//! holds either the old or the new state (never a partial commit) and no lock; a retry, as
-//! Terraform's own retries do, converges on the new state.
+//! the connection is cut while the pack is being uploaded (every push while the fault is on, the
+//! repeats inside the request included), or after the whole push went out but before
+//! `report-status` came back. A cut upload is answered 502/503 and leaves the old state; a lost
+//! report is answered 200, because the next advertisement shows the push was made (DESIGN §4).
+//! Either way the remote holds the old or the new state (never a partial commit) and no lock;
+//! a retry, as Terraform's own retries do, converges on the new state with one commit.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -231,16 +233,26 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
             proxy.faulted.load(Ordering::SeqCst) > faulted_before,
             "{fault:?}: the proxy never injected the fault (status {status})"
         );
-        assert!(
-            status == 502 || status == 503,
-            "{fault:?}: {status} {text}\n{}",
-            server.log()
-        );
-        assert!(
-            logged_with_its_cause(&server.log(), status),
-            "{fault:?}: the {status} is not logged at WARN with its cause:\n{}",
-            server.log()
-        );
+        if fault == Fault::DropReport {
+            // The push was made: the next advertisement says so, and the answer is 200.
+            assert_eq!(status, 200, "{fault:?}: {text}\n{}", server.log());
+            assert!(
+                server.log().contains("the refs show the push was made"),
+                "{fault:?}: not judged by the next advertisement:\n{}",
+                server.log()
+            );
+        } else {
+            assert!(
+                status == 502 || status == 503,
+                "{fault:?}: {status} {text}\n{}",
+                server.log()
+            );
+            assert!(
+                logged_with_its_cause(&server.log(), status),
+                "{fault:?}: the {status} is not logged at WARN with its cause:\n{}",
+                server.log()
+            );
+        }
         // the remote: the old or the new state, whole, and no lock
         let now = git_show(repo, "main", "f.tfstate").unwrap();
         let now = String::from_utf8(now).unwrap();
@@ -253,7 +265,13 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
             after == before || after == before + 1,
             "{fault:?}: {before} → {after} commits"
         );
-        if fault != Fault::DropReport {
+        if fault == Fault::DropReport {
+            assert_eq!(
+                (now == body, after),
+                (true, before + 1),
+                "{fault:?}: answered 200 without its commit"
+            );
+        } else {
             assert_eq!(after, before, "{fault:?}: a cut upload must not land");
         }
         assert!(refs_under(repo, "refs/heads/locks").is_empty());
@@ -282,9 +300,9 @@ fn cut_pushes_leave_the_old_or_the_new_state_and_retries_converge() {
 }
 
 /// Several writers of one process whose pushes are cut (their writes go in batches, DESIGN
-/// §9.2): every write is answered 5xx, and each state on the remote is its old or its new
-/// version, whole (a batch lands entirely or not at all); retries converge with one commit per
-/// write.
+/// §9.2): with the upload cut, every write is answered 5xx and each state on the remote is its
+/// old version (a batch lands entirely or not at all); with the report lost, the batch was made
+/// and every write is answered 200 with its commit. Retries converge with one commit per write.
 #[test]
 fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
     let setup = Setup::start();
@@ -326,20 +344,25 @@ fn cut_batch_pushes_land_whole_or_not_at_all_and_retries_converge() {
             "{fault:?}: no fault"
         );
         for (w, (status, text)) in answers.iter().enumerate() {
-            assert!(
-                *status == 502 || *status == 503,
-                "{fault:?}: writer {w}: {status} {text}\n{}",
-                server.log()
-            );
             let now = git_show(repo, "main", &format!("b/w{w}.tfstate")).unwrap();
             let after = git_log_subjects(repo, "main", &format!("b/w{w}.tfstate")).len();
             if fault == Fault::DropReport {
+                assert_eq!(
+                    *status,
+                    200,
+                    "{fault:?}: writer {w}: {text}\n{}",
+                    server.log()
+                );
                 assert!(
-                    (now == state(serial - 1, 20_000).into_bytes() && after == before[w])
-                        || (now == state(serial, 20_000).into_bytes() && after == before[w] + 1),
-                    "{fault:?}: writer {w}: a state nobody sent, or a commit without its state"
+                    now == state(serial, 20_000).into_bytes() && after == before[w] + 1,
+                    "{fault:?}: writer {w}: answered 200 without its commit"
                 );
             } else {
+                assert!(
+                    *status == 502 || *status == 503,
+                    "{fault:?}: writer {w}: {status} {text}\n{}",
+                    server.log()
+                );
                 assert_eq!(
                     now,
                     state(serial - 1, 20_000).into_bytes(),

@@ -15,7 +15,9 @@ token, one run key), each with an empty cache, started right before the timed ru
 writers, each on a state of its own (added at serial 1 with git fast-import first, untimed), run
 --cycles cycles each, all started on a barrier. Request j of cycle k of writer w goes to process
 (w + k + j) mod P, each on a new connection (separate Terraform processes behind a Function URL).
-A 503 is sent again, as Terraform retries; anything else but the expected status fails the cycle.
+A 502, 503 or 504 is sent again, as Terraform retries (counted as non-2xx); anything else but the
+expected status fails the cycle. With --cut-percent P the proxy cuts P% of the connections to the
+git server at random, after a random number of bytes in either direction (a link that drops).
 
   http  LOCK, GET, POST ?ID=, UNLOCK on `c/<cell>/wNNN.tfstate`
   api   GET the workspace `<cell>-wNNN` by name, lock, current state version, its download, the
@@ -30,7 +32,8 @@ every process's `gitstate_git_round_trips_total{operation=…}` (scraped at /_/m
 run; `queue` is the write queue's rounds, which push the writes of many requests).
 
 Usage: scripts/bench cycles [--protocols http,api] [--processes 1,8] [--writers 64] [--cycles 5]
-                            [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--gitstate PATH]
+                            [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--cut-percent 0]
+                            [--gitstate PATH]
 Prints two markdown tables: per protocol and process count, cycles/s, p50/p99 of a cycle,
 non-2xx, lost, and the git requests per cycle by kind; then per request kind, its p50/p99 and
 the git requests per cycle it caused, by step.
@@ -59,6 +62,8 @@ def add_arguments(parser):
     parser.add_argument("--delay-ms", type=float, default=30.0)
     parser.add_argument("--rate-mbps", type=float, default=0.0)
     parser.add_argument("--size", type=int, default=2000, help="bytes of each state")
+    parser.add_argument("--cut-percent", type=float, default=0.0,
+                        help="share of the connections to the git server the proxy cuts at random")
     s.add_gitstate_argument(parser)
 
 
@@ -89,7 +94,7 @@ class Router:
                 self.times[kind or method].append(s.ms_since(start))
                 return data
             self.non2xx.append((response.status, data[:200]))
-            if response.status != 503:
+            if response.status not in (502, 503, 504):
                 raise RuntimeError(f"{method} {path}: {response.status} {data[:200]!r}")
 
     def api(self, route, method, path, document=None, expect=(200,), kind=None):
@@ -173,9 +178,11 @@ def measure(args, root, bare, remote, protocol, processes):
                     for serial in range(2, 2 + len(latencies[w]))]
         lost, extra, wrong = write_queue.check_branch(bare, before_tip, expected)
         locks_left = s.git("--git-dir", bare, "for-each-ref", "refs/heads/locks/").decode().strip()
-        by_operation = collections.Counter()
+        by_operation, repeated = collections.Counter(), collections.Counter()
         for server in servers:
-            by_operation.update(round_trips(server.port))
+            trips, repeats = round_trips(server.port)
+            by_operation.update(trips)
+            repeated.update(repeats)
     finally:
         for server in servers:
             server.stop()
@@ -185,16 +192,18 @@ def measure(args, root, bare, remote, protocol, processes):
             "answered": answered, "wall": wall, "lat": [x for lat in latencies for x in lat],
             "lost": lost + wrong, "extra": extra, "locks_left": len(locks_left.splitlines()),
             "non2xx": len(router.non2xx), "codes": sorted({c for c, _ in router.non2xx}), "errors": errors,
-            "times": dict(router.times), "by_operation": by_operation,
+            "times": dict(router.times), "by_operation": by_operation, "repeated": dict(repeated),
             "git": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to}}
 
 
 # Label values may hold braces (the API's address patterns): the labels end at the last `} `.
 ROUND_TRIP = re.compile(r'^gitstate_git_round_trips_total\{(?P<labels>.*)\} (?P<value>\S+)$')
+REPEATED = re.compile(r'^gitstate_git_steps_repeated_total\{step="(?P<step>[^"]*)"\} (?P<value>\S+)$')
 
 
 def round_trips(port):
-    """A process's requests to the git server so far, by (operation, step), from its /_/metrics."""
+    """A process's requests to the git server so far, by (operation, step), and the steps it
+    repeated after a broken connection, by step, from its /_/metrics."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     auth = base64.b64encode(f"bench:{TOKEN}".encode()).decode()
     try:
@@ -205,14 +214,17 @@ def round_trips(port):
         conn.close()
     if response.status != 200:
         raise RuntimeError(f"/_/metrics: {response.status} {text[:200]!r}")
-    counts = collections.Counter()
+    counts, repeated = collections.Counter(), collections.Counter()
     for line in text.splitlines():
+        m = REPEATED.match(line)
+        if m:
+            repeated[m.group("step")] += float(m.group("value"))
         m = ROUND_TRIP.match(line)
         if m:
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
             step = f"{labels.get('service', '').replace('-pack', '')} {labels.get('step', '')}"
             counts[(labels.get("operation", "other"), step)] += float(m.group("value"))
-    return counts
+    return counts, repeated
 
 
 def operation_of(protocol, kind):
@@ -245,7 +257,7 @@ def run(args):
     http_port = s.free_port()
     args.request_log = os.path.join(root, "requests.log")
     lighttpd = s.start_lighttpd(root, repos, http_port, request_log=args.request_log)
-    proxy = s.LatencyProxy(root, http_port, args.delay_ms, args.rate_mbps)
+    proxy = s.LatencyProxy(root, http_port, args.delay_ms, args.rate_mbps, cut_percent=args.cut_percent)
     remote = proxy.url("/git/cycles.git")
     rows = []
     try:
@@ -254,18 +266,23 @@ def run(args):
                 raise SystemExit(f"unknown protocol {protocol!r}: http or api")
             for processes in s.int_list(args.processes):
                 s.log(f"cycles: {protocol}, {processes} processes, {args.writers} writers x {args.cycles}")
+                cuts = proxy.cuts()
                 row = measure(args, root, bare, remote, protocol, processes)
+                row["cuts"] = proxy.cuts() - cuts
                 rows.append(row)
                 lat = row["lat"] or [0]
                 s.log(f"  {row['answered'] / row['wall']:.1f} cycles/s, p50 {s.percentile(lat, 50):.0f} ms, "
                       f"p99 {s.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
-                      f"{row['codes']}, errors {row['errors'][:2]}, git {row['git']}")
+                      f"{row['codes']}, errors {row['errors'][:2]}, git {row['git']}, "
+                      f"connections cut {row['cuts']}, steps repeated {row['repeated']}")
     finally:
         proxy.stop()
         s.stop(lighttpd)
         s.remove_root(root, bool(os.environ.get("BENCH_KEEP")), " (BENCH_KEEP)")
 
     rate = f", at most {args.rate_mbps:g} MB/s per connection and direction" if args.rate_mbps else ""
+    if args.cut_percent:
+        rate += f", {args.cut_percent:g}% of the connections cut at random"
     print(f"lighttpd + git http-backend (partial fetch) behind a proxy adding {args.delay_ms:g} ms per chunk "
           f"each way{rate}; {os.cpu_count()} cores; {args.writers} writers x {args.cycles} cycles, states of "
           f"{args.size} bytes; cold processes, request j of cycle k of writer w on process (w + k + j) mod P, "

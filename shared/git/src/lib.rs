@@ -24,6 +24,7 @@ pub mod objects;
 mod pending;
 mod push;
 pub mod remote;
+mod repeat;
 pub mod signing;
 mod target;
 

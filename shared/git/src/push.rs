@@ -12,6 +12,7 @@ use gix::ObjectId;
 
 use crate::errors::from_wire;
 use crate::objects::internal;
+use crate::repeat::{receive_pack, Repeats, Step};
 use gitstate_wire::onepost;
 use gitstate_wire::pack::{write_pack, Delta, Pack};
 use gitstate_wire::sendpack::{is_retryable, ReceivePack, RefResult, RefUpdate, Report};
@@ -164,14 +165,68 @@ pub fn push_report(
 
 /// Pushes `updates` (see [`push_report`]) and judges the report. A push of
 /// several updates is sent only where the server offers `atomic`: then it is all or nothing.
+///
+/// When the connection broke before the report came, the push may have been made or not: the
+/// next advertisement tells ([`outcome`]). Made: accepted. Not made, the refs where they were:
+/// pushed again on that advertisement's session, within the repeats allowed
+/// ([`Repeats::again`]). Refs moved by someone else: lost, as a compare-and-swap lost (the
+/// caller decides again on a fresh read; a write already on the branch is then a replay).
 pub fn push_updates(
     endpoint: &Endpoint,
     session: ReceivePack,
     updates: &[RefUpdate],
     pack: &Pack,
 ) -> Result<Pushed, StoreError> {
-    let report = push_report(session, updates, pack)?;
-    judge(endpoint, updates, report)
+    let mut repeats = Repeats::new(endpoint.timeout);
+    let mut session = session;
+    loop {
+        let broke = match push_report(session, updates, pack) {
+            Err(StoreError::Unavailable(why)) => why,
+            report => return judge(endpoint, updates, report?),
+        };
+        let next = receive_pack(endpoint)?;
+        match outcome(&next, updates) {
+            Outcome::Made => {
+                tracing::info!(error = %broke, "the connection broke before the push result came; the refs show the push was made");
+                return Ok(Pushed::Accepted);
+            }
+            Outcome::Moved => return Ok(Pushed::Lost),
+            Outcome::NotMade if repeats.again(Step::Push, &broke) => session = next,
+            Outcome::NotMade => return Err(StoreError::Unavailable(broke)),
+        }
+    }
+}
+
+/// What the remote's refs, `advertised` after a push of `updates` whose result never came, say
+/// of it.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Made: a ref is at the new id this push gave it (an id no other push gives: a new
+    /// commit), or every ref is where the push was to put it.
+    Made,
+    /// Not made: every ref is where it was.
+    NotMade,
+    /// Not made, and someone else moved a ref meanwhile.
+    Moved,
+}
+
+fn outcome(advertised: &ReceivePack, updates: &[RefUpdate]) -> Outcome {
+    outcome_of(|name| advertised.tip(name), updates)
+}
+
+/// [`outcome`] with the refs' tips given by `tip`.
+fn outcome_of(tip: impl Fn(&str) -> Option<ObjectId>, updates: &[RefUpdate]) -> Outcome {
+    let at = |u: &RefUpdate, id: ObjectId| tip(&u.name) == (!id.is_null()).then_some(id);
+    let moved_to_its_new_id = updates
+        .iter()
+        .any(|u| !u.new.is_null() && u.new != u.old && at(u, u.new));
+    if moved_to_its_new_id || updates.iter().all(|u| at(u, u.new)) {
+        Outcome::Made
+    } else if updates.iter().all(|u| at(u, u.old)) {
+        Outcome::NotMade
+    } else {
+        Outcome::Moved
+    }
 }
 
 /// Pushes `updates` in one request (see [`onepost`]), thin where the server takes thin packs,
@@ -236,5 +291,89 @@ pub fn judge(
                 report.messages.trim()
             )),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId::from_bytes_or_panic(&[n; 20])
+    }
+
+    fn null() -> ObjectId {
+        ObjectId::null(gix::hash::Kind::Sha1)
+    }
+
+    fn update(name: &str, old: ObjectId, new: ObjectId) -> RefUpdate {
+        RefUpdate {
+            name: name.into(),
+            old,
+            new,
+        }
+    }
+
+    fn tips<'a>(refs: &'a [(&'a str, ObjectId)]) -> impl Fn(&str) -> Option<ObjectId> + 'a {
+        move |name| refs.iter().find(|(n, _)| *n == name).map(|(_, id)| *id)
+    }
+
+    #[test]
+    fn the_refs_after_a_broken_push_tell_whether_it_was_made() {
+        let write = [
+            update("refs/heads/main", id(1), id(2)),
+            update("refs/heads/pending/a", id(7), null()),
+        ];
+        // Made, even when someone deleted the other ref since.
+        assert_eq!(
+            outcome_of(tips(&[("refs/heads/main", id(2))]), &write),
+            Outcome::Made
+        );
+        assert_eq!(
+            outcome_of(
+                tips(&[("refs/heads/main", id(1)), ("refs/heads/pending/a", id(7))]),
+                &write
+            ),
+            Outcome::NotMade
+        );
+        // Someone else's commit on the branch: not this push's.
+        assert_eq!(
+            outcome_of(
+                tips(&[("refs/heads/main", id(3)), ("refs/heads/pending/a", id(7))]),
+                &write
+            ),
+            Outcome::Moved
+        );
+
+        // A lock taken (created) and released (deleted).
+        let take = [update("refs/heads/locks/a", null(), id(5))];
+        assert_eq!(
+            outcome_of(tips(&[("refs/heads/locks/a", id(5))]), &take),
+            Outcome::Made
+        );
+        assert_eq!(outcome_of(tips(&[]), &take), Outcome::NotMade);
+        assert_eq!(
+            outcome_of(tips(&[("refs/heads/locks/a", id(6))]), &take),
+            Outcome::Moved
+        );
+        let release = [update("refs/heads/locks/a", id(5), null())];
+        assert_eq!(outcome_of(tips(&[]), &release), Outcome::Made);
+        assert_eq!(
+            outcome_of(tips(&[("refs/heads/locks/a", id(5))]), &release),
+            Outcome::NotMade
+        );
+
+        // A ref only asserted unchanged (old = new) proves nothing made.
+        let asserted = [
+            update("refs/heads/main", id(1), id(2)),
+            update("refs/heads/locks/a", id(5), id(5)),
+        ];
+        assert_eq!(
+            outcome_of(
+                tips(&[("refs/heads/main", id(1)), ("refs/heads/locks/a", id(5))]),
+                &asserted
+            ),
+            Outcome::NotMade
+        );
     }
 }

@@ -18,6 +18,10 @@ pub const GIT_PUSHED_BYTES: &str = "gitstate_git_pushed_bytes_total";
 /// Requests sent again on a new connection because a kept one was closed before the git server
 /// answered (its idle timeout, a frozen Lambda container).
 pub const GIT_CONNECTIONS_RENEWED: &str = "gitstate_git_connections_renewed_total";
+/// Steps repeated because the connection to the git server broke during them, by `step` (refs,
+/// fetch, push): steps that are safe to repeat (reading refs, a fetch) or whose outcome the next
+/// advertisement told (a push that was not made).
+pub const GIT_STEPS_REPEATED: &str = "gitstate_git_steps_repeated_total";
 
 /// Describes these metrics to the installed recorder (beside gitstate-core's `describe`).
 pub fn describe() {
@@ -30,6 +34,10 @@ pub fn describe() {
     describe_counter!(
         GIT_CONNECTIONS_RENEWED,
         "Requests sent again on a new connection: a kept one was closed before the git server answered"
+    );
+    describe_counter!(
+        GIT_STEPS_REPEATED,
+        "Steps repeated because the connection to the git server broke during them, by step"
     );
 }
 

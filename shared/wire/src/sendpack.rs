@@ -368,6 +368,14 @@ pub(crate) fn read_report(
             _ => {}
         }
     }
+    if plain_lines.is_empty() && report_bytes.is_empty() && messages.is_empty() {
+        // Not a word after the pack: the connection ended (a server that refuses a push says
+        // why). Whether the push was made, only the next advertisement tells.
+        return Err(WireError::Unavailable(format!(
+            "{} closed the connection before it sent the push result (the push may have been made or not)",
+            endpoint.display
+        )));
+    }
     if side_band {
         let packets = pktline::split(&report_bytes).map_err(|e| {
             WireError::Remote(format!(
@@ -478,6 +486,26 @@ mod tests {
         assert!(parse_report(&[], "fatal: x".into())
             .unwrap_err()
             .contains("fatal: x"));
+    }
+
+    #[test]
+    fn an_answer_that_ends_before_any_report_is_a_broken_connection_not_an_error_of_the_server() {
+        let endpoint =
+            Endpoint::parse("http://host/x.git", None, std::time::Duration::from_secs(1)).unwrap();
+        for side_band in [false, true] {
+            let ended = read_report(&endpoint, side_band, || Ok(None)).unwrap_err();
+            assert!(
+                matches!(&ended, WireError::Unavailable(why) if why.contains("before it sent the push result")),
+                "{ended:?}"
+            );
+        }
+        // A server that says why it refused is heard: its words are the error.
+        let mut lines = vec![b"\x02fatal: hook declined\n".to_vec()].into_iter();
+        let refused = read_report(&endpoint, true, || Ok(lines.next())).unwrap_err();
+        assert!(
+            matches!(&refused, WireError::Remote(why) if why.contains("hook declined")),
+            "{refused:?}"
+        );
     }
 
     #[test]

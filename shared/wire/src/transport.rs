@@ -571,6 +571,12 @@ pub fn classify(endpoint: &Endpoint, what: &str, error: &gix::Error) -> WireErro
                     endpoint.display
                 ));
             }
+            if e.is_body() && e.status().is_none() {
+                // A request or answer body cut off (the connection reset or closed while it was
+                // sent or read, e.g. "send failed because receiver is gone"): the link broke,
+                // the server did not answer with an error (issue 58's 502).
+                return WireError::Unavailable(text);
+            }
             if e.status() == Some(reqwest::StatusCode::FORBIDDEN) {
                 return WireError::Forbidden(text);
             }

@@ -9,7 +9,6 @@ use gix::ObjectId;
 
 use super::queued::{busy, Outcome, PublishedWrite, QueuedWrite};
 use super::round::{refuse_queue, Round};
-use crate::errors::from_wire;
 use crate::pending::{self, pending_commit, Kind, Publication, QueueRefs, QUEUE_ROOT};
 use crate::push::{pack_objects, push_updates, Pushed};
 use crate::target::Target;
@@ -130,7 +129,7 @@ pub(super) fn publish(
     store: &Target,
     batch: &[(QueuedWrite, Option<PublishedWrite>)],
 ) -> Result<Vec<Option<PublishedWrite>>, StoreError> {
-    let session = ReceivePack::connect(store.endpoint()).map_err(from_wire)?;
+    let session = crate::repeat::receive_pack(store.endpoint())?;
     let none = batch.iter().map(|_| None).collect();
     let round = follow(store, session, batch, Vec::new(), &[], none, false)?;
     Ok(round

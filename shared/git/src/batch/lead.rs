@@ -15,7 +15,6 @@ use super::follow::follow;
 use super::queued::{busy, Outcome, PublishedWrite, QueuedWrite, MAX_BATCH_WRITES};
 use super::round::{queue_refused, refuse_queue, Round};
 use super::sweep::still_listed;
-use crate::errors::from_wire;
 use crate::objects::{entry_id, file_commit, Committer, FileChange};
 use crate::pending::{self, read_pending, Kind, PendingWrite, QueueRefs, QUEUE_ROOT};
 use crate::push::{pack_objects, push_updates, Pushed};
@@ -60,7 +59,7 @@ pub(super) fn run_round(
 ) -> Result<Round, StoreError> {
     let session = match session {
         Some(session) => session,
-        None => ReceivePack::connect(store.endpoint()).map_err(from_wire)?,
+        None => crate::repeat::receive_pack(store.endpoint())?,
     };
     let refs = QueueRefs::new(store.state_ref());
     let queue = session.offers("atomic")

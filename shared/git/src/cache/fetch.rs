@@ -16,6 +16,7 @@ use gitstate_wire::sessions;
 use gitstate_wire::transport::{closed_before_answer, Endpoint};
 
 use crate::errors::from_wire;
+use crate::repeat::{repeated, Step};
 
 impl Cache {
     /// Asks the remote for the current tips of `names` (one ref advertisement: the authorization
@@ -44,7 +45,11 @@ impl Cache {
         FETCHED.with(|f| f.set(false));
         let mut attempt = 0u32;
         loop {
-            match self.refresh_once(endpoint, names, files)? {
+            // A read changes nothing on the server: its connection broken, it goes again.
+            let once = repeated(endpoint.timeout, Step::Fetch, || {
+                self.refresh_once(endpoint, names, files)
+            })?;
+            match once {
                 Some(tips) => {
                     let result = if FETCHED.with(Cell::get) {
                         "miss"

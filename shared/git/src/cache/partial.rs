@@ -18,6 +18,7 @@ use super::Cache;
 use super::{all_arrived, ref_matches};
 use crate::errors::from_wire;
 use crate::lookup::{reach, Reach};
+use crate::repeat::{repeated, Step};
 use gitstate_wire::fetchpack::{FetchRequest, ShallowUpdate, UploadPack};
 use gitstate_wire::sessions;
 use gitstate_wire::thin::Have;
@@ -269,7 +270,9 @@ impl Cache {
         // The first contact with the remote in this process decides how it is fetched, and
         // the session it opened fetches the advertised tips: no ref listing is needed.
         let first = match fetch_mode(&endpoint.display) {
-            None if self.shallow => super::fetch::partial_session(endpoint)?,
+            None if self.shallow => repeated(endpoint.timeout, Step::Fetch, || {
+                super::fetch::partial_session(endpoint)
+            })?,
             _ => None,
         };
         if !self.fetches_by_id(endpoint) {
@@ -277,7 +280,9 @@ impl Cache {
         }
         let mut session = match first.or_else(|| sessions::take(endpoint)) {
             Some(session) => session,
-            None => match UploadPack::connect(endpoint).map_err(from_wire)? {
+            None => match repeated(endpoint.timeout, Step::Fetch, || {
+                UploadPack::connect(endpoint).map_err(from_wire)
+            })? {
                 Ok(session) => session,
                 Err(_) => return Ok(false),
             },
@@ -361,10 +366,13 @@ impl Cache {
                 }
             }
         }
-        let mut session = reconnect(endpoint)?;
-        let done = work(&mut session)?;
-        sessions::keep(endpoint, session);
-        Ok(done)
+        // A fetch changes nothing on the server: its connection broken, it goes again.
+        repeated(endpoint.timeout, Step::Fetch, || {
+            let mut session = reconnect(endpoint)?;
+            let done = work(&mut session)?;
+            sessions::keep(endpoint, session);
+            Ok(done)
+        })
     }
 
     /// Fetches over `session`, level by level, what the cache lacks on the paths `files`

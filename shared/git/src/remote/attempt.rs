@@ -13,7 +13,6 @@ use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
-use crate::errors::from_wire;
 use crate::objects::{entry_id, lock_token_at, state_commit};
 use crate::push::push_in_one_request;
 use gitstate_wire::onepost;
@@ -157,7 +156,7 @@ impl RemoteStore {
         } else {
             Intent::Unlock
         };
-        let receive_pack = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
+        let receive_pack = crate::repeat::receive_pack(&self.target.endpoint)?;
         let state_tip = if writes {
             receive_pack.tip(&self.target.state_ref)
         } else {

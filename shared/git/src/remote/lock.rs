@@ -17,7 +17,6 @@ use gitstate_core::{LockCreate, PathConflict, StatePath, StoreError};
 use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
-use crate::errors::from_wire;
 use crate::objects::{lock_commit, path_conflict};
 use crate::push::{judge, Pushed};
 use gitstate_wire::onepost;
@@ -60,7 +59,7 @@ impl RemoteStore {
             }
         }
         for _ in 0..MAX_ADVERTISEMENTS {
-            let session = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
+            let session = crate::repeat::receive_pack(&self.target.endpoint)?;
             if let Some(tip) = session.tip(&lock_ref) {
                 drop(session);
                 return self.held_at(path, tip);

@@ -407,7 +407,7 @@ impl BlockingStore for RemoteStore {
     fn delete_lock_blocking(&self, path: &StatePath, tip: &Revision) -> Result<(), StoreError> {
         let lock_ref = path.lock_ref();
         let old = parse_id(tip)?;
-        let session = ReceivePack::connect(&self.target.endpoint).map_err(from_wire)?;
+        let session = crate::repeat::receive_pack(&self.target.endpoint)?;
         if session.tip(&lock_ref) != Some(old) {
             return Err(StoreError::Stale);
         }
