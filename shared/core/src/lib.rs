@@ -44,6 +44,6 @@ pub use path::{BranchName, PathConflict, PathError, RefError, StatePath, TreeEnt
 pub use scope::{Rights, Scope};
 pub use seal::{Opener, Place, SealError, Sealer};
 pub use store::{
-    Authenticated, HeldLock, Intent, LockCreate, LockRead, RegistryError, Revision, Snapshot,
-    StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
+    Authenticated, ExpectedLock, HeldLock, Intent, LockCreate, LockRead, RegistryError, Revision,
+    Snapshot, StateChange, StateStore, StoreError, StoreRegistry, WriteAttempt, WriteBudget,
 };

@@ -306,8 +306,19 @@ pub struct HeldLock {
     pub content: Bytes,
 }
 
+/// The lock a holder's UNLOCK expects to release: what its LOCK wrote, the LockInfo as sent
+/// (Terraform sends the same bytes to unlock) and the lock commit's message (its seal included),
+/// both made again from the UNLOCK by the rules that made them ([`Intent::ReleaseExpecting`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedLock {
+    /// The `{path}.lock` content.
+    pub content: Bytes,
+    /// The lock commit's message and author.
+    pub message: Message,
+}
+
 /// What a [`StateStore::begin`] attempt is for; it decides what is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Intent {
     /// A state write (`POST`, `DELETE`): reads the state branch and the lock branch.
     Write,
@@ -318,6 +329,11 @@ pub enum Intent {
     /// so: [`WriteAttempt::begun_from_memory`]). A store without such a memory reads as for
     /// [`Intent::Unlock`].
     Release,
+    /// [`Intent::Release`] by the holder's own UNLOCK, which says what its lock holds
+    /// ([`ExpectedLock`]). A store whose lock commits follow from what they hold need not fetch a
+    /// lock whose id, as the remote shows it, is the commit that lock would be. A store without
+    /// it reads as for [`Intent::Release`].
+    ReleaseExpecting(Arc<ExpectedLock>),
     /// A state write by a request that names a lock ID: may begin from the store's memory of
     /// the state branch and of the lock (a lock this process took or last read) instead of a
     /// fresh read, leaving the compare-and-swap to confirm both (the push updates the branch

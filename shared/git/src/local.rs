@@ -371,15 +371,17 @@ impl BlockingStore for LocalStore {
     ) -> Result<Box<dyn WriteAttempt>, StoreError> {
         let snapshot = match intent {
             Intent::Write | Intent::HeldWrite => self.snapshot_blocking(path)?,
-            Intent::Unlock | Intent::Release => match self.read_lock_blocking(path)? {
-                Some(held) => Snapshot {
-                    lock_tip: Some(held.tip),
-                    lock: Some(held.content),
-                    lock_token: held.token,
-                    ..Snapshot::default()
-                },
-                None => Snapshot::default(),
-            },
+            Intent::Unlock | Intent::Release | Intent::ReleaseExpecting(_) => {
+                match self.read_lock_blocking(path)? {
+                    Some(held) => Snapshot {
+                        lock_tip: Some(held.tip),
+                        lock: Some(held.content),
+                        lock_token: held.token,
+                        ..Snapshot::default()
+                    },
+                    None => Snapshot::default(),
+                }
+            }
         };
         Ok(Box::new(LocalAttempt {
             store: self.clone(),

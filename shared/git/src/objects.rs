@@ -44,11 +44,22 @@ impl Default for Committer {
 impl Committer {
     /// This identity, now.
     pub(crate) fn signature(&self) -> gix::actor::Signature {
+        self.signature_at(gix::date::Time::now_utc())
+    }
+
+    /// This identity, at `time`.
+    fn signature_at(&self, time: gix::date::Time) -> gix::actor::Signature {
         gix::actor::Signature {
             name: self.name.as_str().into(),
             email: self.email.as_str().into(),
-            time: gix::date::Time::now_utc(),
+            time,
         }
+    }
+
+    /// Whether a commit this committer writes follows from its tree, parents, message and time
+    /// alone: unsigned (a signature carries its own time).
+    pub(crate) fn writes_predictable_commits(&self) -> bool {
+        self.signer.is_none()
     }
 }
 
@@ -69,7 +80,26 @@ pub(crate) fn commit_on(
     message: &Message,
     committer: &Committer,
 ) -> Result<ObjectId, StoreError> {
-    let signature = committer.signature();
+    commit_at(
+        repo,
+        tree,
+        parent,
+        message,
+        committer,
+        gix::date::Time::now_utc(),
+    )
+}
+
+/// [`commit_on`], dated `time`.
+fn commit_at(
+    repo: &gix::Repository,
+    tree: ObjectId,
+    parent: Option<ObjectId>,
+    message: &Message,
+    committer: &Committer,
+    time: gix::date::Time,
+) -> Result<ObjectId, StoreError> {
+    let signature = committer.signature_at(time);
     let author = match &message.author {
         Some(author) => gix::actor::Signature {
             name: author.name.as_str().into(),
@@ -241,7 +271,10 @@ pub fn file_commit(
     commit_on(repo, tree, base, message, committer)
 }
 
-/// Writes a root commit holding only `{lock_file}` = `content`; returns its id.
+/// Writes a root commit holding only `{lock_file}` = `content`, dated its LockInfo's `Created`
+/// (the epoch when that is no time); returns its id. Unsigned, the commit follows from the path,
+/// the content, the message and the committer alone, so that the holder's UNLOCK can name it
+/// without reading it (DESIGN §3, [`gitstate_core::Intent::ReleaseExpecting`]).
 pub fn lock_commit(
     repo: &gix::Repository,
     lock_file: &str,
@@ -263,7 +296,12 @@ pub fn lock_commit(
         .write()
         .map_err(internal("writing the tree"))?
         .detach();
-    commit_on(repo, tree, None, message, committer)
+    let created = gitstate_core::LockInfo::stored(content).created;
+    let time = gix::date::Time {
+        seconds: gitstate_core::time::parse_rfc3339(&created).unwrap_or(0),
+        offset: 0,
+    };
+    commit_at(repo, tree, None, message, committer, time)
 }
 
 /// The id of the entry at `path` in `commit`'s tree (a file, or a directory), or `None` when

@@ -202,7 +202,8 @@ pub fn push_updates(
 #[derive(Debug, PartialEq)]
 enum Outcome {
     /// Made: a ref is at the new id this push gave it (an id no other push gives: a new
-    /// commit), or every ref is where the push was to put it.
+    /// commit, or the very lock commit of a retry of the same LOCK, DESIGN §3), or every ref is
+    /// where the push was to put it.
     Made,
     /// Not made: every ref is where it was.
     NotMade,

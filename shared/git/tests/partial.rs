@@ -739,3 +739,96 @@ async fn an_unlock_elsewhere_fetches_the_lock_commit_in_one_request() {
     assert_eq!(fetches, 1, "{requests:#?}");
     assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
 }
+
+/// The holder's UNLOCK knows the lock commit its LOCK wrote without reading it (DESIGN §3: a
+/// lock commit follows from the path, the LockInfo, the message and the committer): in a process
+/// that did not take the lock, the advertisement that shows that commit is enough, and the
+/// release is the advertisement and the push, no fetch, whichever store wrote the lock. An
+/// expectation that is not the lock (another message, so another commit) reads the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holders_unlock_knows_the_lock_commit_without_fetching_it() {
+    use gitstate_core::{ExpectedLock, Intent, Message};
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "expected");
+    let path = "c/p8/w001.tfstate";
+    common::seed_files(
+        &bare,
+        [(path.to_string(), "{\"serial\":1}".to_string())].into_iter(),
+    );
+    let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
+    let credentials = || {
+        Some(Credentials {
+            username: "alice".into(),
+            password: "s3cret".into(),
+        })
+    };
+    let info = Bytes::from_static(
+        b"{\"ID\":\"held\",\"Operation\":\"OperationTypeApply\",\"Who\":\"bob@ci\",\"Created\":\"2026-11-29T10:00:00.123456789Z\"}",
+    );
+    let message = || {
+        Message::by(
+            "Lock c/p8/w001.tfstate: OperationTypeApply by bob@ci (held)".into(),
+            "bob@ci",
+        )
+    };
+    let expecting = |message: Message| {
+        Intent::ReleaseExpecting(Arc::new(ExpectedLock {
+            content: info.clone(),
+            message,
+        }))
+    };
+    let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = store(&http.url("expected"), cache_a.path(), credentials());
+    let b = store(&http.url("expected"), cache_b.path(), credentials());
+    let local = gitstate_git::LocalStore::open_or_init(&bare, "main").unwrap();
+    let upload_packs = |requests: &[String]| {
+        requests
+            .iter()
+            .filter(|r| r.contains("git-upload-pack"))
+            .count()
+    };
+
+    // The lock taken through another process (a), then on the repository itself (the local
+    // store's rules): b releases each with the advertisement and the push.
+    for taker in [&a as &dyn StateStore, &local] {
+        let created = taker.create_lock(&sp(path), info.clone(), &message()).await;
+        assert_eq!(created, Ok(LockCreate::Created));
+        let before = http.requests().len();
+        let attempt = b
+            .begin(&sp(path), expecting(message()))
+            .await
+            .expect("begin");
+        assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
+        attempt.delete_lock().await.expect("b releases the lock");
+        let requests = http.requests()[before..].to_vec();
+        assert_eq!(
+            upload_packs(&requests),
+            0,
+            "the lock was fetched: {requests:#?}"
+        );
+        assert_eq!(
+            requests.len(),
+            2,
+            "the advertisement and the push: {requests:#?}"
+        );
+        assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+    }
+
+    // Another message is another commit: the lock is read.
+    let created = a.create_lock(&sp(path), info.clone(), &message()).await;
+    assert_eq!(created, Ok(LockCreate::Created));
+    let before = http.requests().len();
+    let wrong = Message::by("Lock by someone else".into(), "eve@ci");
+    let attempt = b.begin(&sp(path), expecting(wrong)).await.expect("begin");
+    assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
+    let requests = http.requests()[before..].to_vec();
+    assert!(
+        upload_packs(&requests) > 0,
+        "the lock was not read: {requests:#?}"
+    );
+    attempt
+        .delete_lock()
+        .await
+        .expect("released after reading it");
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+}

@@ -1,6 +1,7 @@
 //! `LOCK` and `UNLOCK`: the lock branch created atomically, released by its holder or by a
 //! force-unlock, each safe to repeat.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -11,7 +12,7 @@ use crate::lock::{LockInfo, TakenOver, Unlock, Unlocked};
 use crate::lock_token::LockToken;
 use crate::path::StatePath;
 use crate::seal::Place;
-use crate::store::{Intent, LockCreate, StateStore, StoreError};
+use crate::store::{ExpectedLock, Intent, LockCreate, StateStore, StoreError};
 use crate::text::escape_controls;
 
 impl Backend {
@@ -43,21 +44,7 @@ impl Backend {
         } else {
             &info.who
         };
-        // Every caller-chosen field is escaped: the subject stays one line, no trailer can be added.
-        let message = format!(
-            "Lock {path}: {} by {} ({})",
-            escape_controls(&info.operation),
-            escape_controls(who),
-            escape_controls(&info.id)
-        );
-        let message = match token {
-            Some(token) => {
-                let at = Place::new(store.repository(), path);
-                format!("{message}\n\n{}", token.trailer(&at, &info.id))
-            }
-            None => message,
-        };
-        let message = Message::by(message, &info.who);
+        let message = lock_message(store, path, &info, token);
         let mut took_over = None;
         // A takeover deletes the expired lock, then creates ours: someone else may take the
         // lock in between (they then hold it), or the expired lock may change (it is looked at
@@ -119,7 +106,15 @@ impl Backend {
         token: Option<&LockToken>,
     ) -> Result<Unlocked, BackendError> {
         let request = Unlock::parse(body)?;
-        self.unlock(store, path, &request, token).await
+        // The holder's own LockInfo: its lock is what its LOCK wrote, made again here.
+        let expected = match &request {
+            Unlock::Holder(info) => Some(Arc::new(ExpectedLock {
+                content: Bytes::copy_from_slice(body),
+                message: lock_message(store, path, info, token),
+            })),
+            _ => None,
+        };
+        self.release(store, path, &request, token, expected).await
     }
 
     /// `UNLOCK`: releases the lock as `request` asks ([`Unlock`]: only while its ID holds it, or
@@ -135,6 +130,19 @@ impl Backend {
         request: &Unlock,
         token: Option<&LockToken>,
     ) -> Result<Unlocked, BackendError> {
+        self.release(store, path, request, token, None).await
+    }
+
+    /// [`Backend::unlock`], beginning from the lock `expected` (the holder's UNLOCK: what its
+    /// LOCK wrote) when there is one ([`Intent::ReleaseExpecting`]).
+    async fn release(
+        &self,
+        store: &dyn StateStore,
+        path: &StatePath,
+        request: &Unlock,
+        token: Option<&LockToken>,
+        expected: Option<Arc<ExpectedLock>>,
+    ) -> Result<Unlocked, BackendError> {
         let expired = token.is_some_and(|t| t.expired);
         let sealed = *request == Unlock::Sealed;
         if expired && request.required_id().is_none() && !sealed {
@@ -147,9 +155,9 @@ impl Backend {
         // First from what the store remembers of the lock it wrote (the common case: the holder
         // releases what it took through this deployment), then, after any doubt, from a fresh
         // read.
-        let mut intent = Intent::Release;
+        let mut intent = expected.map_or(Intent::Release, Intent::ReleaseExpecting);
         loop {
-            let attempt = match store.begin(path, intent).await {
+            let attempt = match store.begin(path, intent.clone()).await {
                 Ok(attempt) => attempt,
                 Err(StoreError::Stale) => {
                     intent = Intent::Unlock;
@@ -218,6 +226,37 @@ impl Backend {
             }
         }
     }
+}
+
+/// The message of the lock commit `info`'s LOCK writes at `path`: its subject, and with an OIDC
+/// `token` (or the workspace API's credential mark) the seal that binds the lock to the token
+/// ([`LockToken::trailer`]). Made again by the holder's UNLOCK ([`ExpectedLock`]).
+fn lock_message(
+    store: &dyn StateStore,
+    path: &StatePath,
+    info: &LockInfo,
+    token: Option<&LockToken>,
+) -> Message {
+    let who = if info.who.is_empty() {
+        "unknown"
+    } else {
+        &info.who
+    };
+    // Every caller-chosen field is escaped: the subject stays one line, no trailer can be added.
+    let message = format!(
+        "Lock {path}: {} by {} ({})",
+        escape_controls(&info.operation),
+        escape_controls(who),
+        escape_controls(&info.id)
+    );
+    let message = match token {
+        Some(token) => {
+            let at = Place::new(store.repository(), path);
+            format!("{message}\n\n{}", token.trailer(&at, &info.id))
+        }
+        None => message,
+    };
+    Message::by(message, &info.who)
 }
 
 /// A LOCK that succeeded: the LockInfo as read, and the expired lock it took over, if any.

@@ -231,7 +231,7 @@ impl Backend {
         loop {
             // The read writes nothing, so it may be abandoned when the time runs out: on Lambda
             // the answer must leave before the invocation's deadline, however slow the remote.
-            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, intent));
+            let begun = tokio::time::timeout_at(deadline.into(), store.begin(path, intent.clone()));
             let Ok(begun) = begun.await else {
                 return Err(busy_error(
                     "reading the state branch took all of this write's time, before anything was pushed",

@@ -408,8 +408,10 @@ impl StateStore for MemoryStore {
         path: &StatePath,
         intent: Intent,
     ) -> Result<Box<dyn WriteAttempt + 'a>, StoreError> {
+        // The fake's lock ids do not follow from what a lock holds: an expected lock begins as
+        // any release.
         let remembered = match intent {
-            Intent::Release => self
+            Intent::Release | Intent::ReleaseExpecting(_) => self
                 .remembered
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -434,7 +436,7 @@ impl StateStore for MemoryStore {
                 match intent {
                     Intent::Write | Intent::HeldWrite => snapshot_in(&repo, path),
                     // The lock as its branch holds it, without the state.
-                    Intent::Unlock | Intent::Release => Snapshot {
+                    Intent::Unlock | Intent::Release | Intent::ReleaseExpecting(_) => Snapshot {
                         state_tip: None,
                         state: None,
                         ..snapshot_in(&repo, path)

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use gitstate_core::Message;
 use gitstate_core::{
-    BlockingStore, Intent, Revision, Snapshot, StateChange, StatePath, StoreError, WriteAttempt,
-    WriteBudget,
+    BlockingStore, ExpectedLock, Intent, Revision, Snapshot, StateChange, StatePath, StoreError,
+    WriteAttempt, WriteBudget,
 };
 use gix::ObjectId;
 
 use super::{Outgoing, RemoteStore};
 use crate::batch::{QueuedWrite, WriteQueue};
-use crate::objects::{entry_id, lock_token_at, state_commit};
+use crate::objects::{entry_id, lock_commit, lock_token_at, state_commit};
 use crate::push::push_in_one_request;
 use gitstate_wire::onepost;
 use gitstate_wire::pack::Pack;
@@ -36,6 +36,15 @@ pub struct RemoteAttempt {
     snapshot: Snapshot,
     begun: Begun,
     budget: Option<WriteBudget>,
+}
+
+/// The lock a holder's UNLOCK expects, as the commit its LOCK wrote.
+#[derive(Clone)]
+struct Expected {
+    commit: ObjectId,
+    content: bytes::Bytes,
+    /// The seal its message records.
+    token: Option<String>,
 }
 
 /// Where an attempt's read came from, which decides how its push goes. (One per request, moved
@@ -73,7 +82,7 @@ impl WriteAttempt for RemoteAttempt {
         change: StateChange,
         message: &Message,
     ) -> Result<Revision, StoreError> {
-        if self.intent != Intent::Write {
+        if !matches!(self.intent, Intent::Write) {
             return Err(StoreError::Internal(
                 "a state write in an attempt that did not read the state".into(),
             ));
@@ -114,7 +123,7 @@ impl WriteAttempt for RemoteAttempt {
 
     async fn delete_lock(self: Box<Self>) -> Result<(), StoreError> {
         let this = *self;
-        if this.intent == Intent::Write {
+        if matches!(this.intent, Intent::Write) {
             return Err(StoreError::Internal(
                 "a lock release in a state write".into(),
             ));
@@ -141,8 +150,13 @@ impl RemoteStore {
         intent: Intent,
     ) -> Result<RemoteAttempt, StoreError> {
         let lock_ref = path.lock_ref();
-        let recalled = match intent {
-            Intent::Release => self.recall_lock(path)?,
+        // The lock the holder's UNLOCK expects, as its commit (when commits are predictable).
+        let expected = match &intent {
+            Intent::ReleaseExpecting(expected) => self.expected_lock(path, expected)?,
+            _ => None,
+        };
+        let recalled = match &intent {
+            Intent::Release | Intent::ReleaseExpecting(_) => self.recall_lock(path)?,
             Intent::HeldWrite => self.recall_write(path)?,
             Intent::Write | Intent::Unlock => None,
         };
@@ -163,7 +177,14 @@ impl RemoteStore {
             None
         };
         let lock_tip = receive_pack.tip(&lock_ref);
-        let (state_tip, lock_tip) = self.fetch_tips(path, intent, state_tip, lock_tip)?;
+        // The advertised lock is the one expected: what it holds is known, nothing to fetch.
+        // (Only as advertised: a delete whose expected old id the server does not have is made
+        // without comparing, by git's receive-pack, so an id that was only made is never pushed
+        // as the old one.)
+        if let Some(expected) = expected.filter(|lock| Some(lock.commit) == lock_tip) {
+            return Ok(self.expected_attempt(path, expected, receive_pack));
+        }
+        let (state_tip, lock_tip) = self.fetch_tips(path, intent.clone(), state_tip, lock_tip)?;
         // Both blobs in one request when the (partial) cache lacks them.
         let lock_file = path.lock_file();
         let files: Vec<(ObjectId, &str)> = [(state_tip, path.as_str()), (lock_tip, &lock_file)]
@@ -229,7 +250,7 @@ impl RemoteStore {
         }
         // The cache cannot fetch by id (or that fetch failed): fetch over upload-pack
         // (shallow), keeping the session open for the push.
-        let names: Vec<&str> = if intent == Intent::Write {
+        let names: Vec<&str> = if matches!(intent, Intent::Write) {
             vec![&self.target.state_ref, &lock_ref]
         } else {
             vec![&lock_ref]
@@ -248,7 +269,7 @@ impl RemoteStore {
         // refs in between, work from the newer tips. receive-pack compares the expected old id
         // with the ref's value when it updates it, not with what it advertised, so this push
         // can still win where it would otherwise be sure to lose.
-        if intent == Intent::Write {
+        if matches!(intent, Intent::Write) {
             state_tip = fresh.get(&self.target.state_ref).copied();
         }
         lock_tip = fresh.get(&lock_ref).copied();
@@ -287,6 +308,58 @@ impl RemoteStore {
             begun: Begun::Memory,
             budget: None,
         }))
+    }
+
+    /// The commit the lock `expected` would be, had this store's LOCK written it at `path`
+    /// ([`lock_commit`]: it follows from the path, the content, the message and the committer);
+    /// `None` when this store signs its commits (a signature is not predictable).
+    fn expected_lock(
+        &self,
+        path: &StatePath,
+        expected: &ExpectedLock,
+    ) -> Result<Option<Expected>, StoreError> {
+        if !self.target.committer.writes_predictable_commits() {
+            return Ok(None);
+        }
+        // Made in memory only: nothing is written to the cache.
+        let repo = self.cache()?.repo().with_object_memory();
+        let commit = lock_commit(
+            &repo,
+            &path.lock_file(),
+            &expected.content,
+            &expected.message,
+            &self.target.committer,
+        )?;
+        Ok(Some(Expected {
+            commit,
+            content: expected.content.clone(),
+            token: gitstate_core::LockToken::recorded(&expected.message.text),
+        }))
+    }
+
+    /// An unlock attempt that read the lock `expected` from `receive_pack`'s advertisement.
+    fn expected_attempt(
+        &self,
+        path: &StatePath,
+        expected: Expected,
+        receive_pack: ReceivePack,
+    ) -> RemoteAttempt {
+        RemoteAttempt {
+            store: self.clone(),
+            path: path.clone(),
+            intent: Intent::Unlock,
+            state_tip: None,
+            base_file: None,
+            lock_tip: Some(expected.commit),
+            snapshot: Snapshot {
+                lock_tip: Some(expected.commit.to_string()),
+                lock: Some(expected.content),
+                lock_token: expected.token,
+                ..Snapshot::default()
+            },
+            begun: Begun::Advertised(receive_pack),
+            budget: None,
+        }
     }
 
     /// This process's write queue for the state branch, under this store's credential.
