@@ -1,0 +1,117 @@
+//! What a Terraform cycle (LOCK, GET, POST with the lock's ID, UNLOCK) costs the git server at one
+//! process and across eight (issue 58): every request of the cycle goes to the next process, as
+//! Lambda may route each to another container, so each lands on a process that did not serve the
+//! one before. The git server's requests are counted from its access log, request by request
+//! (one writer, one request at a time). The first two cycles are left out: they meet the server
+//! for the first time (capability advertisements, the first fetch of the branch).
+//!
+//! Checked: at one process, each request is one git request (the cache holds what it needs; a
+//! LOCK, the holder's POST and the UNLOCK each go in one push). Across eight, each request costs
+//! at most what reading a tip it has not seen needs: a GET 3 (the ref listing, the new tip's
+//! trees, the state's blob), a LOCK 3 (the advertisement, the trees its path check reads, the
+//! push), a POST 6 (the advertisement, the trees, the blob, then the write queue's round: a
+//! process whose last write built on another process's tip publishes its write first, DESIGN
+//! §9.4, an advertisement and a push, and leads it in a second round), and the holder's UNLOCK 2
+//! (the advertisement and the delete: the lock commit follows from the LockInfo, so it is never
+//! fetched).
+
+use gitstate_tests::*;
+
+const USER: &str = "cycle-bot";
+const PASSWORD: &str = "cycle-secret";
+const CYCLES: usize = 6;
+const WARM_UP: usize = 2;
+
+fn state(serial: usize) -> String {
+    format!(
+        r#"{{"version":4,"terraform_version":"1.15.5","serial":{serial},"lineage":"cycles","outputs":{{}},"resources":[]}}"#
+    )
+}
+
+/// The git requests each kind of request caused after the warm-up, by kind (LOCK, GET, POST,
+/// UNLOCK): one entry per cycle.
+fn cycles_across(processes: usize) -> Vec<[(String, Vec<String>); 4]> {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "cycles");
+    seed_commit(&bare);
+    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let cwd = tempfile::tempdir().unwrap();
+    let repository = format!("default={}", git_server.url("cycles"));
+    let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+    let servers: Vec<Gitstate> = (0..processes)
+        .map(|_| Gitstate::start(&["--repository", &repository], &env, cwd.path()))
+        .collect();
+    let path = "c/p8/w001.tfstate";
+    let mut next = 0;
+    let mut route = || {
+        next += 1;
+        servers[(next - 1) % processes].state_url("default", path)
+    };
+    let mut counted = Vec::new();
+    for k in 0..CYCLES {
+        let id = format!("cycle-{k}");
+        let info = lock_info(&id, "cycle@test", "OperationTypeApply");
+        let body = state(k + 1);
+        let mut kinds: Vec<(String, Vec<String>)> = Vec::new();
+        for (method, query, body, ok) in [
+            ("LOCK", "", Some(info.as_str()), &[200][..]),
+            ("GET", "", None, &[200, 204][..]),
+            ("POST", "?ID=", Some(body.as_str()), &[200][..]),
+            ("UNLOCK", "", Some(info.as_str()), &[200][..]),
+        ] {
+            let url = match query {
+                "" => route(),
+                _ => format!("{}{query}{id}", route()),
+            };
+            let before = git_server.requests().len();
+            let (status, text) = http(method, &url, body, None).unwrap();
+            assert!(ok.contains(&status), "cycle {k} {method}: {status} {text}");
+            kinds.push((method.to_owned(), git_server.requests()[before..].to_vec()));
+        }
+        if k >= WARM_UP {
+            counted.push(kinds.try_into().unwrap());
+        }
+    }
+    assert_eq!(
+        refs_under(&bare, "refs/heads/locks"),
+        Vec::<String>::new(),
+        "no lock left"
+    );
+    counted
+}
+
+/// Fails with what each request cost when `kind`'s git requests exceed `most`.
+fn at_most(cycles: &[[(String, Vec<String>); 4]], kind: &str, most: usize) {
+    for (k, cycle) in cycles.iter().enumerate() {
+        let (_, requests) = cycle.iter().find(|(name, _)| name == kind).unwrap();
+        assert!(
+            requests.len() <= most,
+            "{kind} of counted cycle {k}: {} git requests, at most {most} expected: {requests:#?}\nthe whole cycle: {cycle:#?}",
+            requests.len()
+        );
+    }
+}
+
+#[test]
+fn a_cycle_costs_one_git_request_per_request_at_one_process() {
+    let cycles = cycles_across(1);
+    for kind in ["LOCK", "GET", "POST", "UNLOCK"] {
+        at_most(&cycles, kind, 1);
+    }
+}
+
+#[test]
+fn across_eight_processes_each_request_reads_only_what_it_has_not_seen() {
+    let cycles = cycles_across(8);
+    at_most(&cycles, "LOCK", 3);
+    at_most(&cycles, "GET", 3);
+    at_most(&cycles, "POST", 6);
+    at_most(&cycles, "UNLOCK", 2);
+    for cycle in &cycles {
+        let (_, unlock) = &cycle[3];
+        assert!(
+            unlock.iter().all(|r| r.contains("git-receive-pack")),
+            "the holder's UNLOCK fetched: {unlock:#?}"
+        );
+    }
+}
