@@ -219,6 +219,11 @@ $HTTP["url"] =~ "^/ro/" {{
         )
     }
 
+    /// [`GitHttpServer::url`] through a proxy listening on `port` in front of this server.
+    pub fn url_through(&self, repo_name: &str, port: u16) -> String {
+        format!("{}://127.0.0.1:{port}/git/{repo_name}.git", self.scheme)
+    }
+
     /// The same repository where pushing is forbidden (`http.receivepack false`: receive-pack
     /// answers 403), at `/ro/NAME.git`.
     pub fn read_only_url(&self, repo_name: &str) -> String {

@@ -77,10 +77,7 @@ fn cycles_over_a_link_that_drops_connections_lose_nothing_and_leave_no_lock() {
     seed_commit(&bare);
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let proxy = DroppingProxy::start(git_server.port(), 30, 4096, 58);
-    let url = git_server.url("drop.git").replace(
-        &format!(":{}/", git_server.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = git_server.url_through("drop.git", proxy.port());
     let cwd = tempfile::tempdir().unwrap();
     let repository = format!("default={url}");
     let env = [

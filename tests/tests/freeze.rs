@@ -99,10 +99,7 @@ fn frozen_and_discarded_containers_lose_nothing_and_fail_nothing() {
     seed_commit(&bare);
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let proxy = ClosingProxy::start(git_server.port(), Duration::from_secs(1));
-    let url = git_server.url("freeze.git").replace(
-        &format!(":{}/", git_server.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = git_server.url_through("freeze.git", proxy.port());
     let cwd = tempfile::tempdir().unwrap();
     let cwd_path = cwd.path().to_owned();
     let repository = format!("default={url}");

@@ -218,10 +218,7 @@ fn a_write_that_cannot_finish_before_the_invocation_deadline_is_a_503_and_writes
     let before = git(Some(&repo), &["rev-parse", "main"]);
     let server = GitHttpServer::start(&repos, USER, PASSWORD);
     let proxy = DelayProxy::start(server.port(), Duration::from_secs(1));
-    let slow_url = server.url("states").replace(
-        &format!(":{}/", server.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let slow_url = server.url_through("states", proxy.port());
     assert_ne!(
         slow_url,
         server.url("states"),
@@ -260,10 +257,7 @@ fn a_write_that_cannot_finish_before_the_invocation_deadline_is_a_503_and_writes
     // The same write with the same 5 s, through a remote five times faster: written. (The 503
     // above came from the deadline, not from the proxy.)
     let faster = DelayProxy::start(server.port(), Duration::from_millis(200));
-    let faster_url = server.url("states").replace(
-        &format!(":{}/", server.port()),
-        &format!(":{}/", faster.port()),
-    );
+    let faster_url = server.url_through("states", faster.port());
     let (response, took, log) = invoke(dir.path(), &faster_url, state, INVOCATION);
     assert_eq!(response["statusCode"], 200, "{response}\n{log}");
     assert!(took < INVOCATION, "{took:?}");

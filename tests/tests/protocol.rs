@@ -931,10 +931,7 @@ fn behind_a_proxy<P>(
     bare_repo(&repos, "states");
     let http = GitHttpServer::start(&repos, "terraform", "s3cret-pass");
     let proxy = start(http.port());
-    let through = http.url("states").replace(
-        &format!(":{}/", http.port()),
-        &format!(":{}/", port(&proxy)),
-    );
+    let through = http.url_through("states", port(&proxy));
     let gitstate = Gitstate::start(
         &["--repository", &format!("default={through}")],
         &[

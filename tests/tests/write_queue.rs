@@ -37,10 +37,7 @@ fn the_answers_read_are_deleted_with_the_next_push_or_soon_after() {
     seed_commit(&bare);
     let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
     let proxy = DelayProxy::start(git_server.port(), Duration::from_millis(15));
-    let url = git_server.url("queue.git").replace(
-        &format!(":{}/", git_server.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = git_server.url_through("queue.git", proxy.port());
     let cwd = tempfile::tempdir().unwrap();
     let repository = format!("default={url}");
     let env = [

@@ -662,10 +662,7 @@ async fn a_fetch_closed_before_any_answer_is_read_again() {
     common::seed_files(&bare, [("a/s.tfstate".to_string(), file(1))].into_iter());
     let http = GitHttpServer::start(repos.path(), "alice", "s3cret");
     let proxy = CuttingProxy::start(http.port());
-    let url = http.url("cut").replace(
-        &format!(":{}/", http.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = http.url_through("cut", proxy.port());
     let credentials = Credentials {
         username: "alice".into(),
         password: "s3cret".into(),

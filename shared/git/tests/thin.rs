@@ -53,10 +53,7 @@ fn store(url: &str, cache: &Path) -> RemoteStore {
 fn serve(repos: &Path, name: &str) -> (GitHttpServer, CountingProxy, String) {
     let http = GitHttpServer::start(repos, "alice", "s3cret");
     let proxy = CountingProxy::start(http.port());
-    let url = http.url(name).replace(
-        &format!(":{}/", http.port()),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = http.url_through(name, proxy.port());
     (http, proxy, url)
 }
 

@@ -39,7 +39,6 @@ pub struct RemoteAttempt {
 }
 
 /// The lock a holder's UNLOCK expects, as the commit its LOCK wrote.
-#[derive(Clone)]
 struct Expected {
     commit: ObjectId,
     content: bytes::Bytes,
@@ -150,11 +149,6 @@ impl RemoteStore {
         intent: Intent,
     ) -> Result<RemoteAttempt, StoreError> {
         let lock_ref = path.lock_ref();
-        // The lock the holder's UNLOCK expects, as its commit (when commits are predictable).
-        let expected = match &intent {
-            Intent::ReleaseExpecting(expected) => self.expected_lock(path, expected)?,
-            _ => None,
-        };
         let recalled = match &intent {
             Intent::Release | Intent::ReleaseExpecting(_) => self.recall_lock(path)?,
             Intent::HeldWrite => self.recall_write(path)?,
@@ -163,6 +157,11 @@ impl RemoteStore {
         if let Some(attempt) = recalled {
             return Ok(attempt);
         }
+        // The lock the holder's UNLOCK expects, as its commit (when commits are predictable).
+        let expected = match &intent {
+            Intent::ReleaseExpecting(expected) => self.expected_lock(path, expected)?,
+            _ => None,
+        };
         // A fresh read: a held write reads as any write, a release as any unlock.
         let writes = matches!(intent, Intent::Write | Intent::HeldWrite);
         let intent = if writes {
