@@ -7,7 +7,7 @@
 //! within a second when none comes. Checked: every answered write is a commit on the branch;
 //! answers did go with a later push; and once the writers stop, within a few seconds the queue
 //! holds nothing, neither pending writes nor answers (which a leader would otherwise delete only
-//! once they are two minutes old).
+//! once they are two minutes old). With partial fetch on the server and without.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,17 @@ fn path(writer: usize) -> String {
 
 #[test]
 fn the_answers_read_are_deleted_with_the_next_push_or_soon_after() {
+    queue_empties(bare_repo);
+}
+
+/// The same on a server without partial fetch (git's default): the queue is on there too, its
+/// leaders fetch the pending writes whole by id (DESIGN §9.4).
+#[test]
+fn without_partial_fetch_the_queue_is_on_and_empties_as_well() {
+    queue_empties(bare_repo_without_filter);
+}
+
+fn queue_empties(bare_repo: fn(&std::path::Path, &str) -> std::path::PathBuf) {
     let repos = tempfile::tempdir().unwrap();
     let bare = bare_repo(repos.path(), "queue.git");
     seed_commit(&bare);
@@ -101,6 +112,10 @@ fn the_answers_read_are_deleted_with_the_next_push_or_soon_after() {
     assert!(
         logs.contains("batch waits for another process's push"),
         "the write queue was not used:\n{logs}"
+    );
+    assert!(
+        !logs.contains("could not fetch the pending writes"),
+        "a leader could not fetch the writes it was to fold:\n{logs}"
     );
     assert!(
         logs.contains("answers read earlier join this round's ref updates"),

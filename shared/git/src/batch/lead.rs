@@ -64,7 +64,7 @@ pub(super) fn run_round(
     let refs = QueueRefs::new(store.state_ref());
     let queue = session.offers("atomic")
         && session.offers("delete-refs")
-        && store.cache()?.fetches_by_id(store.endpoint())
+        && store.cache()?.fetches_pending(store.endpoint())
         && !queue_refused(store.endpoint());
     // This process's published writes learn their answer here even when it stopped using
     // the queue meanwhile.

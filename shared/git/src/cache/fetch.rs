@@ -123,7 +123,10 @@ impl Cache {
         if !self.shallow && fetches_partially(&endpoint.display) {
             return self.refresh_blobless(endpoint, names, &prefixes).map(Some);
         }
-        if fetch_mode(&endpoint.display) != Some(FetchMode::Whole) {
+        if !matches!(
+            fetch_mode(&endpoint.display),
+            Some(FetchMode::Whole | FetchMode::WholeById)
+        ) {
             if let Some(mut session) = partial_session(endpoint)? {
                 if !self.shallow {
                     sessions::keep(endpoint, session);
@@ -140,9 +143,9 @@ impl Cache {
 /// The first contact with `endpoint` in this process: a protocol-v2 session, and the decision how
 /// every cache of it fetches. The session when the server offers partial fetch (`filter` and
 /// `shallow`); otherwise `None`, and the remote is fetched whole from now on (logged once, with
-/// the reason).
+/// the reason), objects by id still over protocol v2 where the server speaks it.
 pub(super) fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>, StoreError> {
-    let why = match UploadPack::connect(endpoint).map_err(from_wire)? {
+    let (mode, why) = match UploadPack::connect(endpoint).map_err(from_wire)? {
         Ok(session) if session.offers("filter") && session.offers("shallow") => {
             set_fetch_mode(&endpoint.display, FetchMode::Treeless, None);
             return Ok(Some(session));
@@ -154,13 +157,13 @@ pub(super) fn partial_session(endpoint: &Endpoint) -> Result<Option<UploadPack>,
                 NotOffered::Feature("shallow")
             };
             session.finish();
-            why
+            (FetchMode::WholeById, why)
         }
-        Err(why) => why,
+        Err(why) => (FetchMode::Whole, why),
     };
     set_fetch_mode(
         &endpoint.display,
-        FetchMode::Whole,
+        mode,
         Some(&why as &dyn std::fmt::Display),
     );
     Ok(None)

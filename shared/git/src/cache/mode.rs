@@ -13,7 +13,11 @@ pub(super) enum FetchMode {
     /// Protocol v2 with `filter`, but the server refuses tree filters (some forges allow only
     /// `blob:none`): a new tip comes with all its trees, blobs by id when read.
     Blobless,
-    /// Whole trees through gix's fetch (protocol v0/v1, or v2 without `filter`).
+    /// Whole trees through gix's fetch; protocol v2 without `filter` (git's default): an
+    /// object named by id comes whole over a protocol-v2 session (the pending writes a leader
+    /// folds, DESIGN §9.4).
+    WholeById,
+    /// Whole trees through gix's fetch, and nothing by id (protocol v0/v1).
     Whole,
 }
 
@@ -39,6 +43,15 @@ pub(super) fn fetches_partially(url: &str) -> bool {
     )
 }
 
+/// Whether the request caches of `url` can fetch an object by id (every mode but
+/// [`FetchMode::Whole`]): with a filter ([`fetches_partially`]) or whole.
+pub(super) fn fetches_ids(url: &str) -> bool {
+    matches!(
+        fetch_mode(url),
+        Some(FetchMode::Treeless | FetchMode::Blobless | FetchMode::WholeById)
+    )
+}
+
 /// Records the fetch mode of `url`; the first time it is [`FetchMode::Whole`] or
 /// [`FetchMode::Blobless`], says why at info (once per remote and process). A remote found to
 /// refuse tree filters stays [`FetchMode::Blobless`].
@@ -56,7 +69,7 @@ pub(super) fn set_fetch_mode(url: &str, mode: FetchMode, why: Option<&dyn std::f
     }
     let why = why.map(ToString::to_string).unwrap_or_default();
     match mode {
-        FetchMode::Whole => {
+        FetchMode::Whole | FetchMode::WholeById => {
             tracing::info!(remote = %url, reason = %why, "the git server offers no partial fetch (protocol v2 with filter): cold reads fetch whole trees")
         }
         FetchMode::Blobless => {

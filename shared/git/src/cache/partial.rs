@@ -12,7 +12,7 @@ use gix::objs::tree::EntryKind;
 use gix::objs::Kind;
 use gix::ObjectId;
 
-use super::mode::{fetch_mode, fetches_partially, set_fetch_mode, FetchMode};
+use super::mode::{fetch_mode, fetches_ids, fetches_partially, set_fetch_mode, FetchMode};
 use super::shallow::{read_shallow, write_shallow};
 use super::Cache;
 use super::{all_arrived, ref_matches};
@@ -332,6 +332,13 @@ impl Cache {
     /// that offers partial fetch, DESIGN §9.5).
     pub fn fetches_by_id(&self, endpoint: &Endpoint) -> bool {
         self.shallow && fetches_partially(&endpoint.display)
+    }
+
+    /// Whether this cache can fetch other processes' pending writes (root commits, whole) by
+    /// id from `endpoint` (a request cache of a remote that speaks protocol v2, with or without
+    /// partial fetch): the write queue's condition on fetching (DESIGN §9.4).
+    pub fn fetches_pending(&self, endpoint: &Endpoint) -> bool {
+        self.shallow && fetches_ids(&endpoint.display)
     }
 
     /// Fetches the objects `ids` (with everything they reference: a commit comes with its
