@@ -350,7 +350,7 @@ def add_arguments(parser):
     parser.add_argument("--folders", type=int, default=100)
     parser.add_argument("--push-runs", type=int, default=10)
     parser.add_argument("--no-filter", action="store_true",
-                        help="leave uploadpack.allowFilter off (no partial fetch, no cross-process queue)")
+                        help="leave uploadpack.allowFilter off (no partial fetch; the queue fetches pending writes whole)")
     parser.add_argument("--budget", type=float, default=0, help="GITSTATE_WRITE_BUDGET_SECONDS for the servers "
                                                                 "(0: their default)")
     parser.add_argument("--honour-retry-after", action="store_true",

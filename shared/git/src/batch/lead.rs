@@ -491,8 +491,9 @@ fn answer(
 /// Step 3 of a leading round (DESIGN §9.4): one request brings what the round lacks, the tip
 /// `advertised` when another process pushed it and the `chosen` pending commits with their
 /// trees (their blobs stay on the remote: the chain names them by id). When that cannot be
-/// done, the pending commits come by id; when they cannot be fetched, only this process's own
-/// stay chosen (the others wait for another leader).
+/// done (a server without partial fetch), the pending commits come whole by id, and the tip
+/// with the read in [`load`]; when they cannot be fetched, only this process's own stay
+/// chosen (the others wait for another leader).
 fn fetch_for_fold(
     store: &Target,
     advertised: Option<ObjectId>,
