@@ -9,11 +9,10 @@
 //! LOCK, the holder's POST and the UNLOCK each go in one push). Across eight, each request costs
 //! at most what reading a tip it has not seen needs: a GET 3 (the ref listing, the new tip's
 //! trees, the state's blob), a LOCK 3 (the advertisement, the trees its path check reads, the
-//! push), a POST 6 (the advertisement, the trees, the blob, then the write queue's round: a
-//! process whose last write built on another process's tip publishes its write first, DESIGN
-//! §9.4, an advertisement and a push, and leads it in a second round), and the holder's UNLOCK 2
-//! (the advertisement and the delete: the lock commit follows from the LockInfo, so it is never
-//! fetched).
+//! push), a POST 4 (the advertisement, the trees, the blob, and the push: a process whose last
+//! write built on another process's tip saw no race, so it leads at once rather than publish
+//! its write first, DESIGN §9.4), and the holder's UNLOCK 2 (the advertisement and the delete:
+//! the lock commit follows from the LockInfo, so it is never fetched).
 
 use gitstate_tests::*;
 
@@ -105,7 +104,7 @@ fn across_eight_processes_each_request_reads_only_what_it_has_not_seen() {
     let cycles = cycles_across(8);
     at_most(&cycles, "LOCK", 3);
     at_most(&cycles, "GET", 3);
-    at_most(&cycles, "POST", 6);
+    at_most(&cycles, "POST", 4);
     at_most(&cycles, "UNLOCK", 2);
     for cycle in &cycles {
         let (_, unlock) = &cycle[3];

@@ -54,7 +54,7 @@ pub(super) fn run_round(
     session: Option<ReceivePack>,
     batch: &Batch,
     stand_in: Duration,
-    contended: bool,
+    raced: bool,
     swept: Vec<RefUpdate>,
 ) -> Result<Round, StoreError> {
     let session = match session {
@@ -92,7 +92,7 @@ pub(super) fn run_round(
         }
         answers.updates.extend(swept);
     }
-    if queue && !leads(&listing, &answers.own, stand_in, contended) {
+    if queue && !leads(&listing, &answers.own, stand_in, raced) {
         // Another process's write is older: it pushes, folding this batch's writes, which
         // are published for it here (DESIGN §9.4).
         let Answers {
@@ -523,17 +523,18 @@ fn fetch_for_fold(
 
 /// Whether this process pushes the next chain (DESIGN §9.4): the oldest pending write on the
 /// remote is its own, or has waited longer than `stand_in` (its process is slow or gone). With
-/// nothing pending, a process that writes alone goes at once; while others write to the branch
-/// (`contended`), it publishes first, and the oldest write's process leads.
+/// nothing pending, a process goes at once, unless its last round found others writing at the
+/// same time (`raced`: it lost, followed, or folded others' writes): then it publishes first,
+/// and the oldest write's process leads.
 fn leads(
     listing: &pending::Listing,
     own: &HashMap<&str, usize>,
     stand_in: Duration,
-    contended: bool,
+    raced: bool,
 ) -> bool {
     let Some((oldest_id, _)) = listing.pending.first_key_value() else {
-        tracing::debug!(contended, "nothing pending");
-        return !contended;
+        tracing::debug!(raced, "nothing pending");
+        return !raced;
     };
     if own.contains_key(oldest_id.as_str()) {
         tracing::debug!("leads: the oldest pending write is this process's");

@@ -87,6 +87,11 @@ struct Queue {
     /// The last attempt lost, or built on a tip another process had pushed: other processes
     /// write to this branch now.
     contended: bool,
+    /// The last round lost a compare-and-swap, waited for another process's push, or folded
+    /// other processes' writes: others write at the same time as this process. Only then does
+    /// a write that finds nothing pending publish first (DESIGN §9.4); a tip another process
+    /// pushed earlier (`contended`) is no race.
+    raced: bool,
     /// The tip this process pushed last.
     own_tip: Option<ObjectId>,
     /// How long a push attempt takes here (moving average).
@@ -429,11 +434,11 @@ impl WriteQueue {
             .unzip();
         let count = writes.len();
         let stand_in = self.stand_in();
-        let contended = self.lock().map(|q| q.contended).unwrap_or(true);
+        let raced = self.lock().map(|q| q.raced).unwrap_or(true);
         let swept = self.unswept.take();
         let outcome = store
             .run(move |store| {
-                let round = run_round(&store, session, &writes, stand_in, contended, swept);
+                let round = run_round(&store, session, &writes, stand_in, raced, swept);
                 Ok((writes, round))
             })
             .await;
@@ -507,6 +512,7 @@ impl WriteQueue {
         }
         if let Ok(mut queue) = self.lock() {
             queue.queued = round.queue;
+            queue.raced = !round.led || round.lost || round.folded > 0;
         }
     }
 
