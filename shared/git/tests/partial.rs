@@ -811,6 +811,33 @@ async fn a_holders_unlock_knows_the_lock_commit_without_fetching_it() {
         assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
     }
 
+    // b recalls a lock it took itself, which another process released since: the holder's
+    // UNLOCK of the next lock (another LockInfo) does not try to delete the recalled one, it is
+    // still the advertisement and the push.
+    let earlier = Bytes::from_static(
+        b"{\"ID\":\"earlier\",\"Operation\":\"OperationTypeApply\",\"Who\":\"bob@ci\",\"Created\":\"2026-11-29T09:00:00.5Z\"}",
+    );
+    let created = b.create_lock(&sp(path), earlier, &message()).await;
+    assert_eq!(created, Ok(LockCreate::Created));
+    let attempt = a.begin(&sp(path), Intent::Unlock).await.expect("begin");
+    attempt.delete_lock().await.expect("a releases b's lock");
+    let created = a.create_lock(&sp(path), info.clone(), &message()).await;
+    assert_eq!(created, Ok(LockCreate::Created));
+    let before = http.requests().len();
+    let attempt = b
+        .begin(&sp(path), expecting(message()))
+        .await
+        .expect("begin");
+    assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
+    attempt.delete_lock().await.expect("b releases the lock");
+    let requests = http.requests()[before..].to_vec();
+    assert_eq!(
+        (upload_packs(&requests), requests.len()),
+        (0, 2),
+        "the advertisement and the push, after a stale recalled lock: {requests:#?}"
+    );
+    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+
     // Another message is another commit: the lock is read.
     let created = a.create_lock(&sp(path), info.clone(), &message()).await;
     assert_eq!(created, Ok(LockCreate::Created));

@@ -149,19 +149,21 @@ impl RemoteStore {
         intent: Intent,
     ) -> Result<RemoteAttempt, StoreError> {
         let lock_ref = path.lock_ref();
+        // The lock the holder's UNLOCK expects, as its commit (when commits are predictable).
+        let expected = match &intent {
+            Intent::ReleaseExpecting(expected) => self.expected_lock(path, expected)?,
+            _ => None,
+        };
         let recalled = match &intent {
-            Intent::Release | Intent::ReleaseExpecting(_) => self.recall_lock(path)?,
+            Intent::Release | Intent::ReleaseExpecting(_) => {
+                self.recall_lock(path, expected.as_ref().map(|e| e.commit))?
+            }
             Intent::HeldWrite => self.recall_write(path)?,
             Intent::Write | Intent::Unlock => None,
         };
         if let Some(attempt) = recalled {
             return Ok(attempt);
         }
-        // The lock the holder's UNLOCK expects, as its commit (when commits are predictable).
-        let expected = match &intent {
-            Intent::ReleaseExpecting(expected) => self.expected_lock(path, expected)?,
-            _ => None,
-        };
         // A fresh read: a held write reads as any write, a release as any unlock.
         let writes = matches!(intent, Intent::Write | Intent::HeldWrite);
         let intent = if writes {
@@ -279,8 +281,13 @@ impl RemoteStore {
     }
 
     /// A release attempt from the lock this cache recorded for `path` (its own push, or the
-    /// last fetch), when a delete can go in one request; `None` otherwise.
-    fn recall_lock(&self, path: &StatePath) -> Result<Option<RemoteAttempt>, StoreError> {
+    /// last fetch), when a delete can go in one request; `None` otherwise, and when the holder
+    /// expects another lock commit (`expected`): the one recalled was released since.
+    fn recall_lock(
+        &self,
+        path: &StatePath,
+        expected: Option<ObjectId>,
+    ) -> Result<Option<RemoteAttempt>, StoreError> {
         if !onepost::possible(&self.target.endpoint) {
             return Ok(None);
         }
@@ -288,6 +295,9 @@ impl RemoteStore {
         let Some(tip) = self.cache()?.tracked(&lock_ref) else {
             return Ok(None);
         };
+        if expected.is_some_and(|expected| expected != tip) {
+            return Ok(None);
+        }
         let Some(lock) = self.read(Some(tip), &path.lock_file())? else {
             return Ok(None);
         };
