@@ -785,30 +785,37 @@ async fn a_holders_unlock_knows_the_lock_commit_without_fetching_it() {
             .count()
     };
 
+    // b, the holder, releases the lock `info` with the advertisement and the push: no fetch.
+    let b_releases = |why: &'static str| {
+        let (b, http, bare, info) = (&b, &http, &bare, &info);
+        let (expecting, upload_packs) = (&expecting, &upload_packs);
+        async move {
+            let before = http.requests().len();
+            let attempt = b
+                .begin(&sp(path), expecting(message()))
+                .await
+                .expect("begin");
+            assert_eq!(attempt.snapshot().lock.as_ref(), Some(info));
+            attempt.delete_lock().await.expect("b releases the lock");
+            let requests = http.requests()[before..].to_vec();
+            assert_eq!(
+                (upload_packs(&requests), requests.len()),
+                (0, 2),
+                "{why}: the advertisement and the push, no fetch: {requests:#?}"
+            );
+            assert_eq!(git(bare, &["for-each-ref", "refs/heads/locks/"]), "");
+        }
+    };
+
     // The lock taken through another process (a), then on the repository itself (the local
-    // store's rules): b releases each with the advertisement and the push.
-    for taker in [&a as &dyn StateStore, &local] {
+    // store's rules).
+    for (taker, why) in [
+        (&a as &dyn StateStore, "taken by another process"),
+        (&local, "taken on the repository itself"),
+    ] {
         let created = taker.create_lock(&sp(path), info.clone(), &message()).await;
         assert_eq!(created, Ok(LockCreate::Created));
-        let before = http.requests().len();
-        let attempt = b
-            .begin(&sp(path), expecting(message()))
-            .await
-            .expect("begin");
-        assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
-        attempt.delete_lock().await.expect("b releases the lock");
-        let requests = http.requests()[before..].to_vec();
-        assert_eq!(
-            upload_packs(&requests),
-            0,
-            "the lock was fetched: {requests:#?}"
-        );
-        assert_eq!(
-            requests.len(),
-            2,
-            "the advertisement and the push: {requests:#?}"
-        );
-        assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+        b_releases(why).await;
     }
 
     // b recalls a lock it took itself, which another process released since: the holder's
@@ -823,20 +830,7 @@ async fn a_holders_unlock_knows_the_lock_commit_without_fetching_it() {
     attempt.delete_lock().await.expect("a releases b's lock");
     let created = a.create_lock(&sp(path), info.clone(), &message()).await;
     assert_eq!(created, Ok(LockCreate::Created));
-    let before = http.requests().len();
-    let attempt = b
-        .begin(&sp(path), expecting(message()))
-        .await
-        .expect("begin");
-    assert_eq!(attempt.snapshot().lock.as_ref(), Some(&info));
-    attempt.delete_lock().await.expect("b releases the lock");
-    let requests = http.requests()[before..].to_vec();
-    assert_eq!(
-        (upload_packs(&requests), requests.len()),
-        (0, 2),
-        "the advertisement and the push, after a stale recalled lock: {requests:#?}"
-    );
-    assert_eq!(git(&bare, &["for-each-ref", "refs/heads/locks/"]), "");
+    b_releases("after a stale recalled lock").await;
 
     // Another message is another commit: the lock is read.
     let created = a.create_lock(&sp(path), info.clone(), &message()).await;
