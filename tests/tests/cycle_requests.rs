@@ -65,6 +65,13 @@ fn cycles_across(processes: usize) -> Vec<[(String, Vec<String>); 4]> {
             let before = git_server.requests().len();
             let (status, text) = http(method, &url, body, None).unwrap();
             assert!(ok.contains(&status), "cycle {k} {method}: {status} {text}");
+            if method == "GET" && k > 0 {
+                // The state the last cycle wrote, through another process.
+                assert!(
+                    text.contains(&format!("\"serial\":{k},")),
+                    "cycle {k} GET: not the last cycle's state: {text}"
+                );
+            }
             kinds.push((method.to_owned(), git_server.requests()[before..].to_vec()));
         }
         if k >= WARM_UP {

@@ -275,7 +275,8 @@ impl Cache {
             })?,
             _ => None,
         };
-        if !self.fetches_by_id(endpoint) {
+        // Tips at depth 1 with a filter: a request cache of a remote that offers partial fetch.
+        if !self.shallow || !fetches_partially(&endpoint.display) {
             return Ok(false);
         }
         let mut session = match first.or_else(|| sessions::take(endpoint)) {
@@ -326,12 +327,6 @@ impl Cache {
         self.with_session(endpoint, |session| {
             self.complete(session, endpoint, files, blobs)
         })
-    }
-
-    /// Whether this cache fetches objects by id from `endpoint` (a request cache of a remote
-    /// that offers partial fetch, DESIGN §9.5).
-    pub fn fetches_by_id(&self, endpoint: &Endpoint) -> bool {
-        self.shallow && fetches_partially(&endpoint.display)
     }
 
     /// Whether this cache can fetch other processes' pending writes (root commits, whole) by
