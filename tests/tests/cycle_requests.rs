@@ -121,3 +121,56 @@ fn across_eight_processes_each_request_reads_only_what_it_has_not_seen() {
         );
     }
 }
+
+/// Terraform's GET comes right after its LOCK, which Lambda may have routed to another
+/// container: the GET's process then has not seen the lock. A GET whose caller's token has not
+/// expired does not depend on the lock, so it reads the state alone: on a process that wrote
+/// the current state itself, the ref listing is all it asks the git server (before, it also
+/// fetched the lock commit and its file).
+#[test]
+fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
+    let repos = tempfile::tempdir().unwrap();
+    let bare = bare_repo(repos.path(), "cycles");
+    seed_commit(&bare);
+    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+    let cwd = tempfile::tempdir().unwrap();
+    let repository = format!("default={}", git_server.url("cycles"));
+    let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+    let (writer, locker) = (
+        Gitstate::start(&["--repository", &repository], &env, cwd.path()),
+        Gitstate::start(&["--repository", &repository], &env, cwd.path()),
+    );
+    let path = "c/p8/w001.tfstate";
+    let body = state(1);
+    let (status, text) = http(
+        "POST",
+        &writer.state_url("default", path),
+        Some(&body),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+    let info = lock_info("elsewhere", "cycle@test", "OperationTypeApply");
+    let lock_url = locker.state_url("default", path);
+    let (status, text) = http("LOCK", &lock_url, Some(&info), None).unwrap();
+    assert_eq!(status, 200, "{text}");
+
+    let before = git_server.requests().len();
+    let (status, text) = http("GET", &writer.state_url("default", path), None, None).unwrap();
+    let requests = git_server.requests()[before..].to_vec();
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("\"serial\":1,"),
+        "not the state written: {text}"
+    );
+    let posts = requests.iter().filter(|r| r.contains("POST")).count();
+    assert_eq!(
+        (posts, requests.len() <= 2),
+        (1, true),
+        "the ref listing only (after a capability advertisement at most), no fetch: {requests:#?}"
+    );
+
+    let (status, text) = http("UNLOCK", &lock_url, Some(&info), None).unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(refs_under(&bare, "refs/heads/locks"), Vec::<String>::new());
+}

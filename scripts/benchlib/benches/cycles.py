@@ -18,6 +18,18 @@ writers, each on a state of its own (added at serial 1 with git fast-import firs
 A 502, 503 or 504 is sent again, as Terraform retries (counted as non-2xx); anything else but the
 expected status fails the cycle. With --cut-percent P the proxy cuts P% of the connections to the
 git server at random, after a random number of bytes in either direction (a link that drops).
+With --states N the repository holds N states of --size bytes at serial 1 in --folders folders
+(`scripts/bench many-states`' seed, `fNNN/sNNNNNN.tfstate`), and the http cycles write N's states
+(states 0..W-1 in the first cell, W..2W-1 in the next, so each cell starts from serial 1).
+
+With --git-cli, first (untimed, through the same proxy and request log): the git requests the git
+CLI needs for the same cycle of one writer on a state of the repository, --cycles cycles. In one
+kept depth-1 blobless clone: LOCK pushes a one-file commit to `locks/<path>` (a new ref: git
+refuses it if the ref exists), GET fetches `main` and reads the state (git fetches the blob on
+demand), POST commits the new state on that tip with plumbing (`mktree --missing`) and pushes it (refused unless a
+fast-forward; git fetches the state's old blob first when the clone lacks it), UNLOCK deletes the
+lock ref. Cold: each request in a new repository, as a new
+container would start: a GET or POST clones `main` (depth 1, blobless, no checkout) first.
 
   http  LOCK, GET, POST ?ID=, UNLOCK on `c/<cell>/wNNN.tfstate`
   api   GET the workspace `<cell>-wNNN` by name, lock, current state version, its download, the
@@ -33,8 +45,8 @@ run; `queue` is the write queue's rounds, which push the writes of many requests
 
 Usage: scripts/bench cycles [--protocols http,api] [--processes 1,8] [--writers 64] [--cycles 5]
                             [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--cut-percent 0]
-                            [--gitstate PATH]
-Prints two markdown tables: per protocol and process count, cycles/s, p50/p99 of a cycle,
+                            [--states N [--folders 100]] [--git-cli] [--gitstate PATH]
+Prints the git CLI's requests per request kind (with --git-cli), then two markdown tables: per protocol and process count, cycles/s, p50/p99 of a cycle,
 non-2xx, lost, and the git requests per cycle by kind; then per request kind, its p50/p99 and
 the git requests per cycle it caused, by step.
 """
@@ -45,12 +57,14 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
 
 from benchlib import support as s
-from benchlib.benches import write_queue
+from benchlib.benches import many_states, write_queue
+from benchlib.benches.http import one_file_commit
 from benchlib.benches.workspaces import API, RUN_KEY, TOKEN, state_version, team_args
 
 
@@ -64,6 +78,11 @@ def add_arguments(parser):
     parser.add_argument("--size", type=int, default=2000, help="bytes of each state")
     parser.add_argument("--cut-percent", type=float, default=0.0,
                         help="share of the connections to the git server the proxy cuts at random")
+    parser.add_argument("--states", type=int, default=0,
+                        help="a repository of this many states in --folders folders; the http cycles write them")
+    parser.add_argument("--folders", type=int, default=100)
+    parser.add_argument("--git-cli", action="store_true",
+                        help="first count the git requests the git CLI needs for the same cycle")
     s.add_gitstate_argument(parser)
 
 
@@ -103,14 +122,14 @@ class Router:
         return json.loads(data) if data else None
 
 
-def http_cycle(router, w, k, path, serial, size):
-    """Terraform's http cycle: LOCK, GET, POST ?ID=, UNLOCK."""
+def http_cycle(router, w, k, path, body):
+    """Terraform's http cycle: LOCK, GET, POST ?ID= of `body`, UNLOCK."""
     lock_id = f"cycle-{w}-{k}"
     lock = s.lock_body(lock_id)
     base = w + k
     router.send(base, "LOCK", f"/state/default/{path}", lock)
     router.send(base + 1, "GET", f"/state/default/{path}")
-    router.send(base + 2, "POST", f"/state/default/{path}?ID={lock_id}", s.state_body(serial, size))
+    router.send(base + 2, "POST", f"/state/default/{path}?ID={lock_id}", body)
     router.send(base + 3, "UNLOCK", f"/state/default/{path}", lock)
 
 
@@ -132,20 +151,32 @@ def api_cycle(router, w, k, name, serial, size):
     router.api(base + 6, "POST", f"{ws}/actions/unlock", kind="unlock")
 
 
-def measure(args, root, bare, remote, protocol, processes):
-    """One cell: the row's numbers."""
+def measure(args, root, bare, remote, protocol, processes, index):
+    """One cell (the run's `index`-th): the row's numbers."""
     cell = f"p{processes}"
-    if protocol == "http":
-        names = [f"c/{cell}/w{w:03}.tfstate" for w in range(args.writers)]
+    if protocol == "http" and args.states:
+        # States of the repository, each cell its own: all at serial 1, each of its own lineage.
+        first = index * args.writers
+        names = [many_states.state_path(first + w, "folders", args.folders) for w in range(args.writers)]
         paths = names
+
+        def body(w, serial):
+            return many_states.state(first + w, serial, args.size)
     else:
-        names = [f"{cell}-w{w:03}" for w in range(args.writers)]
-        paths = [f"workspaces/{name}.tfstate" for name in names]
-    # The writers' states, at serial 1 (their lineage is the bench's), added without gitstate.
-    s.fast_import(bare, [(path, s.state_body(1, args.size)) for path in paths], b"writers' states",
-                  on_main=True)
+        if protocol == "http":
+            names = [f"c/{cell}/w{w:03}.tfstate" for w in range(args.writers)]
+            paths = names
+        else:
+            names = [f"{cell}-w{w:03}" for w in range(args.writers)]
+            paths = [f"workspaces/{name}.tfstate" for name in names]
+        # The writers' states, at serial 1 (their lineage is the bench's), added without gitstate.
+        s.fast_import(bare, [(path, s.state_body(1, args.size)) for path in paths], b"writers' states",
+                      on_main=True)
+
+        def body(_w, serial):
+            return s.state_body(serial, args.size)
     cache_root = tempfile.mkdtemp(prefix="cache-", dir=root)
-    env = dict(s.git_credentials_env("warn"), GITSTATE_RUN_KEY=RUN_KEY)
+    env = dict(s.git_credentials_env(os.environ.get("BENCH_RUST_LOG", "warn")), GITSTATE_RUN_KEY=RUN_KEY)
     servers = [s.Gitstate(args.gitstate, team_args() + ["--repository", f"default={remote}", "--cache-dir",
                                                         os.path.join(cache_root, str(p))],
                           env, root, log=f"{protocol}-{cell}-{p}.log", wait="health")
@@ -163,7 +194,7 @@ def measure(args, root, bare, remote, protocol, processes):
                 start = time.perf_counter()
                 try:
                     if protocol == "http":
-                        http_cycle(router, w, k, names[w], k + 2, args.size)
+                        http_cycle(router, w, k, names[w], body(w, k + 2))
                     else:
                         api_cycle(router, w, k, names[w], k + 2, args.size)
                 except BaseException as e:  # noqa: BLE001 (reported below)
@@ -194,6 +225,88 @@ def measure(args, root, bare, remote, protocol, processes):
             "non2xx": len(router.non2xx), "codes": sorted({c for c, _ in router.non2xx}), "errors": errors,
             "times": dict(router.times), "by_operation": by_operation, "repeated": dict(repeated),
             "git": {kind: logged_to.get(kind, 0) - logged_from.get(kind, 0) for kind in logged_to}}
+
+
+def git_cli_requests(args, root, bare, remote, path, serial_of):
+    """{(way, request kind): git requests per cycle} the git CLI needs for the http cycle of one
+    writer on `path` (its body at a serial from `serial_of(serial)`), in one kept clone ("kept")
+    and in a new repository per request ("cold")."""
+    remote = s.with_credentials(remote)
+    lock_ref = f"refs/heads/locks/{path}"
+    counts = collections.Counter()
+
+    def new_repo(name, clone):
+        work = os.path.join(root, name)
+        shutil.rmtree(work, ignore_errors=True)
+        if clone:
+            s.git("clone", "-q", "--bare", "--depth", "1", "--filter=blob:none", "--single-branch",
+                  "--branch", "main", remote, work)
+        else:
+            s.git("init", "-q", "--bare", work)
+            s.git("remote", "add", "origin", remote, cwd=work)
+        s.git("config", "user.name", "bench", cwd=work)
+        s.git("config", "user.email", "bench@localhost", cwd=work)
+        return work
+
+    def lock(work, k):
+        lock_commit = one_file_commit(work, path.rsplit("/", 1)[-1] + ".lock", s.lock_body(f"cli-{k}"), "Lock")
+        s.git("push", "-q", "origin", f"{lock_commit}:{lock_ref}", cwd=work)
+
+    def fetch(work):
+        s.git("fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", "+main:refs/heads/main", cwd=work)
+
+    def get(work, serial):
+        body = json.loads(s.git("cat-file", "blob", f"main:{path}", cwd=work))
+        assert body["serial"] == serial, (body["serial"], serial)
+
+    def tree_with(work, parts, blob, prefix=""):
+        """The tree at `prefix` of `main` with `parts` (a path below it) set to `blob`, made with
+        `mktree --missing` (write-tree from an index would fetch every blob the clone left out)."""
+        listing = s.git("ls-tree", f"main:{prefix}" if prefix else "main^{tree}", cwd=work).decode()
+        entries = dict((line.split("\t", 1)[1], line.split("\t", 1)[0]) for line in listing.splitlines())
+        name = parts[0]
+        if len(parts) == 1:
+            entries[name] = f"100644 blob {blob}"
+        else:
+            entries[name] = f"040000 tree {tree_with(work, parts[1:], blob, f'{prefix}{name}/')}"
+        lines = "".join(f"{mode}\t{name}\n" for name, mode in entries.items())
+        return subprocess.run(["git", "mktree", "--missing"], cwd=work, input=lines.encode(), check=True,
+                              stdout=subprocess.PIPE).stdout.decode().strip()
+
+    def post(work, serial):
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=work, input=serial_of(serial),
+                              check=True, stdout=subprocess.PIPE).stdout.decode().strip()
+        tree = tree_with(work, path.split("/"), blob)
+        commit = s.git("commit-tree", tree, "-p", "main", "-m", f"Update {path} (serial {serial}) by git",
+                       cwd=work).decode().strip()
+        # git push reads the state's old blob (a delta base), fetching it when the clone lacks it.
+        s.git("push", "-q", "origin", f"{commit}:refs/heads/main", cwd=work)
+        s.git("update-ref", "refs/heads/main", commit, cwd=work)
+
+    def unlock(work):
+        s.git("push", "-q", "origin", "--delete", lock_ref, cwd=work)
+
+    def counted(way, kind, step):
+        before = write_queue.git_requests(args.request_log)
+        step()
+        after = write_queue.git_requests(args.request_log)
+        counts[(way, kind)] += sum(after.values()) - sum(before.values())
+
+    serial = json.loads(s.git("--git-dir", bare, "show", f"main:{path}"))["serial"]
+    kept = new_repo("cli-kept", clone=True)
+    for k in range(args.cycles):
+        serial += 1
+        counted("kept", "LOCK", lambda: lock(kept, k))
+        counted("kept", "GET", lambda: (fetch(kept), get(kept, serial - 1)))
+        counted("kept", "POST", lambda: post(kept, serial))
+        counted("kept", "UNLOCK", lambda: unlock(kept))
+    for k in range(args.cycles):
+        serial += 1
+        counted("cold", "LOCK", lambda: lock(new_repo("cli-cold", clone=False), k))
+        counted("cold", "GET", lambda: get(new_repo("cli-cold", clone=True), serial - 1))
+        counted("cold", "POST", lambda: post(new_repo("cli-cold", clone=True), serial))
+        counted("cold", "UNLOCK", lambda: unlock(new_repo("cli-cold", clone=False)))
+    return {key: n / args.cycles for key, n in counts.items()}
 
 
 # Label values may hold braces (the API's address patterns): the labels end at the last `} `.
@@ -252,29 +365,50 @@ def run(args):
     root = tempfile.mkdtemp(prefix="gitstate-bench-cycles-")
     repos = os.path.join(root, "repos")
     os.makedirs(repos)
-    bare = s.init_bare(os.path.join(repos, "cycles.git"), allow_filter=True)
-    s.fast_import(bare, [("README.tfstate", s.state_body(1, 200))], b"seed")
+    bare = os.path.join(repos, "cycles.git")
+    cells = [(protocol, processes) for protocol in filter(None, args.protocols.split(","))
+             for processes in s.int_list(args.processes)]
+    if args.states:
+        if args.states <= len(cells) * args.writers:
+            raise SystemExit(f"--states {args.states}: not more than {len(cells)} cells x {args.writers} writers")
+        s.log(f"cycles: seeding {args.states} states in {args.folders} folders")
+        many_states.seed(bare, args.states, "folders", args.folders, args.size)
+    else:
+        s.init_bare(bare, allow_filter=True)
+        s.fast_import(bare, [("README.tfstate", s.state_body(1, 200))], b"seed")
     http_port = s.free_port()
     args.request_log = os.path.join(root, "requests.log")
     lighttpd = s.start_lighttpd(root, repos, http_port, request_log=args.request_log)
     proxy = s.LatencyProxy(root, http_port, args.delay_ms, args.rate_mbps, cut_percent=args.cut_percent)
     remote = proxy.url("/git/cycles.git")
     rows = []
+    cli = {}
     try:
-        for protocol in filter(None, args.protocols.split(",")):
+        if args.git_cli:
+            s.log("cycles: the git CLI's requests for the same cycle")
+            if args.states:
+                first = len(cells) * args.writers
+                path = many_states.state_path(first, "folders", args.folders)
+                cli = git_cli_requests(args, root, bare, remote, path,
+                                       lambda serial: many_states.state(first, serial, args.size))
+            else:
+                path = "c/cli/w000.tfstate"
+                s.fast_import(bare, [(path, s.state_body(1, args.size))], b"the git CLI's state", on_main=True)
+                cli = git_cli_requests(args, root, bare, remote, path,
+                                       lambda serial: s.state_body(serial, args.size))
+        for index, (protocol, processes) in enumerate(cells):
             if protocol not in ("http", "api"):
                 raise SystemExit(f"unknown protocol {protocol!r}: http or api")
-            for processes in s.int_list(args.processes):
-                s.log(f"cycles: {protocol}, {processes} processes, {args.writers} writers x {args.cycles}")
-                cuts = proxy.cuts()
-                row = measure(args, root, bare, remote, protocol, processes)
-                row["cuts"] = proxy.cuts() - cuts
-                rows.append(row)
-                lat = row["lat"] or [0]
-                s.log(f"  {row['answered'] / row['wall']:.1f} cycles/s, p50 {s.percentile(lat, 50):.0f} ms, "
-                      f"p99 {s.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
-                      f"{row['codes']}, errors {row['errors'][:2]}, git {row['git']}, "
-                      f"connections cut {row['cuts']}, steps repeated {row['repeated']}")
+            s.log(f"cycles: {protocol}, {processes} processes, {args.writers} writers x {args.cycles}")
+            cuts = proxy.cuts()
+            row = measure(args, root, bare, remote, protocol, processes, index)
+            row["cuts"] = proxy.cuts() - cuts
+            rows.append(row)
+            lat = row["lat"] or [0]
+            s.log(f"  {row['answered'] / row['wall']:.1f} cycles/s, p50 {s.percentile(lat, 50):.0f} ms, "
+                  f"p99 {s.percentile(lat, 99):.0f} ms, lost {row['lost']}, non-2xx {row['non2xx']} "
+                  f"{row['codes']}, errors {row['errors'][:2]}, git {row['git']}, "
+                  f"connections cut {row['cuts']}, steps repeated {row['repeated']}")
     finally:
         proxy.stop()
         s.stop(lighttpd)
@@ -283,11 +417,22 @@ def run(args):
     rate = f", at most {args.rate_mbps:g} MB/s per connection and direction" if args.rate_mbps else ""
     if args.cut_percent:
         rate += f", {args.cut_percent:g}% of the connections cut at random"
+    if args.states:
+        rate += f"; {args.states:,} states in {args.folders} folders, the http cycles on them"
     print(f"lighttpd + git http-backend (partial fetch) behind a proxy adding {args.delay_ms:g} ms per chunk "
           f"each way{rate}; {os.cpu_count()} cores; {args.writers} writers x {args.cycles} cycles, states of "
           f"{args.size} bytes; cold processes, request j of cycle k of writer w on process (w + k + j) mod P, "
           "each on a new connection")
     print()
+    if cli:
+        print("The git CLI, one writer, the same cycle: git requests per request")
+        print()
+        print("| way | LOCK | GET | POST | UNLOCK | cycle |")
+        print("|---|---|---|---|---|---|")
+        for way in ("kept", "cold"):
+            mine = [cli.get((way, kind), 0) for kind in ("LOCK", "GET", "POST", "UNLOCK")]
+            print(f"| {way} | " + " | ".join(f"{n:.2f}" for n in mine) + f" | {sum(mine):.2f} |")
+        print()
     print("| protocol | processes | cycles answered | cycles/s | p50 ms | p99 ms | lost | locks left | "
           "non-2xx (codes) | git requests per cycle | fetches | pushes | upload-pack adverts | "
           "receive-pack adverts |")

@@ -241,17 +241,24 @@ impl Backend {
         path: &StatePath,
         token: Option<&crate::lock_token::LockToken>,
     ) -> Result<Option<Bytes>, BackendError> {
-        let snapshot = store.snapshot(path).await?;
         let at = Place::new(store.repository(), path);
-        if !crate::lock_token::LockToken::admits(
-            token,
-            &at,
-            snapshot.lock.as_deref(),
-            snapshot.lock_token.as_deref(),
-        ) {
-            return Err(BackendError::from_expired_token());
-        }
-        match snapshot.state {
+        // Only an expired token's read depends on the lock: any other reads the state alone.
+        let state = match token {
+            Some(token) if token.expired => {
+                let snapshot = store.snapshot(path).await?;
+                if !crate::lock_token::LockToken::admits(
+                    Some(token),
+                    &at,
+                    snapshot.lock.as_deref(),
+                    snapshot.lock_token.as_deref(),
+                ) {
+                    return Err(BackendError::from_expired_token());
+                }
+                snapshot.state
+            }
+            _ => store.current_state(path).await?,
+        };
+        match state {
             Some(stored) => Ok(Some(self.open_stored(&at, stored).await?)),
             None => Ok(None),
         }

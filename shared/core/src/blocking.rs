@@ -29,6 +29,11 @@ pub trait BlockingStore: Clone + Send + Sync + 'static {
     /// See [`StateStore::snapshot`].
     fn snapshot_blocking(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
 
+    /// See [`StateStore::current_state`] (the default: the snapshot's state).
+    fn current_state_blocking(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.snapshot_blocking(path)?.state)
+    }
+
     /// See [`StateStore::snapshot_beside`]; the default reads each file of `beside` at the tip
     /// the snapshot of `path` saw ([`BlockingStore::read_version_blocking`]).
     fn snapshot_beside_blocking(
@@ -122,6 +127,12 @@ impl<S: BlockingStore> StateStore for S {
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError> {
         let path = path.clone();
         self.run(move |store| store.snapshot_blocking(&path)).await
+    }
+
+    async fn current_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        let path = path.clone();
+        self.run(move |store| store.current_state_blocking(&path))
+            .await
     }
 
     async fn snapshot_beside(

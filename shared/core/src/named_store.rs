@@ -64,6 +64,10 @@ impl StateStore for NamedStore {
         self.inner.snapshot(path).await
     }
 
+    async fn current_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        self.inner.current_state(path).await
+    }
+
     async fn snapshot_beside(
         &self,
         path: &StatePath,

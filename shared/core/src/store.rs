@@ -125,6 +125,15 @@ pub trait StateStore: Send + Sync + 'static {
     /// available, and returns both files.
     async fn snapshot(&self, path: &StatePath) -> Result<Snapshot, StoreError>;
 
+    /// The file at `path` at the current tip of the state branch, read as
+    /// [`StateStore::snapshot`] reads it (for a remote: one fresh ref listing, the authorization
+    /// check) but without `path`'s lock branch: a read that does not decide on the lock (a GET
+    /// whose caller's token has not expired) needs neither its tip nor its file, which a
+    /// process that did not take the lock would fetch. The default is the snapshot's state.
+    async fn current_state(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.snapshot(path).await?.state)
+    }
+
     /// [`StateStore::snapshot`] of `path`, and the files at `beside` (in order; `None` where
     /// there is none) at the same state tip, read with it: for a remote, fetched in the same
     /// requests as `path`'s file, with no second look at the tips. No default: a default from

@@ -309,6 +309,17 @@ impl BlockingStore for RemoteStore {
         Ok(self.snapshot_beside_blocking(path, &[])?.0)
     }
 
+    fn current_state_blocking(&self, path: &StatePath) -> Result<Option<Bytes>, StoreError> {
+        // The state's blob comes over the same session as the tip; the lock branch is not read.
+        let file = path.as_str().to_owned();
+        let tips = self.cache()?.refresh_reading(
+            &self.target.endpoint,
+            &[&self.target.state_ref],
+            &|_| vec![file.clone()],
+        )?;
+        self.read(tips.get(&self.target.state_ref).copied(), path.as_str())
+    }
+
     fn snapshot_beside_blocking(
         &self,
         path: &StatePath,

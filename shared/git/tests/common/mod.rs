@@ -97,6 +97,10 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.state, None);
     assert_eq!(snap.lock_tip, None);
     assert_eq!(snap.lock, None);
+    assert_eq!(
+        store.current_state(&path).await.expect("current state"),
+        None
+    );
 
     // An attempt begun before the branch exists: its write must later be refused.
     let creator = store.begin(&path, Intent::Write).await.expect("begin");
@@ -164,6 +168,11 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     let snap = store.snapshot(&path).await.expect("snapshot");
     assert_eq!(snap.state_tip.as_deref(), Some(v3.as_str()));
     assert_eq!(snap.state.as_deref(), Some(&b"{\"serial\":2}"[..]));
+    assert_eq!(
+        store.current_state(&path).await.expect("current state"),
+        snap.state,
+        "the current state is the snapshot's"
+    );
 
     // Delete.
     let v4 = write(store, &path, StateChange::Delete, "Delete prod by test")
@@ -213,6 +222,11 @@ pub async fn conformance(store: &dyn gitstate_core::StateStore, prefix: &str) {
     assert_eq!(snap.lock_tip.as_deref(), Some(tip.as_str()));
     assert_eq!(snap.lock, Some(info.clone()));
     assert_eq!(snap.lock_token, recorded);
+    // Under the lock, the current state is the snapshot's (none: deleted), read without the lock.
+    assert_eq!(
+        store.current_state(&path).await.expect("current state"),
+        snap.state
+    );
     let second = store
         .create_lock(
             &path,
