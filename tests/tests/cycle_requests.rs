@@ -126,7 +126,10 @@ fn across_eight_processes_each_request_reads_only_what_it_has_not_seen() {
 /// container: the GET's process then has not seen the lock. A GET whose caller's token has not
 /// expired does not depend on the lock, so it reads the state alone: on a process that wrote
 /// the current state itself, the ref listing is all it asks the git server (before, it also
-/// fetched the lock commit and its file).
+/// fetched the lock commit and its file). The holder's POST that follows on that process needs
+/// the lock: the advertisement, the lock commit whole in one fetch (its tree and LockInfo with
+/// it), and the push; 3 git requests (before the GET read the lock: the push alone, which the
+/// GET had paid for with its two fetches).
 #[test]
 fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
     let repos = tempfile::tempdir().unwrap();
@@ -170,7 +173,25 @@ fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
         "the ref listing only (after a capability advertisement at most), no fetch: {requests:#?}"
     );
 
+    let before = git_server.requests().len();
+    let post = format!("{}?ID=elsewhere", writer.state_url("default", path));
+    let (status, text) = http("POST", &post, Some(&state(2)), None).unwrap();
+    let requests = git_server.requests()[before..].to_vec();
+    assert_eq!(status, 200, "{text}");
+    let fetches = requests
+        .iter()
+        .filter(|r| r.starts_with("POST") && r.contains("git-upload-pack"))
+        .count();
+    assert_eq!(
+        (fetches, requests.len()),
+        (1, 3),
+        "the advertisement, the lock commit in one fetch, the push: {requests:#?}"
+    );
+
     let (status, text) = http("UNLOCK", &lock_url, Some(&info), None).unwrap();
     assert_eq!(status, 200, "{text}");
     assert_eq!(refs_under(&bare, "refs/heads/locks"), Vec::<String>::new());
+    let (status, text) = http("GET", &lock_url, None, None).unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"serial\":2,"), "the holder's write: {text}");
 }

@@ -246,8 +246,8 @@ impl<'a> Workspaces<'a> {
         name: &WorkspaceName,
     ) -> Result<Option<Record>, WorkspaceError> {
         let record_path = record_path(name)?;
-        let snapshot = self.store.snapshot(&record_path).await?;
-        Ok(snapshot.state.as_deref().map(Record::stored))
+        let stored = self.store.current_state(&record_path).await?;
+        Ok(stored.as_deref().map(Record::stored))
     }
 
     /// Creates the workspace `name` with `tags` (checked, sorted) for `who`: its record, one

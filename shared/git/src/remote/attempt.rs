@@ -239,12 +239,17 @@ impl RemoteStore {
         .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
         .collect();
         let cache = self.cache()?;
-        if state_tip.is_some() {
+        if state_tip.is_some_and(|tip| !cache.repo().has_object(tip)) {
             cache.fetch_advertised(&self.target.endpoint, &advertised)?;
         } else {
-            // Only the lock branch is read (an unlock, or a write before the state branch
-            // exists): a lock commit holds one small file, so it comes whole.
-            cache.fetch_locks_advertised(&self.target.endpoint, &advertised)?;
+            // Only the lock branch lacks (an unlock, a write before the state branch exists, or
+            // a write where this cache holds the state's tip, as after its own GET): a lock
+            // commit holds one small file, so it comes whole, in one request.
+            let lock_only = advertised
+                .into_iter()
+                .filter(|(name, _)| *name == lock_ref)
+                .collect();
+            cache.fetch_locks_advertised(&self.target.endpoint, &lock_only)?;
         }
         if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
