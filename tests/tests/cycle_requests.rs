@@ -27,19 +27,42 @@ fn state(serial: usize) -> String {
     )
 }
 
+/// A seeded repository behind `git http-backend` (its requests logged), and `gitstate serve`
+/// processes on it, each with a cache of its own.
+struct Remote {
+    _repos: tempfile::TempDir,
+    bare: std::path::PathBuf,
+    git_server: GitHttpServer,
+    cwd: tempfile::TempDir,
+}
+
+impl Remote {
+    fn new() -> Remote {
+        let repos = tempfile::tempdir().unwrap();
+        let bare = bare_repo(repos.path(), "cycles");
+        seed_commit(&bare);
+        let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
+        Remote {
+            _repos: repos,
+            bare,
+            git_server,
+            cwd: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn gitstate(&self) -> Gitstate {
+        let repository = format!("default={}", self.git_server.url("cycles"));
+        let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
+        Gitstate::start(&["--repository", &repository], &env, self.cwd.path())
+    }
+}
+
 /// The git requests each kind of request caused after the warm-up, by kind (LOCK, GET, POST,
 /// UNLOCK): one entry per cycle.
 fn cycles_across(processes: usize) -> Vec<[(String, Vec<String>); 4]> {
-    let repos = tempfile::tempdir().unwrap();
-    let bare = bare_repo(repos.path(), "cycles");
-    seed_commit(&bare);
-    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
-    let cwd = tempfile::tempdir().unwrap();
-    let repository = format!("default={}", git_server.url("cycles"));
-    let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
-    let servers: Vec<Gitstate> = (0..processes)
-        .map(|_| Gitstate::start(&["--repository", &repository], &env, cwd.path()))
-        .collect();
+    let remote = Remote::new();
+    let (bare, git_server) = (&remote.bare, &remote.git_server);
+    let servers: Vec<Gitstate> = (0..processes).map(|_| remote.gitstate()).collect();
     let path = "c/p8/w001.tfstate";
     let mut next = 0;
     let mut route = || {
@@ -79,7 +102,7 @@ fn cycles_across(processes: usize) -> Vec<[(String, Vec<String>); 4]> {
         }
     }
     assert_eq!(
-        refs_under(&bare, "refs/heads/locks"),
+        refs_under(bare, "refs/heads/locks"),
         Vec::<String>::new(),
         "no lock left"
     );
@@ -132,17 +155,9 @@ fn across_eight_processes_each_request_reads_only_what_it_has_not_seen() {
 /// GET had paid for with its two fetches).
 #[test]
 fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
-    let repos = tempfile::tempdir().unwrap();
-    let bare = bare_repo(repos.path(), "cycles");
-    seed_commit(&bare);
-    let git_server = GitHttpServer::start(repos.path(), USER, PASSWORD);
-    let cwd = tempfile::tempdir().unwrap();
-    let repository = format!("default={}", git_server.url("cycles"));
-    let env = [("GIT_USERNAME", USER), ("GIT_PASSWORD", PASSWORD)];
-    let (writer, locker) = (
-        Gitstate::start(&["--repository", &repository], &env, cwd.path()),
-        Gitstate::start(&["--repository", &repository], &env, cwd.path()),
-    );
+    let remote = Remote::new();
+    let (bare, git_server) = (&remote.bare, &remote.git_server);
+    let (writer, locker) = (remote.gitstate(), remote.gitstate());
     let path = "c/p8/w001.tfstate";
     let body = state(1);
     let (status, text) = http(
@@ -190,7 +205,7 @@ fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
 
     let (status, text) = http("UNLOCK", &lock_url, Some(&info), None).unwrap();
     assert_eq!(status, 200, "{text}");
-    assert_eq!(refs_under(&bare, "refs/heads/locks"), Vec::<String>::new());
+    assert_eq!(refs_under(bare, "refs/heads/locks"), Vec::<String>::new());
     let (status, text) = http("GET", &lock_url, None, None).unwrap();
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("\"serial\":2,"), "the holder's write: {text}");
