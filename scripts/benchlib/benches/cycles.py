@@ -26,10 +26,13 @@ With --git-cli, first (untimed, through the same proxy and request log): the git
 CLI needs for the same cycle of one writer on a state of the repository, --cycles cycles. In one
 kept depth-1 blobless clone: LOCK pushes a one-file commit to `locks/<path>` (a new ref: git
 refuses it if the ref exists), GET fetches `main` and reads the state (git fetches the blob on
-demand), POST commits the new state on that tip with plumbing (`mktree --missing`) and pushes it (refused unless a
-fast-forward; git fetches the state's old blob first when the clone lacks it), UNLOCK deletes the
-lock ref. Cold: each request in a new repository, as a new
-container would start: a GET or POST clones `main` (depth 1, blobless, no checkout) first.
+demand), POST commits the new state on that tip with plumbing (`mktree --missing`) and pushes it
+(refused unless a fast-forward; `git push` first fetches an object the clone lacks, on demand),
+UNLOCK deletes the lock ref. Cold: each request in a new repository, as a new container would
+start: a GET or POST clones `main` (depth 1, blobless, no checkout) first.
+
+The servers log at RUST_LOG=warn (BENCH_RUST_LOG sets another filter, e.g. to trace one run;
+BENCH_KEEP=1 keeps their logs).
 
   http  LOCK, GET, POST ?ID=, UNLOCK on `c/<cell>/wNNN.tfstate`
   api   GET the workspace `<cell>-wNNN` by name, lock, current state version, its download, the
@@ -279,7 +282,7 @@ def git_cli_requests(args, root, bare, remote, path, serial_of):
         tree = tree_with(work, path.split("/"), blob)
         commit = s.git("commit-tree", tree, "-p", "main", "-m", f"Update {path} (serial {serial}) by git",
                        cwd=work).decode().strip()
-        # git push reads the state's old blob (a delta base), fetching it when the clone lacks it.
+        # git push first fetches on demand an object this clone left out (it fails without it).
         s.git("push", "-q", "origin", f"{commit}:refs/heads/main", cwd=work)
         s.git("update-ref", "refs/heads/main", commit, cwd=work)
 
