@@ -49,9 +49,10 @@ run; `queue` is the write queue's rounds, which push the writes of many requests
 Usage: scripts/bench cycles [--protocols http,api] [--processes 1,8] [--writers 64] [--cycles 5]
                             [--delay-ms 30] [--rate-mbps 0] [--size 2000] [--cut-percent 0]
                             [--states N [--folders 100]] [--git-cli] [--gitstate PATH]
-Prints the git CLI's requests per request kind (with --git-cli), then two markdown tables: per protocol and process count, cycles/s, p50/p99 of a cycle,
-non-2xx, lost, and the git requests per cycle by kind; then per request kind, its p50/p99 and
-the git requests per cycle it caused, by step.
+Prints the git CLI's requests per request kind (with --git-cli), then two markdown tables: per
+protocol and process count, cycles/s, p50/p99 of a cycle, non-2xx, lost, the git requests per
+cycle by kind and the bytes per cycle through the proxy (headers included, up / down); then per
+request kind, its p50/p99 and the git requests per cycle it caused, by step.
 """
 import base64
 import collections
@@ -403,9 +404,13 @@ def run(args):
             if protocol not in ("http", "api"):
                 raise SystemExit(f"unknown protocol {protocol!r}: http or api")
             s.log(f"cycles: {protocol}, {processes} processes, {args.writers} writers x {args.cycles}")
-            cuts = proxy.cuts()
+            cuts, (up, down, _) = proxy.cuts(), proxy.read()
             row = measure(args, root, bare, remote, protocol, processes, index)
             row["cuts"] = proxy.cuts() - cuts
+            # Everything the cell's processes sent and received through the proxy, per cycle.
+            after_up, after_down, _ = proxy.totals(settle=1.0)
+            answered = max(1, row["answered"])
+            row["bytes"] = ((after_up - up) / answered, (after_down - down) / answered)
             rows.append(row)
             lat = row["lat"] or [0]
             s.log(f"  {row['answered'] / row['wall']:.1f} cycles/s, p50 {s.percentile(lat, 50):.0f} ms, "
@@ -438,8 +443,8 @@ def run(args):
         print()
     print("| protocol | processes | cycles answered | cycles/s | p50 ms | p99 ms | lost | locks left | "
           "non-2xx (codes) | git requests per cycle | fetches | pushes | upload-pack adverts | "
-          "receive-pack adverts |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "receive-pack adverts | KB per cycle up / down |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = r["lat"] or [0]
         print(f"| {r['protocol']} | {r['processes']} | {r['answered']} / {r['cycles']} | "
@@ -447,7 +452,8 @@ def run(args):
               f"{r['lost']} | {r['locks_left']} | {r['non2xx']} {tuple(r['codes']) or ''} | "
               f"{per_cycle(r):.2f} | {per_cycle(r, 'POST upload-pack'):.2f} | "
               f"{per_cycle(r, 'POST receive-pack'):.2f} | {per_cycle(r, 'advert upload-pack'):.2f} | "
-              f"{per_cycle(r, 'advert receive-pack'):.2f} |")
+              f"{per_cycle(r, 'advert receive-pack'):.2f} | "
+              f"{r['bytes'][0] / 1000:.1f} / {r['bytes'][1] / 1000:.1f} |")
     print()
     steps = ["receive advertisement", "upload advertisement", "upload ls-refs", "upload fetch", "receive push"]
     print("| protocol | processes | request | p50 ms | p99 ms | git requests per cycle | "

@@ -226,30 +226,29 @@ impl RemoteStore {
         let present = |repo: &gix::Repository, tips: [Option<ObjectId>; 2]| {
             tips.into_iter().flatten().all(|id| repo.has_object(id))
         };
-        if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+        let cache = self.cache()?;
+        let repo = cache.repo();
+        let state_lacks = state_tip.filter(|tip| !repo.has_object(tip));
+        if state_lacks.is_none() && lock_tip.is_none_or(|tip| repo.has_object(tip)) {
             return Ok((state_tip, lock_tip));
         }
         // Written by another process: fetch the advertised tips, so that the push builds on
-        // exactly what was advertised.
-        let advertised: std::collections::HashMap<String, ObjectId> = [
-            (self.target.state_ref.clone(), state_tip),
-            (lock_ref.clone(), lock_tip),
-        ]
-        .into_iter()
-        .filter_map(|(name, tip)| tip.map(|tip| (name, tip)))
-        .collect();
-        let cache = self.cache()?;
-        if state_tip.is_some_and(|tip| !cache.repo().has_object(tip)) {
-            cache.fetch_advertised(&self.target.endpoint, &advertised)?;
-        } else {
-            // Only the lock branch lacks (an unlock, a write before the state branch exists, or
-            // a write where this cache holds the state's tip, as after its own GET): a lock
-            // commit holds one small file, so it comes whole, in one request.
-            let lock_only = advertised
-                .into_iter()
-                .filter(|(name, _)| *name == lock_ref)
-                .collect();
-            cache.fetch_locks_advertised(&self.target.endpoint, &lock_only)?;
+        // exactly what was advertised. A lock commit holds one small file: when only the lock
+        // branch lacks (an unlock, a write before the state branch exists, or a write where this
+        // cache holds the state's tip, as after its own GET), it comes whole, in one request.
+        let lock = lock_tip.map(|tip| (lock_ref.clone(), tip));
+        match state_lacks {
+            Some(tip) => {
+                let both = lock
+                    .into_iter()
+                    .chain([(self.target.state_ref.clone(), tip)])
+                    .collect();
+                cache.fetch_advertised(&self.target.endpoint, &both)?;
+            }
+            None => {
+                let lock_only = lock.into_iter().collect();
+                cache.fetch_locks_advertised(&self.target.endpoint, &lock_only)?;
+            }
         }
         if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
