@@ -12,7 +12,8 @@
 //! push), a POST 4 (the advertisement, the trees, the blob, and the push: a process whose last
 //! write built on another process's tip saw no race, so it leads at once rather than publish
 //! its write first, DESIGN §9.4), and the holder's UNLOCK 2 (the advertisement and the delete:
-//! the lock commit follows from the LockInfo, so it is never fetched).
+//! the lock commit follows from the LockInfo, so it is never fetched). A LOCK whose one-request
+//! push lost to its own process's write tries once more in one request.
 
 use gitstate_tests::*;
 
@@ -209,4 +210,95 @@ fn a_get_under_a_lock_taken_elsewhere_reads_only_the_state() {
     let (status, text) = http("GET", &lock_url, None, None).unwrap();
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("\"serial\":2,"), "the holder's write: {text}");
+}
+
+/// Under many writers in one process, a LOCK's one-request push often loses to a write of its own
+/// process: the write moved the state branch after the LOCK read the tip it asserts. The refusal
+/// comes back after the write was answered, and by then the cache has recorded the write's tip,
+/// so the LOCK tries once more in one request, asserting that tip, where the advertisement's way
+/// asked for the advertisement and then pushed (one git request more). A pre-receive hook holds
+/// the LOCK's first push at the git server until the write is answered, and logs every push.
+#[test]
+fn a_lock_that_loses_to_its_own_processs_write_tries_once_more_in_one_request() {
+    let remote = Remote::new();
+    let (bare, git_server) = (&remote.bare, &remote.git_server);
+    let process = remote.gitstate();
+    let (path, other) = ("c/p8/w001.tfstate", "c/p8/w002.tfstate");
+    let url = |p: &str| process.state_url("default", p);
+    let info = lock_info("own-write", "cycle@test", "OperationTypeApply");
+    // Warm: the receive-pack capabilities read, the trees on the path in the cache.
+    for (method, p, body) in [
+        ("POST", other, state(1)),
+        ("LOCK", path, info.clone()),
+        ("UNLOCK", path, info.clone()),
+    ] {
+        let (status, text) = http(method, &url(p), Some(&body), None).unwrap();
+        assert_eq!(status, 200, "{method} {p}: {text}");
+    }
+
+    let gate = tempfile::tempdir().unwrap();
+    let g = gate.path().display();
+    let hook = bare.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ninput=$(cat)\nprintf '%s\\n--\\n' \"$input\" >> {g}/pushes\n\
+             case \"$input\" in *refs/heads/locks/*)\n  \
+             if [ ! -e {g}/open ]; then touch {g}/held; while [ ! -e {g}/open ]; do sleep 0.05; done; fi ;;\n\
+             esac\nexit 0\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let before = git_server.requests().len();
+    let lock = {
+        let (url, info) = (url(path), info.clone());
+        std::thread::spawn(move || http("LOCK", &url, Some(&info), None).unwrap())
+    };
+    let held = gate.path().join("held");
+    for _ in 0..1200 {
+        if held.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        held.exists(),
+        "the LOCK's push never reached the git server"
+    );
+    // The process's own write moves the branch while the LOCK's push waits at the server.
+    let (status, text) = http("POST", &url(other), Some(&state(2)), None).unwrap();
+    assert_eq!(status, 200, "{text}");
+    std::fs::write(gate.path().join("open"), "").unwrap();
+    let (status, text) = lock.join().unwrap();
+    assert_eq!(status, 200, "{text}");
+
+    let pushes = std::fs::read_to_string(gate.path().join("pushes")).unwrap();
+    let pushes: Vec<&str> = pushes.split("--\n").filter(|p| !p.is_empty()).collect();
+    let write_tip = pushes
+        .iter()
+        .find(|p| !p.contains("refs/heads/locks/"))
+        .and_then(|p| p.split_whitespace().nth(1))
+        .expect("the write's push");
+    let locks: Vec<&&str> = pushes
+        .iter()
+        .filter(|p| p.contains("refs/heads/locks/"))
+        .collect();
+    let adverts = git_server.requests()[before..]
+        .iter()
+        .filter(|r| r.contains("info/refs?service=git-receive-pack"))
+        .count();
+    assert!(
+        locks.len() == 2
+            && locks[1].contains(&format!("{write_tip} {write_tip} refs/heads/main"))
+            && adverts == 1,
+        "the refused push, then one asserting the write's tip; one advertisement (the write's): \
+         pushes {pushes:#?}, {adverts} advertisements"
+    );
+    assert_eq!(
+        refs_under(bare, "refs/heads/locks"),
+        vec!["refs/heads/locks/c/p8/w001.tfstate".to_owned()]
+    );
 }

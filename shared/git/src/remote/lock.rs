@@ -3,7 +3,8 @@
 //!
 //! Warm, over smart HTTP to git's own receive-pack, that is one request: the push of the lock,
 //! asserting in the same atomic transaction that the state branch is still at the tip this cache
-//! recorded, whose trees on the path (in the cache) admit a state there. git itself refuses a lock
+//! recorded, whose trees on the path (in the cache) admit a state there (tried once more when the
+//! cache recorded a newer tip meanwhile, as this process's own writes make it). git itself refuses a lock
 //! branch named like a folder of another one, or like a folder of others. Otherwise, and after any
 //! push that was not accepted, receive-pack's advertisement decides: the lock branch itself (held),
 //! the lock branches above and below the path it lists, the trees on the path at the state tip it
@@ -27,6 +28,12 @@ use gitstate_wire::sendpack::{ReceivePack, RefUpdate};
 /// [`StoreError::Stale`].
 const MAX_ADVERTISEMENTS: usize = 3;
 
+/// One-request pushes a LOCK tries at most. A try is refused when the state branch moved since
+/// the tip it asserts; most often, under many writers in one process, this process's own write
+/// queue moved it meanwhile, and then the cache has recorded the new tip by the time the refusal
+/// comes back: one more try asserts that tip. A try is never repeated on the same tip.
+const ONE_REQUEST_TRIES: usize = 2;
+
 impl RemoteStore {
     /// [`gitstate_core::StateStore::create_lock`] on the remote (see the module documentation).
     pub(super) fn create_lock_on_remote(
@@ -45,7 +52,15 @@ impl RemoteStore {
             old: ObjectId::null(gix::hash::Kind::Sha1),
             new: outgoing.commit,
         };
-        if let Some(tip) = self.recorded_tip_admitting(path)? {
+        let mut asserted = None;
+        for _ in 0..ONE_REQUEST_TRIES {
+            let Some(tip) = self.recorded_tip_admitting(path)? else {
+                break;
+            };
+            if asserted == Some(tip) {
+                break; // nothing newer learned since the refused try
+            }
+            asserted = Some(tip);
             let updates = [
                 update.clone(),
                 RefUpdate {
