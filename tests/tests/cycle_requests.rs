@@ -244,7 +244,8 @@ fn a_lock_that_loses_to_its_own_processs_write_tries_once_more_in_one_request() 
         format!(
             "#!/bin/sh\ninput=$(cat)\nprintf '%s\\n--\\n' \"$input\" >> {g}/pushes\n\
              case \"$input\" in *refs/heads/locks/*)\n  \
-             if [ ! -e {g}/open ]; then touch {g}/held; while [ ! -e {g}/open ]; do sleep 0.05; done; fi ;;\n\
+             if [ ! -e {g}/open ]; then touch {g}/held; i=0; \
+             while [ ! -e {g}/open ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; fi ;;\n\
              esac\nexit 0\n"
         ),
     )
@@ -269,9 +270,10 @@ fn a_lock_that_loses_to_its_own_processs_write_tries_once_more_in_one_request() 
         "the LOCK's push never reached the git server"
     );
     // The process's own write moves the branch while the LOCK's push waits at the server.
-    let (status, text) = http("POST", &url(other), Some(&state(2)), None).unwrap();
-    assert_eq!(status, 200, "{text}");
+    let written = http("POST", &url(other), Some(&state(2)), None);
     std::fs::write(gate.path().join("open"), "").unwrap();
+    let (status, text) = written.unwrap();
+    assert_eq!(status, 200, "{text}");
     let (status, text) = lock.join().unwrap();
     assert_eq!(status, 200, "{text}");
 
