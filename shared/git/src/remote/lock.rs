@@ -4,12 +4,12 @@
 //! Warm, over smart HTTP to git's own receive-pack, that is one request: the push of the lock,
 //! asserting in the same atomic transaction that the state branch is still at the tip this cache
 //! recorded, whose trees on the path (in the cache) admit a state there (tried once more when the
-//! cache recorded a newer tip meanwhile, as this process's own writes make it). git itself refuses a lock
-//! branch named like a folder of another one, or like a folder of others. Otherwise, and after any
-//! push that was not accepted, receive-pack's advertisement decides: the lock branch itself (held),
-//! the lock branches above and below the path it lists, the trees on the path at the state tip it
-//! lists (from the cache, or fetched as the read of the path that follows a LOCK would fetch them),
-//! and then the push over that session.
+//! cache recorded a newer tip meanwhile, as this process's own writes make it). git itself refuses
+//! a lock branch named like a folder of another one, or like a folder of others. Otherwise, and
+//! after any push that was not accepted, receive-pack's advertisement decides: the lock branch
+//! itself (held), the lock branches above and below the path it lists, the trees on the path at
+//! the state tip it lists (from the cache, or fetched as the read of the path that follows a LOCK
+//! would fetch them), and then the push over that session.
 
 use std::collections::HashMap;
 
