@@ -279,10 +279,13 @@ fn a_lock_that_loses_to_its_own_processs_write_tries_once_more_in_one_request() 
 
     let pushes = std::fs::read_to_string(gate.path().join("pushes")).unwrap();
     let pushes: Vec<&str> = pushes.split("--\n").filter(|p| !p.is_empty()).collect();
+    // The write's tip: the one push line that moves the state branch.
     let write_tip = pushes
         .iter()
-        .find(|p| !p.contains("refs/heads/locks/"))
-        .and_then(|p| p.split_whitespace().nth(1))
+        .flat_map(|p| p.lines())
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|l| l.len() == 3 && l[2] == "refs/heads/main" && l[0] != l[1])
+        .map(|l| l[1])
         .expect("the write's push");
     let locks: Vec<&&str> = pushes
         .iter()
@@ -292,12 +295,14 @@ fn a_lock_that_loses_to_its_own_processs_write_tries_once_more_in_one_request() 
         .iter()
         .filter(|r| r.contains("info/refs?service=git-receive-pack"))
         .count();
+    // Only the one-request form asserts the state branch; the advertisement's way pushes the lock
+    // ref alone, after an advertisement of its own (the write's is the most there may be).
     assert!(
         locks.len() == 2
             && locks[1].contains(&format!("{write_tip} {write_tip} refs/heads/main"))
-            && adverts == 1,
-        "the refused push, then one asserting the write's tip; one advertisement (the write's): \
-         pushes {pushes:#?}, {adverts} advertisements"
+            && adverts <= 1,
+        "the refused push, then one asserting the write's tip, and no advertisement for the \
+         LOCK: pushes {pushes:#?}, {adverts} receive-pack advertisements in all"
     );
     assert_eq!(
         refs_under(bare, "refs/heads/locks"),

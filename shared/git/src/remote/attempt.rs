@@ -228,10 +228,10 @@ impl RemoteStore {
         };
         let cache = self.cache()?;
         let repo = cache.repo();
-        let state_lacks = state_tip.filter(|tip| !repo.has_object(tip));
-        if state_lacks.is_none() && lock_tip.is_none_or(|tip| repo.has_object(tip)) {
+        if present(&repo, [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
         }
+        let state_lacks = state_tip.filter(|tip| !repo.has_object(tip));
         // Written by another process: fetch the advertised tips, so that the push builds on
         // exactly what was advertised. A lock commit holds one small file: when only the lock
         // branch lacks (an unlock, a write before the state branch exists, or a write where this
@@ -250,7 +250,8 @@ impl RemoteStore {
                 cache.fetch_locks_advertised(&self.target.endpoint, &lock_only)?;
             }
         }
-        if present(&self.cache()?.repo(), [state_tip, lock_tip]) {
+        // A fresh handle: it sees the packs just fetched.
+        if present(&cache.repo(), [state_tip, lock_tip]) {
             return Ok((state_tip, lock_tip));
         }
         // The cache cannot fetch by id (or that fetch failed): fetch over upload-pack
